@@ -1,0 +1,13 @@
+"""Blizzard: a distributed, durable, replicated work queue."""
+
+from __future__ import annotations
+
+from blizzard.client import Client, Message
+from blizzard.errors import (BlizzardError, ClusterError, DataCorrupt, DatanodeUnavailable,
+                             InvalidArgument, LeaseExpired, MasterUnavailable, NotEnoughDatanodes,
+                             PayloadTooLarge, ProtocolError, RequestError)
+
+__all__ = ["Client", "Message", "BlizzardError", "ClusterError", "DataCorrupt",
+           "DatanodeUnavailable", "InvalidArgument", "LeaseExpired", "MasterUnavailable",
+           "NotEnoughDatanodes", "PayloadTooLarge", "ProtocolError", "RequestError"]
+__version__ = "0.1.0"

@@ -1,0 +1,264 @@
+"""The ``blizzard`` command: start servers, enqueue and dequeue, inspect a cluster.
+
+Commands parse, call the library and format; ``BlizzardError`` becomes a one-line error
+and exit code 1 in one place (``main``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+import click
+
+from blizzard.errors import BlizzardError
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+
+MASTER_HELP = "Master address (env BLIZZARD_MASTER)."
+DEFAULT_MASTER = "tcp://127.0.0.1:5555"
+
+
+class Address(click.ParamType):
+    """A ZeroMQ TCP address such as tcp://127.0.0.1:5555."""
+
+    name = "tcp://HOST:PORT"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> str:
+        value = str(value)
+        host, sep, port = value.removeprefix("tcp://").rpartition(":")
+        if not value.startswith("tcp://") or not sep or not host or not port.isdigit() \
+                or not 0 <= int(port) < 65536:
+            self.fail(f"{value!r} is not an address like tcp://127.0.0.1:5555", param, ctx)
+        return value
+
+
+ADDRESS = Address()
+
+
+def _logging(level: str) -> None:
+    logging.basicConfig(level=getattr(logging, level.upper()),
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+
+
+def _serve(server: Any) -> None:
+    """Run a server until SIGTERM/SIGINT, then close it cleanly."""
+    def stop(signum: int, frame: Any) -> None:
+        server.stop()
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    try:
+        server.serve_forever()
+    finally:
+        server.close()
+
+
+log_level = click.option("--log-level", default="info", show_default=True,
+                         type=click.Choice(["debug", "info", "warning", "error"]),
+                         help="Logging verbosity.")
+master_opt = click.option("--master", "master", type=ADDRESS, envvar="BLIZZARD_MASTER",
+                          default=DEFAULT_MASTER, show_default=True, help=MASTER_HELP)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="blizzard")
+def cli() -> None:
+    """Blizzard: a distributed, durable work queue.
+
+    Start a master and data nodes (or `blizzard cluster` for all of it locally), then
+    enqueue and dequeue from the CLI or the Python client.
+    """
+
+
+def master_options(f: Any) -> Any:
+    opts = [
+        click.option("--data-dir", required=True, type=click.Path(file_okay=False),
+                     help="Directory for the master's WAL (created if missing)."),
+        click.option("--bind", type=ADDRESS, default=DEFAULT_MASTER, show_default=True,
+                     help="Address to listen on."),
+        click.option("--replication", default=1, show_default=True, type=click.IntRange(1, 9),
+                     help="Copies of each item (R)."),
+        click.option("--min-replicas", default=None, type=click.IntRange(1, 9),
+                     help="Copies that must be durable before an enqueue is acknowledged (W); default R."),
+        click.option("--heartbeat-s", default=1.0, show_default=True, type=click.FloatRange(0.01),
+                     help="How often data nodes should heartbeat."),
+        click.option("--dead-after-s", default=5.0, show_default=True, type=click.FloatRange(0.05),
+                     help="A data node silent this long is dead."),
+        click.option("--pending-timeout-s", default=30.0, show_default=True,
+                     type=click.FloatRange(0.1),
+                     help="An enqueue not committed within this is dropped and its blobs deleted."),
+        click.option("--max-item-bytes", default=8 * 1024 * 1024, show_default=True,
+                     type=click.IntRange(1), help="Largest payload accepted."),
+        log_level,
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+@cli.command()
+@master_options
+def master(data_dir: str, bind: str, replication: int, min_replicas: int | None,
+           heartbeat_s: float, dead_after_s: float, pending_timeout_s: float,
+           max_item_bytes: int, log_level: str) -> None:
+    """Run the master: queue metadata, ids, placement, leases, WAL."""
+    from master.config import MasterConfig
+    from master.server import MasterServer
+
+    _logging(log_level)
+    config = MasterConfig(data_dir=data_dir, bind=bind, replication=replication,
+                          min_replicas=min_replicas, heartbeat_s=heartbeat_s,
+                          dead_after_s=dead_after_s, pending_timeout_s=pending_timeout_s,
+                          max_item_bytes=max_item_bytes)
+    _serve(MasterServer(config))
+
+
+@cli.command()
+@click.option("--data-dir", required=True, type=click.Path(file_okay=False),
+              help="Directory for this node's LevelDB and id (created if missing).")
+@click.option("--bind", type=ADDRESS, default="tcp://127.0.0.1:5601", show_default=True,
+              help="Address to listen on.")
+@click.option("--advertise", type=ADDRESS, default=None,
+              help="Address clients and peers use to reach this node; default: --bind.")
+@master_opt
+@click.option("--heartbeat-s", default=1.0, show_default=True, type=click.FloatRange(0.01),
+              help="Seconds between heartbeats to the master.")
+@click.option("--max-item-bytes", default=8 * 1024 * 1024, show_default=True,
+              type=click.IntRange(1), help="Largest blob accepted.")
+@log_level
+def datanode(data_dir: str, bind: str, advertise: str | None, master: str, heartbeat_s: float,
+             max_item_bytes: int, log_level: str) -> None:
+    """Run a data node: stores payload blobs in LevelDB."""
+    from datanode.server import DatanodeConfig, DatanodeServer
+
+    _logging(log_level)
+    config = DatanodeConfig(data_dir=data_dir, bind=bind, master=master, advertise=advertise,
+                            heartbeat_s=heartbeat_s, max_item_bytes=max_item_bytes)
+    _serve(DatanodeServer(config))
+
+
+@cli.command()
+@click.option("--data-dir", default=".blizzard", show_default=True, type=click.Path(file_okay=False),
+              help="Directory holding the master's and every data node's data.")
+@click.option("--datanodes", default=3, show_default=True, type=click.IntRange(1, 64),
+              help="How many data nodes to start.")
+@click.option("--replication", default=1, show_default=True, type=click.IntRange(1, 9),
+              help="Copies of each item (R).")
+@click.option("--port", default=5555, show_default=True, type=click.IntRange(1, 65535),
+              help="Master port on 127.0.0.1; data nodes use 5601, 5602, ...")
+def cluster(data_dir: str, datanodes: int, replication: int, port: int) -> None:
+    """Run a master and data nodes on 127.0.0.1 in the foreground; Ctrl-C stops them all."""
+    from blizzard.harness import LocalCluster
+
+    local = LocalCluster(os.path.abspath(data_dir), datanodes=datanodes, replication=replication,
+                         master_port=port, node_base_port=5601)
+    stopping = False
+
+    def stop(signum: int, frame: Any) -> None:
+        nonlocal stopping
+        stopping = True
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    try:
+        local.start()
+        click.echo(f"master {local.master_addr}, {datanodes} data nodes, data in {data_dir}; "
+                   "Ctrl-C stops")
+        click.echo(f"export BLIZZARD_MASTER={local.master_addr}")
+        while not stopping:
+            time.sleep(0.2)
+            dead = [p.name for p in [local.master, *local.nodes] if p is not None and not p.alive]
+            if dead:
+                raise click.ClickException(f"{', '.join(dead)} exited; see logs in {data_dir}")
+    finally:
+        local.stop()
+        click.echo("stopped")
+
+
+@cli.command()
+@click.argument("queue")
+@click.argument("data", nargs=-1, required=True)
+@master_opt
+@click.option("--priority", default=0, show_default=True, type=int,
+              help="Lower is served first.")
+def enqueue(queue: str, data: tuple[str, ...], master: str, priority: int) -> None:
+    """Add each DATA argument (UTF-8 text) to QUEUE as one item; prints the ids."""
+    from blizzard.client import Client
+
+    with Client(master) as c:
+        for item_id in c.enqueue_many(queue, [d.encode() for d in data], priority=priority):
+            click.echo(item_id)
+
+
+@cli.command()
+@click.argument("queue")
+@master_opt
+@click.option("--n", default=1, show_default=True, type=click.IntRange(1, 10000),
+              help="How many items to take at most.")
+@click.option("--ack/--no-ack", default=True, show_default=True,
+              help="Acknowledge (delete) the items after printing them; --no-ack leaves them "
+                   "leased until the lease ends.")
+@click.option("--lease-s", default=30.0, show_default=True, type=click.FloatRange(0.001),
+              help="Lease length.")
+@click.option("--wait-s", default=0.0, show_default=True, type=click.FloatRange(0, 300),
+              help="Wait this long for an item if the queue is empty.")
+def dequeue(queue: str, master: str, n: int, ack: bool, lease_s: float, wait_s: float) -> None:
+    """Take items from QUEUE and print `id<TAB>data` lines (exit 3 if none)."""
+    from blizzard.client import Client
+
+    with Client(master) as c:
+        msgs = c.dequeue_many(queue, n, lease_s=lease_s, wait_s=wait_s)
+        for m in msgs:
+            click.echo(f"{m.id}\t{m.data.decode(errors='backslashreplace')}")
+        if msgs and ack:
+            c.ack_many(msgs)
+    if not msgs:
+        click.echo(f"queue {queue!r} is empty", err=True)
+        sys.exit(3)
+
+
+@cli.command()
+@master_opt
+def status(master: str) -> None:
+    """Show data nodes (alive, items, bytes) and queues (ready, leased)."""
+    from blizzard.client import Client
+
+    with Client(master) as c:
+        st = c.status()
+    click.echo(f"data nodes (replication {st.replication}, under-replicated items "
+               f"{st.under_replicated}):")
+    click.echo(f"  {'node':<16} {'address':<24} {'state':<6} {'hb age':>7} {'items':>9} "
+               f"{'bytes':>12} {'free':>10}")
+    for n in st.nodes:
+        click.echo(f"  {n.node_id:<16} {n.addr:<24} {'alive' if n.alive else 'DEAD':<6} "
+                   f"{n.heartbeat_age_s:>6.1f}s {n.items:>9} {n.bytes_used:>12} "
+                   f"{n.free_bytes // (1 << 20):>8}Mi")
+    click.echo("queues:")
+    click.echo(f"  {'queue':<24} {'ready':>9} {'delayed':>9} {'leased':>9} {'pending':>9}")
+    for q in st.queues:
+        click.echo(f"  {q.queue:<24} {q.ready:>9} {q.delayed:>9} {q.leased:>9} {q.pending:>9}")
+
+
+def main() -> None:
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(EXIT_ERROR)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except BlizzardError as exc:
+        click.echo(f"error: {exc.message} ({type(exc).__name__})", err=True)
+        sys.exit(EXIT_ERROR)
+    except SystemExit:
+        raise
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,269 @@
+"""The Python client: enqueue (alloc -> put -> commit) and dequeue (lease -> get -> ack).
+
+A ``Client`` owns ZeroMQ sockets and is not thread-safe: use one per thread. Payload bytes
+go straight to data nodes; the master only sees ids, sizes and checksums.
+"""
+
+from __future__ import annotations
+
+import logging
+import zlib
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+import zmq
+
+from blizzard import protocol as p
+from blizzard.errors import (BlizzardError, ClusterError, DatanodeUnavailable, InvalidArgument,
+                             LeaseExpired, MasterUnavailable)
+from blizzard.transport import Endpoint, call_many, raise_if_error
+
+log = logging.getLogger(__name__)
+
+CHUNK_ITEMS = 1000  # items per alloc/put/commit round
+CHUNK_BYTES = 16 * 1024 * 1024
+PUT_ATTEMPTS = 3
+
+
+@dataclass
+class Message:
+    """A leased item. ``ack()`` when done; ``nack()`` to give it back; or use it as a context manager."""
+
+    id: int
+    data: bytes
+    queue: str
+    attempts: int
+    priority: int
+    enqueued_at: float
+    lease: int
+    _client: "Client"
+
+    def ack(self) -> None:
+        self._client.ack_many([self])
+
+    def nack(self, delay_s: float = 0.0) -> None:
+        self._client.nack_many([self], delay_s=delay_s)
+
+    def __enter__(self) -> "Message":
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is None:
+            self.ack()
+        else:
+            self.nack()
+
+
+def _as_bytes(data: Any) -> bytes:
+    if isinstance(data, bytes):
+        return data
+    if isinstance(data, (bytearray, memoryview)):
+        return bytes(data)
+    raise TypeError(f"payloads must be bytes, not {type(data).__name__} (encode text first)")
+
+
+class Client:
+    """A connection to one Blizzard cluster, addressed by its master."""
+
+    def __init__(self, master: str = "tcp://127.0.0.1:5555", *, timeout_s: float = 10.0,
+                 ctx: zmq.Context | None = None) -> None:
+        if timeout_s <= 0:
+            raise InvalidArgument("timeout_s must be positive")
+        self.ctx = ctx or zmq.Context.instance()
+        self.timeout_s = timeout_s
+        self.master = Endpoint(self.ctx, master)
+        self.nodes: dict[str, Endpoint] = {}
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.master.close()
+        for ep in self.nodes.values():
+            ep.close()
+        self.nodes.clear()
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    def _node(self, addr: str) -> Endpoint:
+        ep = self.nodes.get(addr)
+        if ep is None:
+            ep = self.nodes[addr] = Endpoint(self.ctx, addr)
+        return ep
+
+    def _master_many(self, msgs: list[Any], extra_s: float = 0.0) -> list[Any]:
+        replies = call_many([(self.master, m) for m in msgs], self.timeout_s + extra_s)
+        for reply in replies:
+            if isinstance(reply, TimeoutError):
+                raise MasterUnavailable(f"master {self.master.addr} did not answer within "
+                                        f"{self.timeout_s + extra_s:g}s")
+        return [raise_if_error(r) for r in replies]
+
+    def _master(self, msg: Any, extra_s: float = 0.0) -> Any:
+        return self._master_many([msg], extra_s)[0]
+
+    # -- enqueue -----------------------------------------------------------------------------
+
+    def enqueue(self, queue: str, data: bytes, *, priority: int = 0) -> int:
+        """Add one item; returns its id once the item is durably stored and committed."""
+        return self.enqueue_many(queue, [data], priority=priority)[0]
+
+    def enqueue_many(self, queue: str, items: Iterable[bytes], *, priority: int = 0) -> list[int]:
+        """Add items in order; returns their ids once all are durable and visible."""
+        if type(priority) is not int:
+            raise InvalidArgument(f"priority must be an integer, got {type(priority).__name__}")
+        blobs = [_as_bytes(d) for d in items]
+        if not blobs:
+            return []
+        chunks: list[list[bytes]] = [[]]
+        size = 0
+        for blob in blobs:
+            if len(chunks[-1]) >= CHUNK_ITEMS or (size + len(blob) > CHUNK_BYTES and chunks[-1]):
+                chunks.append([])
+                size = 0
+            chunks[-1].append(blob)
+            size += len(blob)
+        ids: list[int] = []
+        for start in range(0, len(chunks), 8):  # up to 8 chunks in flight at once
+            ids += self._enqueue_chunks(queue, chunks[start:start + 8], priority)
+        return ids
+
+    def _enqueue_chunks(self, queue: str, chunks: list[list[bytes]], priority: int) -> list[int]:
+        crcs = [[zlib.crc32(b) for b in chunk] for chunk in chunks]
+        allocs = [p.Alloc(queue, [len(b) for b in chunk], c, [priority] * len(chunk), [])
+                  for chunk, c in zip(chunks, crcs)]
+        placements: list[p.Placement] = self._master_many(allocs)
+        stored = self._put_all(placements, chunks, crcs)
+        for i in range(len(chunks)):
+            exclude: list[str] = []
+            attempt = 1
+            while stored[i] is None or isinstance(stored[i], BlizzardError):
+                failed = stored[i]
+                if attempt >= PUT_ATTEMPTS:
+                    raise failed if isinstance(failed, BlizzardError) else DatanodeUnavailable(
+                        "no data node stored the items")
+                exclude.append(placements[i].nodes[0].node_id)
+                log.warning("put to %s failed (%s); asking for another placement",
+                            placements[i].nodes[0].addr, failed)
+                allocs[i] = p.Alloc(queue, allocs[i].sizes, crcs[i], allocs[i].priorities, exclude)
+                placements[i] = self._master(allocs[i])
+                stored[i] = self._put_all([placements[i]], [chunks[i]], [crcs[i]])[0]
+                attempt += 1
+        commits = [p.Commit(pl.ids, s.nodes) for pl, s in zip(placements, stored)]
+        self._master_many(commits)
+        return [i for pl in placements for i in pl.ids]
+
+    def _put_all(self, placements: list[p.Placement], chunks: list[list[bytes]],
+                 crcs: list[list[int]]) -> list[Any]:
+        calls = []
+        for pl, chunk, c in zip(placements, chunks, crcs):
+            first, rest = pl.nodes[0], pl.nodes[1:]
+            calls.append((self._node(first.addr), p.Put(pl.ids, chunk, c, list(rest), pl.min_copies)))
+        out = []
+        for reply in call_many(calls, self.timeout_s):
+            if isinstance(reply, TimeoutError):
+                out.append(DatanodeUnavailable(str(reply)))
+            elif isinstance(reply, p.Error):
+                try:
+                    raise_if_error(reply)
+                except BlizzardError as exc:
+                    if not isinstance(exc, ClusterError):
+                        raise  # a bad request will not get better on another node
+                    out.append(exc)
+            else:
+                out.append(reply)
+        return out
+
+    # -- dequeue -----------------------------------------------------------------------------
+
+    def dequeue(self, queue: str, *, lease_s: float = 30.0, wait_s: float = 0.0) -> Message | None:
+        """Lease the head item and fetch its payload; ``None`` if the queue stayed empty."""
+        msgs = self.dequeue_many(queue, 1, lease_s=lease_s, wait_s=wait_s)
+        return msgs[0] if msgs else None
+
+    def dequeue_many(self, queue: str, n: int, *, lease_s: float = 30.0,
+                     wait_s: float = 0.0) -> list[Message]:
+        """Lease up to ``n`` head items and fetch their payloads (fewer if fewer are ready)."""
+        for name, value in (("n", n),):
+            if type(value) is not int:
+                raise InvalidArgument(f"{name} must be an integer")
+        leased: p.Leased = self._master(p.Lease(queue, n, float(lease_s), float(wait_s)),
+                                        extra_s=float(wait_s) if wait_s > 0 else 0.0)
+        if not leased.items:
+            return []
+        payloads, failed = self._fetch(leased.items)
+        if failed:
+            log.warning("%d leased items could not be read from any replica; releasing them",
+                        len(failed))
+            self._master(p.Nack([i.id for i in failed], [i.lease for i in failed], 1.0))
+            if not payloads:
+                raise DatanodeUnavailable(f"no replica of items {[i.id for i in failed][:5]} "
+                                          "could be read")
+        return [Message(i.id, payloads[i.id], queue, i.attempts, i.priority, i.enqueued_at,
+                        i.lease, self) for i in leased.items if i.id in payloads]
+
+    def _fetch(self, items: list[p.LeasedItem]) -> tuple[dict[int, bytes], list[p.LeasedItem]]:
+        """Read payloads, trying each item's replicas in turn; verify size and checksum (P5)."""
+        got: dict[int, bytes] = {}
+        failed: list[p.LeasedItem] = []
+        todo = [(item, 0) for item in items]  # (item, index of the replica to try)
+        while todo:
+            by_addr: dict[str, list[tuple[p.LeasedItem, int]]] = defaultdict(list)
+            for item, k in todo:
+                while k < len(item.nodes) and not item.nodes[k].addr:
+                    k += 1
+                if k < len(item.nodes):
+                    by_addr[item.nodes[k].addr].append((item, k))
+                else:
+                    failed.append(item)
+            calls = [(self._node(a), p.Get([i.id for i, _ in group])) for a, group in by_addr.items()]
+            todo = []
+            for (addr, group), reply in zip(by_addr.items(), call_many(calls, self.timeout_s)):
+                if isinstance(reply, p.Blobs):
+                    for item_id, blob, crc in zip(reply.ids, reply.blobs, reply.crcs):
+                        got[item_id] = blob
+                else:
+                    log.warning("read from %s failed: %s", addr, reply)
+                for item, k in group:
+                    blob = got.get(item.id)
+                    if blob is not None and (len(blob) != item.size or zlib.crc32(blob) != item.crc):
+                        log.error("replica of item %d on %s fails its checksum", item.id, addr)
+                        del got[item.id]
+                        blob = None
+                    if blob is None:
+                        todo.append((item, k + 1))
+        return got, failed
+
+    def ack_many(self, msgs: Sequence[Message]) -> None:
+        """Finish leased messages; raises ``LeaseExpired`` naming any whose lease was lost."""
+        self._settle(msgs, lambda ids, leases: p.Ack(ids, leases))
+
+    def nack_many(self, msgs: Sequence[Message], *, delay_s: float = 0.0) -> None:
+        """Give leased messages back to the queue now (or after ``delay_s``)."""
+        self._settle(msgs, lambda ids, leases: p.Nack(ids, leases, float(delay_s)))
+
+    def _settle(self, msgs: Sequence[Message], make: Any) -> None:
+        lost: list[int] = []
+        for start in range(0, len(msgs), p.MAX_BATCH):
+            part = msgs[start:start + p.MAX_BATCH]
+            reply: p.Acked = self._master(make([m.id for m in part], [m.lease for m in part]))
+            lost += reply.lost
+        if lost:
+            raise LeaseExpired(f"the lease on items {lost[:10]} expired before this call; "
+                               "another consumer may hold them")
+
+    # -- inspection --------------------------------------------------------------------------
+
+    def stats(self, queue: str) -> dict[str, Any]:
+        """A queue's counters: ready, delayed, leased, pending, oldest_age_s."""
+        s: p.QueueStats = self._master(p.Stats(queue))
+        return {"queue": s.queue, "ready": s.ready, "delayed": s.delayed, "leased": s.leased,
+                "pending": s.pending, "oldest_age_s": s.oldest_age_s}
+
+    def status(self) -> p.ClusterStatus:
+        """The cluster as the master sees it: data nodes and queues."""
+        return self._master(p.Status())

@@ -1,0 +1,133 @@
+"""The one error tree of Blizzard.
+
+Servers reply with ``Error(code, message)``; the client raises the class whose ``code``
+matches, so a caller can catch a precise failure or any ``BlizzardError``.
+"""
+
+from __future__ import annotations
+
+
+class BlizzardError(Exception):
+    """Raised for every failure Blizzard reports; the root of the tree."""
+
+    code = "error"
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(message or self.__doc__ or self.code)
+        self.message = message or (self.__doc__ or self.code)
+
+
+# -- protocol: the bytes on the wire were wrong --------------------------------------------
+
+
+class ProtocolError(BlizzardError):
+    """Raised when a message cannot be decoded or does not match its declared shape."""
+
+    code = "protocol"
+
+
+class UnknownOp(ProtocolError):
+    """Raised when a server receives an op it does not serve."""
+
+    code = "unknown_op"
+
+
+class VersionMismatch(ProtocolError):
+    """Raised when the peer speaks another protocol version."""
+
+    code = "version"
+
+
+# -- cluster: a part of the cluster is missing or unreachable -------------------------------
+
+
+class ClusterError(BlizzardError):
+    """Raised when the cluster cannot carry out a well-formed request."""
+
+    code = "cluster"
+
+
+class MasterUnavailable(ClusterError):
+    """Raised when the master does not answer within the client's timeout."""
+
+    code = "master_unavailable"
+
+
+class DatanodeUnavailable(ClusterError):
+    """Raised when no data node holding (or placed to hold) an item answers in time."""
+
+    code = "datanode_unavailable"
+
+
+class NotEnoughDatanodes(ClusterError):
+    """Raised when fewer live data nodes exist than a write needs."""
+
+    code = "not_enough_datanodes"
+
+
+class StorageError(ClusterError):
+    """Raised when a server could not make a write durable (disk full, I/O error)."""
+
+    code = "storage"
+
+
+class DataCorrupt(ClusterError):
+    """Raised when every replica of an item failed its checksum or is missing."""
+
+    code = "data_corrupt"
+
+
+# -- request: the request was well formed but cannot be honoured -----------------------------
+
+
+class RequestError(BlizzardError):
+    """Raised when a request is understood but refused."""
+
+    code = "request"
+
+
+class InvalidArgument(RequestError):
+    """Raised when an argument is out of range or of the wrong kind."""
+
+    code = "invalid_argument"
+
+
+class PayloadTooLarge(RequestError):
+    """Raised when an item's payload exceeds the cluster's max item size."""
+
+    code = "payload_too_large"
+
+
+class TooManyItems(RequestError):
+    """Raised when one request carries more items than a batch may hold."""
+
+    code = "too_many_items"
+
+
+class UnknownItem(RequestError):
+    """Raised when a request names item ids the master does not hold (e.g. an expired pending enqueue)."""
+
+    code = "unknown_item"
+
+
+class LeaseExpired(RequestError):
+    """Raised when a lease was lost (expired, possibly granted to another consumer) before the ack."""
+
+    code = "lease_expired"
+
+
+_BY_CODE: dict[str, type[BlizzardError]] = {}
+
+
+def _register(cls: type[BlizzardError]) -> None:
+    _BY_CODE[cls.code] = cls
+    for sub in cls.__subclasses__():
+        _register(sub)
+
+
+_register(BlizzardError)
+
+
+def from_code(code: str, message: str) -> BlizzardError:
+    """Build the exception a server's error reply stands for (unknown codes become the root)."""
+    return _BY_CODE.get(code, BlizzardError)(message)

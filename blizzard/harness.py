@@ -1,0 +1,187 @@
+"""Start a real local cluster (master + data nodes as processes) and stop it cleanly.
+
+Used by ``blizzard cluster``, the integration tests, the demo, the benchmark and chaos runs,
+so there is one way to run Blizzard's processes. Only loopback addresses are used.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import zmq
+
+from blizzard import protocol as p
+from blizzard.transport import Endpoint, call
+
+LOOPBACK = "127.0.0.1"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((LOOPBACK, 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Proc:
+    """One server process with its log file."""
+
+    name: str
+    argv: list[str]
+    log_path: str
+    addr: str
+    popen: subprocess.Popen | None = None
+
+    def start(self) -> "Proc":
+        log = open(self.log_path, "ab")
+        self.popen = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT,
+                                      stdin=subprocess.DEVNULL, start_new_session=True)
+        log.close()
+        return self
+
+    @property
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def signal(self, sig: int) -> None:
+        if self.alive:
+            assert self.popen is not None
+            os.kill(self.popen.pid, sig)
+
+    def kill(self) -> None:
+        """SIGKILL and reap: a crash, as far as the process can tell."""
+        if self.popen is not None:
+            if self.popen.poll() is None:
+                self.popen.kill()
+            self.popen.wait()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """SIGTERM, wait, then SIGKILL."""
+        if self.popen is None:
+            return
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGCONT)
+            self.popen.terminate()
+            try:
+                self.popen.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait()
+
+    def tail(self, nbytes: int = 4000) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(max(0, os.path.getsize(self.log_path) - nbytes))
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+
+@dataclass
+class LocalCluster:
+    """A master and ``datanodes`` data nodes under ``base_dir`` on free loopback ports."""
+
+    base_dir: str
+    datanodes: int = 3
+    replication: int = 1
+    min_replicas: int | None = None
+    heartbeat_s: float = 1.0
+    dead_after_s: float = 5.0
+    master_args: Sequence[str] = ()
+    master_port: int | None = None  # None: a free port
+    node_base_port: int | None = None  # data node i listens on base + i; None: free ports
+    python: str = sys.executable
+    master: Proc | None = None
+    nodes: list[Proc] = field(default_factory=list)
+
+    @property
+    def master_addr(self) -> str:
+        assert self.master is not None
+        return self.master.addr
+
+    def start(self, timeout_s: float = 30.0) -> "LocalCluster":
+        os.makedirs(self.base_dir, exist_ok=True)
+        self.master = self._master_proc(f"tcp://{LOOPBACK}:{self.master_port or free_port()}").start()
+        for i in range(self.datanodes):
+            port = self.node_base_port + i if self.node_base_port else free_port()
+            self.nodes.append(self._node_proc(i, f"tcp://{LOOPBACK}:{port}").start())
+        self.wait_ready(timeout_s)
+        return self
+
+    def _master_proc(self, addr: str) -> Proc:
+        argv = [self.python, "-m", "master", "--data-dir", os.path.join(self.base_dir, "master"),
+                "--bind", addr, "--replication", str(self.replication),
+                "--heartbeat-s", str(self.heartbeat_s), "--dead-after-s", str(self.dead_after_s),
+                *self.master_args]
+        if self.min_replicas is not None:
+            argv += ["--min-replicas", str(self.min_replicas)]
+        return Proc("master", argv, os.path.join(self.base_dir, "master.log"), addr)
+
+    def _node_proc(self, i: int, addr: str) -> Proc:
+        argv = [self.python, "-m", "datanode", "--data-dir",
+                os.path.join(self.base_dir, f"datanode{i}"), "--bind", addr,
+                "--master", self.master_addr, "--heartbeat-s", str(self.heartbeat_s)]
+        return Proc(f"datanode{i}", argv, os.path.join(self.base_dir, f"datanode{i}.log"), addr)
+
+    def restart_master(self, timeout_s: float = 30.0) -> None:
+        """Start the master again on the same address and data dir (after a kill or stop)."""
+        assert self.master is not None
+        self.master = Proc("master", self.master.argv, self.master.log_path, self.master.addr).start()
+        self.wait_ready(timeout_s)
+
+    def restart_node(self, i: int, *, wipe: bool = False) -> None:
+        old = self.nodes[i]
+        if wipe:
+            import shutil
+            shutil.rmtree(os.path.join(self.base_dir, f"datanode{i}"), ignore_errors=True)
+        self.nodes[i] = Proc(old.name, old.argv, old.log_path, old.addr).start()
+
+    def status(self, timeout_s: float = 2.0) -> p.ClusterStatus:
+        ctx = zmq.Context.instance()
+        ep = Endpoint(ctx, self.master_addr)
+        try:
+            return call(ep, p.Status(), timeout_s)
+        finally:
+            ep.close()
+
+    def wait_ready(self, timeout_s: float = 30.0, nodes: int | None = None) -> p.ClusterStatus:
+        """Poll until the master answers and ``nodes`` data nodes (default: all running) are alive."""
+        want = nodes if nodes is not None else sum(1 for n in self.nodes if n.alive)
+        deadline = time.monotonic() + timeout_s
+        last: Exception | None = None
+        while time.monotonic() < deadline:
+            for proc in [self.master, *self.nodes]:
+                if proc is not None and proc.popen is not None and proc.popen.poll() is not None \
+                        and proc.popen.returncode not in (0, -9, -15):
+                    raise RuntimeError(f"{proc.name} exited with {proc.popen.returncode}:\n{proc.tail()}")
+            try:
+                st = self.status(timeout_s=1.0)
+                if sum(1 for n in st.nodes if n.alive) >= want:
+                    return st
+            except Exception as exc:  # not up yet
+                last = exc
+            time.sleep(0.05)
+        raise TimeoutError(f"cluster not ready after {timeout_s}s ({last}); master log:\n"
+                           f"{self.master.tail() if self.master else ''}")
+
+    def stop(self) -> None:
+        for proc in [*self.nodes, self.master]:
+            if proc is not None:
+                proc.stop()
+
+    def logs(self) -> str:
+        return "\n".join(f"===== {proc.name} =====\n{proc.tail()}"
+                         for proc in [self.master, *self.nodes] if proc is not None)
+
+    def __enter__(self) -> "LocalCluster":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

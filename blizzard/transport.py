@@ -1,0 +1,183 @@
+"""ZeroMQ plumbing shared by the client and the servers: sockets, calls, the router loop."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from typing import Any, Iterable
+
+import zmq
+
+from blizzard import protocol
+from blizzard.errors import BlizzardError, ProtocolError, from_code
+
+log = logging.getLogger(__name__)
+
+_request_ids = itertools.count(1)
+
+
+def bind_router(ctx: zmq.Context, addr: str) -> zmq.Socket:
+    """A server's ROUTER socket, bounded in message size, bound to ``addr``."""
+    sock = ctx.socket(zmq.ROUTER)
+    sock.setsockopt(zmq.MAXMSGSIZE, protocol.MAX_FRAME_BYTES)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
+    sock.bind(addr)
+    return sock
+
+
+class Endpoint:
+    """A DEALER connection to one server; many requests may be in flight, matched by id."""
+
+    def __init__(self, ctx: zmq.Context, addr: str) -> None:
+        self.ctx = ctx
+        self.addr = addr
+        self.sock: zmq.Socket | None = None
+        self._early: dict[int, Any] = {}
+
+    def _socket(self) -> zmq.Socket:
+        if self.sock is None:
+            sock = self.ctx.socket(zmq.DEALER)
+            sock.setsockopt(zmq.MAXMSGSIZE, protocol.MAX_FRAME_BYTES)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.RECONNECT_IVL, 50)
+            sock.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
+            sock.connect(self.addr)
+            self.sock = sock
+        return self.sock
+
+    def send(self, msg: Any) -> int:
+        """Queue a request; raises ``TimeoutError`` if the socket's send queue is full."""
+        rid = next(_request_ids)
+        try:
+            self._socket().send(protocol.encode(rid, msg), zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            self.reset()
+            raise TimeoutError(f"cannot send to {self.addr}: queue full") from None
+        return rid
+
+    def take(self, rid: int) -> Any | None:
+        return self._early.pop(rid, None)
+
+    def read_one(self) -> None:
+        """Read one waiting reply into the early-reply table (replies to forgotten ids are dropped)."""
+        body = self._socket().recv(copy=True)
+        try:
+            rid, reply = protocol.decode(body)
+        except ProtocolError as exc:
+            log.warning("undecodable reply from %s: %s", self.addr, exc)
+            return
+        self._early[rid] = reply
+
+    def reset(self) -> None:
+        """Drop the socket (and every request queued on it) after a timeout."""
+        if self.sock is not None:
+            self.sock.close(linger=0)
+            self.sock = None
+        self._early.clear()
+
+    def close(self) -> None:
+        self.reset()
+
+
+def raise_if_error(reply: Any) -> Any:
+    if isinstance(reply, protocol.Error):
+        raise from_code(reply.code, reply.message)
+    return reply
+
+
+def call_many(calls: Iterable[tuple[Endpoint, Any]], timeout_s: float) -> list[Any]:
+    """Send every request at once, wait for all replies; a reply is a message or ``TimeoutError``.
+
+    Error replies are returned as messages (``protocol.Error``); the caller decides what they mean.
+    Endpoints that timed out are reset so late replies cannot be mistaken for new ones.
+    """
+    calls = list(calls)
+    results: list[Any] = [None] * len(calls)
+    waiting: dict[int, tuple[Endpoint, int]] = {}
+    for i, (ep, msg) in enumerate(calls):
+        try:
+            waiting[i] = (ep, ep.send(msg))
+        except TimeoutError as exc:
+            results[i] = exc
+    deadline = time.monotonic() + timeout_s
+    poller = zmq.Poller()
+    by_sock = {ep._socket(): ep for ep, _ in waiting.values()}
+    for sock in by_sock:
+        poller.register(sock, zmq.POLLIN)
+    while waiting:
+        for i, (ep, rid) in list(waiting.items()):
+            reply = ep.take(rid)
+            if reply is not None:
+                results[i] = reply
+                del waiting[i]
+        if not waiting:
+            break
+        left_ms = int((deadline - time.monotonic()) * 1000)
+        if left_ms <= 0:
+            break
+        for sock, _ in poller.poll(left_ms):
+            ep = by_sock[sock]
+            while sock.poll(0, zmq.POLLIN):
+                ep.read_one()
+    for i, (ep, _) in waiting.items():
+        results[i] = TimeoutError(f"no reply from {ep.addr} within {timeout_s:g}s")
+        ep.reset()
+    return results
+
+
+def call(ep: Endpoint, msg: Any, timeout_s: float) -> Any:
+    """One request, one reply; raises ``TimeoutError`` or the reply's ``BlizzardError``."""
+    (reply,) = call_many([(ep, msg)], timeout_s)
+    if isinstance(reply, TimeoutError):
+        raise reply
+    return raise_if_error(reply)
+
+
+def error_reply(exc: BlizzardError) -> protocol.Error:
+    return protocol.Error(code=exc.code, message=exc.message)
+
+
+class RouterServer:
+    """The receive side of a server: drains a ROUTER socket in batches and sends replies."""
+
+    def __init__(self, ctx: zmq.Context, addr: str, max_batch: int = 512) -> None:
+        self.sock = bind_router(ctx, addr)
+        self.max_batch = max_batch
+
+    def receive(self, timeout_ms: int) -> list[tuple[bytes, int, Any]]:
+        """Up to ``max_batch`` decoded requests as (peer, request id, message).
+
+        A request that fails to decode is answered with an error at once and not returned.
+        """
+        out: list[tuple[bytes, int, Any]] = []
+        if not self.sock.poll(timeout_ms, zmq.POLLIN):
+            return out
+        while len(out) < self.max_batch:
+            try:
+                frames = self.sock.recv_multipart(zmq.NOBLOCK, copy=True)
+            except zmq.Again:
+                break
+            if len(frames) != 2:
+                if len(frames) >= 2:
+                    self.reply(frames[0], 0, protocol.Error("protocol", f"expected one body frame, got {len(frames) - 1}"))
+                continue
+            peer, body = frames
+            try:
+                rid, msg = protocol.decode(body)
+            except ProtocolError as exc:
+                rid = protocol.peek_request_id(body) or 0
+                self.reply(peer, rid, error_reply(exc))
+                continue
+            out.append((peer, rid, msg))
+        return out
+
+    def reply(self, peer: bytes, rid: int, msg: Any) -> None:
+        try:
+            self.sock.send_multipart([peer, protocol.encode(rid, msg)], zmq.NOBLOCK, copy=False)
+        except zmq.ZMQError as exc:  # peer gone or its queue full: it will time out and retry
+            log.debug("reply to a departed peer dropped: %s", exc)
+
+    def close(self) -> None:
+        self.sock.close(linger=0)

@@ -1,0 +1,1 @@
+"""Churn and fault injection against a real Blizzard cluster (see issue: chaos)."""

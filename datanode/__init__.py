@@ -1,0 +1,1 @@
+"""The Blizzard data node: payload blobs in LevelDB, replication, heartbeats."""

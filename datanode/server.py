@@ -1,0 +1,267 @@
+"""A data node: serves PUT/GET/DELETE of blobs, forwards writes to replicas, heartbeats.
+
+Each ``run_once`` pass drains the waiting requests; every Put in the pass goes into one
+``WriteBatch(sync=True)``, and only after it is durable are replies (or forwards to the
+other replicas) sent. A Put that names replicas is answered once ``min_copies`` nodes,
+this one included, hold every blob.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+import uuid
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import zmq
+
+from blizzard import protocol as p
+from blizzard.errors import (BlizzardError, InvalidArgument, NotEnoughDatanodes, PayloadTooLarge,
+                             StorageError)
+from blizzard.transport import Endpoint, RouterServer, error_reply, raise_if_error
+from datanode.store import LevelDbStore
+
+log = logging.getLogger(__name__)
+
+FORWARD_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class DatanodeConfig:
+    """A data node's settings."""
+
+    data_dir: str
+    bind: str = "tcp://127.0.0.1:5601"
+    master: str = "tcp://127.0.0.1:5555"
+    advertise: str | None = None  # the address others use to reach this node; default: bind
+    heartbeat_s: float = 1.0
+    max_item_bytes: int = 8 * 1024 * 1024
+
+    def validate(self) -> "DatanodeConfig":
+        if self.heartbeat_s <= 0:
+            raise InvalidArgument("heartbeat-s must be positive")
+        if ":0" == self.bind[-2:] and self.advertise is None:
+            raise InvalidArgument("binding port 0 needs --advertise")
+        return self
+
+
+@dataclass
+class PutJob:
+    """A client's Put waiting for replica confirmations."""
+
+    peer: bytes
+    rid: int
+    needed: int
+    deadline: float
+    stored: list[str]
+    waiting: set[int] = field(default_factory=set)  # forward request ids
+
+
+def load_node_id(data_dir: str) -> str:
+    """The node's stable id, created on first start; a wiped disk makes a new node."""
+    path = os.path.join(data_dir, "node_id")
+    if os.path.exists(path):
+        with open(path) as f:
+            return f.read().strip()
+    node_id = "dn-" + uuid.uuid4().hex[:12]
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(node_id)
+        f.flush()
+        os.fsync(f.fileno())
+    os.rename(tmp, path)
+    return node_id
+
+
+class DatanodeServer:
+    """One data node process."""
+
+    def __init__(self, config: DatanodeConfig, ctx: zmq.Context | None = None) -> None:
+        self.config = config.validate()
+        self.ctx = ctx or zmq.Context.instance()
+        os.makedirs(config.data_dir, exist_ok=True)
+        self.node_id = load_node_id(config.data_dir)
+        self.addr = config.advertise or config.bind
+        self.store = LevelDbStore(os.path.join(config.data_dir, "blobs"))
+        self.router = RouterServer(self.ctx, config.bind)
+        self.master = Endpoint(self.ctx, config.master)
+        self.peers: dict[str, Endpoint] = {}
+        self.jobs: dict[int, PutJob] = {}  # forward request id -> job
+        self.next_heartbeat = 0.0
+        self.heartbeat_rid: int | None = None
+        self._stopping = False
+
+    # -- loop --------------------------------------------------------------------------------
+
+    def serve_forever(self) -> None:
+        log.info("data node %s serving on %s (master %s)", self.node_id, self.addr,
+                 self.config.master)
+        while not self._stopping:
+            self.run_once(50)
+
+    def stop(self) -> None:
+        self._stopping = True
+
+    def close(self) -> None:
+        self.router.close()
+        self.master.close()
+        for ep in self.peers.values():
+            ep.close()
+        self.store.close()
+
+    def run_once(self, timeout_ms: int) -> None:
+        poller = zmq.Poller()
+        poller.register(self.router.sock, zmq.POLLIN)
+        dealers = {self.master._socket(): self.master}
+        for ep in self.peers.values():
+            dealers[ep._socket()] = ep
+        for sock in dealers:
+            poller.register(sock, zmq.POLLIN)
+        wait = min(timeout_ms, max(0, int((self.next_heartbeat - time.monotonic()) * 1000)))
+        ready = dict(poller.poll(wait))
+        for sock, ep in dealers.items():
+            if sock in ready:
+                while sock.poll(0, zmq.POLLIN):
+                    ep.read_one()
+                self._collect(ep)
+        if self.router.sock in ready:
+            self._handle(self.router.receive(0))
+        now = time.monotonic()
+        self._expire_jobs(now)
+        if now >= self.next_heartbeat:
+            self._heartbeat(now)
+
+    # -- requests ----------------------------------------------------------------------------
+
+    def _handle(self, requests: list[tuple[bytes, int, Any]]) -> None:
+        puts: list[tuple[bytes, int, p.Put]] = []
+        for peer, rid, msg in requests:
+            try:
+                if isinstance(msg, p.Put):
+                    self._check_put(msg)
+                    puts.append((peer, rid, msg))
+                elif isinstance(msg, p.Get):
+                    self.router.reply(peer, rid, self._get(msg))
+                elif isinstance(msg, p.Delete):
+                    self.store.delete_many(msg.ids)
+                    self.router.reply(peer, rid, p.Ok())
+                else:
+                    raise InvalidArgument(f"a data node does not serve {p.op_name(msg)}")
+            except BlizzardError as exc:
+                self.router.reply(peer, rid, error_reply(exc))
+        if puts:
+            self._write(puts)
+
+    def _check_put(self, msg: p.Put) -> None:
+        n = len(msg.ids)
+        if not (n == len(msg.blobs) == len(msg.crcs)) or n == 0 or n > p.MAX_BATCH:
+            raise InvalidArgument("a put needs 1..10000 ids with as many blobs and checksums")
+        if not 1 <= msg.min_copies <= 1 + len(msg.forward):
+            raise InvalidArgument("min_copies must be between 1 and the number of replicas")
+        for blob, crc in zip(msg.blobs, msg.crcs):
+            if len(blob) > self.config.max_item_bytes:
+                raise PayloadTooLarge(f"a blob of {len(blob)} bytes exceeds max-item-bytes "
+                                      f"{self.config.max_item_bytes}")
+            if zlib.crc32(blob) != crc:
+                raise InvalidArgument("a blob does not match its checksum (damaged in transit?)")
+
+    def _write(self, puts: list[tuple[bytes, int, p.Put]]) -> None:
+        ids, blobs, crcs = [], [], []
+        for _, _, msg in puts:
+            ids += msg.ids
+            blobs += msg.blobs
+            crcs += msg.crcs
+        try:
+            self.store.put_many(ids, blobs, crcs)
+        except Exception as exc:
+            log.error("write of %d blobs failed: %s", len(ids), exc)
+            for peer, rid, _ in puts:
+                self.router.reply(peer, rid, error_reply(StorageError(f"{self.node_id}: {exc}")))
+            if "No space" not in str(exc):
+                log.critical("storage error that is not a full disk; stopping")
+                os._exit(70)
+            return
+        for peer, rid, msg in puts:
+            if not msg.forward:
+                self.router.reply(peer, rid, p.Stored([self.node_id]))
+                continue
+            job = PutJob(peer, rid, msg.min_copies, time.monotonic() + FORWARD_TIMEOUT_S,
+                         [self.node_id])
+            relay = p.Put(msg.ids, msg.blobs, msg.crcs, [], 1)
+            for ref in msg.forward:
+                ep = self.peers.get(ref.addr) or self.peers.setdefault(ref.addr, Endpoint(self.ctx, ref.addr))
+                try:
+                    fid = ep.send(relay)
+                except TimeoutError:
+                    continue
+                job.waiting.add(fid)
+                self.jobs[fid] = job
+            self._maybe_finish(job)
+
+    def _collect(self, ep: Endpoint) -> None:
+        for fid in [f for f in list(ep._early) if f in self.jobs]:
+            reply = ep.take(fid)
+            job = self.jobs.pop(fid)
+            job.waiting.discard(fid)
+            if isinstance(reply, p.Stored):
+                job.stored += [n for n in reply.nodes if n not in job.stored]
+            else:
+                log.warning("replica %s refused a forwarded put: %s", ep.addr, reply)
+            self._maybe_finish(job)
+        if ep is self.master and self.heartbeat_rid is not None:
+            reply = ep.take(self.heartbeat_rid)
+            if reply is not None:
+                self.heartbeat_rid = None
+                if isinstance(reply, p.HeartbeatReply) and reply.delete:
+                    self.store.delete_many(reply.delete)
+                    log.debug("deleted %d blobs on the master's word", len(reply.delete))
+
+    def _maybe_finish(self, job: PutJob, timed_out: bool = False) -> None:
+        if job.peer is None:
+            return
+        if len(job.stored) >= job.needed or not job.waiting or timed_out:
+            if len(job.stored) >= job.needed:
+                reply: Any = p.Stored(job.stored)
+            else:
+                reply = error_reply(NotEnoughDatanodes(
+                    f"only {len(job.stored)} of {job.needed} replicas stored the blobs"))
+            self.router.reply(job.peer, job.rid, reply)
+            job.peer = None  # type: ignore[assignment]
+
+    def _expire_jobs(self, now: float) -> None:
+        for fid, job in list(self.jobs.items()):
+            if job.deadline <= now:
+                del self.jobs[fid]
+                job.waiting.discard(fid)
+                self._maybe_finish(job, timed_out=True)
+
+    def _get(self, msg: p.Get) -> p.Blobs:
+        if not 1 <= len(msg.ids) <= p.MAX_BATCH:
+            raise InvalidArgument("a get needs 1..10000 ids")
+        ids, blobs, crcs, missing = [], [], [], []
+        for item_id, found in zip(msg.ids, self.store.get_many(msg.ids)):
+            if found is None:
+                missing.append(item_id)
+            else:
+                ids.append(item_id)
+                blobs.append(found[0])
+                crcs.append(found[1])
+        return p.Blobs(ids, blobs, crcs, missing)
+
+    # -- heartbeats --------------------------------------------------------------------------
+
+    def _heartbeat(self, now: float) -> None:
+        self.next_heartbeat = now + self.config.heartbeat_s
+        if self.heartbeat_rid is not None:  # the last one went unanswered: master gone?
+            self.master.reset()
+            self.heartbeat_rid = None
+        free = shutil.disk_usage(self.config.data_dir).free
+        try:
+            self.heartbeat_rid = self.master.send(p.Heartbeat(
+                self.node_id, self.addr, self.store.count, self.store.bytes_used, free))
+        except TimeoutError:
+            self.heartbeat_rid = None

@@ -1,0 +1,51 @@
+"""Argument checks for master requests: each raises ``InvalidArgument`` with a clear message."""
+
+from __future__ import annotations
+
+import math
+
+from blizzard.errors import InvalidArgument, TooManyItems
+from blizzard.protocol import MAX_BATCH
+
+MAX_QUEUE_NAME = 200
+PRIORITY_RANGE = (-(2**31), 2**31 - 1)
+
+
+def queue_name(name: str) -> str:
+    if not name or len(name) > MAX_QUEUE_NAME or not name.isprintable() or name.strip() != name:
+        raise InvalidArgument(f"queue name {name[:40]!r} must be 1-{MAX_QUEUE_NAME} printable "
+                              "characters without leading or trailing spaces")
+    return name
+
+
+def batch(count: int, what: str = "items") -> None:
+    if count < 1:
+        raise InvalidArgument(f"a request needs at least one of its {what}")
+    if count > MAX_BATCH:
+        raise TooManyItems(f"{count} {what} in one request; at most {MAX_BATCH}")
+
+
+def same_length(**lists: list) -> int:
+    lengths = {name: len(v) for name, v in lists.items()}
+    if len(set(lengths.values())) != 1:
+        raise InvalidArgument(f"parallel lists differ in length: {lengths}")
+    return next(iter(lengths.values()))
+
+
+def seconds(value: float, name: str, *, low: float, high: float, low_ok: bool = True) -> float:
+    if math.isnan(value) or value > high or value < low or (value == low and not low_ok):
+        bound = ">=" if low_ok else ">"
+        raise InvalidArgument(f"{name} must be {bound} {low:g} and <= {high:g} seconds, got {value!r}")
+    return value
+
+
+def priority(value: int) -> int:
+    if not PRIORITY_RANGE[0] <= value <= PRIORITY_RANGE[1]:
+        raise InvalidArgument(f"priority {value} is outside the 32-bit signed range")
+    return value
+
+
+def checksum(value: int) -> int:
+    if not 0 <= value < 2**32:
+        raise InvalidArgument(f"checksum {value} is not a CRC-32 value")
+    return value

@@ -1,0 +1,41 @@
+"""The master's settings: one frozen dataclass with documented defaults."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from blizzard.errors import InvalidArgument
+
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True, kw_only=True)
+class MasterConfig:
+    """Everything the master can be told; ``validate()`` refuses nonsense before startup."""
+
+    data_dir: str
+    bind: str = "tcp://127.0.0.1:5555"
+    replication: int = 1  # copies of each item (R)
+    min_replicas: int | None = None  # copies that must be durable before an enqueue is acked (W); None = R
+    heartbeat_s: float = 1.0  # data nodes are told to heartbeat this often
+    dead_after_s: float = 5.0  # a node silent this long is dead
+    pending_timeout_s: float = 30.0  # an alloc not committed within this is dropped
+    max_item_bytes: int = 8 * MiB
+    max_lease_s: float = 12 * 3600.0
+    id_block: int = 100_000  # ids reserved per WAL record, so most allocs need no fsync
+    segment_bytes: int = 64 * MiB
+
+    @property
+    def write_quorum(self) -> int:
+        return self.min_replicas if self.min_replicas is not None else self.replication
+
+    def validate(self) -> "MasterConfig":
+        if self.replication < 1:
+            raise InvalidArgument("replication must be at least 1")
+        if not 1 <= self.write_quorum <= self.replication:
+            raise InvalidArgument("min-replicas must be between 1 and the replication factor")
+        if self.heartbeat_s <= 0 or self.dead_after_s <= self.heartbeat_s:
+            raise InvalidArgument("need 0 < heartbeat-s < dead-after-s")
+        if self.pending_timeout_s <= 0 or self.max_item_bytes <= 0:
+            raise InvalidArgument("pending-timeout-s and max-item-bytes must be positive")
+        return self

@@ -1,0 +1,58 @@
+"""Which data nodes exist, which are alive, and where new items go (time is passed in)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MIN_FREE_BYTES = 64 * 1024 * 1024  # placement avoids nodes with less free disk than this
+
+
+@dataclass
+class NodeInfo:
+    """What the master knows of one data node from its heartbeats."""
+
+    node_id: str
+    addr: str
+    last_seen: float  # monotonic seconds
+    items: int = 0
+    bytes_used: int = 0
+    free_bytes: int = 0
+
+
+class Membership:
+    """Data nodes by id, liveness by heartbeat age, round-robin placement over live nodes."""
+
+    def __init__(self, dead_after_s: float) -> None:
+        self.dead_after_s = dead_after_s
+        self.nodes: dict[str, NodeInfo] = {}
+        self._turn = 0
+
+    def heartbeat(self, node_id: str, addr: str, items: int, bytes_used: int,
+                  free_bytes: int, now: float) -> bool:
+        """Record a heartbeat; return True if the node is new (or was dead) until now."""
+        node = self.nodes.get(node_id)
+        fresh = node is None or not self.is_alive(node, now)
+        if node is None:
+            node = self.nodes[node_id] = NodeInfo(node_id, addr, now)
+        node.addr = addr
+        node.last_seen = now
+        node.items, node.bytes_used, node.free_bytes = items, bytes_used, free_bytes
+        return fresh
+
+    def is_alive(self, node: NodeInfo, now: float) -> bool:
+        return now - node.last_seen < self.dead_after_s
+
+    def alive(self, now: float) -> list[NodeInfo]:
+        return [n for n in self.nodes.values() if self.is_alive(n, now)]
+
+    def place(self, copies: int, exclude: set[str], now: float) -> list[NodeInfo]:
+        """Pick up to ``copies`` distinct live nodes, rotating the start so load spreads."""
+        candidates = sorted((n for n in self.alive(now) if n.node_id not in exclude),
+                            key=lambda n: n.node_id)
+        roomy = [n for n in candidates if n.free_bytes >= MIN_FREE_BYTES]
+        pool = roomy if len(roomy) >= copies else candidates
+        if not pool:
+            return []
+        self._turn = (self._turn + 1) % len(pool)
+        rotated = pool[self._turn:] + pool[:self._turn]
+        return rotated[:copies]

@@ -1,0 +1,190 @@
+"""The master's write-ahead log: append-only segments of CRC-checked records, group-committed.
+
+Record layout: ``<u32 length><u32 crc32(body)><body>`` (little endian). Segments are files
+``wal-<index>.log`` in the data dir; a new one starts when the current one passes
+``segment_bytes``. ``append`` only buffers; ``flush`` writes the buffer and fdatasyncs once,
+so every request handled in one server-loop pass shares one fsync.
+
+Recovery: a partial or CRC-bad record that runs to the very end of the last segment is a
+torn write and is truncated; any other damage raises ``WalCorrupt`` naming file and offset.
+A failed write or fsync calls ``on_fatal`` (by default, exit the process): after a failed
+fsync the kernel may have dropped the dirty pages, so carrying on would be lying (P6).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import struct
+import zlib
+from typing import Callable, Iterator
+
+log = logging.getLogger(__name__)
+
+HEADER = struct.Struct("<II")
+MAX_RECORD_BYTES = 64 * 1024 * 1024
+_SEGMENT = re.compile(r"^wal-(\d{12})\.log$")
+
+
+class WalCorrupt(Exception):
+    """Raised when the log is damaged somewhere other than a torn tail."""
+
+
+def _fatal_exit(exc: BaseException) -> None:
+    log.critical("WAL write failed, stopping: %s", exc)
+    os._exit(70)
+
+
+def fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def segment_name(index: int) -> str:
+    return f"wal-{index:012d}.log"
+
+
+def list_segments(directory: str) -> list[int]:
+    out = []
+    for name in os.listdir(directory):
+        m = _SEGMENT.match(name)
+        if m:
+            out.append(int(m.group(1)))
+    return sorted(out)
+
+
+def scan(data: bytes) -> tuple[list[bytes], int, str | None]:
+    """Split a segment's bytes into record bodies; return (bodies, good_end, problem)."""
+    bodies = []
+    pos = 0
+    end = len(data)
+    while pos < end:
+        if end - pos < HEADER.size:
+            return bodies, pos, "partial header"
+        length, crc = HEADER.unpack_from(data, pos)
+        stop = pos + HEADER.size + length
+        if length > MAX_RECORD_BYTES or stop > end:
+            return bodies, pos, "record runs past the end"
+        body = data[pos + HEADER.size:stop]
+        if length == 0 or zlib.crc32(body) != crc:
+            return bodies, pos, "checksum mismatch"
+        bodies.append(body)
+        pos = stop
+    return bodies, pos, None
+
+
+def _is_torn_tail(data: bytes, pos: int, problem: str) -> bool:
+    """A bad record is a torn write only if nothing whole could follow it."""
+    if problem != "checksum mismatch":
+        return True
+    length, _ = HEADER.unpack_from(data, pos)
+    stop = pos + HEADER.size + length
+    return stop >= len(data) or not data[stop:].strip(b"\0")
+
+
+class Wal:
+    """An append-only, group-committed log in ``directory``."""
+
+    def __init__(self, directory: str, *, segment_bytes: int = 64 * 1024 * 1024,
+                 on_fatal: Callable[[BaseException], None] = _fatal_exit) -> None:
+        self.directory = directory
+        self.segment_bytes = segment_bytes
+        self.on_fatal = on_fatal
+        self._buf: list[bytes] = []
+        self._fd: int | None = None
+        self._index = 0
+        self._size = 0
+        self.records_written = 0
+        os.makedirs(directory, exist_ok=True)
+
+    # -- recovery ----------------------------------------------------------------------------
+
+    def replay(self, start_index: int = 0) -> Iterator[bytes]:
+        """Yield every record body from segment ``start_index`` on, repairing a torn tail.
+
+        Must be consumed fully before ``append``: it also opens the last segment for writing.
+        """
+        segments = [i for i in list_segments(self.directory) if i >= start_index]
+        for n, index in enumerate(segments):
+            path = os.path.join(self.directory, segment_name(index))
+            with open(path, "rb") as f:
+                data = f.read()
+            bodies, good_end, problem = scan(data)
+            if problem is not None:
+                last = n == len(segments) - 1
+                if not (last and _is_torn_tail(data, good_end, problem)):
+                    raise WalCorrupt(f"{path}: {problem} at byte offset {good_end} "
+                                     f"(record {len(bodies) + 1} of the segment); refusing to start")
+                log.warning("%s: torn tail at byte %d (%s, %d bytes dropped); truncating",
+                            path, good_end, problem, len(data) - good_end)
+                with open(path, "r+b") as f:
+                    f.truncate(good_end)
+                    f.flush()
+                    os.fsync(f.fileno())
+            yield from bodies
+        self._open(segments[-1] if segments else max(start_index, 0))
+
+    def _open(self, index: int) -> None:
+        path = os.path.join(self.directory, segment_name(index))
+        existed = os.path.exists(path)
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._index = index
+        self._size = os.fstat(self._fd).st_size
+        if not existed:
+            fsync_dir(self.directory)
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def append(self, body: bytes) -> None:
+        if len(body) > MAX_RECORD_BYTES:
+            raise ValueError(f"WAL record of {len(body)} bytes is too large")
+        self._buf.append(HEADER.pack(len(body), zlib.crc32(body)))
+        self._buf.append(body)
+
+    @property
+    def dirty(self) -> bool:
+        return bool(self._buf)
+
+    def flush(self) -> None:
+        """Write everything appended so far and make it durable with one fdatasync."""
+        if not self._buf:
+            return
+        if self._fd is None:
+            raise RuntimeError("Wal.replay() must run before the first flush")
+        data = b"".join(self._buf)
+        records = len(self._buf) // 2
+        self._buf.clear()
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.write(self._fd, view)
+                view = view[written:]
+            os.fdatasync(self._fd)
+        except OSError as exc:
+            self.on_fatal(exc)
+            raise
+        self._size += len(data)
+        self.records_written += records
+        if self._size >= self.segment_bytes:
+            self.roll()
+
+    def roll(self) -> int:
+        """Start a new segment; return its index (records before it live in older segments)."""
+        if self._fd is not None:
+            os.close(self._fd)
+        self._open(self._index + 1)
+        return self._index
+
+    @property
+    def segment_index(self) -> int:
+        return self._index
+
+    def close(self) -> None:
+        if self._fd is not None:
+            self.flush()
+            os.close(self._fd)
+            self._fd = None
