@@ -151,13 +151,15 @@ def datanode(data_dir: str, bind: str, advertise: str | None, master: str, heart
 @click.option("--replication", default=1, show_default=True, type=click.IntRange(1, 9),
               help="Copies of each item (R).")
 @click.option("--port", default=5555, show_default=True, type=click.IntRange(1, 65535),
-              help="Master port on 127.0.0.1; data nodes use 5601, 5602, ...")
-def cluster(data_dir: str, datanodes: int, replication: int, port: int) -> None:
+              help="Master port on 127.0.0.1.")
+@click.option("--node-port", default=5601, show_default=True, type=click.IntRange(1, 65535),
+              help="First data node port on 127.0.0.1; the others follow (5602, ...).")
+def cluster(data_dir: str, datanodes: int, replication: int, port: int, node_port: int) -> None:
     """Run a master and data nodes on 127.0.0.1 in the foreground; Ctrl-C stops them all."""
     from blizzard.harness import LocalCluster
 
     local = LocalCluster(os.path.abspath(data_dir), datanodes=datanodes, replication=replication,
-                         master_port=port, node_base_port=5601)
+                         master_port=port, node_base_port=node_port)
     stopping = False
 
     def stop(signum: int, frame: Any) -> None:

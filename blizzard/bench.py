@@ -1,0 +1,252 @@
+"""Benchmark Blizzard on a local cluster: enqueue, dequeue+ack, and a concurrent pipeline.
+
+Run as ``python -m blizzard.bench`` (``scripts/bench`` does that). Each measurement runs in
+worker processes with their own ``Client`` and prints one JSON line on stdout, shaped like
+the lines of ``peerbench/peers.py`` so the two can be compared; progress goes to stderr.
+
+Latency (``p50_us``/``p99_us``, ``lat_unit: batch``) is one client call carrying ``batch``
+items: ``enqueue_many`` for enqueue, ``dequeue_many`` + ``ack_many`` for dequeue_ack and
+pipeline. Pipeline lines add ``e2e_p50_us``/``e2e_p99_us``: producer timestamp -> ack done.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import multiprocessing as mp
+import random
+import shutil
+import signal
+import struct
+import sys
+import tempfile
+import time
+from typing import Any, Callable
+
+from blizzard.client import Client
+from blizzard.harness import LocalCluster
+
+log = logging.getLogger("blizzard.bench")
+
+HDR = struct.Struct(">QQ")  # producer's monotonic_ns timestamp, sequence number
+MP = mp.get_context("spawn")  # workers start clean: no inherited zmq context or sockets
+now_ns = time.monotonic_ns  # CLOCK_MONOTONIC is shared by all processes on Linux
+
+
+class Payloads:
+    """Distinct, incompressible payloads of exactly ``size`` bytes with a timestamp header."""
+
+    def __init__(self, size: int, pool: int = 512) -> None:
+        rnd = random.Random(size)
+        self.bodies = [rnd.randbytes(size - HDR.size) for _ in range(pool)]
+
+    def make(self, seq: int, ts_ns: int = 0) -> bytes:
+        return HDR.pack(ts_ns, seq) + self.bodies[seq % len(self.bodies)]
+
+
+def percentile(sorted_vals: list[int], q: float) -> int | None:
+    if not sorted_vals:
+        return None
+    return sorted_vals[min(len(sorted_vals) - 1, int(q * len(sorted_vals)))]
+
+
+def _us(ns: int | None) -> float | None:
+    return round(ns / 1000, 1) if ns is not None else None
+
+
+# -- workers (run in child processes; each builds its own Client after the process starts) --
+
+def produce(master: str, queue: str, size: int, n: int, batch: int, max_s: float,
+            barrier: Any, out: Any) -> None:
+    """Enqueue ``n`` items in calls of ``batch``; report count, times and per-call latencies."""
+    try:
+        pay = Payloads(size)
+        with Client(master, timeout_s=30.0) as client:
+            client.stats(queue)  # connect before the clock starts
+            barrier.wait(60)
+            t0 = now_ns()
+            deadline = t0 + int(max_s * 1e9)
+            lats: list[int] = []
+            done = 0
+            while done < n and now_ns() < deadline:
+                items = [pay.make(i, now_ns()) for i in range(done, min(n, done + batch))]
+                start = now_ns()
+                client.enqueue_many(queue, items)
+                lats.append(now_ns() - start)
+                done += len(items)
+            out.put(("producer", {"done": done, "t0": t0, "t1": now_ns(), "lats": lats}))
+    except Exception as exc:  # reported to the parent, which fails the measurement
+        out.put(("producer", {"error": repr(exc)}))
+
+
+def consume(master: str, queue: str, n: int, batch: int, max_s: float,
+            barrier: Any, out: Any) -> None:
+    """Dequeue and ack until ``n`` items are acked or ``max_s`` passes."""
+    try:
+        with Client(master, timeout_s=30.0) as client:
+            client.stats(queue)
+            barrier.wait(60)
+            t0 = t_last = now_ns()
+            deadline = t0 + int(max_s * 1e9)
+            lats: list[int] = []
+            e2e: list[int] = []
+            got = 0
+            while got < n and now_ns() < deadline:
+                start = now_ns()
+                msgs = client.dequeue_many(queue, min(batch, n - got), lease_s=60, wait_s=0.5)
+                if not msgs:
+                    continue
+                client.ack_many(msgs)
+                t_last = now_ns()
+                lats.append(t_last - start)
+                e2e.extend(t_last - HDR.unpack_from(m.data)[0] for m in msgs)
+                got += len(msgs)
+            out.put(("consumer", {"got": got, "t0": t0, "t_last": t_last, "lats": lats,
+                                  "e2e": e2e}))
+    except Exception as exc:
+        out.put(("consumer", {"error": repr(exc)}))
+
+
+def run_workers(workers: dict[str, tuple[Callable[..., None], tuple]], max_s: float
+                ) -> dict[str, dict]:
+    """Start the workers together (a shared barrier), collect one result from each."""
+    out = MP.Queue()
+    barrier = MP.Barrier(len(workers))
+    procs = [MP.Process(target=fn, args=(*args, barrier, out), daemon=True, name=role)
+             for role, (fn, args) in workers.items()]
+    results: dict[str, dict] = {}
+    try:
+        for proc in procs:
+            proc.start()
+        end = time.monotonic() + max_s + 90  # start-up, the last call's timeout, teardown
+        while len(results) < len(procs) and time.monotonic() < end:
+            try:
+                role, res = out.get(timeout=0.5)
+                results[role] = res
+            except Exception:  # queue.Empty: see whether someone died without reporting
+                if not any(p.is_alive() for p in procs) and out.empty():
+                    break
+    finally:
+        for proc in procs:
+            proc.join(5)
+            if proc.is_alive():
+                log.warning("worker %s (pid %d) still running; terminating", proc.name, proc.pid)
+                proc.terminate()
+                proc.join(5)
+    for role in workers:
+        if role not in results:
+            raise RuntimeError(f"{role} gave no result")
+        if "error" in results[role]:
+            raise RuntimeError(f"{role} failed: {results[role]['error']}")
+    return results
+
+
+# -- measurements ---------------------------------------------------------------------------
+
+def emit(op: str, n: int, n_req: int, batch: int, size: int, replication: int,
+         elapsed_ns: int, lats_ns: list[int], **extra: Any) -> dict:
+    lats = sorted(lats_ns)
+    rec = {"system": "blizzard", "op": op, "n": n, "batch": batch, "size": size,
+           "replication": replication,
+           "ops_per_s": round(n / (elapsed_ns / 1e9), 1) if elapsed_ns > 0 and n else 0.0,
+           "p50_us": _us(percentile(lats, 0.50)), "p99_us": _us(percentile(lats, 0.99)),
+           "lat_unit": "batch", "elapsed_s": round(elapsed_ns / 1e9, 3), "n_req": n_req,
+           "capped": n < n_req, **extra}
+    print(json.dumps(rec), flush=True)
+    return rec
+
+
+def measure(master: str, size: int, batch: int, n: int, args: argparse.Namespace) -> None:
+    """Enqueue-only, then dequeue+ack of what was enqueued, then a fresh concurrent pipeline."""
+    common = {"size": size, "batch": batch, "replication": args.replication}
+    queue = f"bench-{size}-{batch}"
+    log.info("enqueue: %d items of %d B, batch %d", n, size, batch)
+    prod = run_workers({"producer": (produce, (master, queue, size, n, batch, args.max_seconds))},
+                       args.max_seconds)["producer"]
+    emit("enqueue", prod["done"], n, elapsed_ns=prod["t1"] - prod["t0"], lats_ns=prod["lats"],
+         **common)
+
+    log.info("dequeue+ack: %d items, batch %d", prod["done"], batch)
+    cons = run_workers({"consumer": (consume, (master, queue, prod["done"], batch,
+                                               args.max_seconds))}, args.max_seconds)["consumer"]
+    emit("dequeue_ack", cons["got"], prod["done"], elapsed_ns=cons["t_last"] - cons["t0"],
+         lats_ns=cons["lats"], **common)
+
+    queue = f"bench-pipe-{size}-{batch}"
+    log.info("pipeline: %d items, batch %d, producer and consumer together", n, batch)
+    res = run_workers({
+        "consumer": (consume, (master, queue, n, batch, args.max_seconds)),
+        "producer": (produce, (master, queue, size, n, batch, args.max_seconds)),
+    }, args.max_seconds)
+    prod, cons = res["producer"], res["consumer"]
+    e2e = sorted(cons["e2e"])
+    emit("pipeline", cons["got"], n, elapsed_ns=cons["t_last"] - prod["t0"],
+         lats_ns=cons["lats"], e2e_p50_us=_us(percentile(e2e, 0.50)),
+         e2e_p99_us=_us(percentile(e2e, 0.99)),
+         items_per_call=round(cons["got"] / len(cons["lats"]), 1) if cons["lats"] else 0,
+         producer_ops_per_s=round(prod["done"] / ((prod["t1"] - prod["t0"]) / 1e9), 1),
+         **common)
+
+
+def _int_list(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="scripts/bench", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", type=_int_list, default=[256, 4096], help="payload bytes, e.g. 256,4096")
+    ap.add_argument("--batches", type=_int_list, default=[1, 100], help="items per call, e.g. 1,100")
+    ap.add_argument("--n", type=int, default=20000, help="items per measurement when batch > 1")
+    ap.add_argument("--n-unbatched", type=int, default=2000, help="items per measurement when batch = 1")
+    ap.add_argument("--max-seconds", type=float, default=60.0, help="time cap per measurement")
+    ap.add_argument("--replication", type=int, default=1, help="replicas per item (R)")
+    ap.add_argument("--datanodes", type=int, default=3, help="data nodes to start")
+    ap.add_argument("--quick", action="store_true", help="smoke run: 500 items per measurement")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.n = args.n_unbatched = 500
+    if min(args.sizes, default=0) < HDR.size or min(args.batches, default=0) < 1 or args.n < 1 \
+            or args.n_unbatched < 1:
+        ap.error(f"sizes must be >= {HDR.size}, batches and counts >= 1")
+    if not 1 <= args.replication <= args.datanodes:
+        ap.error("--replication must be between 1 and --datanodes")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="[bench %(asctime)s] %(message)s", datefmt="%H:%M:%S")
+
+    def _term(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, _term)
+    base = tempfile.mkdtemp(prefix="blizzard-bench-", dir="/tmp")
+    cluster = LocalCluster(base, datanodes=args.datanodes, replication=args.replication)
+    rc = 0
+    try:
+        cluster.start()
+        log.info("cluster up: master %s, %d data nodes, R=%d, dir %s", cluster.master_addr,
+                 args.datanodes, args.replication, base)
+        for size in args.sizes:
+            for batch in args.batches:
+                n = args.n if batch > 1 else args.n_unbatched
+                try:
+                    measure(cluster.master_addr, size, batch, n, args)
+                except RuntimeError as exc:
+                    rc = 1
+                    log.error("size %d batch %d failed: %s\n%s", size, batch, exc, cluster.logs())
+    finally:
+        cluster.stop()
+        if rc == 0:
+            shutil.rmtree(base, ignore_errors=True)
+        else:
+            log.info("cluster logs kept in %s", base)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

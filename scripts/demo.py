@@ -1,0 +1,83 @@
+"""The demo: a producer and a consumer move N items through a local cluster; nothing is lost."""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+import threading
+import time
+
+import click
+
+from blizzard import Client
+from blizzard.harness import LocalCluster
+
+
+def payload(seq: int) -> bytes:
+    body = f"item {seq:08d} ".encode() * 8
+    return hashlib.sha256(body).digest() + body
+
+
+def verify(data: bytes) -> int:
+    digest, body = data[:32], data[32:]
+    if hashlib.sha256(body).digest() != digest:
+        raise click.ClickException("a payload came back damaged")
+    return int(body[5:13])
+
+
+@click.command()
+@click.option("--items", default=10_000, show_default=True, type=click.IntRange(1, 10_000_000))
+@click.option("--batch", default=100, show_default=True, type=click.IntRange(1, 10_000))
+@click.option("--datanodes", default=3, show_default=True, type=click.IntRange(1, 16))
+@click.option("--replication", default=1, show_default=True, type=click.IntRange(1, 9))
+def main(items: int, batch: int, datanodes: int, replication: int) -> None:
+    """Start a cluster under a temp dir, produce and consume ITEMS items, report, stop."""
+    with tempfile.TemporaryDirectory(prefix="blizzard-demo-") as base:
+        click.echo(f"starting 1 master + {datanodes} data nodes (R={replication}) under {base}")
+        with LocalCluster(base, datanodes=datanodes, replication=replication) as cluster:
+            click.echo(f"master at {cluster.master_addr}")
+            produced: list[int] = []
+            errors: list[BaseException] = []
+
+            def produce() -> None:
+                try:
+                    with Client(cluster.master_addr) as c:
+                        for start in range(0, items, batch):
+                            stop = min(items, start + batch)
+                            produced.extend(c.enqueue_many("demo", [payload(i) for i in range(start, stop)]))
+                except BaseException as exc:
+                    errors.append(exc)
+
+            started = time.monotonic()
+            producer = threading.Thread(target=produce, daemon=True)
+            producer.start()
+            seen: set[int] = set()
+            duplicates = 0
+            with Client(cluster.master_addr) as c, \
+                    click.progressbar(length=items, label="consumed", show_pos=True) as bar:
+                while len(seen) < items and not errors:
+                    msgs = c.dequeue_many("demo", batch, lease_s=60, wait_s=1.0)
+                    for m in msgs:
+                        seq = verify(m.data)
+                        duplicates += seq in seen
+                        seen.add(seq)
+                    c.ack_many(msgs)
+                    bar.update(len(msgs))
+                producer.join()
+                if errors:
+                    raise click.ClickException(f"producer failed: {errors[0]!r}")
+                elapsed = time.monotonic() - started
+                stats = c.stats("demo")
+            lost = items - len(seen & set(range(items)))
+            click.echo(f"items: {items}  produced: {len(produced)}  consumed: {len(seen)}  "
+                       f"duplicates: {duplicates}  lost: {lost}")
+            click.echo(f"time: {elapsed:.2f}s  throughput: {items / elapsed:,.0f} items/s "
+                       f"(produced and consumed concurrently, batch {batch})")
+            click.echo(f"queue after: ready {stats['ready']}, leased {stats['leased']}")
+            if lost or stats["ready"] or stats["leased"]:
+                raise click.ClickException("items were lost or left behind")
+            click.echo("nothing lost; stopping the cluster")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,53 @@
+"""Shared fixtures: real clusters of processes on free loopback ports, logs shown on failure."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Callable, Iterator
+
+import pytest
+
+from blizzard.harness import LocalCluster
+
+
+@pytest.fixture
+def cluster_factory(tmp_path, request) -> Iterator[Callable[..., LocalCluster]]:
+    """Start ``LocalCluster``s (keyword args as LocalCluster's); all are stopped at teardown."""
+    started: list[LocalCluster] = []
+    with contextlib.ExitStack() as stack:
+        def make(**kw) -> LocalCluster:
+            base = tmp_path / f"cluster{len(started)}"
+            c = LocalCluster(str(base), **kw)
+            started.append(c)
+            stack.callback(c.stop)
+            return c.start()
+        yield make
+        if getattr(request.node, "rep_call", None) is not None and request.node.rep_call.failed:
+            for c in started:
+                print(c.logs())
+
+
+@pytest.fixture
+def cluster(cluster_factory) -> LocalCluster:
+    """One master and three data nodes, R=1, short heartbeats."""
+    return cluster_factory(datanodes=3, heartbeat_s=0.2, dead_after_s=1.5)
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    setattr(item, "rep_" + rep.when, rep)
+
+
+def wait_for(cond: Callable[[], object], timeout_s: float = 15.0, what: str = "condition") -> object:
+    """Poll ``cond`` until it returns something truthy, or fail after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        time.sleep(0.02)

@@ -1,0 +1,78 @@
+"""The blizzard command, run as a real process against a real cluster."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from blizzard import Client
+from blizzard.harness import free_port
+from conftest import wait_for
+
+BLIZZARD = [sys.executable, "-m", "blizzard.cli"]
+
+
+def run(*args: str, master: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    if master:
+        env["BLIZZARD_MASTER"] = master
+    proc = subprocess.run([*BLIZZARD, *args], capture_output=True, text=True, env=env, timeout=60)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"exit {proc.returncode}: {proc.stdout}{proc.stderr}")
+    return proc
+
+
+def test_enqueue_dequeue_status_through_the_cli(cluster):
+    out = run("enqueue", "jobs", "one", "two", "three", master=cluster.master_addr).stdout.split()
+    assert len(out) == 3 and all(x.isdigit() for x in out)
+    got = run("dequeue", "jobs", "--n", "2", master=cluster.master_addr).stdout
+    assert got == f"{out[0]}\tone\n{out[1]}\ttwo\n"
+    status = run("status", "--master", cluster.master_addr).stdout
+    assert "alive" in status and "jobs" in status
+    assert run("dequeue", "jobs", "--no-ack", master=cluster.master_addr).stdout.endswith("three\n")
+    empty = run("dequeue", "jobs", master=cluster.master_addr, check=False)
+    assert empty.returncode == 3 and "empty" in empty.stderr
+
+
+def test_cli_errors_are_one_clear_line(cluster):
+    bad = run("enqueue", "jobs", "x", "--master", "localhost:1", check=False)
+    assert bad.returncode == 2 and "not an address" in bad.stderr
+    bad = run("dequeue", "jobs", "--lease-s", "-5", master=cluster.master_addr, check=False)
+    assert bad.returncode == 2 and "lease-s" in bad.stderr
+    down = run("status", "--master", f"tcp://127.0.0.1:{free_port()}", check=False)
+    assert down.returncode == 1 and "MasterUnavailable" in down.stderr
+
+
+@pytest.mark.parametrize("module", ["master", "datanode", "blizzard.cli"])
+def test_help_explains_every_entry_point(module):
+    out = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True,
+                         timeout=30)
+    assert out.returncode == 0 and "--help" in out.stdout and "Usage" in out.stdout
+
+
+def test_cluster_command_runs_everything_and_stops_on_ctrl_c(tmp_path):
+    port = free_port()
+    proc = subprocess.Popen([*BLIZZARD, "cluster", "--data-dir", str(tmp_path), "--datanodes", "2",
+                             "--port", str(port), "--node-port", str(free_port())], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    try:
+        addr = f"tcp://127.0.0.1:{port}"
+        with Client(addr, timeout_s=2) as c:
+            def ready():
+                try:
+                    return sum(n.alive for n in c.status().nodes) == 2
+                except Exception:
+                    return False
+            wait_for(ready, timeout_s=30, what="the cluster to come up")
+            c.enqueue("q", b"x")
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=30)
+        assert proc.returncode == 0, out
+        assert "stopped" in out
+    finally:
+        if proc.poll() is None:
+            proc.kill()

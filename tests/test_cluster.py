@@ -1,0 +1,185 @@
+"""End to end through Client against real master and data node processes."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import zmq
+
+from blizzard import Client, protocol as p
+from blizzard.errors import (InvalidArgument, LeaseExpired, MasterUnavailable, PayloadTooLarge,
+                             ProtocolError, UnknownOp)
+from blizzard.harness import LOOPBACK, free_port
+from blizzard.transport import Endpoint, call
+from conftest import wait_for
+
+
+def test_enqueue_dequeue_ack_round_trip(cluster):
+    with Client(cluster.master_addr, timeout_s=5) as c:
+        first = c.enqueue("jobs", b"payload")
+        ids = c.enqueue_many("jobs", [b"a", b"b", b"c"])
+        assert ids == sorted(ids) and first < ids[0]
+        assert c.stats("jobs")["ready"] == 4
+        msg = c.dequeue("jobs", lease_s=30.0)
+        assert (msg.id, msg.data, msg.queue, msg.attempts) == (first, b"payload", "jobs", 0)
+        msg.ack()
+        with c.dequeue("jobs") as msg:
+            assert msg.data == b"a"
+        msgs = c.dequeue_many("jobs", 100)
+        assert [m.data for m in msgs] == [b"b", b"c"]
+        assert c.stats("jobs")["leased"] == 2
+        c.ack_many(msgs)
+        assert c.stats("jobs") == {"queue": "jobs", "ready": 0, "delayed": 0, "leased": 0,
+                                   "pending": 0, "oldest_age_s": 0.0}
+        assert c.dequeue("jobs") is None
+
+
+def test_many_items_spread_over_nodes_and_come_back_in_order(cluster):
+    payloads = [i.to_bytes(4, "big") * 64 for i in range(5000)]
+    with Client(cluster.master_addr, timeout_s=10) as c:
+        ids = c.enqueue_many("bulk", payloads)
+        assert len(set(ids)) == 5000
+        got = []
+        while len(got) < 5000:
+            msgs = c.dequeue_many("bulk", 700)
+            assert msgs
+            got += msgs
+            c.ack_many(msgs)
+        assert [m.data for m in got] == payloads
+        st = wait_for(lambda: (s := c.status()) and all(n.items == 0 for n in s.nodes) and s,
+                      what="blobs of acked items to be deleted")
+        assert sum(1 for n in st.nodes if n.alive) == 3
+
+
+def test_context_manager_gives_the_item_back_on_error(cluster):
+    with Client(cluster.master_addr, timeout_s=5) as c:
+        c.enqueue("jobs", b"fragile")
+        with pytest.raises(RuntimeError):
+            with c.dequeue("jobs") as msg:
+                raise RuntimeError("consumer failed")
+        again = c.dequeue("jobs")
+        assert (again.id, again.attempts) == (msg.id, 1)
+
+
+def test_expired_lease_returns_the_item_with_one_more_attempt(cluster):
+    with Client(cluster.master_addr, timeout_s=5) as c:
+        c.enqueue("jobs", b"slow job")
+        first = c.dequeue("jobs", lease_s=0.3)
+        again = c.dequeue("jobs", lease_s=30, wait_s=5)
+        assert again is not None and again.id == first.id and again.attempts == 1
+        with pytest.raises(LeaseExpired):
+            first.ack()
+        again.ack()
+
+
+def test_long_poll_returns_when_an_item_arrives(cluster):
+    with Client(cluster.master_addr, timeout_s=5) as consumer, \
+            Client(cluster.master_addr, timeout_s=5) as producer:
+        started = time.monotonic()
+        assert consumer.dequeue("empty", wait_s=0.3) is None
+        assert time.monotonic() - started >= 0.25
+        import threading
+        t = threading.Timer(0.3, lambda: producer.enqueue("late", b"here"))
+        t.start()
+        msg = consumer.dequeue("late", wait_s=10)
+        t.join()
+        assert msg is not None and msg.data == b"here"
+
+
+def test_master_restart_keeps_every_committed_item_and_never_reuses_ids(cluster):
+    with Client(cluster.master_addr, timeout_s=5) as c:
+        ids = c.enqueue_many("durable", [b"%d" % i for i in range(300)])
+        leased = c.dequeue_many("durable", 10, lease_s=300)
+        c.ack_many(leased[:5])
+    cluster.master.kill()
+    cluster.restart_master()
+    with Client(cluster.master_addr, timeout_s=5) as c:
+        stats = c.stats("durable")
+        assert (stats["ready"], stats["leased"]) == (290, 5)
+        new = c.enqueue("durable", b"after restart")
+        assert new > max(ids)
+        got = c.dequeue_many("durable", 1000)
+        assert [m.data for m in got] == [b"%d" % i for i in range(10, 300)] + [b"after restart"]
+        c.ack_many(got)
+
+
+def test_a_master_that_is_down_gives_a_clear_error_not_a_hang():
+    addr = f"tcp://{LOOPBACK}:{free_port()}"
+    with Client(addr, timeout_s=0.5) as c:
+        started = time.monotonic()
+        with pytest.raises(MasterUnavailable, match="did not answer"):
+            c.enqueue("jobs", b"x")
+        assert time.monotonic() - started < 3
+
+
+def test_oversize_payload_is_refused_before_any_bytes_move(cluster_factory):
+    cl = cluster_factory(datanodes=1, master_args=["--max-item-bytes", "1000"])
+    with Client(cl.master_addr, timeout_s=5) as c:
+        with pytest.raises(PayloadTooLarge, match="1001 bytes"):
+            c.enqueue("jobs", b"x" * 1001)
+        c.enqueue("jobs", b"x" * 1000)
+        assert c.stats("jobs")["ready"] == 1
+
+
+def test_bad_arguments_get_clear_errors_and_change_nothing(cluster):
+    with Client(cluster.master_addr, timeout_s=5) as c:
+        c.enqueue("jobs", b"keep")
+        with pytest.raises(InvalidArgument, match="lease_s"):
+            c.dequeue("jobs", lease_s=-1)
+        with pytest.raises(InvalidArgument, match="queue name"):
+            c.enqueue("", b"x")
+        with pytest.raises(InvalidArgument, match="priority"):
+            c.enqueue("jobs", b"x", priority="high")
+        with pytest.raises(TypeError, match="bytes"):
+            c.enqueue("jobs", "text")
+        assert c.stats("jobs")["ready"] == 1
+
+
+@pytest.mark.parametrize("target", ["master", "datanode"])
+def test_malformed_frames_get_error_replies_and_the_server_keeps_serving(cluster, target):
+    addr = cluster.master_addr if target == "master" else cluster.nodes[0].addr
+    ctx = zmq.Context.instance()
+    raw = ctx.socket(zmq.DEALER)
+    raw.setsockopt(zmq.LINGER, 0)
+    raw.connect(addr)
+    try:
+        for body in [b"\xc1not msgpack", b"\x93\x01\xcd\x27\x0f\x05", b"\x91\x01"]:
+            raw.send(body)
+            assert raw.poll(5000), "no reply to a malformed frame"
+            rid, reply = p.decode(raw.recv())
+            assert isinstance(reply, p.Error) and reply.code in (ProtocolError.code, UnknownOp.code)
+        raw.send_multipart([b"two", b"frames"])
+        assert raw.poll(5000)
+        assert isinstance(p.decode(raw.recv())[1], p.Error)
+        ep = Endpoint(ctx, addr)
+        with pytest.raises(InvalidArgument):  # a well-formed message this server does not serve
+            call(ep, p.Get([1]) if target == "master" else p.Status(), 5)
+        with pytest.raises(InvalidArgument):
+            call(ep, p.Put([1], [b"x"], [12345], [], 1) if target == "datanode"
+                 else p.Commit([], []), 5)
+        ep.close()
+    finally:
+        raw.close()
+    with Client(cluster.master_addr, timeout_s=5) as c:
+        c.enqueue("still", b"alive")
+        assert c.dequeue("still").data == b"alive"
+
+
+def test_uncommitted_enqueue_expires_and_its_blobs_are_deleted(cluster_factory):
+    cl = cluster_factory(datanodes=1, heartbeat_s=0.2, dead_after_s=1.5,
+                         master_args=["--pending-timeout-s", "0.5"])
+    ctx = zmq.Context.instance()
+    master = Endpoint(ctx, cl.master_addr)
+    placement = call(master, p.Alloc("jobs", [3], [0x352441C2], [0], []), 5)
+    node = Endpoint(ctx, placement.nodes[0].addr)
+    call(node, p.Put(placement.ids, [b"abc"], [0x352441C2], [], 1), 5)
+    with Client(cl.master_addr, timeout_s=5) as c:
+        wait_for(lambda: c.status().nodes[0].items == 1, what="the blob to be counted")
+        wait_for(lambda: c.status().nodes[0].items == 0, what="the orphan blob to be deleted")
+        assert c.stats("jobs")["ready"] == 0
+    from blizzard.errors import UnknownItem
+    with pytest.raises(UnknownItem):
+        call(master, p.Commit(placement.ids, [placement.nodes[0].node_id]), 5)
+    master.close()
+    node.close()

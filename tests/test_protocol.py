@@ -1,0 +1,80 @@
+"""Every wire message round-trips; malformed bodies raise ProtocolError, never anything else."""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+
+import msgpack
+import pytest
+
+from blizzard import protocol as p
+from blizzard.errors import ProtocolError, UnknownOp, VersionMismatch
+
+
+def _sample(tp):
+    origin = typing.get_origin(tp)
+    if tp is int:
+        return 7
+    if tp is float:
+        return 1.5
+    if tp is str:
+        return "q"
+    if tp is bytes:
+        return b"\x00\xff"
+    if tp is bool:
+        return True
+    if origin is list:
+        return [_sample(typing.get_args(tp)[0]), _sample(typing.get_args(tp)[0])]
+    if dataclasses.is_dataclass(tp):
+        return _build(tp)
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    return _sample(args[0])
+
+
+def _build(cls):
+    hints = typing.get_type_hints(cls)
+    return cls(*[_sample(hints[f.name]) for f in dataclasses.fields(cls)])
+
+
+ALL = sorted(p._BY_OP.values(), key=lambda c: p._OP_OF[c])
+
+
+@pytest.mark.parametrize("cls", ALL, ids=lambda c: c.__name__)
+def test_every_message_round_trips(cls):
+    msg = _build(cls)
+    assert p.decode(p.encode(42, msg)) == (42, msg)
+    assert p.unpack(p.pack(msg)) == msg
+
+
+def _body(*items):
+    return msgpack.packb(list(items), use_bin_type=True)
+
+
+@pytest.mark.parametrize("body, error", [
+    (b"\xc1garbage", ProtocolError),
+    (_body(p.VERSION), ProtocolError),
+    (_body(99, 22, 1), VersionMismatch),
+    (_body(p.VERSION, 9999, 1), UnknownOp),
+    (_body(p.VERSION, "Status", 1), UnknownOp),
+    (_body(p.VERSION, 22, -1), ProtocolError),
+    (_body(p.VERSION, 20, 1), ProtocolError),  # Stats without its queue
+    (_body(p.VERSION, 20, 1, 5), ProtocolError),  # queue not a string
+    (_body(p.VERSION, 14, 1, "q", True, 1.0, 0.0), ProtocolError),  # n is a bool, not an int
+    (_body(p.VERSION, 40, 1, [1], ["text"], [0], [], 1), ProtocolError),  # blob is str
+    (_body(p.VERSION, 12, 1, [1, "2"], []), ProtocolError),
+    (msgpack.packb({"op": 1}), ProtocolError),
+])
+def test_malformed_bodies_raise_protocol_errors(body, error):
+    with pytest.raises(error):
+        p.decode(body)
+
+
+def test_float_fields_accept_integers():
+    _, msg = p.decode(_body(p.VERSION, 14, 3, "q", 5, 30, 0))
+    assert msg == p.Lease("q", 5, 30.0, 0.0)
+
+
+def test_peek_request_id_of_bad_body():
+    assert p.peek_request_id(_body(p.VERSION, 9999, 17)) == 17
+    assert p.peek_request_id(b"\xc1") is None

@@ -1,0 +1,53 @@
+"""One contract for every BlobStore: LevelDB and the in-memory twin."""
+
+from __future__ import annotations
+
+import zlib
+
+import pytest
+
+from datanode.store import LevelDbStore, MemoryStore
+
+
+@pytest.fixture(params=["leveldb", "memory"])
+def store(request, tmp_path):
+    s = LevelDbStore(str(tmp_path / "db")) if request.param == "leveldb" else MemoryStore()
+    yield s
+    s.close()
+
+
+def put(store, items: dict[int, bytes]) -> None:
+    store.put_many(list(items), list(items.values()), [zlib.crc32(b) for b in items.values()])
+
+
+def test_put_get_delete(store):
+    put(store, {1: b"one", 2: b"", 3: b"x" * 5000})
+    assert store.get_many([3, 1, 2, 4]) == [(b"x" * 5000, zlib.crc32(b"x" * 5000)),
+                                             (b"one", zlib.crc32(b"one")), (b"", 0), None]
+    assert (store.count, store.bytes_used) == (3, 5003)
+    store.delete_many([1, 99])
+    assert store.get_many([1]) == [None]
+    assert (store.count, store.bytes_used) == (2, 5000)
+    assert list(store.ids()) == [2, 3]
+
+
+def test_rewriting_an_id_does_not_count_twice(store):
+    put(store, {1: b"abc"})
+    put(store, {1: b"abcdef"})
+    assert (store.count, store.bytes_used) == (1, 6)
+
+
+def test_corrupt_blob_is_never_served(store):
+    put(store, {1: b"payload", 2: b"other"})
+    store.corrupt_for_test(1)
+    assert store.get_many([1, 2]) == [None, (b"other", zlib.crc32(b"other"))]
+
+
+def test_leveldb_survives_reopen(tmp_path):
+    s = LevelDbStore(str(tmp_path / "db"))
+    put(s, {10: b"a", 11: b"bb"})
+    s.close()
+    s = LevelDbStore(str(tmp_path / "db"))
+    assert s.get_many([10, 11]) == [(b"a", zlib.crc32(b"a")), (b"bb", zlib.crc32(b"bb"))]
+    assert (s.count, s.bytes_used) == (2, 3)
+    s.close()
