@@ -60,6 +60,7 @@ def _us(ns: int | None) -> float | None:
 def produce(master: str, queue: str, size: int, n: int, batch: int, max_s: float,
             barrier: Any, out: Any) -> None:
     """Enqueue ``n`` items in calls of ``batch``; report count, times and per-call latencies."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it terminates us
     try:
         pay = Payloads(size)
         with Client(master, timeout_s=30.0) as client:
@@ -83,6 +84,7 @@ def produce(master: str, queue: str, size: int, n: int, batch: int, max_s: float
 def consume(master: str, queue: str, n: int, batch: int, max_s: float,
             barrier: Any, out: Any) -> None:
     """Dequeue and ack until ``n`` items are acked or ``max_s`` passes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         with Client(master, timeout_s=30.0) as client:
             client.stats(queue)
@@ -127,6 +129,11 @@ def run_workers(workers: dict[str, tuple[Callable[..., None], tuple]], max_s: fl
             except Exception:  # queue.Empty: see whether someone died without reporting
                 if not any(p.is_alive() for p in procs) and out.empty():
                     break
+    except BaseException:  # Ctrl-C, SIGTERM: do not wait for the workers
+        for proc in procs:
+            if proc.is_alive():
+                proc.terminate()
+        raise
     finally:
         for proc in procs:
             proc.join(5)
@@ -196,10 +203,13 @@ def _int_list(text: str) -> list[int]:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="scripts/bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", type=_int_list, default=[256, 4096], help="payload bytes, e.g. 256,4096")
-    ap.add_argument("--batches", type=_int_list, default=[1, 100], help="items per call, e.g. 1,100")
+    ap.add_argument("--sizes", type=_int_list, default=[256, 4096],
+                    help="payload bytes, e.g. 256,4096")
+    ap.add_argument("--batches", type=_int_list, default=[1, 100],
+                    help="items per call, e.g. 1,100")
     ap.add_argument("--n", type=int, default=20000, help="items per measurement when batch > 1")
-    ap.add_argument("--n-unbatched", type=int, default=2000, help="items per measurement when batch = 1")
+    ap.add_argument("--n-unbatched", type=int, default=2000,
+                    help="items per measurement when batch = 1")
     ap.add_argument("--max-seconds", type=float, default=60.0, help="time cap per measurement")
     ap.add_argument("--replication", type=int, default=1, help="replicas per item (R)")
     ap.add_argument("--datanodes", type=int, default=3, help="data nodes to start")
@@ -239,9 +249,15 @@ def main(argv: list[str] | None = None) -> int:
                 except RuntimeError as exc:
                     rc = 1
                     log.error("size %d batch %d failed: %s\n%s", size, batch, exc, cluster.logs())
+    except KeyboardInterrupt:
+        log.info("interrupted; stopping the cluster")
+        rc = 130
+    except Exception:
+        log.exception("benchmark failed; cluster logs:\n%s", cluster.logs())
+        rc = 1
     finally:
         cluster.stop()
-        if rc == 0:
+        if rc in (0, 130):
             shutil.rmtree(base, ignore_errors=True)
         else:
             log.info("cluster logs kept in %s", base)

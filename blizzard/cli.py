@@ -82,7 +82,7 @@ def master_options(f: Any) -> Any:
                      help="Directory for the master's WAL (created if missing)."),
         click.option("--bind", type=ADDRESS, default=DEFAULT_MASTER, show_default=True,
                      help="Address to listen on."),
-        click.option("--replication", default=1, show_default=True, type=click.IntRange(1, 9),
+        click.option("--replication", default=2, show_default=True, type=click.IntRange(1, 9),
                      help="Copies of each item (R)."),
         click.option("--min-replicas", default=None, type=click.IntRange(1, 9),
                      help="Copies that must be durable before an enqueue is acknowledged (W); default R."),
@@ -148,7 +148,7 @@ def datanode(data_dir: str, bind: str, advertise: str | None, master: str, heart
               help="Directory holding the master's and every data node's data.")
 @click.option("--datanodes", default=3, show_default=True, type=click.IntRange(1, 64),
               help="How many data nodes to start.")
-@click.option("--replication", default=1, show_default=True, type=click.IntRange(1, 9),
+@click.option("--replication", default=2, show_default=True, type=click.IntRange(1, 9),
               help="Copies of each item (R).")
 @click.option("--port", default=5555, show_default=True, type=click.IntRange(1, 65535),
               help="Master port on 127.0.0.1.")

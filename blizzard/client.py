@@ -15,8 +15,8 @@ from typing import Any, Iterable, Sequence
 import zmq
 
 from blizzard import protocol as p
-from blizzard.errors import (BlizzardError, ClusterError, DatanodeUnavailable, InvalidArgument,
-                             LeaseExpired, MasterUnavailable)
+from blizzard.errors import (ClusterError, DatanodeUnavailable, InvalidArgument, LeaseExpired,
+                             MasterUnavailable, NotEnoughDatanodes)
 from blizzard.transport import Endpoint, call_many, raise_if_error
 
 log = logging.getLogger(__name__)
@@ -139,43 +139,47 @@ class Client:
         placements: list[p.Placement] = self._master_many(allocs)
         stored = self._put_all(placements, chunks, crcs)
         for i in range(len(chunks)):
-            exclude: list[str] = []
-            attempt = 1
-            while stored[i] is None or isinstance(stored[i], BlizzardError):
-                failed = stored[i]
-                if attempt >= PUT_ATTEMPTS:
-                    raise failed if isinstance(failed, BlizzardError) else DatanodeUnavailable(
-                        "no data node stored the items")
-                exclude.append(placements[i].nodes[0].node_id)
-                log.warning("put to %s failed (%s); asking for another placement",
-                            placements[i].nodes[0].addr, failed)
-                allocs[i] = p.Alloc(queue, allocs[i].sizes, crcs[i], allocs[i].priorities, exclude)
+            exclude: set[str] = set()
+            for attempt in range(PUT_ATTEMPTS):
+                if isinstance(stored[i], p.Stored):
+                    break
+                error, bad = stored[i]
+                if attempt == PUT_ATTEMPTS - 1:
+                    raise error
+                exclude.update(bad)
+                log.warning("put failed (%s); asking for a placement without %s", error, sorted(bad))
+                allocs[i] = p.Alloc(queue, allocs[i].sizes, crcs[i], allocs[i].priorities,
+                                    sorted(exclude))
                 placements[i] = self._master(allocs[i])
                 stored[i] = self._put_all([placements[i]], [chunks[i]], [crcs[i]])[0]
-                attempt += 1
         commits = [p.Commit(pl.ids, s.nodes) for pl, s in zip(placements, stored)]
         self._master_many(commits)
         return [i for pl in placements for i in pl.ids]
 
     def _put_all(self, placements: list[p.Placement], chunks: list[list[bytes]],
                  crcs: list[list[int]]) -> list[Any]:
+        """Store each chunk on its placement; per chunk a ``Stored`` or (error, node ids to avoid)."""
         calls = []
         for pl, chunk, c in zip(placements, chunks, crcs):
             first, rest = pl.nodes[0], pl.nodes[1:]
             calls.append((self._node(first.addr), p.Put(pl.ids, chunk, c, list(rest), pl.min_copies)))
-        out = []
-        for reply in call_many(calls, self.timeout_s):
-            if isinstance(reply, TimeoutError):
-                out.append(DatanodeUnavailable(str(reply)))
-            elif isinstance(reply, p.Error):
+        out: list[Any] = []
+        for pl, reply in zip(placements, call_many(calls, self.timeout_s)):
+            placed = [n.node_id for n in pl.nodes]
+            if isinstance(reply, p.Stored):
+                if len(reply.nodes) >= pl.min_copies:
+                    out.append(reply)
+                else:
+                    out.append((NotEnoughDatanodes(f"only {len(reply.nodes)} of {pl.min_copies} "
+                                                   "replicas stored the items"),
+                                [n for n in placed if n not in reply.nodes]))
+            elif isinstance(reply, TimeoutError):
+                out.append((DatanodeUnavailable(str(reply)), placed[:1]))
+            else:
                 try:
                     raise_if_error(reply)
-                except BlizzardError as exc:
-                    if not isinstance(exc, ClusterError):
-                        raise  # a bad request will not get better on another node
-                    out.append(exc)
-            else:
-                out.append(reply)
+                except ClusterError as exc:  # that node's trouble: try others
+                    out.append((exc, placed[:1]))
         return out
 
     # -- dequeue -----------------------------------------------------------------------------
@@ -210,6 +214,7 @@ class Client:
         """Read payloads, trying each item's replicas in turn; verify size and checksum (P5)."""
         got: dict[int, bytes] = {}
         failed: list[p.LeasedItem] = []
+        bad: list[tuple[int, str]] = []  # (item id, node id) of replicas that answered without it
         todo = [(item, 0) for item in items]  # (item, index of the replica to try)
         while todo:
             by_addr: dict[str, list[tuple[p.LeasedItem, int]]] = defaultdict(list)
@@ -223,8 +228,9 @@ class Client:
             calls = [(self._node(a), p.Get([i.id for i, _ in group])) for a, group in by_addr.items()]
             todo = []
             for (addr, group), reply in zip(by_addr.items(), call_many(calls, self.timeout_s)):
-                if isinstance(reply, p.Blobs):
-                    for item_id, blob, crc in zip(reply.ids, reply.blobs, reply.crcs):
+                answered = isinstance(reply, p.Blobs)
+                if answered:
+                    for item_id, blob in zip(reply.ids, reply.blobs):
                         got[item_id] = blob
                 else:
                     log.warning("read from %s failed: %s", addr, reply)
@@ -236,6 +242,13 @@ class Client:
                         blob = None
                     if blob is None:
                         todo.append((item, k + 1))
+                        if answered:
+                            bad.append((item.id, item.nodes[k].node_id))
+        if bad:
+            try:  # a courtesy: the master re-replicates from a good copy
+                self._master(p.BadReplica([b[0] for b in bad], [b[1] for b in bad]))
+            except ClusterError as exc:
+                log.warning("could not report %d bad replicas: %s", len(bad), exc)
         return got, failed
 
     def ack_many(self, msgs: Sequence[Message]) -> None:

@@ -90,7 +90,7 @@ class LocalCluster:
 
     base_dir: str
     datanodes: int = 3
-    replication: int = 1
+    replication: int = 2
     min_replicas: int | None = None
     heartbeat_s: float = 1.0
     dead_after_s: float = 5.0

@@ -382,9 +382,46 @@ class Heartbeat:
 
 @message(31)
 class HeartbeatReply:
-    """The master's commands for a data node: blobs to delete."""
+    """The master's commands for a data node: blobs to delete, blobs to copy, send inventory."""
 
     delete: list[int]
+    copies: list[CopyOrder]
+    inventory: bool  # the master wants this node's full list of blob ids
+
+
+@message(32)
+class CopyOrder:
+    """Copy these blobs to ``target`` (re-replication), then report with ``Replicated``."""
+
+    target: NodeRef
+    ids: list[int]
+
+
+@message(33)
+class Replicated:
+    """A data node copied ``ids`` to ``target``; ``missing`` were absent or corrupt at the source."""
+
+    node_id: str
+    target: str
+    ids: list[int]
+    missing: list[int]
+
+
+@message(34)
+class Inventory:
+    """A chunk of a data node's blob ids; ``done`` marks the last chunk."""
+
+    node_id: str
+    ids: list[int]
+    done: bool
+
+
+@message(35)
+class BadReplica:
+    """A client found these replicas missing or failing their checksum (parallel lists)."""
+
+    ids: list[int]
+    node_ids: list[str]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -404,7 +441,7 @@ class Put:
 
 @message(41)
 class Stored:
-    """Reply to Put: the node ids that durably hold every blob of the request."""
+    """Reply to Put: the node ids that durably hold every blob (fewer than asked if replicas failed)."""
 
     nodes: list[str]
 

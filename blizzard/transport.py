@@ -60,6 +60,13 @@ class Endpoint:
     def take(self, rid: int) -> Any | None:
         return self._early.pop(rid, None)
 
+    def received(self) -> list[int]:
+        """Request ids whose replies have arrived and not been taken."""
+        return list(self._early)
+
+    def discard_received(self) -> None:
+        self._early.clear()
+
     def read_one(self) -> None:
         """Read one waiting reply into the early-reply table (replies to forgotten ids are dropped)."""
         body = self._socket().recv(copy=True)

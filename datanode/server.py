@@ -20,9 +20,8 @@ from typing import Any
 import zmq
 
 from blizzard import protocol as p
-from blizzard.errors import (BlizzardError, InvalidArgument, NotEnoughDatanodes, PayloadTooLarge,
-                             StorageError)
-from blizzard.transport import Endpoint, RouterServer, error_reply, raise_if_error
+from blizzard.errors import BlizzardError, InvalidArgument, PayloadTooLarge, StorageError
+from blizzard.transport import Endpoint, RouterServer, error_reply
 from datanode.store import LevelDbStore
 
 log = logging.getLogger(__name__)
@@ -51,14 +50,16 @@ class DatanodeConfig:
 
 @dataclass
 class PutJob:
-    """A client's Put waiting for replica confirmations."""
+    """A write waiting for replica confirmations: a client's Put, or a copy ordered by the master."""
 
-    peer: bytes
+    peer: bytes | None  # the client to answer; None for a copy order
     rid: int
     needed: int
     deadline: float
     stored: list[str]
     waiting: set[int] = field(default_factory=set)  # forward request ids
+    copy: p.Replicated | None = None  # the report to send the master once a copy is confirmed
+    done: bool = False
 
 
 def load_node_id(data_dir: str) -> str:
@@ -191,19 +192,23 @@ class DatanodeServer:
                 continue
             job = PutJob(peer, rid, msg.min_copies, time.monotonic() + FORWARD_TIMEOUT_S,
                          [self.node_id])
-            relay = p.Put(msg.ids, msg.blobs, msg.crcs, [], 1)
-            for ref in msg.forward:
-                ep = self.peers.get(ref.addr) or self.peers.setdefault(ref.addr, Endpoint(self.ctx, ref.addr))
-                try:
-                    fid = ep.send(relay)
-                except TimeoutError:
-                    continue
-                job.waiting.add(fid)
-                self.jobs[fid] = job
-            self._maybe_finish(job)
+            self._forward(job, p.Put(msg.ids, msg.blobs, msg.crcs, [], 1), msg.forward)
+
+    def _forward(self, job: PutJob, relay: p.Put, targets: list[p.NodeRef]) -> None:
+        for ref in targets:
+            ep = self.peers.get(ref.addr)
+            if ep is None:
+                ep = self.peers[ref.addr] = Endpoint(self.ctx, ref.addr)
+            try:
+                fid = ep.send(relay)
+            except TimeoutError:
+                continue
+            job.waiting.add(fid)
+            self.jobs[fid] = job
+        self._maybe_finish(job)
 
     def _collect(self, ep: Endpoint) -> None:
-        for fid in [f for f in list(ep._early) if f in self.jobs]:
+        for fid in [f for f in ep.received() if f in self.jobs]:
             reply = ep.take(fid)
             job = self.jobs.pop(fid)
             job.waiting.discard(fid)
@@ -212,25 +217,56 @@ class DatanodeServer:
             else:
                 log.warning("replica %s refused a forwarded put: %s", ep.addr, reply)
             self._maybe_finish(job)
-        if ep is self.master and self.heartbeat_rid is not None:
-            reply = ep.take(self.heartbeat_rid)
+        if ep is self.master:
+            reply = ep.take(self.heartbeat_rid) if self.heartbeat_rid is not None else None
+            ep.discard_received()  # replies to reports need no action
             if reply is not None:
                 self.heartbeat_rid = None
-                if isinstance(reply, p.HeartbeatReply) and reply.delete:
-                    self.store.delete_many(reply.delete)
-                    log.debug("deleted %d blobs on the master's word", len(reply.delete))
+                if isinstance(reply, p.HeartbeatReply):
+                    self._obey(reply)
+
+    def _obey(self, reply: p.HeartbeatReply) -> None:
+        """Carry out the master's commands from a heartbeat reply."""
+        if reply.delete:
+            self.store.delete_many(reply.delete)
+            log.debug("deleted %d blobs on the master's word", len(reply.delete))
+        for order in reply.copies:
+            found = self.store.get_many(order.ids)
+            ids = [i for i, f in zip(order.ids, found) if f is not None]
+            missing = [i for i, f in zip(order.ids, found) if f is None]
+            report = p.Replicated(self.node_id, order.target.node_id, ids, missing)
+            if not ids:
+                self._report(report)
+                continue
+            job = PutJob(None, 0, 2, time.monotonic() + FORWARD_TIMEOUT_S, [self.node_id],
+                         copy=report)
+            relay = p.Put(ids, [f[0] for f in found if f is not None],
+                          [f[1] for f in found if f is not None], [], 1)
+            self._forward(job, relay, [order.target])
+        if reply.inventory:
+            ids = list(self.store.ids())
+            for start in range(0, max(1, len(ids)), p.MAX_BATCH):
+                chunk = ids[start:start + p.MAX_BATCH]
+                self._report(p.Inventory(self.node_id, chunk, start + p.MAX_BATCH >= len(ids)))
+
+    def _report(self, msg: object) -> None:
+        try:
+            self.master.send(msg)
+        except TimeoutError:
+            log.warning("could not report %s to the master", p.op_name(msg))
 
     def _maybe_finish(self, job: PutJob, timed_out: bool = False) -> None:
-        if job.peer is None:
+        if job.done or not (len(job.stored) >= job.needed or not job.waiting or timed_out):
             return
-        if len(job.stored) >= job.needed or not job.waiting or timed_out:
+        job.done = True
+        if job.copy is not None:
             if len(job.stored) >= job.needed:
-                reply: Any = p.Stored(job.stored)
+                self._report(job.copy)
             else:
-                reply = error_reply(NotEnoughDatanodes(
-                    f"only {len(job.stored)} of {job.needed} replicas stored the blobs"))
-            self.router.reply(job.peer, job.rid, reply)
-            job.peer = None  # type: ignore[assignment]
+                log.warning("copy of %d blobs to %s failed", len(job.copy.ids), job.copy.target)
+        elif job.peer is not None:
+            # Report who stored the blobs; the client decides whether that is enough.
+            self.router.reply(job.peer, job.rid, p.Stored(job.stored))
 
     def _expire_jobs(self, now: float) -> None:
         for fid, job in list(self.jobs.items()):

@@ -15,7 +15,7 @@ class MasterConfig:
 
     data_dir: str
     bind: str = "tcp://127.0.0.1:5555"
-    replication: int = 1  # copies of each item (R)
+    replication: int = 2  # copies of each item (R)
     min_replicas: int | None = None  # copies that must be durable before an enqueue is acked (W); None = R
     heartbeat_s: float = 1.0  # data nodes are told to heartbeat this often
     dead_after_s: float = 5.0  # a node silent this long is dead

@@ -60,3 +60,19 @@ class NodeSeen:
 
     node_id: str
     addr: str
+
+
+@message(106)
+class AddReplicas:
+    """``node`` now holds a confirmed copy of each of ``ids``."""
+
+    ids: list[int]
+    node: str
+
+
+@message(107)
+class DropReplicas:
+    """``node`` no longer holds a usable copy of ``ids`` (lost, corrupt, or deleted as excess)."""
+
+    ids: list[int]
+    node: str

@@ -24,6 +24,7 @@ from master import checks
 from master.config import MasterConfig
 from master.membership import Membership
 from master.records import AckItems, CommitItems, LeaseItems, NodeSeen, ReleaseItems, Reserve
+from master.repair import Repairer
 from master.state import LEASED, State
 from master.wal import Wal
 
@@ -71,6 +72,11 @@ class MasterServer:
                  time.monotonic() - started, len(self.state.items), self.state.id_hi)
         self.next_id = self.state.id_hi
         self.membership = Membership(config.dead_after_s)
+        self.repair = Repairer(self.state, self.membership, config.replication)
+        self.live_nodes: set[str] = set()
+        # Safe mode (as HDFS's): until data nodes have had time to report after a start, a node
+        # that has not heartbeated yet is not dead, so nothing is re-replicated or deleted.
+        self.safe_until = time.monotonic() + config.dead_after_s
         self.pending: dict[int, Pending] = {}
         self.pending_expiry: list[tuple[float, list[int]]] = []
         self.waiters: list[Waiter] = []
@@ -136,6 +142,26 @@ class MasterServer:
                         self.deletes.setdefault(node, []).append(item_id)
         if self.waiters:
             self._serve_waiters(now, mono)
+        self._watch_nodes(mono)
+
+    def _watch_nodes(self, mono: float) -> None:
+        """Notice nodes dying; plan re-replication once out of safe mode."""
+        live = {n.node_id for n in self.membership.alive(mono)}
+        for node_id in self.live_nodes - live:
+            log.warning("data node %s is dead (silent for %.1fs)", node_id, self.config.dead_after_s)
+            self.deletes.pop(node_id, None)  # its inventory is reconciled if it comes back
+            for order in self.repair.orders.pop(node_id, []):
+                for item_id in order.ids:
+                    self.repair.in_flight.pop(item_id, None)
+            self.repair.rescan()
+        self.live_nodes = live
+        if self.safe_until:
+            if mono < self.safe_until:
+                return
+            log.info("leaving safe mode with %d live data nodes", len(live))
+            self.safe_until = 0.0
+            self.repair.rescan()
+        self.repair.plan(mono)
 
     def _serve_waiters(self, now: float, mono: float) -> None:
         still = []
@@ -297,24 +323,50 @@ class MasterServer:
                               mono - n.last_seen, n.items, n.bytes_used, n.free_bytes)
                  for n in sorted(self.membership.nodes.values(), key=lambda n: n.node_id)]
         queues = [self._queue_stats(name, now) for name in sorted(self.state.queues)]
-        alive = {n.node_id for n in self.membership.alive(mono)}
-        under = sum(1 for item in self.state.items.values()
-                    if sum(1 for n in item.nodes if n in alive) < self.config.replication)
+        under = self.repair.under_replicated(mono)
         return p.ClusterStatus(nodes, queues, under, self.config.replication)
 
     def _heartbeat(self, msg: p.Heartbeat, now: float, mono: float, *_: Any) -> p.HeartbeatReply:
         if not msg.node_id or not msg.addr.startswith("tcp://"):
             raise InvalidArgument("a heartbeat needs a node id and a tcp:// address")
-        if self.membership.heartbeat(msg.node_id, msg.addr, msg.items, msg.bytes_used,
-                                     msg.free_bytes, mono):
-            log.info("data node %s at %s is alive", msg.node_id, msg.addr)
+        fresh = self.membership.heartbeat(msg.node_id, msg.addr, msg.items, msg.bytes_used,
+                                           msg.free_bytes, mono)
+        if fresh:
+            log.info("data node %s at %s is alive; asking for its inventory", msg.node_id, msg.addr)
+            self.repair.start_inventory(msg.node_id)
+            self.repair.rescan()
         if self.state.node_addrs.get(msg.node_id) != msg.addr:
             self.log_record(NodeSeen(msg.node_id, msg.addr))
         todo = self.deletes.pop(msg.node_id, [])
         if len(todo) > p.MAX_BATCH:
             self.deletes[msg.node_id] = todo[p.MAX_BATCH:]
             todo = todo[:p.MAX_BATCH]
-        return p.HeartbeatReply(delete=todo)
+        return p.HeartbeatReply(delete=todo, copies=self.repair.take_orders(msg.node_id),
+                                inventory=fresh)
+
+    def _replicated(self, msg: p.Replicated, now: float, mono: float, *_: Any) -> p.Ok:
+        records, stale = self.repair.replicated(msg, mono)
+        for rec in records:
+            self.log_record(rec)
+        if stale:
+            self.deletes.setdefault(msg.target, []).extend(stale)
+        return p.Ok()
+
+    def _inventory(self, msg: p.Inventory, now: float, mono: float, *_: Any) -> p.Ok:
+        records, delete = self.repair.inventory(msg, self.pending, mono)
+        for rec in records:
+            self.log_record(rec)
+        if delete:
+            self.deletes.setdefault(msg.node_id, []).extend(delete)
+        return p.Ok()
+
+    def _bad_replica(self, msg: p.BadReplica, now: float, mono: float, *_: Any) -> p.Ok:
+        checks.same_length(ids=msg.ids, node_ids=msg.node_ids)
+        for rec in self.repair.bad_replicas(msg.ids, msg.node_ids):
+            log.warning("replicas of %d items on %s reported unreadable", len(rec.ids), rec.node)
+            self.log_record(rec)
+            self.deletes.setdefault(rec.node, []).extend(rec.ids)
+        return p.Ok()
 
     _HANDLERS = {
         p.Alloc: _alloc,
@@ -325,4 +377,7 @@ class MasterServer:
         p.Stats: _stats,
         p.Status: _status,
         p.Heartbeat: _heartbeat,
+        p.Replicated: _replicated,
+        p.Inventory: _inventory,
+        p.BadReplica: _bad_replica,
     }

@@ -14,7 +14,8 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 
-from master.records import AckItems, CommitItems, LeaseItems, NodeSeen, ReleaseItems, Reserve
+from master.records import (AckItems, AddReplicas, CommitItems, DropReplicas, LeaseItems, NodeSeen,
+                            ReleaseItems, Reserve)
 
 READY, DELAYED, LEASED = 0, 1, 2
 
@@ -126,7 +127,21 @@ class State:
     def _apply_node_seen(self, rec: NodeSeen) -> None:
         self.node_addrs[rec.node_id] = rec.addr
 
+    def _apply_add_replicas(self, rec: AddReplicas) -> None:
+        for item_id in rec.ids:
+            item = self.items.get(item_id)
+            if item is not None and rec.node not in item.nodes:
+                item.nodes = item.nodes + (rec.node,)
+
+    def _apply_drop_replicas(self, rec: DropReplicas) -> None:
+        for item_id in rec.ids:
+            item = self.items.get(item_id)
+            if item is not None and rec.node in item.nodes:
+                item.nodes = tuple(n for n in item.nodes if n != rec.node)
+
     _APPLY = {
+        AddReplicas: _apply_add_replicas,
+        DropReplicas: _apply_drop_replicas,
         NodeSeen: _apply_node_seen,
         Reserve: _apply_reserve,
         CommitItems: _apply_commit,

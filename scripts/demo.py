@@ -29,7 +29,7 @@ def verify(data: bytes) -> int:
 @click.option("--items", default=10_000, show_default=True, type=click.IntRange(1, 10_000_000))
 @click.option("--batch", default=100, show_default=True, type=click.IntRange(1, 10_000))
 @click.option("--datanodes", default=3, show_default=True, type=click.IntRange(1, 16))
-@click.option("--replication", default=1, show_default=True, type=click.IntRange(1, 9))
+@click.option("--replication", default=2, show_default=True, type=click.IntRange(1, 9))
 def main(items: int, batch: int, datanodes: int, replication: int) -> None:
     """Start a cluster under a temp dir, produce and consume ITEMS items, report, stop."""
     with tempfile.TemporaryDirectory(prefix="blizzard-demo-") as base:

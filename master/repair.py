@@ -1,0 +1,189 @@
+"""Re-replication and inventory reconciliation: keep every item at R live replicas.
+
+The master never moves payload bytes: it tells a live holder to copy blobs to a chosen
+target (a ``CopyOrder`` in the holder's next heartbeat reply) and records the new replica
+only when the holder reports the copy confirmed. Work is found by scanning item ids in
+slices (after a node dies or joins, and once when safe mode ends) and is bounded in flight
+so foreground traffic keeps flowing. Time is passed in; nothing here touches a socket.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from typing import Any
+
+from blizzard import protocol as p
+from master.membership import Membership
+from master.records import AddReplicas, DropReplicas
+from master.state import State
+
+log = logging.getLogger(__name__)
+
+SCAN_SLICE = 20_000  # item ids examined per loop pass
+MAX_IN_FLIGHT = 20_000  # items being copied at once
+ORDER_ITEMS = 1_000  # ids per copy order
+COPY_TIMEOUT_S = 15.0
+
+
+class Repairer:
+    """Finds under-replicated items, plans copies, and reconciles node inventories."""
+
+    def __init__(self, state: State, membership: Membership, replication: int) -> None:
+        self.state = state
+        self.membership = membership
+        self.replication = replication
+        self.scan: deque[int] = deque()
+        self.in_flight: dict[int, float] = {}  # item id -> give-up time (monotonic)
+        self.orders: dict[str, list[p.CopyOrder]] = {}  # source node id -> orders to hand out
+        self.inventories: dict[str, tuple[int, set[int]]] = {}  # node -> (id mark, ids so far)
+        self.copied = 0
+        self._next_expiry_check = 0.0
+
+    def rescan(self) -> None:
+        """Look at every item again (a node died or joined, or safe mode ended)."""
+        self.scan = deque(self.state.items)
+
+    def live_replicas(self, nodes: tuple[str, ...], now: float) -> list[str]:
+        alive = self.membership.nodes
+        return [n for n in nodes if n in alive and self.membership.is_alive(alive[n], now)]
+
+    # -- planning ----------------------------------------------------------------------------
+
+    def plan(self, now: float) -> None:
+        """Examine a slice of the scan queue and turn under-replicated items into copy orders."""
+        if now >= self._next_expiry_check and self.in_flight:
+            self._next_expiry_check = now + 1.0
+            for item_id, until in list(self.in_flight.items()):
+                if until <= now:  # the copy was never confirmed: look again
+                    del self.in_flight[item_id]
+                    self.scan.append(item_id)
+        if not self.scan or len(self.in_flight) >= MAX_IN_FLIGHT:
+            return
+        alive = sorted(self.membership.alive(now), key=lambda n: (-n.free_bytes, n.node_id))
+        if len(alive) < 2:
+            return
+        batches: dict[tuple[str, str], list[int]] = {}
+        for _ in range(min(SCAN_SLICE, len(self.scan))):
+            if len(self.in_flight) >= MAX_IN_FLIGHT:
+                break
+            item_id = self.scan.popleft()
+            item = self.state.items.get(item_id)
+            if item is None or item_id in self.in_flight:
+                continue
+            live = self.live_replicas(item.nodes, now)
+            if not live or len(live) >= self.replication:
+                continue  # nothing to copy from, or nothing to do
+            target = next((n for n in alive if n.node_id not in item.nodes), None)
+            if target is None:
+                continue
+            # rotate targets so one repair wave spreads over the cluster
+            alive.append(alive.pop(alive.index(target)))
+            source = live[item_id % len(live)]
+            batches.setdefault((source, target.node_id), []).append(item_id)
+            self.in_flight[item_id] = now + COPY_TIMEOUT_S
+        for (source, target), ids in batches.items():
+            ref = p.NodeRef(target, self.membership.nodes[target].addr)
+            for start in range(0, len(ids), ORDER_ITEMS):
+                self.orders.setdefault(source, []).append(p.CopyOrder(ref, ids[start:start + ORDER_ITEMS]))
+
+    def take_orders(self, node_id: str) -> list[p.CopyOrder]:
+        return self.orders.pop(node_id, [])
+
+    # -- reports from data nodes and clients -------------------------------------------------
+
+    def replicated(self, msg: p.Replicated, now: float) -> tuple[list[Any], list[int]]:
+        """Records for a confirmed copy, plus ids the target should delete (item gone meanwhile).
+
+        Once an item is back to R live replicas, its replicas on dead nodes are forgotten: if
+        such a node returns, its copy is excess and its inventory report deletes it.
+        """
+        records: list[Any] = []
+        stale = []
+        confirmed = []
+        forget: dict[str, list[int]] = {}
+        for item_id in msg.ids:
+            self.in_flight.pop(item_id, None)
+            item = self.state.items.get(item_id)
+            if item is None:
+                stale.append(item_id)
+                continue
+            if msg.target not in item.nodes:
+                confirmed.append(item_id)
+            nodes = item.nodes + (() if msg.target in item.nodes else (msg.target,))
+            live = self.live_replicas(nodes, now)
+            if len(live) >= self.replication:
+                for node in nodes:
+                    if node not in live:
+                        forget.setdefault(node, []).append(item_id)
+        if confirmed:
+            records.append(AddReplicas(confirmed, msg.target))
+            self.copied += len(confirmed)
+        records += [DropReplicas(ids, node) for node, ids in forget.items()]
+        if msg.missing:
+            lost = [i for i in msg.missing if i in self.state.items]
+            for item_id in lost:
+                self.in_flight.pop(item_id, None)
+            if lost:
+                log.warning("node %s lost %d replicas; re-replicating from others", msg.node_id, len(lost))
+                records.append(DropReplicas(lost, msg.node_id))
+                self.scan.extend(lost)
+        return records, stale
+
+    def bad_replicas(self, ids: list[int], node_ids: list[str]) -> list[Any]:
+        """Records dropping replicas a client could not read; their items are queued for repair."""
+        by_node: dict[str, list[int]] = {}
+        for item_id, node in zip(ids, node_ids):
+            item = self.state.items.get(item_id)
+            if item is not None and node in item.nodes:
+                by_node.setdefault(node, []).append(item_id)
+        records = [DropReplicas(v, k) for k, v in by_node.items()]
+        for v in by_node.values():
+            self.scan.extend(v)
+        return records
+
+    def start_inventory(self, node_id: str) -> None:
+        self.inventories[node_id] = (self.state.id_hi, set())
+
+    def inventory(self, msg: p.Inventory, pending: Any, now: float) -> tuple[list[Any], list[int]]:
+        """Reconcile a chunk of a node's inventory: (records to log, ids the node should delete).
+
+        A blob is kept if its item wants it (counted again as a replica); deleted if the item
+        is gone, or already has R live replicas elsewhere. When the last chunk arrives, items
+        the master placed on the node but the node did not list are dropped from it -- only
+        those committed before the inventory began, so writes racing with it are safe.
+        """
+        mark, seen = self.inventories.get(msg.node_id, (self.state.id_hi, set()))
+        self.inventories[msg.node_id] = (mark, seen)
+        seen.update(msg.ids)
+        delete, regained, excess = [], [], []
+        for item_id in msg.ids:
+            item = self.state.items.get(item_id)
+            if item is None:
+                if item_id not in pending:
+                    delete.append(item_id)
+                continue
+            others = [n for n in item.nodes if n != msg.node_id]
+            if len(self.live_replicas(tuple(others), now)) >= self.replication:
+                delete.append(item_id)
+                if msg.node_id in item.nodes:
+                    excess.append(item_id)
+            elif msg.node_id not in item.nodes:
+                regained.append(item_id)
+        records: list[Any] = [AddReplicas(regained, msg.node_id)] if regained else []
+        if excess:
+            records.append(DropReplicas(excess, msg.node_id))
+        if msg.done:
+            del self.inventories[msg.node_id]
+            lost = [item.id for item in self.state.items.values()
+                    if item.id < mark and msg.node_id in item.nodes and item.id not in seen]
+            if lost:
+                records.append(DropReplicas(lost, msg.node_id))
+                self.scan.extend(lost)
+            log.info("inventory of %s: %d blobs, %d regained, %d to delete, %d missing",
+                     msg.node_id, len(seen), len(regained), len(delete), len(lost))
+        return records, delete
+
+    def under_replicated(self, now: float) -> int:
+        return sum(1 for item in self.state.items.values()
+                   if len(self.live_replicas(item.nodes, now)) < self.replication)
