@@ -30,7 +30,7 @@ def cluster_factory(tmp_path, request) -> Iterator[Callable[..., LocalCluster]]:
 
 @pytest.fixture
 def cluster(cluster_factory) -> LocalCluster:
-    """One master and three data nodes, R=1, short heartbeats."""
+    """One master and three data nodes, R=2, short heartbeats."""
     return cluster_factory(datanodes=3, heartbeat_s=0.2, dead_after_s=1.5)
 
 

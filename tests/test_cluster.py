@@ -114,7 +114,7 @@ def test_a_master_that_is_down_gives_a_clear_error_not_a_hang():
 
 
 def test_oversize_payload_is_refused_before_any_bytes_move(cluster_factory):
-    cl = cluster_factory(datanodes=1, master_args=["--max-item-bytes", "1000"])
+    cl = cluster_factory(datanodes=1, replication=1, master_args=["--max-item-bytes", "1000"])
     with Client(cl.master_addr, timeout_s=5) as c:
         with pytest.raises(PayloadTooLarge, match="1001 bytes"):
             c.enqueue("jobs", b"x" * 1001)
@@ -167,7 +167,7 @@ def test_malformed_frames_get_error_replies_and_the_server_keeps_serving(cluster
 
 
 def test_uncommitted_enqueue_expires_and_its_blobs_are_deleted(cluster_factory):
-    cl = cluster_factory(datanodes=1, heartbeat_s=0.2, dead_after_s=1.5,
+    cl = cluster_factory(datanodes=1, replication=1, heartbeat_s=0.2, dead_after_s=1.5,
                          master_args=["--pending-timeout-s", "0.5"])
     ctx = zmq.Context.instance()
     master = Endpoint(ctx, cl.master_addr)
