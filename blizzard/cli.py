@@ -64,6 +64,9 @@ log_level = click.option("--log-level", default="info", show_default=True,
                          help="Logging verbosity.")
 master_opt = click.option("--master", "master", type=ADDRESS, envvar="BLIZZARD_MASTER",
                           default=DEFAULT_MASTER, show_default=True, help=MASTER_HELP)
+timeout_opt = click.option("--timeout-s", default=10.0, show_default=True,
+                           type=click.FloatRange(0.1), help="Give up on an unresponsive master "
+                           "after this long (requests are retried meanwhile).")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -186,13 +189,14 @@ def cluster(data_dir: str, datanodes: int, replication: int, port: int, node_por
 @click.argument("queue")
 @click.argument("data", nargs=-1, required=True)
 @master_opt
+@timeout_opt
 @click.option("--priority", default=0, show_default=True, type=int,
               help="Lower is served first.")
-def enqueue(queue: str, data: tuple[str, ...], master: str, priority: int) -> None:
+def enqueue(queue: str, data: tuple[str, ...], master: str, timeout_s: float, priority: int) -> None:
     """Add each DATA argument (UTF-8 text) to QUEUE as one item; prints the ids."""
     from blizzard.client import Client
 
-    with Client(master) as c:
+    with Client(master, timeout_s=timeout_s) as c:
         for item_id in c.enqueue_many(queue, [d.encode() for d in data], priority=priority):
             click.echo(item_id)
 
@@ -200,6 +204,7 @@ def enqueue(queue: str, data: tuple[str, ...], master: str, priority: int) -> No
 @cli.command()
 @click.argument("queue")
 @master_opt
+@timeout_opt
 @click.option("--n", default=1, show_default=True, type=click.IntRange(1, 10000),
               help="How many items to take at most.")
 @click.option("--ack/--no-ack", default=True, show_default=True,
@@ -209,11 +214,12 @@ def enqueue(queue: str, data: tuple[str, ...], master: str, priority: int) -> No
               help="Lease length.")
 @click.option("--wait-s", default=0.0, show_default=True, type=click.FloatRange(0, 300),
               help="Wait this long for an item if the queue is empty.")
-def dequeue(queue: str, master: str, n: int, ack: bool, lease_s: float, wait_s: float) -> None:
+def dequeue(queue: str, master: str, timeout_s: float, n: int, ack: bool, lease_s: float,
+            wait_s: float) -> None:
     """Take items from QUEUE and print `id<TAB>data` lines (exit 3 if none)."""
     from blizzard.client import Client
 
-    with Client(master) as c:
+    with Client(master, timeout_s=timeout_s) as c:
         msgs = c.dequeue_many(queue, n, lease_s=lease_s, wait_s=wait_s)
         for m in msgs:
             click.echo(f"{m.id}\t{m.data.decode(errors='backslashreplace')}")
@@ -226,11 +232,12 @@ def dequeue(queue: str, master: str, n: int, ack: bool, lease_s: float, wait_s: 
 
 @cli.command()
 @master_opt
-def status(master: str) -> None:
+@timeout_opt
+def status(master: str, timeout_s: float) -> None:
     """Show data nodes (alive, items, bytes) and queues (ready, leased)."""
     from blizzard.client import Client
 
-    with Client(master) as c:
+    with Client(master, timeout_s=timeout_s) as c:
         st = c.status()
     click.echo(f"data nodes (replication {st.replication}, under-replicated items "
                f"{st.under_replicated}):")

@@ -6,7 +6,10 @@ go straight to data nodes; the master only sees ids, sizes and checksums.
 
 from __future__ import annotations
 
+import itertools
 import logging
+import time
+import uuid
 import zlib
 from collections import defaultdict
 from dataclasses import dataclass
@@ -24,6 +27,25 @@ log = logging.getLogger(__name__)
 CHUNK_ITEMS = 1000  # items per alloc/put/commit round
 CHUNK_BYTES = 16 * 1024 * 1024
 PUT_ATTEMPTS = 3
+ATTEMPT_S = 5.0  # one try at a master request before it is sent again
+RETRYABLE = {"master_starting"}
+
+
+@dataclass(slots=True)
+class LeasedItem:
+    """A leased item as the master described it: where its replicas are, what to check.
+
+    Picklable, so a driver can lease and hand items to workers that ``fetch`` them.
+    """
+
+    id: int
+    lease: int
+    size: int
+    crc: int
+    attempts: int
+    priority: int
+    enqueued_at: float
+    nodes: list[p.NodeRef]
 
 
 @dataclass
@@ -44,6 +66,10 @@ class Message:
 
     def nack(self, delay_s: float = 0.0) -> None:
         self._client.nack_many([self], delay_s=delay_s)
+
+    def extend(self, lease_s: float) -> None:
+        """Keep the lease for ``lease_s`` more seconds from now (a long job's touch)."""
+        self._client.extend_many([self], lease_s=lease_s)
 
     def __enter__(self) -> "Message":
         return self
@@ -66,14 +92,19 @@ def _as_bytes(data: Any) -> bytes:
 class Client:
     """A connection to one Blizzard cluster, addressed by its master."""
 
-    def __init__(self, master: str = "tcp://127.0.0.1:5555", *, timeout_s: float = 10.0,
-                 ctx: zmq.Context | None = None) -> None:
-        if timeout_s <= 0:
-            raise InvalidArgument("timeout_s must be positive")
+    def __init__(self, master: str = "tcp://127.0.0.1:5555", *, timeout_s: float = 30.0,
+                 node_timeout_s: float = 5.0, ctx: zmq.Context | None = None) -> None:
+        """``timeout_s`` bounds each call: master requests are retried with back-off until then,
+        so a master restart is ridden through; past it, ``MasterUnavailable``.
+        ``node_timeout_s`` is how long one data node may take before another replica is tried."""
+        if timeout_s <= 0 or node_timeout_s <= 0:
+            raise InvalidArgument("timeout_s and node_timeout_s must be positive")
+        self.node_timeout_s = min(node_timeout_s, timeout_s)
         self.ctx = ctx or zmq.Context.instance()
         self.timeout_s = timeout_s
         self.master = Endpoint(self.ctx, master)
         self.nodes: dict[str, Endpoint] = {}
+        self._calls = (f"{uuid.uuid4().hex[:16]}-{n}" for n in itertools.count())
 
     def __enter__(self) -> "Client":
         return self
@@ -96,12 +127,35 @@ class Client:
         return ep
 
     def _master_many(self, msgs: list[Any], extra_s: float = 0.0) -> list[Any]:
-        replies = call_many([(self.master, m) for m in msgs], self.timeout_s + extra_s)
-        for reply in replies:
-            if isinstance(reply, TimeoutError):
+        """Send requests to the master, retrying timeouts with back-off until the deadline.
+
+        Retrying is safe: allocs are cheap to repeat, commits and acks are idempotent, and a
+        lease carries a request id so its retry returns the same items.
+        """
+        deadline = time.monotonic() + self.timeout_s + extra_s
+        results: list[Any] = [None] * len(msgs)
+        todo = list(range(len(msgs)))
+        pause = 0.05
+        while True:
+            attempt_s = min(deadline - time.monotonic(), ATTEMPT_S + extra_s)
+            replies = call_many([(self.master, msgs[i]) for i in todo], max(attempt_s, 0.01))
+            again = []
+            for i, reply in zip(todo, replies):
+                results[i] = reply
+                if isinstance(reply, TimeoutError) or (isinstance(reply, p.Error)
+                                                       and reply.code in RETRYABLE):
+                    again.append(i)
+            if not again:
+                return [raise_if_error(r) for r in results]
+            if time.monotonic() + pause >= deadline:
+                last = results[again[0]]
+                if isinstance(last, p.Error):
+                    raise_if_error(last)
                 raise MasterUnavailable(f"master {self.master.addr} did not answer within "
                                         f"{self.timeout_s + extra_s:g}s")
-        return [raise_if_error(r) for r in replies]
+            time.sleep(pause)
+            pause = min(1.0, pause * 2)
+            todo = again
 
     def _master(self, msg: Any, extra_s: float = 0.0) -> Any:
         return self._master_many([msg], extra_s)[0]
@@ -114,11 +168,20 @@ class Client:
 
     def enqueue_many(self, queue: str, items: Iterable[bytes], *, priority: int = 0) -> list[int]:
         """Add items in order; returns their ids once all are durable and visible."""
+        staged = self.stage(queue, items, priority=priority)
+        self.commit(staged)
+        return [i for ids, _ in staged for i in ids]
+
+    def stage(self, queue: str, items: Iterable[bytes], *,
+              priority: int = 0) -> list[tuple[list[int], list[str]]]:
+        """Phases 1-2 of an enqueue: ids allocated, payloads durable on data nodes, nothing visible.
+
+        Returns (ids, node ids) per chunk for ``commit``; if it is never committed, the master
+        drops the items after its pending timeout and deletes their blobs.
+        """
         if type(priority) is not int:
             raise InvalidArgument(f"priority must be an integer, got {type(priority).__name__}")
         blobs = [_as_bytes(d) for d in items]
-        if not blobs:
-            return []
         chunks: list[list[bytes]] = [[]]
         size = 0
         for blob in blobs:
@@ -127,12 +190,19 @@ class Client:
                 size = 0
             chunks[-1].append(blob)
             size += len(blob)
-        ids: list[int] = []
-        for start in range(0, len(chunks), 8):  # up to 8 chunks in flight at once
-            ids += self._enqueue_chunks(queue, chunks[start:start + 8], priority)
-        return ids
+        staged: list[tuple[list[int], list[str]]] = []
+        if blobs:
+            for start in range(0, len(chunks), 8):  # up to 8 chunks in flight at once
+                staged += self._stage_chunks(queue, chunks[start:start + 8], priority)
+        return staged
 
-    def _enqueue_chunks(self, queue: str, chunks: list[list[bytes]], priority: int) -> list[int]:
+    def commit(self, staged: list[tuple[list[int], list[str]]]) -> None:
+        """Phase 3: make staged items visible, all chunks in one round trip (idempotent)."""
+        if staged:
+            self._master_many([p.Commit(ids, nodes) for ids, nodes in staged])
+
+    def _stage_chunks(self, queue: str, chunks: list[list[bytes]],
+                      priority: int) -> list[tuple[list[int], list[str]]]:
         crcs = [[zlib.crc32(b) for b in chunk] for chunk in chunks]
         allocs = [p.Alloc(queue, [len(b) for b in chunk], c, [priority] * len(chunk), [])
                   for chunk, c in zip(chunks, crcs)]
@@ -152,9 +222,7 @@ class Client:
                                     sorted(exclude))
                 placements[i] = self._master(allocs[i])
                 stored[i] = self._put_all([placements[i]], [chunks[i]], [crcs[i]])[0]
-        commits = [p.Commit(pl.ids, s.nodes) for pl, s in zip(placements, stored)]
-        self._master_many(commits)
-        return [i for pl in placements for i in pl.ids]
+        return [(pl.ids, s.nodes) for pl, s in zip(placements, stored)]
 
     def _put_all(self, placements: list[p.Placement], chunks: list[list[bytes]],
                  crcs: list[list[int]]) -> list[Any]:
@@ -164,7 +232,7 @@ class Client:
             first, rest = pl.nodes[0], pl.nodes[1:]
             calls.append((self._node(first.addr), p.Put(pl.ids, chunk, c, list(rest), pl.min_copies)))
         out: list[Any] = []
-        for pl, reply in zip(placements, call_many(calls, self.timeout_s)):
+        for pl, reply in zip(placements, call_many(calls, self.node_timeout_s)):
             placed = [n.node_id for n in pl.nodes]
             if isinstance(reply, p.Stored):
                 if len(reply.nodes) >= pl.min_copies:
@@ -189,17 +257,18 @@ class Client:
         msgs = self.dequeue_many(queue, 1, lease_s=lease_s, wait_s=wait_s)
         return msgs[0] if msgs else None
 
-    def dequeue_many(self, queue: str, n: int, *, lease_s: float = 30.0,
-                     wait_s: float = 0.0) -> list[Message]:
-        """Lease up to ``n`` head items and fetch their payloads (fewer if fewer are ready)."""
-        for name, value in (("n", n),):
-            if type(value) is not int:
-                raise InvalidArgument(f"{name} must be an integer")
-        leased: p.Leased = self._master(p.Lease(queue, n, float(lease_s), float(wait_s)),
-                                        extra_s=float(wait_s) if wait_s > 0 else 0.0)
-        if not leased.items:
+    def dequeue_many(self, queue: str, n: int, *, lease_s: float = 30.0, wait_s: float = 0.0,
+                     ack: Sequence[Message] = ()) -> list[Message]:
+        """Lease up to ``n`` head items and fetch their payloads (fewer if fewer are ready).
+
+        ``ack`` settles a previous batch in the same round trip to the master (raising
+        ``LeaseExpired`` for any of those whose lease was lost, after the new batch is leased,
+        which is then given back).
+        """
+        items = self.lease(queue, n, lease_s=lease_s, wait_s=wait_s, ack=ack)
+        if not items:
             return []
-        payloads, failed = self._fetch(leased.items)
+        payloads, failed = self.fetch(items)
         if failed:
             log.warning("%d leased items could not be read from any replica; releasing them",
                         len(failed))
@@ -208,16 +277,49 @@ class Client:
                 raise DatanodeUnavailable(f"no replica of items {[i.id for i in failed][:5]} "
                                           "could be read")
         return [Message(i.id, payloads[i.id], queue, i.attempts, i.priority, i.enqueued_at,
-                        i.lease, self) for i in leased.items if i.id in payloads]
+                        i.lease, self) for i in items if i.id in payloads]
 
-    def _fetch(self, items: list[p.LeasedItem]) -> tuple[dict[int, bytes], list[p.LeasedItem]]:
+    def lease(self, queue: str, n: int, *, lease_s: float = 30.0, wait_s: float = 0.0,
+              ack: Sequence[Any] = ()) -> list[LeasedItem]:
+        """Lease up to ``n`` items without reading them (ids, leases, replica locations)."""
+        if type(n) is not int:
+            raise InvalidArgument("n must be an integer")
+        if isinstance(lease_s, bool) or not isinstance(lease_s, (int, float)) \
+                or isinstance(wait_s, bool) or not isinstance(wait_s, (int, float)):
+            raise InvalidArgument("lease_s and wait_s must be numbers of seconds")
+        leased: p.Leased = self._master(
+            p.Lease(queue, n, float(lease_s), float(wait_s), next(self._calls),
+                    [m.id for m in ack], [m.lease for m in ack]),
+            extra_s=float(wait_s) if wait_s > 0 else 0.0)
+        items = [LeasedItem(leased.ids[i], leased.leases[i], leased.sizes[i], leased.crcs[i],
+                            leased.attempts[i], leased.priorities[i], leased.enqueued_at[i],
+                            leased.replica_sets[leased.replica_set[i]].nodes)
+                 for i in range(len(leased.ids))]
+        if leased.lost:
+            if items:
+                self._master(p.Nack([i.id for i in items], [i.lease for i in items], 0.0))
+            raise LeaseExpired(f"the lease on items {leased.lost[:10]} expired before the ack; "
+                               "another consumer may hold them")
+        return items
+
+    def consume(self, queue: str, n: int = 100, *, lease_s: float = 30.0,
+                wait_s: float = 1.0) -> "Consumer":
+        """Batches from ``queue``, each acked together with the next lease (one round trip).
+
+        ``with c.consume("jobs") as batches: for msgs in batches: ...`` -- a batch counts as
+        done when the loop asks for the next one; leaving the block normally acks the last
+        batch, leaving it by an exception gives the unfinished batch back.
+        """
+        return Consumer(self, queue, n, lease_s, wait_s)
+
+    def fetch(self, items: list["LeasedItem"]) -> tuple[dict[int, bytes], list["LeasedItem"]]:
         """Read payloads, trying each item's replicas in turn; verify size and checksum (P5)."""
         got: dict[int, bytes] = {}
-        failed: list[p.LeasedItem] = []
+        failed: list[LeasedItem] = []
         bad: list[tuple[int, str]] = []  # (item id, node id) of replicas that answered without it
         todo = [(item, 0) for item in items]  # (item, index of the replica to try)
         while todo:
-            by_addr: dict[str, list[tuple[p.LeasedItem, int]]] = defaultdict(list)
+            by_addr: dict[str, list[tuple[LeasedItem, int]]] = defaultdict(list)
             for item, k in todo:
                 while k < len(item.nodes) and not item.nodes[k].addr:
                     k += 1
@@ -227,7 +329,7 @@ class Client:
                     failed.append(item)
             calls = [(self._node(a), p.Get([i.id for i, _ in group])) for a, group in by_addr.items()]
             todo = []
-            for (addr, group), reply in zip(by_addr.items(), call_many(calls, self.timeout_s)):
+            for (addr, group), reply in zip(by_addr.items(), call_many(calls, self.node_timeout_s)):
                 answered = isinstance(reply, p.Blobs)
                 if answered:
                     for item_id, blob in zip(reply.ids, reply.blobs):
@@ -251,15 +353,19 @@ class Client:
                 log.warning("could not report %d bad replicas: %s", len(bad), exc)
         return got, failed
 
-    def ack_many(self, msgs: Sequence[Message]) -> None:
+    def extend_many(self, msgs: Sequence[Any], *, lease_s: float) -> None:
+        """Extend leases to ``lease_s`` seconds from now; ``LeaseExpired`` if one was lost."""
+        self._settle(msgs, lambda ids, leases: p.Extend(ids, leases, float(lease_s)))
+
+    def ack_many(self, msgs: Sequence[Any]) -> None:
         """Finish leased messages; raises ``LeaseExpired`` naming any whose lease was lost."""
         self._settle(msgs, lambda ids, leases: p.Ack(ids, leases))
 
-    def nack_many(self, msgs: Sequence[Message], *, delay_s: float = 0.0) -> None:
+    def nack_many(self, msgs: Sequence[Any], *, delay_s: float = 0.0) -> None:
         """Give leased messages back to the queue now (or after ``delay_s``)."""
         self._settle(msgs, lambda ids, leases: p.Nack(ids, leases, float(delay_s)))
 
-    def _settle(self, msgs: Sequence[Message], make: Any) -> None:
+    def _settle(self, msgs: Sequence[Any], make: Any) -> None:
         lost: list[int] = []
         for start in range(0, len(msgs), p.MAX_BATCH):
             part = msgs[start:start + p.MAX_BATCH]
@@ -280,3 +386,46 @@ class Client:
     def status(self) -> p.ClusterStatus:
         """The cluster as the master sees it: data nodes and queues."""
         return self._master(p.Status())
+
+
+class Consumer:
+    """Iterate batches of messages with acks piggybacked on the next lease (see ``Client.consume``)."""
+
+    def __init__(self, client: Client, queue: str, n: int, lease_s: float, wait_s: float) -> None:
+        self.client, self.queue, self.n, self.lease_s, self.wait_s = client, queue, n, lease_s, wait_s
+        self.current: list[Message] = []
+        self.stopped = False
+
+    def __enter__(self) -> "Consumer":
+        return self
+
+    def __iter__(self) -> "Consumer":
+        return self
+
+    def __next__(self) -> list[Message]:
+        """The next non-empty batch (waiting up to ``wait_s`` at a time); stops once stopped."""
+        while not self.stopped:
+            done, self.current = self.current, []
+            self.current = self.client.dequeue_many(self.queue, self.n, lease_s=self.lease_s,
+                                                    wait_s=self.wait_s, ack=done)
+            if self.current:
+                return self.current
+        raise StopIteration
+
+    def next_batch(self) -> list[Message]:
+        """Ack the current batch and lease the next (possibly empty after ``wait_s``)."""
+        done, self.current = self.current, []
+        self.current = self.client.dequeue_many(self.queue, self.n, lease_s=self.lease_s,
+                                                wait_s=self.wait_s, ack=done)
+        return self.current
+
+    def stop(self) -> None:
+        self.stopped = True
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if self.current:
+            if exc_type is None:
+                self.client.ack_many(self.current)
+            else:
+                self.client.nack_many(self.current)
+            self.current = []

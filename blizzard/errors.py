@@ -65,6 +65,12 @@ class NotEnoughDatanodes(ClusterError):
     code = "not_enough_datanodes"
 
 
+class MasterStarting(ClusterError):
+    """Raised while a (re)started master waits for data nodes to report; clients retry it."""
+
+    code = "master_starting"
+
+
 class StorageError(ClusterError):
     """Raised when a server could not make a write durable (disk full, I/O error)."""
 

@@ -76,6 +76,15 @@ def _checker(tp: Any) -> Callable[[Any], Any]:
     if origin is list:
         (inner,) = typing.get_args(tp)
         check_inner = _checker(inner)
+        if inner is float:
+            def check_float_list(v: Any) -> list:
+                if type(v) is not list:
+                    raise ProtocolError(f"expected an array, got {type(v).__name__}")
+                for x in v:
+                    if type(x) is not float and type(x) is not int:
+                        raise ProtocolError(f"expected number elements, got {type(x).__name__}")
+                return v
+            return check_float_list
         if inner in (int, str, bytes):
             def check_plain_list(v: Any) -> list:
                 if type(v) is not list:
@@ -192,6 +201,19 @@ def unpack(body: bytes) -> Any:
     return _from_fields(_BY_OP[raw[0]], raw[1:])
 
 
+def dumps(obj: Any) -> bytes:
+    """Serialise plain data (lists, dicts, numbers, strings, bytes), e.g. a checkpoint body."""
+    return msgpack.packb(obj, use_bin_type=True)
+
+
+def loads(body: bytes) -> Any:
+    """Inverse of ``dumps``; raises ``ProtocolError`` on malformed input."""
+    try:
+        return msgpack.unpackb(body, raw=False, strict_map_key=False, use_list=True)
+    except Exception as exc:
+        raise ProtocolError(f"not valid msgpack: {exc}") from None
+
+
 def op_name(msg: Any) -> str:
     return type(msg).__name__
 
@@ -263,34 +285,46 @@ class Committed:
 
 @message(14)
 class Lease:
-    """Take up to ``n`` items from the head of ``queue`` for ``lease_s`` seconds."""
+    """Take up to ``n`` items from the head of ``queue`` for ``lease_s`` seconds.
+
+    ``ack_ids``/``ack_leases`` settle the caller's previous batch in the same round trip.
+    """
 
     queue: str
     n: int
     lease_s: float
     wait_s: float  # long poll: hold the request up to this long while the queue is empty
+    request: str  # the caller's id for this call: a retry gets the same items, not more
+    ack_ids: list[int]
+    ack_leases: list[int]
 
 
 @message(15)
-class LeasedItem:
-    """One leased item: where to read it and what to check it against."""
+class ReplicaSet:
+    """The data nodes holding an item, live ones first."""
 
-    id: int
-    lease: int  # the lease's token; an ack with a stale token is refused
-    size: int
-    crc: int
-    attempts: int
-    priority: int
-    enqueued_at: float
     nodes: list[NodeRef]
 
 
 @message(16)
 class Leased:
-    """Reply to Lease."""
+    """Reply to Lease, one column per field (cheap to encode): item i is ids[i], leases[i], ...
+
+    ``replica_set[i]`` indexes ``replica_sets``; ``lost`` lists piggybacked acks whose lease
+    had already been lost.
+    """
 
     queue: str
-    items: list[LeasedItem]
+    ids: list[int]
+    leases: list[int]  # each lease's token; an ack with a stale token is refused
+    sizes: list[int]
+    crcs: list[int]
+    attempts: list[int]
+    priorities: list[int]
+    enqueued_at: list[float]
+    replica_set: list[int]
+    replica_sets: list[ReplicaSet]
+    lost: list[int]
 
 
 @message(17)
@@ -308,6 +342,15 @@ class Nack:
     ids: list[int]
     leases: list[int]
     delay_s: float
+
+
+@message(25)
+class Extend:
+    """Keep leased items for ``lease_s`` more seconds (from now)."""
+
+    ids: list[int]
+    leases: list[int]
+    lease_s: float
 
 
 @message(19)

@@ -26,7 +26,7 @@ from datanode.store import LevelDbStore
 
 log = logging.getLogger(__name__)
 
-FORWARD_TIMEOUT_S = 5.0
+FORWARD_TIMEOUT_S = 3.0  # below the client's node timeout, so a partial result still arrives
 
 
 @dataclass(frozen=True, kw_only=True)

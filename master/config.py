@@ -24,6 +24,7 @@ class MasterConfig:
     max_lease_s: float = 12 * 3600.0
     id_block: int = 100_000  # ids reserved per WAL record, so most allocs need no fsync
     segment_bytes: int = 64 * MiB
+    checkpoint_records: int = 500_000  # WAL records between checkpoints
 
     @property
     def write_quorum(self) -> int:

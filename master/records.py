@@ -32,11 +32,16 @@ class CommitItems:
 
 @message(102)
 class LeaseItems:
-    """Items are handed to a consumer under lease tokens ``leases`` until ``deadline``."""
+    """Items are handed to a consumer under lease tokens ``leases`` until ``deadline``.
+
+    ``request`` is the client's id for the lease call, so a retry after a lost reply (or a
+    master restart) gets the same items instead of leasing more.
+    """
 
     ids: list[int]
     leases: list[int]
     deadline: float
+    request: str
 
 
 @message(103)

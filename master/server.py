@@ -17,10 +17,10 @@ from typing import Any
 import zmq
 
 from blizzard import protocol as p
-from blizzard.errors import (BlizzardError, InvalidArgument, NotEnoughDatanodes, PayloadTooLarge,
-                             UnknownItem)
+from blizzard.errors import (BlizzardError, InvalidArgument, MasterStarting, NotEnoughDatanodes,
+                             PayloadTooLarge, UnknownItem)
 from blizzard.transport import RouterServer, error_reply
-from master import checks
+from master import checkpoint, checks
 from master.config import MasterConfig
 from master.membership import Membership
 from master.records import AckItems, CommitItems, LeaseItems, NodeSeen, ReleaseItems, Reserve
@@ -61,15 +61,12 @@ class MasterServer:
         self.config = config.validate()
         self.ctx = ctx or zmq.Context.instance()
         os.makedirs(config.data_dir, exist_ok=True)
-        self.state = State()
-        self.wal = Wal(os.path.join(config.data_dir, "wal"), segment_bytes=config.segment_bytes)
-        started = time.monotonic()
-        replayed = 0
-        for body in self.wal.replay():
-            self.state.apply(p.unpack(body))
-            replayed += 1
-        log.info("replayed %d WAL records in %.3fs: %d items, id high-water %d", replayed,
-                 time.monotonic() - started, len(self.state.items), self.state.id_hi)
+        self.wal_dir = os.path.join(config.data_dir, "wal")
+        self.wal = Wal(self.wal_dir, segment_bytes=config.segment_bytes)
+        self.state, replayed = self._recover()
+        self.checkpoint_mark = -replayed  # a long replay makes the next checkpoint come sooner
+        self.checkpointer: int | None = None  # pid of the child writing a checkpoint
+        self.checkpoint_start = 0
         self.next_id = self.state.id_hi
         self.membership = Membership(config.dead_after_s)
         self.repair = Repairer(self.state, self.membership, config.replication)
@@ -85,6 +82,64 @@ class MasterServer:
         self._replies: list[tuple[bytes, int, Any]] = []
         self._stopping = False
 
+    def _recover(self) -> tuple[State, int]:
+        """Load the newest checkpoint, then replay the WAL segments after it."""
+        started = time.monotonic()
+        found = checkpoint.load_latest(self.wal_dir)
+        wal_start, state = 0, State()
+        if found is not None:
+            wal_start, exported = found
+            state = State.restore(exported)
+        replayed = 0
+        for body in self.wal.replay(wal_start):
+            state.apply(p.unpack(body))
+            replayed += 1
+        log.info("recovered in %.3fs: checkpoint at segment %s, %d WAL records replayed, %d items, "
+                 "id high-water %d", time.monotonic() - started,
+                 wal_start if found else "none", replayed, len(state.items), state.id_hi)
+        return state, replayed
+
+    # -- checkpoints -------------------------------------------------------------------------
+
+    def _maybe_checkpoint(self) -> None:
+        if self.checkpointer is not None:
+            pid, status = os.waitpid(self.checkpointer, os.WNOHANG)
+            if pid == 0:
+                return
+            self.checkpointer = None
+            if os.waitstatus_to_exitcode(status) != 0:
+                log.critical("writing the checkpoint failed (exit status %d); stopping", status)
+                os._exit(70)
+            removed = checkpoint.prune(self.wal_dir, self.checkpoint_start)
+            log.info("checkpoint at segment %d done; %d old files removed", self.checkpoint_start,
+                     removed)
+        if self.wal.records_written - self.checkpoint_mark < self.config.checkpoint_records:
+            return
+        # Everything before the new segment is in the state the child snapshots; the child
+        # writes from a copy-on-write image, so this process keeps serving meanwhile.
+        self.checkpoint_mark = self.wal.records_written
+        self.checkpoint_start = self.wal.roll()
+        pid = os.fork()
+        if pid == 0:  # child: no sockets, no logging handlers, just the file
+            code = 1
+            try:
+                checkpoint.write(self.wal_dir, self.checkpoint_start, self.state.export())
+                code = 0
+            finally:
+                os._exit(code)
+        self.checkpointer = pid
+
+    def checkpoint_now(self) -> None:
+        """Write a checkpoint synchronously (clean shutdown) and drop what it covers."""
+        if self.checkpointer is not None:
+            os.waitpid(self.checkpointer, 0)
+            self.checkpointer = None
+        self.wal.flush()
+        start = self.wal.roll()
+        checkpoint.write(self.wal_dir, start, self.state.export())
+        checkpoint.prune(self.wal_dir, start)
+        log.info("checkpoint at segment %d written", start)
+
     # -- loop --------------------------------------------------------------------------------
 
     def serve_forever(self) -> None:
@@ -97,8 +152,13 @@ class MasterServer:
         self._stopping = True
 
     def close(self) -> None:
-        self.wal.close()
         self.router.close()
+        try:
+            self.checkpoint_now()
+        except OSError as exc:
+            log.critical("final checkpoint failed: %s", exc)
+            os._exit(70)
+        self.wal.close()
 
     def run_once(self, timeout_ms: int) -> None:
         if self.waiters:
@@ -121,6 +181,7 @@ class MasterServer:
         for peer, rid, reply in self._replies:
             self.router.reply(peer, rid, reply)
         self._replies.clear()
+        self._maybe_checkpoint()
 
     def log_record(self, rec: Any) -> None:
         self.state.apply(rec)
@@ -156,7 +217,8 @@ class MasterServer:
             self.repair.rescan()
         self.live_nodes = live
         if self.safe_until:
-            if mono < self.safe_until:
+            reported = set(self.state.node_addrs) <= set(self.membership.nodes)
+            if mono < self.safe_until and not (reported and self.state.node_addrs):
                 return
             log.info("leaving safe mode with %d live data nodes", len(live))
             self.safe_until = 0.0
@@ -166,9 +228,9 @@ class MasterServer:
     def _serve_waiters(self, now: float, mono: float) -> None:
         still = []
         for w in self.waiters:
-            items = self._lease(w.msg, now)
-            if items or w.until <= mono:
-                self._replies.append((w.peer, w.rid, p.Leased(w.msg.queue, items)))
+            ids = self._lease(w.msg, now)
+            if ids or w.until <= mono:
+                self._replies.append((w.peer, w.rid, self._leased(w.msg.queue, ids, [])))
             else:
                 still.append(w)
         self.waiters = still
@@ -193,6 +255,8 @@ class MasterServer:
             checks.checksum(crc)
             checks.priority(prio)
         nodes = self.membership.place(self.config.replication, set(msg.exclude), mono)
+        if len(nodes) < self.config.write_quorum and self.safe_until:
+            raise MasterStarting("the master is starting and waits for data nodes to report")
         if len(nodes) < self.config.write_quorum:
             raise NotEnoughDatanodes(f"{len(nodes)} live data nodes can take the write; "
                                      f"{self.config.write_quorum} needed")
@@ -240,25 +304,40 @@ class MasterServer:
         checks.batch(msg.n)
         checks.seconds(msg.lease_s, "lease_s", low=0, high=self.config.max_lease_s, low_ok=False)
         checks.seconds(msg.wait_s, "wait_s", low=0, high=MAX_WAIT_S)
-        items = self._lease(msg, now)
-        if items or msg.wait_s == 0:
-            return p.Leased(msg.queue, items)
+        lost: list[int] = []
+        if msg.ack_ids:
+            lost = self._ack(p.Ack(msg.ack_ids, msg.ack_leases)).lost
+        if msg.request in self.state.recent_leases:  # a retry: the same items again
+            return self._leased(msg.queue, self.state.leased_by(msg.request), lost)
+        ids = self._lease(msg, now)
+        if ids or msg.wait_s == 0 or lost:  # lost acks are news the caller must get now
+            return self._leased(msg.queue, ids, lost)
         self.waiters.append(Waiter(peer, rid, msg, mono + msg.wait_s))
         return None
 
-    def _lease(self, msg: p.Lease, now: float) -> list[p.LeasedItem]:
+    def _lease(self, msg: p.Lease, now: float) -> list[int]:
         ids = self.state.head(msg.queue, msg.n, now)
-        if not ids:
-            return []
-        first = self.state.lease_seq + 1
-        leases = list(range(first, first + len(ids)))
-        self.log_record(LeaseItems(ids=ids, leases=leases, deadline=now + msg.lease_s))
-        out = []
-        for item_id in ids:
-            item = self.state.items[item_id]
-            out.append(p.LeasedItem(item.id, item.lease, item.size, item.crc, item.attempts,
-                                    item.priority, item.enqueued_at, self._refs(item.nodes)))
-        return out
+        if ids:
+            first = self.state.lease_seq + 1
+            leases = list(range(first, first + len(ids)))
+            self.log_record(LeaseItems(ids=ids, leases=leases, deadline=now + msg.lease_s,
+                                       request=msg.request))
+        return ids
+
+    def _leased(self, queue: str, ids: list[int], lost: list[int]) -> p.Leased:
+        """Describe leased items column by column; replica sets are shared between items."""
+        items = [self.state.items[i] for i in ids]
+        set_index: dict[tuple[str, ...], int] = {}
+        replica_set = []
+        for item in items:
+            k = set_index.get(item.nodes)
+            if k is None:
+                k = set_index[item.nodes] = len(set_index)
+            replica_set.append(k)
+        return p.Leased(queue, ids, [i.lease for i in items], [i.size for i in items],
+                        [i.crc for i in items], [i.attempts for i in items],
+                        [i.priority for i in items], [i.enqueued_at for i in items], replica_set,
+                        [p.ReplicaSet(self._refs(nodes)) for nodes in set_index], lost)
 
     def _refs(self, node_ids: tuple[str, ...]) -> list[p.NodeRef]:
         """Replica addresses, live nodes first."""
@@ -301,6 +380,15 @@ class MasterServer:
         if held:
             self.log_record(ReleaseItems(ids=held, not_before=now + msg.delay_s if msg.delay_s else 0.0))
         return p.Acked(done=len(held) + gone, lost=lost)
+
+    def _extend(self, msg: p.Extend, now: float, *_: Any) -> p.Acked:
+        checks.seconds(msg.lease_s, "lease_s", low=0, high=self.config.max_lease_s, low_ok=False)
+        held, lost, gone = self._settle(msg.ids, msg.leases)
+        lost += [i for i in msg.ids if i not in self.state.items]  # gone: nothing to extend
+        if held:
+            self.log_record(LeaseItems(ids=held, leases=[self.state.items[i].lease for i in held],
+                                       deadline=now + msg.lease_s, request=""))
+        return p.Acked(done=len(held), lost=lost)
 
     def _queue_stats(self, name: str, now: float) -> p.QueueStats:
         q = self.state.queues.get(name)
@@ -374,6 +462,7 @@ class MasterServer:
         p.Lease: _lease_request,
         p.Ack: _ack,
         p.Nack: _nack,
+        p.Extend: _extend,
         p.Stats: _stats,
         p.Status: _status,
         p.Heartbeat: _heartbeat,

@@ -12,12 +12,14 @@ has moved on are dropped when they reach the top.
 from __future__ import annotations
 
 import heapq
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from master.records import (AckItems, AddReplicas, CommitItems, DropReplicas, LeaseItems, NodeSeen,
                             ReleaseItems, Reserve)
 
 READY, DELAYED, LEASED = 0, 1, 2
+RECENT_LEASES = 4096  # lease calls remembered for retries
 
 
 class Item:
@@ -69,6 +71,7 @@ class State:
         self.queues: dict[str, QueueState] = {}
         self.expiries: list = []  # heap of (lease_deadline, id, lease)
         self.node_addrs: dict[str, str] = {}
+        self.recent_leases: OrderedDict[str, tuple[list[int], list[int]]] = OrderedDict()
 
     # -- applying records -------------------------------------------------------------------
 
@@ -101,6 +104,10 @@ class State:
             q.n_leased += 1
             heapq.heappush(self.expiries, (rec.deadline, item_id, lease))
             self.lease_seq = max(self.lease_seq, lease)
+        if rec.request:
+            self.recent_leases[rec.request] = (rec.ids, rec.leases)
+            if len(self.recent_leases) > RECENT_LEASES:
+                self.recent_leases.popitem(last=False)
 
     def _apply_ack(self, rec: AckItems) -> None:
         for item_id in rec.ids:
@@ -214,7 +221,8 @@ class State:
         while heap and len(out) < limit:
             deadline, item_id, lease = heap[0]
             item = self.items.get(item_id)
-            if item is None or item.status != LEASED or item.lease != lease:
+            if item is None or item.status != LEASED or item.lease != lease \
+                    or item.lease_deadline != deadline:  # settled, re-leased or extended
                 heapq.heappop(heap)
                 continue
             if deadline > now:
@@ -226,7 +234,57 @@ class State:
     def next_expiry(self) -> float | None:
         return self.expiries[0][0] if self.expiries else None
 
+    def leased_by(self, request: str) -> list[int]:
+        """Items a lease call with this request id obtained and still holds (for retries)."""
+        ids, leases = self.recent_leases.get(request, ((), ()))
+        out = []
+        for item_id, lease in zip(ids, leases):
+            item = self.items.get(item_id)
+            if item is not None and item.status == LEASED and item.lease == lease:
+                out.append(item_id)
+        return out
+
+    # -- checkpoints -------------------------------------------------------------------------
+
+    def export(self) -> list:
+        """Everything durable as plain lists (msgpack-able), for a checkpoint."""
+        items = [[i.id, i.queue, i.size, i.crc, i.priority, list(i.nodes), i.attempts,
+                  i.enqueued_at, i.status, i.lease, i.lease_deadline, i.not_before]
+                 for i in self.items.values()]
+        return [self.id_hi, self.lease_seq, self.node_addrs,
+                [[k, list(v[0]), list(v[1])] for k, v in self.recent_leases.items()], items]
+
+    @classmethod
+    def restore(cls, data: list) -> "State":
+        """Rebuild a state from ``export()``'s output; heaps are rebuilt in one pass each."""
+        s = cls()
+        s.id_hi, s.lease_seq, s.node_addrs, recent, items = data
+        s.recent_leases = OrderedDict((k, (ids, leases)) for k, ids, leases in recent)
+        queues = s.queues
+        for row in items:
+            item = Item(row[0], row[1], row[2], row[3], row[4], tuple(row[5]), row[7])
+            item.attempts, item.status, item.lease, item.lease_deadline, item.not_before = row[6], row[8], row[9], row[10], row[11]
+            s.items[item.id] = item
+            q = queues.get(item.queue)
+            if q is None:
+                q = queues[item.queue] = QueueState(item.queue)
+            if item.status == READY:
+                q.n_ready += 1
+                q.ready.append((item.priority, item.id, 0))
+            elif item.status == DELAYED:
+                q.n_delayed += 1
+                q.delayed.append((item.not_before, item.id, 0))
+            else:
+                q.n_leased += 1
+                s.expiries.append((item.lease_deadline, item.id, item.lease))
+        for q in queues.values():
+            heapq.heapify(q.ready)
+            heapq.heapify(q.delayed)
+        heapq.heapify(s.expiries)
+        return s
+
     def snapshot(self) -> tuple:
         """A comparable picture of the durable state (tests compare live and replayed)."""
-        return (self.id_hi, self.lease_seq, sorted(self.node_addrs.items()), sorted(i.snapshot() for i in self.items.values()),
+        return (self.id_hi, self.lease_seq, sorted(self.node_addrs.items()),
+                list(self.recent_leases.items()), sorted(i.snapshot() for i in self.items.values()),
                 sorted((q.name, q.n_ready, q.n_delayed, q.n_leased) for q in self.queues.values()))

@@ -43,7 +43,8 @@ def test_cli_errors_are_one_clear_line(cluster):
     assert bad.returncode == 2 and "not an address" in bad.stderr
     bad = run("dequeue", "jobs", "--lease-s", "-5", master=cluster.master_addr, check=False)
     assert bad.returncode == 2 and "lease-s" in bad.stderr
-    down = run("status", "--master", f"tcp://127.0.0.1:{free_port()}", check=False)
+    down = run("status", "--master", f"tcp://127.0.0.1:{free_port()}", "--timeout-s", "0.5",
+               check=False)
     assert down.returncode == 1 and "MasterUnavailable" in down.stderr
 
 

@@ -183,3 +183,46 @@ def test_uncommitted_enqueue_expires_and_its_blobs_are_deleted(cluster_factory):
         call(master, p.Commit(placement.ids, [placement.nodes[0].node_id]), 5)
     master.close()
     node.close()
+
+
+def test_consume_acks_each_batch_with_the_next_lease(cluster):
+    with Client(cluster.master_addr, timeout_s=5) as c:
+        c.enqueue_many("stream", [b"%d" % i for i in range(250)])
+        seen = []
+        with c.consume("stream", 100, wait_s=0.2) as batches:
+            for msgs in batches:
+                seen += [m.data for m in msgs]
+                if len(seen) == 250:
+                    break
+        assert seen == [b"%d" % i for i in range(250)]
+        assert c.stats("stream")["ready"] == 0 and c.stats("stream")["leased"] == 0
+
+
+def test_consume_gives_the_batch_back_when_the_body_fails(cluster):
+    with Client(cluster.master_addr, timeout_s=5) as c:
+        c.enqueue_many("stream", [b"a", b"b"])
+        with pytest.raises(RuntimeError):
+            with c.consume("stream", 10) as batches:
+                for msgs in batches:
+                    raise RuntimeError("worker crashed")
+        again = c.dequeue_many("stream", 10)
+        assert [(m.data, m.attempts) for m in again] == [(b"a", 1), (b"b", 1)]
+
+
+def test_extend_keeps_a_long_job_leased(cluster):
+    with Client(cluster.master_addr, timeout_s=5) as c:
+        c.enqueue("jobs", b"long")
+        msg = c.dequeue("jobs", lease_s=0.5)
+        msg.extend(30)
+        time.sleep(0.8)  # past the original lease: the item must not be handed out again
+        assert c.dequeue("jobs") is None
+        msg.ack()
+
+
+def test_staged_items_are_invisible_until_committed(cluster):
+    with Client(cluster.master_addr, timeout_s=5) as c:
+        staged = c.stage("jobs", [b"x", b"y"])
+        assert c.stats("jobs")["ready"] == 0 and c.stats("jobs")["pending"] == 2
+        c.commit(staged)
+        c.commit(staged)  # idempotent
+        assert c.stats("jobs")["ready"] == 2

@@ -60,7 +60,7 @@ def _body(*items):
     (_body(p.VERSION, 22, -1), ProtocolError),
     (_body(p.VERSION, 20, 1), ProtocolError),  # Stats without its queue
     (_body(p.VERSION, 20, 1, 5), ProtocolError),  # queue not a string
-    (_body(p.VERSION, 14, 1, "q", True, 1.0, 0.0), ProtocolError),  # n is a bool, not an int
+    (_body(p.VERSION, 14, 1, "q", True, 1.0, 0.0, "r", [], []), ProtocolError),  # n is a bool, not an int
     (_body(p.VERSION, 40, 1, [1], ["text"], [0], [], 1), ProtocolError),  # blob is str
     (_body(p.VERSION, 12, 1, [1, "2"], []), ProtocolError),
     (msgpack.packb({"op": 1}), ProtocolError),
@@ -71,8 +71,8 @@ def test_malformed_bodies_raise_protocol_errors(body, error):
 
 
 def test_float_fields_accept_integers():
-    _, msg = p.decode(_body(p.VERSION, 14, 3, "q", 5, 30, 0))
-    assert msg == p.Lease("q", 5, 30.0, 0.0)
+    _, msg = p.decode(_body(p.VERSION, 14, 3, "q", 5, 30, 0, "r1", [], []))
+    assert msg == p.Lease("q", 5, 30.0, 0.0, "r1", [], [])
 
 
 def test_peek_request_id_of_bad_body():

@@ -22,7 +22,7 @@ def lease(state: State, queue: str, n: int, now: float, lease_s: float = 10.0) -
     ids = state.head(queue, n, now)
     first = state.lease_seq + 1
     state.apply(LeaseItems(ids=ids, leases=list(range(first, first + len(ids))),
-                           deadline=now + lease_s))
+                           deadline=now + lease_s, request=""))
     return ids
 
 
@@ -118,7 +118,7 @@ def test_replaying_the_log_rebuilds_the_same_state(script):
             if ids:
                 first = live.lease_seq + 1
                 do(LeaseItems(ids=ids, leases=list(range(first, first + len(ids))),
-                              deadline=now + op[3]))
+                              deadline=now + op[3], request=f"r{len(log)}"))
         elif op[0] in ("ack", "release"):
             leased = sorted(i for i, item in live.items.items() if item.lease)
             if leased:
