@@ -19,7 +19,7 @@ import zmq
 
 from blizzard import protocol as p
 from blizzard.errors import (ClusterError, DatanodeUnavailable, InvalidArgument, LeaseExpired,
-                             MasterUnavailable, NotEnoughDatanodes)
+                             MasterUnavailable, NotEnoughDatanodes, UnknownItem)
 from blizzard.transport import Endpoint, call_many, raise_if_error
 
 log = logging.getLogger(__name__)
@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 CHUNK_ITEMS = 1000  # items per alloc/put/commit round
 CHUNK_BYTES = 16 * 1024 * 1024
 PUT_ATTEMPTS = 3
-ATTEMPT_S = 5.0  # one try at a master request before it is sent again
+ATTEMPT_S = 2.0  # one try at a master request before it is sent again (a restart loses it)
 RETRYABLE = {"master_starting"}
 
 
@@ -126,7 +126,8 @@ class Client:
             ep = self.nodes[addr] = Endpoint(self.ctx, addr)
         return ep
 
-    def _master_many(self, msgs: list[Any], extra_s: float = 0.0) -> list[Any]:
+    def _master_many(self, msgs: list[Any], extra_s: float = 0.0,
+                     raise_errors: bool = True) -> list[Any]:
         """Send requests to the master, retrying timeouts with back-off until the deadline.
 
         Retrying is safe: allocs are cheap to repeat, commits and acks are idempotent, and a
@@ -146,7 +147,7 @@ class Client:
                                                        and reply.code in RETRYABLE):
                     again.append(i)
             if not again:
-                return [raise_if_error(r) for r in results]
+                return [raise_if_error(r) for r in results] if raise_errors else results
             if time.monotonic() + pause >= deadline:
                 last = results[again[0]]
                 if isinstance(last, p.Error):
@@ -167,10 +168,31 @@ class Client:
         return self.enqueue_many(queue, [data], priority=priority)[0]
 
     def enqueue_many(self, queue: str, items: Iterable[bytes], *, priority: int = 0) -> list[int]:
-        """Add items in order; returns their ids once all are durable and visible."""
-        staged = self.stage(queue, items, priority=priority)
-        self.commit(staged)
-        return [i for ids, _ in staged for i in ids]
+        """Add items in order; returns their ids once all are durable and visible.
+
+        A chunk whose pending enqueue the master forgot (it restarted between alloc and
+        commit) is staged and committed again: nothing of it was visible, so nothing doubles.
+        """
+        chunks = self._chunks(items, priority)
+        ids: list[int] = []
+        for start in range(0, len(chunks), 8):  # up to 8 chunks in flight at once
+            group = chunks[start:start + 8]
+            staged = self._stage_chunks(queue, group, priority)
+            for attempt in range(PUT_ATTEMPTS):
+                replies = self._master_many([p.Commit(i, n) for i, n in staged], raise_errors=False)
+                redo = [k for k, r in enumerate(replies)
+                        if isinstance(r, p.Error) and r.code == UnknownItem.code]
+                if not redo or attempt == PUT_ATTEMPTS - 1:
+                    for r in replies:
+                        raise_if_error(r)
+                    break
+                log.warning("the master forgot %d pending chunks (restarted?); staging them again",
+                            len(redo))
+                again = self._stage_chunks(queue, [group[k] for k in redo], priority)
+                for k, fresh in zip(redo, again):
+                    staged[k] = fresh
+            ids += [i for chunk_ids, _ in staged for i in chunk_ids]
+        return ids
 
     def stage(self, queue: str, items: Iterable[bytes], *,
               priority: int = 0) -> list[tuple[list[int], list[str]]]:
@@ -179,22 +201,24 @@ class Client:
         Returns (ids, node ids) per chunk for ``commit``; if it is never committed, the master
         drops the items after its pending timeout and deletes their blobs.
         """
+        chunks = self._chunks(items, priority)
+        staged: list[tuple[list[int], list[str]]] = []
+        for start in range(0, len(chunks), 8):
+            staged += self._stage_chunks(queue, chunks[start:start + 8], priority)
+        return staged
+
+    def _chunks(self, items: Iterable[bytes], priority: int) -> list[list[bytes]]:
         if type(priority) is not int:
             raise InvalidArgument(f"priority must be an integer, got {type(priority).__name__}")
-        blobs = [_as_bytes(d) for d in items]
         chunks: list[list[bytes]] = [[]]
         size = 0
-        for blob in blobs:
+        for blob in map(_as_bytes, items):
             if len(chunks[-1]) >= CHUNK_ITEMS or (size + len(blob) > CHUNK_BYTES and chunks[-1]):
                 chunks.append([])
                 size = 0
             chunks[-1].append(blob)
             size += len(blob)
-        staged: list[tuple[list[int], list[str]]] = []
-        if blobs:
-            for start in range(0, len(chunks), 8):  # up to 8 chunks in flight at once
-                staged += self._stage_chunks(queue, chunks[start:start + 8], priority)
-        return staged
+        return chunks if chunks[0] else []
 
     def commit(self, staged: list[tuple[list[int], list[str]]]) -> None:
         """Phase 3: make staged items visible, all chunks in one round trip (idempotent)."""

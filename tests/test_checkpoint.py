@@ -1,0 +1,42 @@
+"""Checkpoint files: durable round trip, damage refused, pruning what they cover."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from master import checkpoint
+from master.wal import Wal, WalCorrupt, list_segments
+
+
+def test_write_read_round_trip(tmp_path):
+    path = checkpoint.write(str(tmp_path), 7, [1, 2, {"a": "b"}, [[1, "q"]]])
+    assert os.path.basename(path) == "checkpoint-000000000007.ckpt"
+    assert checkpoint.read(path) == (7, [1, 2, {"a": "b"}, [[1, "q"]]])
+    assert checkpoint.load_latest(str(tmp_path)) == (7, [1, 2, {"a": "b"}, [[1, "q"]]])
+
+
+def test_a_damaged_newest_checkpoint_is_refused(tmp_path):
+    path = checkpoint.write(str(tmp_path), 3, list(range(100)))
+    with open(path, "r+b") as f:
+        f.seek(-5, os.SEEK_END)
+        f.write(b"\xff")
+    with pytest.raises(WalCorrupt, match="checksum"):
+        checkpoint.load_latest(str(tmp_path))
+
+
+def test_prune_removes_older_checkpoints_and_covered_segments(tmp_path):
+    w = Wal(str(tmp_path))
+    list(w.replay())
+    for _ in range(3):
+        w.append(b"rec")
+        w.flush()
+        w.roll()
+    checkpoint.write(str(tmp_path), 1, [])
+    checkpoint.write(str(tmp_path), 3, [])
+    (tmp_path / "checkpoint-000000000009.ckpt.tmp").write_bytes(b"half")
+    checkpoint.prune(str(tmp_path), 3)
+    assert checkpoint.list_checkpoints(str(tmp_path)) == [3]
+    assert list_segments(str(tmp_path)) == [3]
+    assert not (tmp_path / "checkpoint-000000000009.ckpt.tmp").exists()
