@@ -179,7 +179,8 @@ class Client:
             group = chunks[start:start + 8]
             staged = self._stage_chunks(queue, group, priority)
             for attempt in range(PUT_ATTEMPTS):
-                replies = self._master_many([p.Commit(i, n) for i, n in staged], raise_errors=False)
+                replies = self._master_many([p.Commit(i, n, next(self._calls)) for i, n in staged],
+                                            raise_errors=False)
                 redo = [k for k, r in enumerate(replies)
                         if isinstance(r, p.Error) and r.code == UnknownItem.code]
                 if not redo or attempt == PUT_ATTEMPTS - 1:
@@ -223,7 +224,7 @@ class Client:
     def commit(self, staged: list[tuple[list[int], list[str]]]) -> None:
         """Phase 3: make staged items visible, all chunks in one round trip (idempotent)."""
         if staged:
-            self._master_many([p.Commit(ids, nodes) for ids, nodes in staged])
+            self._master_many([p.Commit(ids, nodes, next(self._calls)) for ids, nodes in staged])
 
     def _stage_chunks(self, queue: str, chunks: list[list[bytes]],
                       priority: int) -> list[tuple[list[int], list[str]]]:

@@ -274,6 +274,7 @@ class Commit:
 
     ids: list[int]
     stored_on: list[str]  # node ids
+    request: str  # the caller's id for this commit: a retry after the items were acked succeeds
 
 
 @message(13)

@@ -28,6 +28,7 @@ class CommitItems:
     priorities: list[int]
     nodes: list[str]
     at: float
+    request: str  # the client's commit id, remembered so a retried commit is answered once
 
 
 @message(102)

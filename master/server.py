@@ -276,6 +276,8 @@ class MasterServer:
 
     def _commit(self, msg: p.Commit, now: float, *_: Any) -> p.Committed:
         checks.batch(len(msg.ids))
+        if msg.request and msg.request in self.state.recent_commits:
+            return p.Committed(count=len(msg.ids))  # a retry of a commit that landed
         stored = set(msg.stored_on)
         unknown = [i for i in msg.ids if i not in self.pending and i not in self.state.items]
         if unknown:
@@ -295,7 +297,7 @@ class MasterServer:
             self.log_record(CommitItems(queue=queue, ids=ids, sizes=[x.size for x in items],
                                         crcs=[x.crc for x in items],
                                         priorities=[x.priority for x in items],
-                                        nodes=list(nodes), at=now))
+                                        nodes=list(nodes), at=now, request=msg.request))
         return p.Committed(count=len(msg.ids))
 
     def _lease_request(self, msg: p.Lease, now: float, mono: float, peer: bytes,

@@ -20,6 +20,7 @@ from master.records import (AckItems, AddReplicas, CommitItems, DropReplicas, Le
 
 READY, DELAYED, LEASED = 0, 1, 2
 RECENT_LEASES = 4096  # lease calls remembered for retries
+RECENT_COMMITS = 16384  # commit calls remembered for retries
 
 
 class Item:
@@ -72,6 +73,7 @@ class State:
         self.expiries: list = []  # heap of (lease_deadline, id, lease)
         self.node_addrs: dict[str, str] = {}
         self.recent_leases: OrderedDict[str, tuple[list[int], list[int]]] = OrderedDict()
+        self.recent_commits: OrderedDict[str, None] = OrderedDict()
 
     # -- applying records -------------------------------------------------------------------
 
@@ -83,6 +85,10 @@ class State:
         self.id_hi = max(self.id_hi, rec.id_hi)
 
     def _apply_commit(self, rec: CommitItems) -> None:
+        if rec.request:
+            self.recent_commits[rec.request] = None
+            if len(self.recent_commits) > RECENT_COMMITS:
+                self.recent_commits.popitem(last=False)
         q = self.queue(rec.queue)
         nodes = tuple(rec.nodes)
         for i, item_id in enumerate(rec.ids):
@@ -252,14 +258,16 @@ class State:
                   i.enqueued_at, i.status, i.lease, i.lease_deadline, i.not_before]
                  for i in self.items.values()]
         return [self.id_hi, self.lease_seq, self.node_addrs,
-                [[k, list(v[0]), list(v[1])] for k, v in self.recent_leases.items()], items]
+                [[k, list(v[0]), list(v[1])] for k, v in self.recent_leases.items()],
+                list(self.recent_commits), items]
 
     @classmethod
     def restore(cls, data: list) -> "State":
         """Rebuild a state from ``export()``'s output; heaps are rebuilt in one pass each."""
         s = cls()
-        s.id_hi, s.lease_seq, s.node_addrs, recent, items = data
+        s.id_hi, s.lease_seq, s.node_addrs, recent, commits, items = data
         s.recent_leases = OrderedDict((k, (ids, leases)) for k, ids, leases in recent)
+        s.recent_commits = OrderedDict.fromkeys(commits)
         queues = s.queues
         for row in items:
             item = Item(row[0], row[1], row[2], row[3], row[4], tuple(row[5]), row[7])
@@ -286,5 +294,5 @@ class State:
     def snapshot(self) -> tuple:
         """A comparable picture of the durable state (tests compare live and replayed)."""
         return (self.id_hi, self.lease_seq, sorted(self.node_addrs.items()),
-                list(self.recent_leases.items()), sorted(i.snapshot() for i in self.items.values()),
+                list(self.recent_leases.items()), list(self.recent_commits), sorted(i.snapshot() for i in self.items.values()),
                 sorted((q.name, q.n_ready, q.n_delayed, q.n_leased) for q in self.queues.values()))

@@ -157,7 +157,7 @@ def test_malformed_frames_get_error_replies_and_the_server_keeps_serving(cluster
             call(ep, p.Get([1]) if target == "master" else p.Status(), 5)
         with pytest.raises(InvalidArgument):
             call(ep, p.Put([1], [b"x"], [12345], [], 1) if target == "datanode"
-                 else p.Commit([], []), 5)
+                 else p.Commit([], [], ""), 5)
         ep.close()
     finally:
         raw.close()
@@ -180,7 +180,7 @@ def test_uncommitted_enqueue_expires_and_its_blobs_are_deleted(cluster_factory):
         assert c.stats("jobs")["ready"] == 0
     from blizzard.errors import UnknownItem
     with pytest.raises(UnknownItem):
-        call(master, p.Commit(placement.ids, [placement.nodes[0].node_id]), 5)
+        call(master, p.Commit(placement.ids, [placement.nodes[0].node_id], "c1"), 5)
     master.close()
     node.close()
 

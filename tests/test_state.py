@@ -13,7 +13,8 @@ from master.state import State
 def commit(state: State, queue: str, ids: list[int], priorities: list[int] | None = None,
            at: float = 100.0) -> CommitItems:
     rec = CommitItems(queue=queue, ids=ids, sizes=[1] * len(ids), crcs=[0] * len(ids),
-                      priorities=priorities or [0] * len(ids), nodes=["dn-a"], at=at)
+                      priorities=priorities or [0] * len(ids), nodes=["dn-a"], at=at,
+                      request="")
     state.apply(rec)
     return rec
 
@@ -111,7 +112,8 @@ def test_replaying_the_log_rebuilds_the_same_state(script):
             _, queue, n, prio = op
             do(Reserve(id_hi=next_id + n))
             do(CommitItems(queue=queue, ids=list(range(next_id, next_id + n)), sizes=[3] * n,
-                           crcs=[1] * n, priorities=[prio] * n, nodes=["dn-a"], at=now))
+                           crcs=[1] * n, priorities=[prio] * n, nodes=["dn-a"], at=now,
+                           request=f"c{next_id}"))
             next_id += n
         elif op[0] == "lease":
             ids = live.head(op[1], op[2], now)
@@ -153,7 +155,8 @@ def test_checkpoint_plus_wal_tail_rebuilds_the_same_state(script, cut):
             _, queue, n, prio = op
             recs = [Reserve(id_hi=next_id + n),
                     CommitItems(queue=queue, ids=list(range(next_id, next_id + n)), sizes=[1] * n,
-                                crcs=[0] * n, priorities=[prio] * n, nodes=["dn-a"], at=now)]
+                                crcs=[0] * n, priorities=[prio] * n, nodes=["dn-a"], at=now,
+                                request=f"c{next_id}")]
             next_id += n
         elif op[0] == "lease" and (ids := live.head(op[1], op[2], now)):
             first = live.lease_seq + 1
