@@ -5,7 +5,8 @@ worker processes with their own ``Client`` and prints one JSON line on stdout, s
 the lines of ``peerbench/peers.py`` so the two can be compared; progress goes to stderr.
 
 Latency (``p50_us``/``p99_us``, ``lat_unit: batch``) is one client call carrying ``batch``
-items: ``enqueue_many`` for enqueue, ``dequeue_many`` + ``ack_many`` for dequeue_ack and
+items: ``enqueue_many`` for enqueue, ``dequeue_many(ack=previous batch)`` (the ack rides on the
+next lease, one master round trip) for dequeue_ack and
 pipeline. Pipeline lines add ``e2e_p50_us``/``e2e_p99_us``: producer timestamp -> ack done.
 """
 
@@ -94,16 +95,24 @@ def consume(master: str, queue: str, n: int, batch: int, max_s: float,
             lats: list[int] = []
             e2e: list[int] = []
             got = 0
+            done: list = []  # the previous batch, acked with the next lease in one round trip
             while got < n and now_ns() < deadline:
                 start = now_ns()
-                msgs = client.dequeue_many(queue, min(batch, n - got), lease_s=60, wait_s=0.5)
-                if not msgs:
-                    continue
-                client.ack_many(msgs)
+                msgs = client.dequeue_many(queue, min(batch, n - got), lease_s=60, wait_s=0.5,
+                                           ack=done)
+                t_last = now_ns()
+                if done:
+                    lats.append(t_last - start)
+                    e2e.extend(t_last - HDR.unpack_from(m.data)[0] for m in done)
+                    got += len(done)
+                done = msgs
+            if done:
+                start = now_ns()
+                client.ack_many(done)
                 t_last = now_ns()
                 lats.append(t_last - start)
-                e2e.extend(t_last - HDR.unpack_from(m.data)[0] for m in msgs)
-                got += len(msgs)
+                e2e.extend(t_last - HDR.unpack_from(m.data)[0] for m in done)
+                got += len(done)
             out.put(("consumer", {"got": got, "t0": t0, "t_last": t_last, "lats": lats,
                                   "e2e": e2e}))
     except Exception as exc:

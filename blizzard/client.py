@@ -6,6 +6,7 @@ go straight to data nodes; the master only sees ids, sizes and checksums.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import time
@@ -19,7 +20,7 @@ import zmq
 
 from blizzard import protocol as p
 from blizzard.errors import (ClusterError, DatanodeUnavailable, InvalidArgument, LeaseExpired,
-                             MasterUnavailable, NotEnoughDatanodes, UnknownItem)
+                             MasterUnavailable, NotEnoughDatanodes, ProtocolError, UnknownItem)
 from blizzard.transport import Endpoint, call_many, raise_if_error
 
 log = logging.getLogger(__name__)
@@ -64,8 +65,12 @@ class Message:
     def ack(self) -> None:
         self._client.ack_many([self])
 
-    def nack(self, delay_s: float = 0.0) -> None:
-        self._client.nack_many([self], delay_s=delay_s)
+    def nack(self, delay_s: float | None = None, error: str = "") -> None:
+        """Give the item back: after ``delay_s``, or (None) after the queue's retry back-off.
+
+        ``error`` is kept with the item and shown if it ends up dead-lettered.
+        """
+        self._client.nack_many([self], delay_s=delay_s, error=error)
 
     def extend(self, lease_s: float) -> None:
         """Keep the lease for ``lease_s`` more seconds from now (a long job's touch)."""
@@ -78,7 +83,37 @@ class Message:
         if exc_type is None:
             self.ack()
         else:
-            self.nack()
+            self.nack(error=f"{exc_type.__name__}: {exc}")
+
+
+@dataclass(frozen=True)
+class EnqueueOptions:
+    """Per-call enqueue options (see ``Client.enqueue``), checked before anything is sent."""
+
+    priority: int = 0
+    delay_s: float = 0.0
+    key: str = ""
+    coalesce: bool = False
+
+    @classmethod
+    def make(cls, priority: Any = 0, delay_s: Any = 0.0, not_before: Any = None, key: Any = None,
+             coalesce: Any = False) -> "EnqueueOptions":
+        if type(priority) is not int:
+            raise InvalidArgument(f"priority must be an integer, got {type(priority).__name__}")
+        if isinstance(delay_s, bool) or not isinstance(delay_s, (int, float)) or delay_s < 0:
+            raise InvalidArgument(f"delay_s must be a non-negative number, got {delay_s!r}")
+        if not_before is not None:
+            if delay_s:
+                raise InvalidArgument("give delay_s or not_before, not both")
+            stamp = not_before.timestamp() if hasattr(not_before, "timestamp") else not_before
+            if isinstance(stamp, bool) or not isinstance(stamp, (int, float)):
+                raise InvalidArgument("not_before must be a datetime or a unix timestamp")
+            delay_s = max(0.0, stamp - time.time())
+        if key is not None and not isinstance(key, str):
+            raise InvalidArgument(f"key must be a string, got {type(key).__name__}")
+        if coalesce and not key:
+            raise InvalidArgument("coalesce=True needs a key")
+        return cls(priority, float(delay_s), key or "", bool(coalesce))
 
 
 def _as_bytes(data: Any) -> bytes:
@@ -163,21 +198,32 @@ class Client:
 
     # -- enqueue -----------------------------------------------------------------------------
 
-    def enqueue(self, queue: str, data: bytes, *, priority: int = 0) -> int:
-        """Add one item; returns its id once the item is durably stored and committed."""
-        return self.enqueue_many(queue, [data], priority=priority)[0]
+    def enqueue(self, queue: str, data: bytes, *, priority: int = 0, delay_s: float = 0.0,
+                not_before: Any = None, key: str | None = None, coalesce: bool = False) -> int:
+        """Add one item; returns its id once the item is durably stored and committed.
 
-    def enqueue_many(self, queue: str, items: Iterable[bytes], *, priority: int = 0) -> list[int]:
+        ``priority``: lower is served first (equal priorities FIFO). ``delay_s`` or
+        ``not_before`` (datetime or unix time): invisible until then. ``key``: items sharing
+        a key are never leased at the same time. ``coalesce``: this item replaces the waiting
+        items with its key (latest data, best priority and earliest place in line kept).
+        """
+        return self.enqueue_many(queue, [data], priority=priority, delay_s=delay_s,
+                                 not_before=not_before, key=key, coalesce=coalesce)[0]
+
+    def enqueue_many(self, queue: str, items: Iterable[bytes], *, priority: int = 0,
+                     delay_s: float = 0.0, not_before: Any = None, key: str | None = None,
+                     coalesce: bool = False) -> list[int]:
         """Add items in order; returns their ids once all are durable and visible.
 
         A chunk whose pending enqueue the master forgot (it restarted between alloc and
         commit) is staged and committed again: nothing of it was visible, so nothing doubles.
         """
-        chunks = self._chunks(items, priority)
+        opts = EnqueueOptions.make(priority, delay_s, not_before, key, coalesce)
+        chunks = self._chunks(items)
         ids: list[int] = []
         for start in range(0, len(chunks), 8):  # up to 8 chunks in flight at once
             group = chunks[start:start + 8]
-            staged = self._stage_chunks(queue, group, priority)
+            staged = self._stage_chunks(queue, group, opts)
             for attempt in range(PUT_ATTEMPTS):
                 replies = self._master_many([p.Commit(i, n, next(self._calls)) for i, n in staged],
                                             raise_errors=False)
@@ -189,28 +235,27 @@ class Client:
                     break
                 log.warning("the master forgot %d pending chunks (restarted?); staging them again",
                             len(redo))
-                again = self._stage_chunks(queue, [group[k] for k in redo], priority)
+                again = self._stage_chunks(queue, [group[k] for k in redo], opts)
                 for k, fresh in zip(redo, again):
                     staged[k] = fresh
             ids += [i for chunk_ids, _ in staged for i in chunk_ids]
         return ids
 
-    def stage(self, queue: str, items: Iterable[bytes], *,
-              priority: int = 0) -> list[tuple[list[int], list[str]]]:
+    def stage(self, queue: str, items: Iterable[bytes], *, priority: int = 0, delay_s: float = 0.0,
+              key: str | None = None) -> list[tuple[list[int], list[str]]]:
         """Phases 1-2 of an enqueue: ids allocated, payloads durable on data nodes, nothing visible.
 
         Returns (ids, node ids) per chunk for ``commit``; if it is never committed, the master
         drops the items after its pending timeout and deletes their blobs.
         """
-        chunks = self._chunks(items, priority)
+        opts = EnqueueOptions.make(priority, delay_s, None, key)
+        chunks = self._chunks(items)
         staged: list[tuple[list[int], list[str]]] = []
         for start in range(0, len(chunks), 8):
-            staged += self._stage_chunks(queue, chunks[start:start + 8], priority)
+            staged += self._stage_chunks(queue, chunks[start:start + 8], opts)
         return staged
 
-    def _chunks(self, items: Iterable[bytes], priority: int) -> list[list[bytes]]:
-        if type(priority) is not int:
-            raise InvalidArgument(f"priority must be an integer, got {type(priority).__name__}")
+    def _chunks(self, items: Iterable[bytes]) -> list[list[bytes]]:
         chunks: list[list[bytes]] = [[]]
         size = 0
         for blob in map(_as_bytes, items):
@@ -227,9 +272,10 @@ class Client:
             self._master_many([p.Commit(ids, nodes, next(self._calls)) for ids, nodes in staged])
 
     def _stage_chunks(self, queue: str, chunks: list[list[bytes]],
-                      priority: int) -> list[tuple[list[int], list[str]]]:
+                      opts: EnqueueOptions) -> list[tuple[list[int], list[str]]]:
         crcs = [[zlib.crc32(b) for b in chunk] for chunk in chunks]
-        allocs = [p.Alloc(queue, [len(b) for b in chunk], c, [priority] * len(chunk), [])
+        allocs = [p.Alloc(queue, [len(b) for b in chunk], c, [opts.priority] * len(chunk),
+                          [opts.delay_s] * len(chunk), [opts.key] * len(chunk), opts.coalesce, [])
                   for chunk, c in zip(chunks, crcs)]
         placements: list[p.Placement] = self._master_many(allocs)
         stored = self._put_all(placements, chunks, crcs)
@@ -243,8 +289,7 @@ class Client:
                     raise error
                 exclude.update(bad)
                 log.warning("put failed (%s); asking for a placement without %s", error, sorted(bad))
-                allocs[i] = p.Alloc(queue, allocs[i].sizes, crcs[i], allocs[i].priorities,
-                                    sorted(exclude))
+                allocs[i] = dataclasses.replace(allocs[i], exclude=sorted(exclude))
                 placements[i] = self._master(allocs[i])
                 stored[i] = self._put_all([placements[i]], [chunks[i]], [crcs[i]])[0]
         return [(pl.ids, s.nodes) for pl, s in zip(placements, stored)]
@@ -277,12 +322,13 @@ class Client:
 
     # -- dequeue -----------------------------------------------------------------------------
 
-    def dequeue(self, queue: str, *, lease_s: float = 30.0, wait_s: float = 0.0) -> Message | None:
+    def dequeue(self, queue: str, *, lease_s: float | None = None,
+                wait_s: float = 0.0) -> Message | None:
         """Lease the head item and fetch its payload; ``None`` if the queue stayed empty."""
         msgs = self.dequeue_many(queue, 1, lease_s=lease_s, wait_s=wait_s)
         return msgs[0] if msgs else None
 
-    def dequeue_many(self, queue: str, n: int, *, lease_s: float = 30.0, wait_s: float = 0.0,
+    def dequeue_many(self, queue: str, n: int, *, lease_s: float | None = None, wait_s: float = 0.0,
                      ack: Sequence[Message] = ()) -> list[Message]:
         """Lease up to ``n`` head items and fetch their payloads (fewer if fewer are ready).
 
@@ -297,18 +343,26 @@ class Client:
         if failed:
             log.warning("%d leased items could not be read from any replica; releasing them",
                         len(failed))
-            self._master(p.Nack([i.id for i in failed], [i.lease for i in failed], 1.0))
+            self._master(p.Nack([i.id for i in failed], [i.lease for i in failed], 1.0,
+                                "no replica could be read"))
             if not payloads:
                 raise DatanodeUnavailable(f"no replica of items {[i.id for i in failed][:5]} "
                                           "could be read")
         return [Message(i.id, payloads[i.id], queue, i.attempts, i.priority, i.enqueued_at,
                         i.lease, self) for i in items if i.id in payloads]
 
-    def lease(self, queue: str, n: int, *, lease_s: float = 30.0, wait_s: float = 0.0,
+    def lease(self, queue: str, n: int, *, lease_s: float | None = None, wait_s: float = 0.0,
               ack: Sequence[Any] = ()) -> list[LeasedItem]:
-        """Lease up to ``n`` items without reading them (ids, leases, replica locations)."""
+        """Lease up to ``n`` items without reading them (ids, leases, replica locations).
+
+        ``lease_s`` None: the queue's configured lease.
+        """
         if type(n) is not int:
             raise InvalidArgument("n must be an integer")
+        if lease_s is None:
+            lease_s = 0.0  # the master applies the queue's default
+        elif not isinstance(lease_s, bool) and isinstance(lease_s, (int, float)) and lease_s <= 0:
+            raise InvalidArgument(f"lease_s must be positive, got {lease_s!r}")
         if isinstance(lease_s, bool) or not isinstance(lease_s, (int, float)) \
                 or isinstance(wait_s, bool) or not isinstance(wait_s, (int, float)):
             raise InvalidArgument("lease_s and wait_s must be numbers of seconds")
@@ -316,18 +370,22 @@ class Client:
             p.Lease(queue, n, float(lease_s), float(wait_s), next(self._calls),
                     [m.id for m in ack], [m.lease for m in ack]),
             extra_s=float(wait_s) if wait_s > 0 else 0.0)
-        items = [LeasedItem(leased.ids[i], leased.leases[i], leased.sizes[i], leased.crcs[i],
-                            leased.attempts[i], leased.priorities[i], leased.enqueued_at[i],
-                            leased.replica_sets[leased.replica_set[i]].nodes)
-                 for i in range(len(leased.ids))]
+        items = self._leased_items(leased)
         if leased.lost:
             if items:
-                self._master(p.Nack([i.id for i in items], [i.lease for i in items], 0.0))
+                self._master(p.Nack([i.id for i in items], [i.lease for i in items], 0.0, ""))
             raise LeaseExpired(f"the lease on items {leased.lost[:10]} expired before the ack; "
                                "another consumer may hold them")
         return items
 
-    def consume(self, queue: str, n: int = 100, *, lease_s: float = 30.0,
+    @staticmethod
+    def _leased_items(leased: p.Leased) -> list[LeasedItem]:
+        return [LeasedItem(leased.ids[i], leased.leases[i], leased.sizes[i], leased.crcs[i],
+                           leased.attempts[i], leased.priorities[i], leased.enqueued_at[i],
+                           leased.replica_sets[leased.replica_set[i]].nodes)
+                for i in range(len(leased.ids))]
+
+    def consume(self, queue: str, n: int = 100, *, lease_s: float | None = None,
                 wait_s: float = 1.0) -> "Consumer":
         """Batches from ``queue``, each acked together with the next lease (one round trip).
 
@@ -386,9 +444,11 @@ class Client:
         """Finish leased messages; raises ``LeaseExpired`` naming any whose lease was lost."""
         self._settle(msgs, lambda ids, leases: p.Ack(ids, leases))
 
-    def nack_many(self, msgs: Sequence[Any], *, delay_s: float = 0.0) -> None:
-        """Give leased messages back to the queue now (or after ``delay_s``)."""
-        self._settle(msgs, lambda ids, leases: p.Nack(ids, leases, float(delay_s)))
+    def nack_many(self, msgs: Sequence[Any], *, delay_s: float | None = None,
+                  error: str = "") -> None:
+        """Give leased messages back: after ``delay_s``, or (None) the queue's retry back-off."""
+        delay = None if delay_s is None else float(delay_s)
+        self._settle(msgs, lambda ids, leases: p.Nack(ids, leases, delay, str(error)))
 
     def _settle(self, msgs: Sequence[Any], make: Any) -> None:
         lost: list[int] = []
@@ -403,20 +463,78 @@ class Client:
     # -- inspection --------------------------------------------------------------------------
 
     def stats(self, queue: str) -> dict[str, Any]:
-        """A queue's counters: ready, delayed, leased, pending, oldest_age_s."""
-        s: p.QueueStats = self._master(p.Stats(queue))
-        return {"queue": s.queue, "ready": s.ready, "delayed": s.delayed, "leased": s.leased,
-                "pending": s.pending, "oldest_age_s": s.oldest_age_s}
+        """A queue's counters: ready, delayed, leased, pending, dead, oldest_age_s."""
+        return _stats_dict(self._master(p.Stats(queue)))
+
+    def queue_config(self, queue: str) -> dict[str, Any]:
+        """A queue's settings (defaults for a queue never configured)."""
+        return dataclasses.asdict(self._master(p.Stats(queue)).settings)
+
+    def create_queue(self, queue: str, **options: Any) -> dict[str, Any]:
+        """Create a queue with settings (``QueueExists`` if it exists); returns its settings."""
+        return self._configure(queue, True, options)
+
+    def configure_queue(self, queue: str, **options: Any) -> dict[str, Any]:
+        """Change some settings of a queue (creating it if new); returns all its settings.
+
+        Options: lease_s, max_attempts (0: unlimited), dead_letter, backoff_base_s,
+        backoff_cap_s, rate_per_s (0: unlimited), burst.
+        """
+        return self._configure(queue, False, options)
+
+    def _configure(self, queue: str, create: bool, options: dict[str, Any]) -> dict[str, Any]:
+        names = [f.name for f in dataclasses.fields(p.QueueSettings)]
+        unknown = sorted(set(options) - set(names))
+        if unknown:
+            raise InvalidArgument(f"unknown queue option(s) {', '.join(unknown)}; "
+                                  f"known: {', '.join(names)}")
+        kinds = {f.name: f.type for f in dataclasses.fields(p.QueueSettings)}
+        values = []
+        for name in names:
+            v = options.get(name)
+            if v is not None and kinds[name] == "float" and type(v) is int:
+                v = float(v)
+            values.append(v)
+        try:
+            reply = self._master(p.Configure(queue, create, *values))
+        except ProtocolError as exc:
+            raise InvalidArgument(f"a queue option has the wrong type: {exc.message}") from None
+        return dataclasses.asdict(reply.settings)
+
+    def queues(self) -> list[dict[str, Any]]:
+        """Every queue's counters."""
+        return [_stats_dict(q) for q in self._master(p.ListQueues()).queues]
+
+    def purge(self, queue: str) -> int:
+        """Drop every waiting item of ``queue`` (leased ones stay); returns how many."""
+        return self._master(p.Purge(queue)).done
+
+    def redrive(self, queue: str, n: int = 10_000) -> int:
+        """Move up to ``n`` dead items of ``queue`` back into it (attempts reset); how many."""
+        return self._master(p.Redrive(queue, n)).done
+
+    def peek(self, queue: str, n: int = 1) -> list[Message]:
+        """The head items with payloads, without leasing them (their ``ack`` is a no-op error)."""
+        items = self._leased_items(self._master(p.Peek(queue, n)))
+        payloads, _ = self.fetch(items) if items else ({}, [])
+        return [Message(i.id, payloads[i.id], queue, i.attempts, i.priority, i.enqueued_at, 0, self)
+                for i in items if i.id in payloads]
 
     def status(self) -> p.ClusterStatus:
         """The cluster as the master sees it: data nodes and queues."""
         return self._master(p.Status())
 
 
+def _stats_dict(s: p.QueueStats) -> dict[str, Any]:
+    return {"queue": s.queue, "ready": s.ready, "delayed": s.delayed, "leased": s.leased,
+            "pending": s.pending, "dead": s.dead, "oldest_age_s": s.oldest_age_s}
+
+
 class Consumer:
     """Iterate batches of messages with acks piggybacked on the next lease (see ``Client.consume``)."""
 
-    def __init__(self, client: Client, queue: str, n: int, lease_s: float, wait_s: float) -> None:
+    def __init__(self, client: Client, queue: str, n: int, lease_s: float | None,
+                 wait_s: float) -> None:
         self.client, self.queue, self.n, self.lease_s, self.wait_s = client, queue, n, lease_s, wait_s
         self.current: list[Message] = []
         self.stopped = False

@@ -98,6 +98,12 @@ class InvalidArgument(RequestError):
     code = "invalid_argument"
 
 
+class QueueExists(RequestError):
+    """Raised when creating a queue that already exists (change it with configure instead)."""
+
+    code = "queue_exists"
+
+
 class PayloadTooLarge(RequestError):
     """Raised when an item's payload exceeds the cluster's max item size."""
 

@@ -255,6 +255,9 @@ class Alloc:
     sizes: list[int]
     crcs: list[int]
     priorities: list[int]
+    delays: list[float]  # seconds until each item becomes visible (0: at once)
+    keys: list[str]  # "": no key; items sharing a key are never leased at the same time
+    coalesce: bool  # a keyed item replaces the waiting items with its key
     exclude: list[str]  # node ids the client could not reach; placement avoids them
 
 
@@ -338,11 +341,16 @@ class Ack:
 
 @message(18)
 class Nack:
-    """Give leased items back to their queue (counts as an attempt)."""
+    """Give leased items back to their queue (counts as an attempt).
+
+    ``delay_s`` None: visible again after the queue's retry back-off; ``error`` is kept
+    with the item (shown when it is dead-lettered).
+    """
 
     ids: list[int]
     leases: list[int]
-    delay_s: float
+    delay_s: float | None
+    error: str
 
 
 @message(25)
@@ -369,16 +377,81 @@ class Stats:
     queue: str
 
 
+@message(26)
+class QueueSettings:
+    """A queue's configuration (see ``master/queues.py`` for meanings and defaults)."""
+
+    lease_s: float
+    max_attempts: int
+    dead_letter: str
+    backoff_base_s: float
+    backoff_cap_s: float
+    rate_per_s: float
+    burst: int
+
+
 @message(21)
 class QueueStats:
-    """One queue's counters."""
+    """One queue's counters and configuration."""
 
     queue: str
     ready: int
     delayed: int
     leased: int
     pending: int
+    dead: int  # items of this queue now in its dead-letter queue
     oldest_age_s: float
+    settings: QueueSettings
+
+
+@message(27)
+class Configure:
+    """Create a queue (``create``: refuse if it exists) or change some of its settings."""
+
+    queue: str
+    create: bool
+    lease_s: float | None
+    max_attempts: int | None
+    dead_letter: str | None
+    backoff_base_s: float | None
+    backoff_cap_s: float | None
+    rate_per_s: float | None
+    burst: int | None
+
+
+@message(28)
+class ListQueues:
+    """Ask for every queue's stats."""
+
+
+@message(29)
+class QueueList:
+    """Reply to ListQueues."""
+
+    queues: list[QueueStats]
+
+
+@message(36)
+class Purge:
+    """Drop every waiting (ready or delayed) item of a queue; leased items are left alone."""
+
+    queue: str
+
+
+@message(37)
+class Peek:
+    """The head items of a queue without leasing them (reply: Leased with zero lease tokens)."""
+
+    queue: str
+    n: int
+
+
+@message(38)
+class Redrive:
+    """Move up to ``n`` dead items of ``queue`` (or of the dead-letter queue named) back."""
+
+    queue: str
+    n: int
 
 
 @message(22)

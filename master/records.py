@@ -19,13 +19,20 @@ class Reserve:
 
 @message(101)
 class CommitItems:
-    """Items stored on ``nodes`` become visible in ``queue`` (parallel lists, one entry per item)."""
+    """Items stored on ``nodes`` become visible in ``queue`` (parallel lists, one entry per item).
+
+    With ``coalesce``, an item with a key replaces the waiting items of its queue with the
+    same key: it takes the best priority and the earliest place in line among them.
+    """
 
     queue: str
     ids: list[int]
     sizes: list[int]
     crcs: list[int]
     priorities: list[int]
+    not_befores: list[float]  # 0: visible at once
+    keys: list[str]  # "": no key
+    coalesce: bool
     nodes: list[str]
     at: float
     request: str  # the client's commit id, remembered so a retried commit is answered once
@@ -36,7 +43,8 @@ class LeaseItems:
     """Items are handed to a consumer under lease tokens ``leases`` until ``deadline``.
 
     ``request`` is the client's id for the lease call, so a retry after a lost reply (or a
-    master restart) gets the same items instead of leasing more.
+    master restart) gets the same items instead of leasing more. Re-leasing an item under
+    its current token moves its deadline (an extension).
     """
 
     ids: list[int]
@@ -47,17 +55,22 @@ class LeaseItems:
 
 @message(103)
 class AckItems:
-    """Items are done and forgotten."""
+    """Items are done (or purged, or replaced by coalescing) and forgotten."""
 
     ids: list[int]
 
 
 @message(104)
 class ReleaseItems:
-    """Leased items go back to their queue, visible from ``not_before``; each counts an attempt."""
+    """Leased items go back to their queue, each visible from its ``not_befores`` entry.
+
+    Each counts an attempt; an item that reaches its queue's max attempts moves to the
+    dead-letter queue instead, keeping ``error`` as its last error.
+    """
 
     ids: list[int]
-    not_before: float
+    not_befores: list[float]
+    error: str
 
 
 @message(105)
@@ -82,3 +95,24 @@ class DropReplicas:
 
     ids: list[int]
     node: str
+
+
+@message(108)
+class ConfigureQueue:
+    """A queue's whole configuration (creating the queue if it is new)."""
+
+    queue: str
+    lease_s: float
+    max_attempts: int  # 0: unlimited
+    dead_letter: str  # "": "<queue>.dead"
+    backoff_base_s: float  # 0: retry at once
+    backoff_cap_s: float
+    rate_per_s: float  # 0: unlimited
+    burst: int
+
+
+@message(109)
+class RedriveItems:
+    """Dead items go back to the queue they died in, with their attempts reset."""
+
+    ids: list[int]

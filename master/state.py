@@ -4,9 +4,10 @@
 clock, so replaying the WAL rebuilds exactly the state the live master had. Queries that
 depend on time (what is due, what has expired) take ``now`` as an argument.
 
-Order within a queue: lowest priority first, then FIFO by id. Heaps use lazy deletion:
-each entry carries the generation the item had when it was pushed, and entries whose item
-has moved on are dropped when they reach the top.
+Order within a queue: lowest priority first, then FIFO by ``order`` (the id, or for a
+coalesced item the place in line it inherited). Items sharing a key are never leased at
+the same time. Heaps use lazy deletion: each entry carries the generation the item had when
+it was pushed, and entries whose item has moved on are dropped when they reach the top.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ import heapq
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from master.records import (AckItems, AddReplicas, CommitItems, DropReplicas, LeaseItems, NodeSeen,
-                            ReleaseItems, Reserve)
+from master.queues import QueueConfig
+from master.records import (AckItems, AddReplicas, CommitItems, ConfigureQueue, DropReplicas,
+                            LeaseItems, NodeSeen, RedriveItems, ReleaseItems, Reserve)
 
 READY, DELAYED, LEASED = 0, 1, 2
 RECENT_LEASES = 4096  # lease calls remembered for retries
@@ -26,16 +28,19 @@ RECENT_COMMITS = 16384  # commit calls remembered for retries
 class Item:
     """One committed item's metadata (payload bytes live on data nodes)."""
 
-    __slots__ = ("id", "queue", "size", "crc", "priority", "nodes", "attempts",
-                 "enqueued_at", "status", "gen", "lease", "lease_deadline", "not_before")
+    __slots__ = ("id", "queue", "size", "crc", "priority", "order", "key", "nodes", "attempts",
+                 "enqueued_at", "status", "gen", "lease", "lease_deadline", "not_before",
+                 "origin", "error")
 
     def __init__(self, id: int, queue: str, size: int, crc: int, priority: int,
-                 nodes: tuple[str, ...], enqueued_at: float) -> None:
+                 nodes: tuple[str, ...], enqueued_at: float, key: str = "") -> None:
         self.id = id
         self.queue = queue
         self.size = size
         self.crc = crc
         self.priority = priority
+        self.order = id
+        self.key = key
         self.nodes = nodes
         self.attempts = 0
         self.enqueued_at = enqueued_at
@@ -44,19 +49,33 @@ class Item:
         self.lease = 0
         self.lease_deadline = 0.0
         self.not_before = 0.0
+        self.origin = ""  # the queue it died in, while it sits in a dead-letter queue
+        self.error = ""  # the last error a consumer gave
 
-    def snapshot(self) -> tuple:
-        return (self.id, self.queue, self.size, self.crc, self.priority, self.nodes, self.attempts,
-                self.enqueued_at, self.status, self.lease, self.lease_deadline, self.not_before)
+    def export(self) -> list:
+        return [self.id, self.queue, self.size, self.crc, self.priority, self.order, self.key,
+                list(self.nodes), self.attempts, self.enqueued_at, self.status, self.lease,
+                self.lease_deadline, self.not_before, self.origin, self.error]
+
+    @classmethod
+    def restore(cls, row: list) -> "Item":
+        item = cls(row[0], row[1], row[2], row[3], row[4], tuple(row[7]), row[9], row[6])
+        (item.order, item.attempts, item.status, item.lease, item.lease_deadline,
+         item.not_before, item.origin, item.error) = (row[5], row[8], row[10], row[11], row[12],
+                                                      row[13], row[14], row[15])
+        return item
 
 
 @dataclass
 class QueueState:
-    """One named queue: ordered ready items, delayed items, and counters."""
+    """One named queue: config, ordered ready items, delayed items, key index, counters."""
 
     name: str
-    ready: list = field(default_factory=list)  # heap of (priority, id, gen)
+    config: QueueConfig = field(default_factory=QueueConfig)
+    ready: list = field(default_factory=list)  # heap of (priority, order, id, gen)
     delayed: list = field(default_factory=list)  # heap of (not_before, id, gen)
+    keyed: dict[str, set[int]] = field(default_factory=dict)  # key -> ids in this queue
+    active: set[str] = field(default_factory=set)  # keys with a leased item
     n_ready: int = 0
     n_delayed: int = 0
     n_leased: int = 0
@@ -78,8 +97,7 @@ class State:
     # -- applying records -------------------------------------------------------------------
 
     def apply(self, rec: object) -> None:
-        handler = self._APPLY[type(rec)]
-        handler(self, rec)
+        self._APPLY[type(rec)](self, rec)
 
     def _apply_reserve(self, rec: Reserve) -> None:
         self.id_hi = max(self.id_hi, rec.id_hi)
@@ -94,9 +112,15 @@ class State:
         for i, item_id in enumerate(rec.ids):
             if item_id in self.items:
                 continue
-            item = Item(item_id, rec.queue, rec.sizes[i], rec.crcs[i], rec.priorities[i], nodes, rec.at)
+            item = Item(item_id, rec.queue, rec.sizes[i], rec.crcs[i], rec.priorities[i], nodes,
+                        rec.at, rec.keys[i])
+            if rec.coalesce and item.key:
+                for old in self.waiting_with_key(rec.queue, item.key):
+                    item.priority = min(item.priority, old.priority)
+                    item.order = min(item.order, old.order)
+                    self._forget(old)
             self.items[item_id] = item
-            self._make_ready(q, item)
+            self._place(q, item, rec.not_befores[i])
             self.id_hi = max(self.id_hi, item_id + 1)
 
     def _apply_lease(self, rec: LeaseItems) -> None:
@@ -108,6 +132,8 @@ class State:
             item.lease = lease
             item.lease_deadline = rec.deadline
             q.n_leased += 1
+            if item.key:
+                q.active.add(item.key)
             heapq.heappush(self.expiries, (rec.deadline, item_id, lease))
             self.lease_seq = max(self.lease_seq, lease)
         if rec.request:
@@ -117,25 +143,43 @@ class State:
 
     def _apply_ack(self, rec: AckItems) -> None:
         for item_id in rec.ids:
-            item = self.items.pop(item_id, None)
+            item = self.items.get(item_id)
             if item is not None:
-                self._leave(self.queues[item.queue], item)
+                self._forget(item)
 
     def _apply_release(self, rec: ReleaseItems) -> None:
-        for item_id in rec.ids:
+        for item_id, not_before in zip(rec.ids, rec.not_befores):
             item = self.items[item_id]
             q = self.queues[item.queue]
             self._leave(q, item)
             item.attempts += 1
             item.lease = 0
-            if rec.not_before > 0:
-                item.not_before = rec.not_before
-                item.status = DELAYED
-                item.gen += 1
-                q.n_delayed += 1
-                heapq.heappush(q.delayed, (rec.not_before, item_id, item.gen))
+            if rec.error:
+                item.error = rec.error
+            limit = q.config.max_attempts
+            if limit and item.attempts >= limit:
+                self._unindex(q, item)
+                item.origin = item.queue
+                item.queue = q.config.dead_letter_queue(q.name)
+                self._place(self.queue(item.queue), item, 0.0)
             else:
-                self._make_ready(q, item)
+                self._place(q, item, not_before)
+
+    def _apply_redrive(self, rec: RedriveItems) -> None:
+        for item_id in rec.ids:
+            item = self.items.get(item_id)
+            if item is None or not item.origin or item.status == LEASED:
+                continue
+            q = self.queues[item.queue]
+            self._leave(q, item)
+            self._unindex(q, item)
+            item.queue, item.origin, item.attempts, item.error = item.origin, "", 0, ""
+            self._place(self.queue(item.queue), item, 0.0)
+
+    def _apply_configure(self, rec: ConfigureQueue) -> None:
+        self.queue(rec.queue).config = QueueConfig(
+            rec.lease_s, rec.max_attempts, rec.dead_letter, rec.backoff_base_s, rec.backoff_cap_s,
+            rec.rate_per_s, rec.burst)
 
     def _apply_node_seen(self, rec: NodeSeen) -> None:
         self.node_addrs[rec.node_id] = rec.addr
@@ -153,14 +197,16 @@ class State:
                 item.nodes = tuple(n for n in item.nodes if n != rec.node)
 
     _APPLY = {
-        AddReplicas: _apply_add_replicas,
-        DropReplicas: _apply_drop_replicas,
-        NodeSeen: _apply_node_seen,
         Reserve: _apply_reserve,
         CommitItems: _apply_commit,
         LeaseItems: _apply_lease,
         AckItems: _apply_ack,
         ReleaseItems: _apply_release,
+        RedriveItems: _apply_redrive,
+        ConfigureQueue: _apply_configure,
+        NodeSeen: _apply_node_seen,
+        AddReplicas: _apply_add_replicas,
+        DropReplicas: _apply_drop_replicas,
     }
 
     # -- helpers ---------------------------------------------------------------------------
@@ -171,11 +217,35 @@ class State:
             q = self.queues[name] = QueueState(name)
         return q
 
-    def _make_ready(self, q: QueueState, item: Item) -> None:
-        item.status = READY
+    def config(self, name: str) -> QueueConfig:
+        q = self.queues.get(name)
+        return q.config if q is not None else QueueConfig()
+
+    def _place(self, q: QueueState, item: Item, not_before: float) -> None:
+        """Put an item in line: ready now, or delayed until ``not_before``."""
         item.gen += 1
-        q.n_ready += 1
-        heapq.heappush(q.ready, (item.priority, item.id, item.gen))
+        self._index(q, item)
+        if not_before > 0:
+            item.status = DELAYED
+            item.not_before = not_before
+            q.n_delayed += 1
+            heapq.heappush(q.delayed, (not_before, item.id, item.gen))
+        else:
+            item.status = READY
+            q.n_ready += 1
+            heapq.heappush(q.ready, (item.priority, item.order, item.id, item.gen))
+
+    def _index(self, q: QueueState, item: Item) -> None:
+        if item.key:
+            q.keyed.setdefault(item.key, set()).add(item.id)
+
+    def _unindex(self, q: QueueState, item: Item) -> None:
+        if item.key:
+            ids = q.keyed.get(item.key)
+            if ids is not None:
+                ids.discard(item.id)
+                if not ids:
+                    del q.keyed[item.key]
 
     def _leave(self, q: QueueState, item: Item) -> None:
         """Take the item out of whatever counter its status puts it in."""
@@ -185,9 +255,25 @@ class State:
             q.n_delayed -= 1
         else:
             q.n_leased -= 1
+            if item.key:
+                q.active.discard(item.key)
+        item.status = READY  # provisional: the caller places it again or forgets it
         item.gen += 1  # invalidates its heap entries
 
+    def _forget(self, item: Item) -> None:
+        q = self.queues[item.queue]
+        self._leave(q, item)
+        self._unindex(q, item)
+        del self.items[item.id]
+
     # -- pure queries (time is passed in) ----------------------------------------------------
+
+    def waiting_with_key(self, queue: str, key: str) -> list[Item]:
+        """Items of ``queue`` with ``key`` that are not leased (what coalescing replaces)."""
+        q = self.queues.get(queue)
+        if q is None:
+            return []
+        return [self.items[i] for i in sorted(q.keyed.get(key, ())) if self.items[i].status != LEASED]
 
     def promote_due(self, q: QueueState, now: float) -> None:
         """Move delayed items whose time has come into the ready heap."""
@@ -201,24 +287,38 @@ class State:
                 break
             heapq.heappop(q.delayed)
             q.n_delayed -= 1
-            self._make_ready(q, item)
+            item.gen += 1
+            item.status = READY
+            q.n_ready += 1
+            heapq.heappush(q.ready, (item.priority, item.order, item.id, item.gen))
 
     def head(self, name: str, n: int, now: float) -> list[int]:
-        """The ids a lease of ``n`` would take right now, in serving order."""
+        """The ids a lease of ``n`` would take right now, in serving order.
+
+        An item whose key is leased, or already taken earlier in this batch, is passed over.
+        """
         q = self.queues.get(name)
         if q is None:
             return []
         self.promote_due(q, now)
         heap = q.ready
-        taken: list[tuple] = []
+        popped: list[tuple] = []
+        taken: list[int] = []
+        keys: set[str] = set()
         while heap and len(taken) < n:
             entry = heapq.heappop(heap)
-            item = self.items.get(entry[1])
-            if item is not None and item.gen == entry[2]:
-                taken.append(entry)
-        for entry in taken:  # a query must not change the heap's contents
+            item = self.items.get(entry[2])
+            if item is None or item.gen != entry[3]:
+                continue
+            popped.append(entry)
+            if item.key:
+                if item.key in q.active or item.key in keys:
+                    continue
+                keys.add(item.key)
+            taken.append(item.id)
+        for entry in popped:  # a query must not change the heap's contents
             heapq.heappush(heap, entry)
-        return [e[1] for e in taken]
+        return taken
 
     def expired(self, now: float, limit: int = 10_000) -> list[int]:
         """Ids whose lease deadline has passed (at most ``limit``)."""
@@ -254,38 +354,38 @@ class State:
 
     def export(self) -> list:
         """Everything durable as plain lists (msgpack-able), for a checkpoint."""
-        items = [[i.id, i.queue, i.size, i.crc, i.priority, list(i.nodes), i.attempts,
-                  i.enqueued_at, i.status, i.lease, i.lease_deadline, i.not_before]
-                 for i in self.items.values()]
+        configs = [[q.name, *[getattr(q.config, f) for f in QueueConfig.option_names()]]
+                   for q in self.queues.values()]
         return [self.id_hi, self.lease_seq, self.node_addrs,
                 [[k, list(v[0]), list(v[1])] for k, v in self.recent_leases.items()],
-                list(self.recent_commits), items]
+                list(self.recent_commits), configs, [i.export() for i in self.items.values()]]
 
     @classmethod
     def restore(cls, data: list) -> "State":
         """Rebuild a state from ``export()``'s output; heaps are rebuilt in one pass each."""
         s = cls()
-        s.id_hi, s.lease_seq, s.node_addrs, recent, commits, items = data
+        s.id_hi, s.lease_seq, s.node_addrs, recent, commits, configs, items = data
         s.recent_leases = OrderedDict((k, (ids, leases)) for k, ids, leases in recent)
         s.recent_commits = OrderedDict.fromkeys(commits)
-        queues = s.queues
+        for name, *values in configs:
+            s.queue(name).config = QueueConfig(*values)
         for row in items:
-            item = Item(row[0], row[1], row[2], row[3], row[4], tuple(row[5]), row[7])
-            item.attempts, item.status, item.lease, item.lease_deadline, item.not_before = row[6], row[8], row[9], row[10], row[11]
+            item = Item.restore(row)
             s.items[item.id] = item
-            q = queues.get(item.queue)
-            if q is None:
-                q = queues[item.queue] = QueueState(item.queue)
+            q = s.queue(item.queue)
+            s._index(q, item)
             if item.status == READY:
                 q.n_ready += 1
-                q.ready.append((item.priority, item.id, 0))
+                q.ready.append((item.priority, item.order, item.id, 0))
             elif item.status == DELAYED:
                 q.n_delayed += 1
                 q.delayed.append((item.not_before, item.id, 0))
             else:
                 q.n_leased += 1
+                if item.key:
+                    q.active.add(item.key)
                 s.expiries.append((item.lease_deadline, item.id, item.lease))
-        for q in queues.values():
+        for q in s.queues.values():
             heapq.heapify(q.ready)
             heapq.heapify(q.delayed)
         heapq.heapify(s.expiries)
@@ -294,5 +394,8 @@ class State:
     def snapshot(self) -> tuple:
         """A comparable picture of the durable state (tests compare live and replayed)."""
         return (self.id_hi, self.lease_seq, sorted(self.node_addrs.items()),
-                list(self.recent_leases.items()), list(self.recent_commits), sorted(i.snapshot() for i in self.items.values()),
-                sorted((q.name, q.n_ready, q.n_delayed, q.n_leased) for q in self.queues.values()))
+                list(self.recent_leases.items()), list(self.recent_commits),
+                sorted(i.export() for i in self.items.values()),
+                sorted((q.name, q.config, q.n_ready, q.n_delayed, q.n_leased, sorted(q.active),
+                        sorted((k, sorted(v)) for k, v in q.keyed.items()))
+                       for q in self.queues.values()))

@@ -31,7 +31,7 @@ def test_enqueue_dequeue_ack_round_trip(cluster):
         assert c.stats("jobs")["leased"] == 2
         c.ack_many(msgs)
         assert c.stats("jobs") == {"queue": "jobs", "ready": 0, "delayed": 0, "leased": 0,
-                                   "pending": 0, "oldest_age_s": 0.0}
+                                   "pending": 0, "dead": 0, "oldest_age_s": 0.0}
         assert c.dequeue("jobs") is None
 
 
@@ -171,7 +171,7 @@ def test_uncommitted_enqueue_expires_and_its_blobs_are_deleted(cluster_factory):
                          master_args=["--pending-timeout-s", "0.5"])
     ctx = zmq.Context.instance()
     master = Endpoint(ctx, cl.master_addr)
-    placement = call(master, p.Alloc("jobs", [3], [0x352441C2], [0], []), 5)
+    placement = call(master, p.Alloc("jobs", [3], [0x352441C2], [0], [0.0], [""], False, []), 5)
     node = Endpoint(ctx, placement.nodes[0].addr)
     call(node, p.Put(placement.ids, [b"abc"], [0x352441C2], [], 1), 5)
     with Client(cl.master_addr, timeout_s=5) as c:

@@ -121,5 +121,5 @@ def test_fewer_live_nodes_than_the_write_quorum_refuses_the_enqueue(cluster_fact
         with pytest.raises(NotEnoughDatanodes, match="3 needed"):
             c.enqueue("jobs", b"x")
         assert c.stats("jobs") == {"queue": "jobs", "ready": 0, "delayed": 0, "leased": 0,
-                                   "pending": 0, "oldest_age_s": 0.0}
+                                   "pending": 0, "dead": 0, "oldest_age_s": 0.0}
         assert replicas_total(c) == 0

@@ -13,8 +13,8 @@ from master.state import State
 def commit(state: State, queue: str, ids: list[int], priorities: list[int] | None = None,
            at: float = 100.0) -> CommitItems:
     rec = CommitItems(queue=queue, ids=ids, sizes=[1] * len(ids), crcs=[0] * len(ids),
-                      priorities=priorities or [0] * len(ids), nodes=["dn-a"], at=at,
-                      request="")
+                      priorities=priorities or [0] * len(ids), not_befores=[0.0] * len(ids),
+                      keys=[""] * len(ids), coalesce=False, nodes=["dn-a"], at=at, request="")
     state.apply(rec)
     return rec
 
@@ -50,7 +50,7 @@ def test_ack_forgets_and_release_counts_an_attempt():
     commit(s, "q", [1, 2])
     lease(s, "q", 2, 0.0)
     s.apply(AckItems(ids=[1]))
-    s.apply(ReleaseItems(ids=[2], not_before=0.0))
+    s.apply(ReleaseItems(ids=[2], not_befores=[0.0], error=""))
     assert 1 not in s.items
     assert s.items[2].attempts == 1
     assert s.head("q", 10, 0.0) == [2]
@@ -60,7 +60,7 @@ def test_delayed_release_becomes_ready_at_its_time():
     s = State()
     commit(s, "q", [1])
     lease(s, "q", 1, 0.0)
-    s.apply(ReleaseItems(ids=[1], not_before=50.0))
+    s.apply(ReleaseItems(ids=[1], not_befores=[50.0], error=""))
     assert s.head("q", 1, 49.9) == []
     assert s.queues["q"].n_delayed == 1
     assert s.head("q", 1, 50.0) == [1]
@@ -74,7 +74,7 @@ def test_expired_leases_are_reported_once():
     lease(s, "q", 1, 0.0, lease_s=50.0)
     assert s.expired(4.9) == []
     assert s.expired(5.0) == [1]
-    s.apply(ReleaseItems(ids=[1], not_before=0.0))
+    s.apply(ReleaseItems(ids=[1], not_befores=[0.0], error=""))
     assert s.expired(100.0) == [2]
 
 
@@ -112,7 +112,8 @@ def test_replaying_the_log_rebuilds_the_same_state(script):
             _, queue, n, prio = op
             do(Reserve(id_hi=next_id + n))
             do(CommitItems(queue=queue, ids=list(range(next_id, next_id + n)), sizes=[3] * n,
-                           crcs=[1] * n, priorities=[prio] * n, nodes=["dn-a"], at=now,
+                           crcs=[1] * n, priorities=[prio] * n, not_befores=[0.0] * n,
+                           keys=[""] * n, coalesce=False, nodes=["dn-a"], at=now,
                            request=f"c{next_id}"))
             next_id += n
         elif op[0] == "lease":
@@ -126,12 +127,13 @@ def test_replaying_the_log_rebuilds_the_same_state(script):
             if leased:
                 target = leased[op[1] % len(leased)]
                 do(AckItems(ids=[target]) if op[0] == "ack"
-                   else ReleaseItems(ids=[target], not_before=now + op[2] if op[2] else 0.0))
+                   else ReleaseItems(ids=[target], not_befores=[now + op[2] if op[2] else 0.0],
+                                     error="nack"))
         elif op[0] == "tick":
             now += op[1]
             expired = live.expired(now)
             if expired:
-                do(ReleaseItems(ids=expired, not_before=0.0))
+                do(ReleaseItems(ids=expired, not_befores=[0.0] * len(expired), error=""))
         else:
             do(NodeSeen(op[1], op[2]))
     replayed = State()
@@ -155,7 +157,8 @@ def test_checkpoint_plus_wal_tail_rebuilds_the_same_state(script, cut):
             _, queue, n, prio = op
             recs = [Reserve(id_hi=next_id + n),
                     CommitItems(queue=queue, ids=list(range(next_id, next_id + n)), sizes=[1] * n,
-                                crcs=[0] * n, priorities=[prio] * n, nodes=["dn-a"], at=now,
+                                crcs=[0] * n, priorities=[prio] * n, not_befores=[0.0] * n,
+                                keys=[""] * n, coalesce=False, nodes=["dn-a"], at=now,
                                 request=f"c{next_id}")]
             next_id += n
         elif op[0] == "lease" and (ids := live.head(op[1], op[2], now)):
@@ -166,7 +169,8 @@ def test_checkpoint_plus_wal_tail_rebuilds_the_same_state(script, cut):
             recs = [AckItems(ids=[leased[op[1] % len(leased)]])]
         elif op[0] == "tick":
             now += op[1]
-            recs = [ReleaseItems(ids=e, not_before=now + 1.0)] if (e := live.expired(now)) else []
+            recs = ([ReleaseItems(ids=e, not_befores=[now + 1.0] * len(e), error="x")]
+                    if (e := live.expired(now)) else [])
         else:
             recs = []
         for rec in recs:
