@@ -6,7 +6,6 @@ and exit code 1 in one place (``main``).
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
 import sys
@@ -15,37 +14,10 @@ from typing import Any
 
 import click
 
+from blizzard import cli_queue
+from blizzard.cli_common import (ADDRESS, DEFAULT_MASTER, EXIT_ERROR, log_level, master_opt,
+                                 setup_logging)
 from blizzard.errors import BlizzardError
-
-EXIT_OK = 0
-EXIT_ERROR = 1
-EXIT_USAGE = 2
-
-MASTER_HELP = "Master address (env BLIZZARD_MASTER)."
-DEFAULT_MASTER = "tcp://127.0.0.1:5555"
-
-
-class Address(click.ParamType):
-    """A ZeroMQ TCP address such as tcp://127.0.0.1:5555."""
-
-    name = "tcp://HOST:PORT"
-
-    def convert(self, value: Any, param: Any, ctx: Any) -> str:
-        value = str(value)
-        host, sep, port = value.removeprefix("tcp://").rpartition(":")
-        if not value.startswith("tcp://") or not sep or not host or not port.isdigit() \
-                or not 0 <= int(port) < 65536:
-            self.fail(f"{value!r} is not an address like tcp://127.0.0.1:5555", param, ctx)
-        return value
-
-
-ADDRESS = Address()
-
-
-def _logging(level: str) -> None:
-    logging.basicConfig(level=getattr(logging, level.upper()),
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
-
 
 def _serve(server: Any) -> None:
     """Run a server until SIGTERM/SIGINT, then close it cleanly."""
@@ -57,16 +29,6 @@ def _serve(server: Any) -> None:
         server.serve_forever()
     finally:
         server.close()
-
-
-log_level = click.option("--log-level", default="info", show_default=True,
-                         type=click.Choice(["debug", "info", "warning", "error"]),
-                         help="Logging verbosity.")
-master_opt = click.option("--master", "master", type=ADDRESS, envvar="BLIZZARD_MASTER",
-                          default=DEFAULT_MASTER, show_default=True, help=MASTER_HELP)
-timeout_opt = click.option("--timeout-s", default=10.0, show_default=True,
-                           type=click.FloatRange(0.1), help="Give up on an unresponsive master "
-                           "after this long (requests are retried meanwhile).")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -118,7 +80,7 @@ def master(data_dir: str, bind: str, replication: int, min_replicas: int | None,
     from master.server import MasterServer
     from master.wal import WalCorrupt
 
-    _logging(log_level)
+    setup_logging(log_level)
     config = MasterConfig(data_dir=data_dir, bind=bind, replication=replication,
                           min_replicas=min_replicas, heartbeat_s=heartbeat_s,
                           dead_after_s=dead_after_s, pending_timeout_s=pending_timeout_s,
@@ -148,7 +110,7 @@ def datanode(data_dir: str, bind: str, advertise: str | None, master: str, heart
     """Run a data node: stores payload blobs in LevelDB."""
     from datanode.server import DatanodeConfig, DatanodeServer
 
-    _logging(log_level)
+    setup_logging(log_level)
     config = DatanodeConfig(data_dir=data_dir, bind=bind, master=master, advertise=advertise,
                             heartbeat_s=heartbeat_s, max_item_bytes=max_item_bytes)
     _serve(DatanodeServer(config))
@@ -193,81 +155,6 @@ def cluster(data_dir: str, datanodes: int, replication: int, port: int, node_por
         click.echo("stopped")
 
 
-@cli.command()
-@click.argument("queue")
-@click.argument("data", nargs=-1, required=True)
-@master_opt
-@timeout_opt
-@click.option("--priority", default=0, show_default=True, type=int,
-              help="Lower is served first; equal priorities are FIFO.")
-@click.option("--delay-s", default=0.0, show_default=True, type=click.FloatRange(0),
-              help="Keep the items invisible this long (scheduled items).")
-@click.option("--key", default=None, help="Items sharing a key are never leased at the same time.")
-@click.option("--coalesce", is_flag=True,
-              help="With --key: replace waiting items with the same key (latest data kept).")
-def enqueue(queue: str, data: tuple[str, ...], master: str, timeout_s: float, priority: int,
-            delay_s: float, key: str | None, coalesce: bool) -> None:
-    """Add each DATA argument (UTF-8 text) to QUEUE as one item; prints the ids."""
-    from blizzard.client import Client
-
-    with Client(master, timeout_s=timeout_s) as c:
-        for item_id in c.enqueue_many(queue, [d.encode() for d in data], priority=priority,
-                                      delay_s=delay_s, key=key, coalesce=coalesce):
-            click.echo(item_id)
-
-
-@cli.command()
-@click.argument("queue")
-@master_opt
-@timeout_opt
-@click.option("--n", default=1, show_default=True, type=click.IntRange(1, 10000),
-              help="How many items to take at most.")
-@click.option("--ack/--no-ack", default=True, show_default=True,
-              help="Acknowledge (delete) the items after printing them; --no-ack leaves them "
-                   "leased until the lease ends.")
-@click.option("--lease-s", default=None, type=click.FloatRange(0.001),
-              help="Lease length; default: the queue's configured lease.")
-@click.option("--wait-s", default=0.0, show_default=True, type=click.FloatRange(0, 300),
-              help="Wait this long for an item if the queue is empty.")
-def dequeue(queue: str, master: str, timeout_s: float, n: int, ack: bool, lease_s: float | None,
-            wait_s: float) -> None:
-    """Take items from QUEUE and print `id<TAB>data` lines (exit 3 if none)."""
-    from blizzard.client import Client
-
-    with Client(master, timeout_s=timeout_s) as c:
-        msgs = c.dequeue_many(queue, n, lease_s=lease_s, wait_s=wait_s)
-        for m in msgs:
-            click.echo(f"{m.id}\t{m.data.decode(errors='backslashreplace')}")
-        if msgs and ack:
-            c.ack_many(msgs)
-    if not msgs:
-        click.echo(f"queue {queue!r} is empty", err=True)
-        sys.exit(3)
-
-
-@cli.command()
-@master_opt
-@timeout_opt
-def status(master: str, timeout_s: float) -> None:
-    """Show data nodes (alive, items, bytes) and queues (ready, leased)."""
-    from blizzard.client import Client
-
-    with Client(master, timeout_s=timeout_s) as c:
-        st = c.status()
-    click.echo(f"data nodes (replication {st.replication}, under-replicated items "
-               f"{st.under_replicated}):")
-    click.echo(f"  {'node':<16} {'address':<24} {'state':<6} {'hb age':>7} {'items':>9} "
-               f"{'bytes':>12} {'free':>10}")
-    for n in st.nodes:
-        click.echo(f"  {n.node_id:<16} {n.addr:<24} {'alive' if n.alive else 'DEAD':<6} "
-                   f"{n.heartbeat_age_s:>6.1f}s {n.items:>9} {n.bytes_used:>12} "
-                   f"{n.free_bytes // (1 << 20):>8}Mi")
-    click.echo("queues:")
-    click.echo(f"  {'queue':<24} {'ready':>9} {'delayed':>9} {'leased':>9} {'pending':>9}")
-    for q in st.queues:
-        click.echo(f"  {q.queue:<24} {q.ready:>9} {q.delayed:>9} {q.leased:>9} {q.pending:>9}")
-
-
 @cli.group()
 def wal() -> None:
     """Inspect a master's write-ahead log."""
@@ -297,130 +184,8 @@ def wal_check(data_dir: str) -> None:
         sys.exit(EXIT_ERROR)
 
 
-def queue_options(f: Any) -> Any:
-    opts = [
-        click.option("--lease-s", type=click.FloatRange(0.001), help="Default lease length."),
-        click.option("--max-attempts", type=click.IntRange(0),
-                     help="Deliveries before an item is dead-lettered (0: unlimited; default 10)."),
-        click.option("--dead-letter", help="Dead-letter queue name (default: QUEUE.dead)."),
-        click.option("--backoff-base-s", type=click.FloatRange(0),
-                     help="Retry delay after the first failure, doubling per attempt (0: none)."),
-        click.option("--backoff-cap-s", type=click.FloatRange(0), help="Longest retry delay."),
-        click.option("--rate-per-s", type=click.FloatRange(0),
-                     help="Leases granted per second over all consumers (0: unlimited)."),
-        click.option("--burst", type=click.IntRange(0), help="Leases granted at once after idling."),
-    ]
-    for opt in reversed(opts):
-        f = opt(f)
-    return f
-
-
-def _print_settings(settings: dict[str, Any]) -> None:
-    for name, value in settings.items():
-        click.echo(f"{name}: {value}")
-
-
-@cli.group()
-def queue() -> None:
-    """Create, configure and inspect named queues."""
-
-
-@queue.command("create")
-@click.argument("name")
-@master_opt
-@timeout_opt
-@queue_options
-def queue_create(name: str, master: str, timeout_s: float, **options: Any) -> None:
-    """Create queue NAME with the given settings (error if it exists)."""
-    from blizzard.client import Client
-
-    with Client(master, timeout_s=timeout_s) as c:
-        _print_settings(c.create_queue(name, **{k: v for k, v in options.items() if v is not None}))
-
-
-@queue.command("config")
-@click.argument("name")
-@master_opt
-@timeout_opt
-@queue_options
-def queue_config(name: str, master: str, timeout_s: float, **options: Any) -> None:
-    """Show queue NAME's settings, changing those given (the queue is created if new)."""
-    from blizzard.client import Client
-
-    changes = {k: v for k, v in options.items() if v is not None}
-    with Client(master, timeout_s=timeout_s) as c:
-        _print_settings(c.configure_queue(name, **changes) if changes else c.queue_config(name))
-
-
-@queue.command("list")
-@master_opt
-@timeout_opt
-def queue_list(master: str, timeout_s: float) -> None:
-    """Every queue with its counters."""
-    from blizzard.client import Client
-
-    with Client(master, timeout_s=timeout_s) as c:
-        rows = c.queues()
-    click.echo(f"{'queue':<28} {'ready':>9} {'delayed':>9} {'leased':>9} {'dead':>7} {'oldest':>9}")
-    for q in rows:
-        click.echo(f"{q['queue']:<28} {q['ready']:>9} {q['delayed']:>9} {q['leased']:>9} "
-                   f"{q['dead']:>7} {q['oldest_age_s']:>8.1f}s")
-
-
-@queue.command("stats")
-@click.argument("name")
-@master_opt
-@timeout_opt
-def queue_stats(name: str, master: str, timeout_s: float) -> None:
-    """Queue NAME's counters: ready, delayed, leased, pending, dead, oldest item age."""
-    from blizzard.client import Client
-
-    with Client(master, timeout_s=timeout_s) as c:
-        _print_settings(c.stats(name))
-
-
-@queue.command("purge")
-@click.argument("name")
-@master_opt
-@timeout_opt
-@click.confirmation_option(prompt="Drop every waiting item of this queue?",
-                           help="Do not ask for confirmation.")
-def queue_purge(name: str, master: str, timeout_s: float) -> None:
-    """Drop every waiting (ready or delayed) item of queue NAME; leased items stay."""
-    from blizzard.client import Client
-
-    with Client(master, timeout_s=timeout_s) as c:
-        click.echo(f"purged {c.purge(name)} items")
-
-
-@queue.command("peek")
-@click.argument("name")
-@master_opt
-@timeout_opt
-@click.option("--n", default=1, show_default=True, type=click.IntRange(1, 10000),
-              help="How many head items to show.")
-def queue_peek(name: str, master: str, timeout_s: float, n: int) -> None:
-    """Show the head items of queue NAME without leasing them."""
-    from blizzard.client import Client
-
-    with Client(master, timeout_s=timeout_s) as c:
-        for m in c.peek(name, n):
-            click.echo(f"{m.id}\tpriority={m.priority}\tattempts={m.attempts}\t"
-                       f"{m.data.decode(errors='backslashreplace')}")
-
-
-@queue.command("redrive")
-@click.argument("name")
-@master_opt
-@timeout_opt
-@click.option("--n", default=10000, show_default=True, type=click.IntRange(1, 10000),
-              help="How many dead items to move back at most.")
-def queue_redrive(name: str, master: str, timeout_s: float, n: int) -> None:
-    """Move dead items of queue NAME (or of dead-letter queue NAME) back, attempts reset."""
-    from blizzard.client import Client
-
-    with Client(master, timeout_s=timeout_s) as c:
-        click.echo(f"redrove {c.redrive(name, n)} items")
+for _command in (cli_queue.enqueue, cli_queue.dequeue, cli_queue.status, cli_queue.queue):
+    cli.add_command(_command)
 
 
 def main() -> None:

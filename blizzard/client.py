@@ -13,15 +13,18 @@ import time
 import uuid
 import zlib
 from collections import defaultdict
-from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 import zmq
 
 from blizzard import protocol as p
+from blizzard.admin import QueueAdmin
 from blizzard.errors import (ClusterError, DatanodeUnavailable, InvalidArgument, LeaseExpired,
-                             MasterUnavailable, NotEnoughDatanodes, ProtocolError, UnknownItem)
+                             MasterUnavailable, NotEnoughDatanodes, UnknownItem)
+from blizzard.messages import Consumer, EnqueueOptions, LeasedItem, Message, as_bytes
 from blizzard.transport import Endpoint, call_many, raise_if_error
+
+__all__ = ["Client", "Consumer", "EnqueueOptions", "LeasedItem", "Message"]
 
 log = logging.getLogger(__name__)
 
@@ -32,99 +35,7 @@ ATTEMPT_S = 2.0  # one try at a master request before it is sent again (a restar
 RETRYABLE = {"master_starting"}
 
 
-@dataclass(slots=True)
-class LeasedItem:
-    """A leased item as the master described it: where its replicas are, what to check.
-
-    Picklable, so a driver can lease and hand items to workers that ``fetch`` them.
-    """
-
-    id: int
-    lease: int
-    size: int
-    crc: int
-    attempts: int
-    priority: int
-    enqueued_at: float
-    nodes: list[p.NodeRef]
-
-
-@dataclass
-class Message:
-    """A leased item. ``ack()`` when done; ``nack()`` to give it back; or use it as a context manager."""
-
-    id: int
-    data: bytes
-    queue: str
-    attempts: int
-    priority: int
-    enqueued_at: float
-    lease: int
-    _client: "Client"
-
-    def ack(self) -> None:
-        self._client.ack_many([self])
-
-    def nack(self, delay_s: float | None = None, error: str = "") -> None:
-        """Give the item back: after ``delay_s``, or (None) after the queue's retry back-off.
-
-        ``error`` is kept with the item and shown if it ends up dead-lettered.
-        """
-        self._client.nack_many([self], delay_s=delay_s, error=error)
-
-    def extend(self, lease_s: float) -> None:
-        """Keep the lease for ``lease_s`` more seconds from now (a long job's touch)."""
-        self._client.extend_many([self], lease_s=lease_s)
-
-    def __enter__(self) -> "Message":
-        return self
-
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        if exc_type is None:
-            self.ack()
-        else:
-            self.nack(error=f"{exc_type.__name__}: {exc}")
-
-
-@dataclass(frozen=True)
-class EnqueueOptions:
-    """Per-call enqueue options (see ``Client.enqueue``), checked before anything is sent."""
-
-    priority: int = 0
-    delay_s: float = 0.0
-    key: str = ""
-    coalesce: bool = False
-
-    @classmethod
-    def make(cls, priority: Any = 0, delay_s: Any = 0.0, not_before: Any = None, key: Any = None,
-             coalesce: Any = False) -> "EnqueueOptions":
-        if type(priority) is not int:
-            raise InvalidArgument(f"priority must be an integer, got {type(priority).__name__}")
-        if isinstance(delay_s, bool) or not isinstance(delay_s, (int, float)) or delay_s < 0:
-            raise InvalidArgument(f"delay_s must be a non-negative number, got {delay_s!r}")
-        if not_before is not None:
-            if delay_s:
-                raise InvalidArgument("give delay_s or not_before, not both")
-            stamp = not_before.timestamp() if hasattr(not_before, "timestamp") else not_before
-            if isinstance(stamp, bool) or not isinstance(stamp, (int, float)):
-                raise InvalidArgument("not_before must be a datetime or a unix timestamp")
-            delay_s = max(0.0, stamp - time.time())
-        if key is not None and not isinstance(key, str):
-            raise InvalidArgument(f"key must be a string, got {type(key).__name__}")
-        if coalesce and not key:
-            raise InvalidArgument("coalesce=True needs a key")
-        return cls(priority, float(delay_s), key or "", bool(coalesce))
-
-
-def _as_bytes(data: Any) -> bytes:
-    if isinstance(data, bytes):
-        return data
-    if isinstance(data, (bytearray, memoryview)):
-        return bytes(data)
-    raise TypeError(f"payloads must be bytes, not {type(data).__name__} (encode text first)")
-
-
-class Client:
+class Client(QueueAdmin):
     """A connection to one Blizzard cluster, addressed by its master."""
 
     def __init__(self, master: str = "tcp://127.0.0.1:5555", *, timeout_s: float = 30.0,
@@ -258,7 +169,7 @@ class Client:
     def _chunks(self, items: Iterable[bytes]) -> list[list[bytes]]:
         chunks: list[list[bytes]] = [[]]
         size = 0
-        for blob in map(_as_bytes, items):
+        for blob in map(as_bytes, items):
             if len(chunks[-1]) >= CHUNK_ITEMS or (size + len(blob) > CHUNK_BYTES and chunks[-1]):
                 chunks.append([])
                 size = 0
@@ -462,113 +373,3 @@ class Client:
 
     # -- inspection --------------------------------------------------------------------------
 
-    def stats(self, queue: str) -> dict[str, Any]:
-        """A queue's counters: ready, delayed, leased, pending, dead, oldest_age_s."""
-        return _stats_dict(self._master(p.Stats(queue)))
-
-    def queue_config(self, queue: str) -> dict[str, Any]:
-        """A queue's settings (defaults for a queue never configured)."""
-        return dataclasses.asdict(self._master(p.Stats(queue)).settings)
-
-    def create_queue(self, queue: str, **options: Any) -> dict[str, Any]:
-        """Create a queue with settings (``QueueExists`` if it exists); returns its settings."""
-        return self._configure(queue, True, options)
-
-    def configure_queue(self, queue: str, **options: Any) -> dict[str, Any]:
-        """Change some settings of a queue (creating it if new); returns all its settings.
-
-        Options: lease_s, max_attempts (0: unlimited), dead_letter, backoff_base_s,
-        backoff_cap_s, rate_per_s (0: unlimited), burst.
-        """
-        return self._configure(queue, False, options)
-
-    def _configure(self, queue: str, create: bool, options: dict[str, Any]) -> dict[str, Any]:
-        names = [f.name for f in dataclasses.fields(p.QueueSettings)]
-        unknown = sorted(set(options) - set(names))
-        if unknown:
-            raise InvalidArgument(f"unknown queue option(s) {', '.join(unknown)}; "
-                                  f"known: {', '.join(names)}")
-        kinds = {f.name: f.type for f in dataclasses.fields(p.QueueSettings)}
-        values = []
-        for name in names:
-            v = options.get(name)
-            if v is not None and kinds[name] == "float" and type(v) is int:
-                v = float(v)
-            values.append(v)
-        try:
-            reply = self._master(p.Configure(queue, create, *values))
-        except ProtocolError as exc:
-            raise InvalidArgument(f"a queue option has the wrong type: {exc.message}") from None
-        return dataclasses.asdict(reply.settings)
-
-    def queues(self) -> list[dict[str, Any]]:
-        """Every queue's counters."""
-        return [_stats_dict(q) for q in self._master(p.ListQueues()).queues]
-
-    def purge(self, queue: str) -> int:
-        """Drop every waiting item of ``queue`` (leased ones stay); returns how many."""
-        return self._master(p.Purge(queue)).done
-
-    def redrive(self, queue: str, n: int = 10_000) -> int:
-        """Move up to ``n`` dead items of ``queue`` back into it (attempts reset); how many."""
-        return self._master(p.Redrive(queue, n)).done
-
-    def peek(self, queue: str, n: int = 1) -> list[Message]:
-        """The head items with payloads, without leasing them (their ``ack`` is a no-op error)."""
-        items = self._leased_items(self._master(p.Peek(queue, n)))
-        payloads, _ = self.fetch(items) if items else ({}, [])
-        return [Message(i.id, payloads[i.id], queue, i.attempts, i.priority, i.enqueued_at, 0, self)
-                for i in items if i.id in payloads]
-
-    def status(self) -> p.ClusterStatus:
-        """The cluster as the master sees it: data nodes and queues."""
-        return self._master(p.Status())
-
-
-def _stats_dict(s: p.QueueStats) -> dict[str, Any]:
-    return {"queue": s.queue, "ready": s.ready, "delayed": s.delayed, "leased": s.leased,
-            "pending": s.pending, "dead": s.dead, "oldest_age_s": s.oldest_age_s}
-
-
-class Consumer:
-    """Iterate batches of messages with acks piggybacked on the next lease (see ``Client.consume``)."""
-
-    def __init__(self, client: Client, queue: str, n: int, lease_s: float | None,
-                 wait_s: float) -> None:
-        self.client, self.queue, self.n, self.lease_s, self.wait_s = client, queue, n, lease_s, wait_s
-        self.current: list[Message] = []
-        self.stopped = False
-
-    def __enter__(self) -> "Consumer":
-        return self
-
-    def __iter__(self) -> "Consumer":
-        return self
-
-    def __next__(self) -> list[Message]:
-        """The next non-empty batch (waiting up to ``wait_s`` at a time); stops once stopped."""
-        while not self.stopped:
-            done, self.current = self.current, []
-            self.current = self.client.dequeue_many(self.queue, self.n, lease_s=self.lease_s,
-                                                    wait_s=self.wait_s, ack=done)
-            if self.current:
-                return self.current
-        raise StopIteration
-
-    def next_batch(self) -> list[Message]:
-        """Ack the current batch and lease the next (possibly empty after ``wait_s``)."""
-        done, self.current = self.current, []
-        self.current = self.client.dequeue_many(self.queue, self.n, lease_s=self.lease_s,
-                                                wait_s=self.wait_s, ack=done)
-        return self.current
-
-    def stop(self) -> None:
-        self.stopped = True
-
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        if self.current:
-            if exc_type is None:
-                self.client.ack_many(self.current)
-            else:
-                self.client.nack_many(self.current)
-            self.current = []
