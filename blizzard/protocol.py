@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import msgpack
 
@@ -210,6 +210,17 @@ def loads(body: bytes) -> Any:
     """Inverse of ``dumps``; raises ``ProtocolError`` on malformed input."""
     try:
         return msgpack.unpackb(body, raw=False, strict_map_key=False, use_list=True)
+    except Exception as exc:
+        raise ProtocolError(f"not valid msgpack: {exc}") from None
+
+
+def iter_loads(body: bytes) -> Iterator[Any]:
+    """The msgpack objects stored one after another in ``body`` (see ``dumps``)."""
+    unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, use_list=True,
+                                max_buffer_size=max(len(body), 1024))
+    unpacker.feed(body)
+    try:
+        yield from unpacker
     except Exception as exc:
         raise ProtocolError(f"not valid msgpack: {exc}") from None
 

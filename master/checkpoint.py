@@ -1,7 +1,7 @@
 """Checkpoints: the master's whole state plus the WAL segment replay starts from.
 
 File ``checkpoint-<segment>.ckpt``: ``MAGIC <u64 wal_start> <u64 length> <u32 crc32> body``,
-body = msgpack of ``State.export()``. Written to a temp file, fsynced, renamed, and the
+body = the msgpack objects of ``State.export_parts()``, one after another. Written to a temp file, fsynced, renamed, and the
 directory fsynced, so a crash leaves either the old checkpoint or the new one, never half.
 Only after the new one is durable are older checkpoints and the segments it covers removed.
 """
@@ -13,6 +13,7 @@ import os
 import re
 import struct
 import zlib
+from typing import Any, Iterable, Iterator
 
 from blizzard import protocol
 from master.wal import WalCorrupt, fsync_dir, list_segments, segment_name
@@ -34,9 +35,9 @@ def list_checkpoints(directory: str) -> list[int]:
     return sorted(int(m.group(1)) for name in os.listdir(directory) if (m := _NAME.match(name)))
 
 
-def write(directory: str, wal_start: int, exported: list) -> str:
+def write(directory: str, wal_start: int, parts: Iterable[Any]) -> str:
     """Write a checkpoint durably; return its path. Raises OSError on any failure."""
-    body = protocol.dumps(exported)
+    body = b"".join(map(protocol.dumps, parts))
     path = os.path.join(directory, checkpoint_name(wal_start))
     tmp = path + ".tmp"
     with open(tmp, "wb") as f:
@@ -49,8 +50,8 @@ def write(directory: str, wal_start: int, exported: list) -> str:
     return path
 
 
-def read(path: str) -> tuple[int, list]:
-    """(wal_start, exported state) of a checkpoint file; raises WalCorrupt if it is damaged."""
+def read(path: str) -> tuple[int, Iterator[Any]]:
+    """(wal_start, the exported parts) of a checkpoint; raises WalCorrupt if it is damaged."""
     with open(path, "rb") as f:
         data = f.read()
     head = len(MAGIC) + HEADER.size
@@ -60,10 +61,10 @@ def read(path: str) -> tuple[int, list]:
     body = data[head:]
     if len(body) != length or zlib.crc32(body) != crc:
         raise WalCorrupt(f"{path}: checksum mismatch ({len(body)} of {length} bytes)")
-    return wal_start, protocol.loads(body)
+    return wal_start, protocol.iter_loads(body)
 
 
-def load_latest(directory: str) -> tuple[int, list] | None:
+def load_latest(directory: str) -> tuple[int, Iterator[Any]] | None:
     """The newest checkpoint, or None if there is none; refuses a damaged newest checkpoint.
 
     Older checkpoints are not a fallback: the segments between them and the newest are gone.

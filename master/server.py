@@ -115,7 +115,7 @@ class MasterServer(QueueHandlers, NodeHandlers):
             gc.disable()  # collecting would touch (and so copy) the parent's pages for nothing
             code = 1
             try:
-                checkpoint.write(self.wal_dir, self.checkpoint_start, self.state.export())
+                checkpoint.write(self.wal_dir, self.checkpoint_start, self.state.export_parts())
                 code = 0
             finally:
                 os._exit(code)
@@ -128,7 +128,7 @@ class MasterServer(QueueHandlers, NodeHandlers):
             self.checkpointer = None
         self.wal.flush()
         start = self.wal.roll()
-        checkpoint.write(self.wal_dir, start, self.state.export())
+        checkpoint.write(self.wal_dir, start, self.state.export_parts())
         checkpoint.prune(self.wal_dir, start)
         log.info("checkpoint at segment %d written", start)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import heapq
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Iterable, Iterator
 
 from master.queues import QueueConfig
 from master.records import (AckItems, AddReplicas, CommitItems, ConfigureQueue, DropReplicas,
@@ -59,7 +60,7 @@ class Item:
 
     @classmethod
     def restore(cls, row: list) -> "Item":
-        item = cls(row[0], row[1], row[2], row[3], row[4], tuple(row[7]), row[9], row[6])
+        item = cls(row[0], row[1], row[2], row[3], row[4], row[7], row[9], row[6])
         (item.order, item.attempts, item.status, item.lease, item.lease_deadline,
          item.not_before, item.origin, item.error) = (row[5], row[8], row[10], row[11], row[12],
                                                       row[13], row[14], row[15])
@@ -352,24 +353,31 @@ class State:
 
     # -- checkpoints -------------------------------------------------------------------------
 
-    def export(self) -> list:
-        """Everything durable as plain lists (msgpack-able), for a checkpoint."""
+    def export_parts(self) -> Iterator[list]:
+        """Everything durable as plain lists (msgpack-able), for a checkpoint: a header, then
+        one row per item, so neither writing nor reading needs it all in memory at once."""
         configs = [[q.name, *[getattr(q.config, f) for f in QueueConfig.option_names()]]
                    for q in self.queues.values()]
-        return [self.id_hi, self.lease_seq, self.node_addrs,
-                [[k, list(v[0]), list(v[1])] for k, v in self.recent_leases.items()],
-                list(self.recent_commits), configs, [i.export() for i in self.items.values()]]
+        yield [self.id_hi, self.lease_seq, self.node_addrs,
+               [[k, list(v[0]), list(v[1])] for k, v in self.recent_leases.items()],
+               list(self.recent_commits), configs, len(self.items)]
+        for item in self.items.values():
+            yield item.export()
 
     @classmethod
-    def restore(cls, data: list) -> "State":
-        """Rebuild a state from ``export()``'s output; heaps are rebuilt in one pass each."""
+    def restore(cls, parts: Iterable[list]) -> "State":
+        """Rebuild a state from ``export_parts()``; heaps are rebuilt in one pass each."""
         s = cls()
-        s.id_hi, s.lease_seq, s.node_addrs, recent, commits, configs, items = data
+        parts = iter(parts)
+        s.id_hi, s.lease_seq, s.node_addrs, recent, commits, configs, count = next(parts)
         s.recent_leases = OrderedDict((k, (ids, leases)) for k, ids, leases in recent)
         s.recent_commits = OrderedDict.fromkeys(commits)
         for name, *values in configs:
             s.queue(name).config = QueueConfig(*values)
-        for row in items:
+        shared: dict = {}  # one copy of each queue name and replica tuple, not one per item
+        for row in parts:
+            row[1] = shared.setdefault(row[1], row[1])
+            row[7] = shared.setdefault(tuple(row[7]), tuple(row[7]))
             item = Item.restore(row)
             s.items[item.id] = item
             q = s.queue(item.queue)
@@ -389,6 +397,8 @@ class State:
             heapq.heapify(q.ready)
             heapq.heapify(q.delayed)
         heapq.heapify(s.expiries)
+        if len(s.items) != count:
+            raise ValueError(f"checkpoint holds {len(s.items)} items, its header says {count}")
         return s
 
     def snapshot(self) -> tuple:

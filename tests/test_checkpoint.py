@@ -11,10 +11,13 @@ from master.wal import Wal, WalCorrupt, list_segments
 
 
 def test_write_read_round_trip(tmp_path):
-    path = checkpoint.write(str(tmp_path), 7, [1, 2, {"a": "b"}, [[1, "q"]]])
+    parts = [[1, 2, {"a": "b"}], [1, "q"], [2, "r"]]
+    path = checkpoint.write(str(tmp_path), 7, iter(parts))
     assert os.path.basename(path) == "checkpoint-000000000007.ckpt"
-    assert checkpoint.read(path) == (7, [1, 2, {"a": "b"}, [[1, "q"]]])
-    assert checkpoint.load_latest(str(tmp_path)) == (7, [1, 2, {"a": "b"}, [[1, "q"]]])
+    start, read = checkpoint.read(path)
+    assert (start, list(read)) == (7, parts)
+    start, latest = checkpoint.load_latest(str(tmp_path))
+    assert (start, list(latest)) == (7, parts)
 
 
 def test_a_damaged_newest_checkpoint_is_refused(tmp_path):
