@@ -60,7 +60,10 @@ class Repairer:
                     self.scan.append(item_id)
         if not self.scan or len(self.in_flight) >= MAX_IN_FLIGHT:
             return
-        alive = sorted(self.membership.alive(now), key=lambda n: (-n.free_bytes, n.node_id))
+        # a node still reporting its inventory is no target: a copy landing meanwhile would
+        # be missing from its list and dropped again
+        alive = sorted((n for n in self.membership.alive(now) if n.node_id not in self.inventories),
+                       key=lambda n: (-n.free_bytes, n.node_id))
         if len(alive) < 2:
             return
         batches: dict[tuple[str, str], list[int]] = {}

@@ -202,6 +202,7 @@ class MasterServer(QueueHandlers, NodeHandlers):
         for node_id in self.live_nodes - live:
             log.warning("data node %s is dead (silent for %.1fs)", node_id, self.config.dead_after_s)
             self.deletes.pop(node_id, None)  # its inventory is reconciled if it comes back
+            self.repair.inventories.pop(node_id, None)
             for order in self.repair.orders.pop(node_id, []):
                 for item_id in order.ids:
                     self.repair.in_flight.pop(item_id, None)
