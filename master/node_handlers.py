@@ -52,8 +52,9 @@ class NodeHandlers:
         records, delete = self.repair.inventory(msg, self.pending, mono)
         for rec in records:
             self.log_record(rec)
-        if delete:
-            self.deletes.setdefault(msg.node_id, []).extend(delete)
+        if delete:  # in safe mode nothing is deleted yet: not every holder has reported
+            target = self.held_deletes if self.safe_until else self.deletes
+            target.setdefault(msg.node_id, []).extend(delete)
         return p.Ok()
 
     def _bad_replica(self: "MasterServer", msg: p.BadReplica, now: float, mono: float,

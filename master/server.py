@@ -51,6 +51,7 @@ class MasterServer(QueueHandlers, NodeHandlers):
         # Safe mode (as HDFS's): until data nodes have had time to report after a start, a node
         # that has not heartbeated yet is not dead, so nothing is re-replicated or deleted.
         self.safe_until = time.monotonic() + config.dead_after_s
+        self.held_deletes: dict[str, list[int]] = {}  # inventory deletes waiting for safe mode to end
         self.pending: dict[int, Pending] = {}
         self.pending_expiry: list[tuple[float, list[int]]] = []
         self.waiters: list[Waiter] = []
@@ -214,6 +215,9 @@ class MasterServer(QueueHandlers, NodeHandlers):
                 return
             log.info("leaving safe mode with %d live data nodes", len(live))
             self.safe_until = 0.0
+            for node_id, ids in self.held_deletes.items():
+                self.deletes.setdefault(node_id, []).extend(ids)
+            self.held_deletes.clear()
             self.repair.rescan()
         self.repair.plan(mono)
 
