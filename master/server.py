@@ -31,6 +31,8 @@ from master.wal import Wal
 
 log = logging.getLogger(__name__)
 
+EARLY = (p.Alloc,)  # replies that may leave before the pass's fsync if nothing was logged
+
 class MasterServer(QueueHandlers, NodeHandlers):
     """One master process: state machine, WAL, membership and the request loop."""
 
@@ -160,6 +162,7 @@ class MasterServer(QueueHandlers, NodeHandlers):
         requests = self.router.receive(timeout_ms)
         now, mono = time.time(), time.monotonic()
         for peer, rid, msg in requests:
+            logged = self.wal.records_appended
             try:
                 reply = self.handle(peer, rid, msg, now, mono)
             except BlizzardError as exc:
@@ -167,7 +170,13 @@ class MasterServer(QueueHandlers, NodeHandlers):
             except Exception as exc:  # a bug must cost one request, never the server
                 log.exception("internal error handling %s", p.op_name(msg))
                 reply = p.Error("internal", f"internal error: {exc}")
-            if reply is not None:
+            if reply is None:
+                continue
+            if type(msg) in EARLY and self.wal.records_appended == logged:
+                # An alloc that logged nothing reveals no state the fsync could still lose.
+                # (Not heartbeats: their delete orders may stem from acks not yet durable.)
+                self.router.reply(peer, rid, reply)
+            else:
                 self._replies.append((peer, rid, reply))
         self.tick(now, mono)
         self.wal.flush()  # group commit: one fsync for the whole pass, before any reply

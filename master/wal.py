@@ -99,6 +99,7 @@ class Wal:
         self._index = 0
         self._size = 0
         self.records_written = 0
+        self.records_appended = 0
         os.makedirs(directory, exist_ok=True)
 
     # -- recovery ----------------------------------------------------------------------------
@@ -144,6 +145,7 @@ class Wal:
             raise ValueError(f"WAL record of {len(body)} bytes is too large")
         self._buf.append(HEADER.pack(len(body), zlib.crc32(body)))
         self._buf.append(body)
+        self.records_appended += 1
 
     @property
     def dirty(self) -> bool:
