@@ -211,7 +211,8 @@ class Client(QueueAdmin):
         calls = []
         for pl, chunk, c in zip(placements, chunks, crcs):
             first, rest = pl.nodes[0], pl.nodes[1:]
-            calls.append((self._node(first.addr), p.Put(pl.ids, chunk, c, list(rest), pl.min_copies)))
+            calls.append((self._node(first.addr),
+                          p.Put(pl.ids, chunk, c, list(rest), pl.min_copies, first.node_id)))
         out: list[Any] = []
         for pl, reply in zip(placements, call_many(calls, self.node_timeout_s)):
             placed = [n.node_id for n in pl.nodes]

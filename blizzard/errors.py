@@ -59,6 +59,12 @@ class DatanodeUnavailable(ClusterError):
     code = "datanode_unavailable"
 
 
+class WrongNode(ClusterError):
+    """Raised by a data node asked to store blobs meant for another node id."""
+
+    code = "wrong_node"
+
+
 class NotEnoughDatanodes(ClusterError):
     """Raised when fewer live data nodes exist than a write needs."""
 

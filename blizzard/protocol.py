@@ -565,6 +565,7 @@ class Put:
     crcs: list[int]
     forward: list[NodeRef]  # other replicas this node passes the blobs to
     min_copies: int  # reply only when this many nodes (this one included) hold every blob
+    node_id: str  # the node meant to store them: a new node at a dead one's address refuses
 
 
 @message(41)

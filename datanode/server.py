@@ -20,7 +20,8 @@ from typing import Any
 import zmq
 
 from blizzard import protocol as p
-from blizzard.errors import BlizzardError, InvalidArgument, PayloadTooLarge, StorageError
+from blizzard.errors import (BlizzardError, InvalidArgument, PayloadTooLarge, StorageError,
+                             WrongNode)
 from blizzard.transport import Endpoint, RouterServer, error_reply
 from datanode.store import LevelDbStore
 
@@ -158,6 +159,9 @@ class DatanodeServer:
             self._write(puts)
 
     def _check_put(self, msg: p.Put) -> None:
+        if msg.node_id and msg.node_id != self.node_id:
+            raise WrongNode(f"this is {self.node_id}, not {msg.node_id} (a node that was "
+                            "replaced at the same address)")
         n = len(msg.ids)
         if not (n == len(msg.blobs) == len(msg.crcs)) or n == 0 or n > p.MAX_BATCH:
             raise InvalidArgument("a put needs 1..10000 ids with as many blobs and checksums")
@@ -192,10 +196,11 @@ class DatanodeServer:
                 continue
             job = PutJob(peer, rid, msg.min_copies, time.monotonic() + FORWARD_TIMEOUT_S,
                          [self.node_id])
-            self._forward(job, p.Put(msg.ids, msg.blobs, msg.crcs, [], 1), msg.forward)
+            self._forward(job, msg, msg.forward)
 
-    def _forward(self, job: PutJob, relay: p.Put, targets: list[p.NodeRef]) -> None:
+    def _forward(self, job: PutJob, put: p.Put, targets: list[p.NodeRef]) -> None:
         for ref in targets:
+            relay = p.Put(put.ids, put.blobs, put.crcs, [], 1, ref.node_id)
             ep = self.peers.get(ref.addr)
             if ep is None:
                 ep = self.peers[ref.addr] = Endpoint(self.ctx, ref.addr)
@@ -241,7 +246,7 @@ class DatanodeServer:
             job = PutJob(None, 0, 2, time.monotonic() + FORWARD_TIMEOUT_S, [self.node_id],
                          copy=report)
             relay = p.Put(ids, [f[0] for f in found if f is not None],
-                          [f[1] for f in found if f is not None], [], 1)
+                          [f[1] for f in found if f is not None], [], 1, "")
             self._forward(job, relay, [order.target])
         if reply.inventory:
             ids = list(self.store.ids())

@@ -188,10 +188,14 @@ class QueueHandlers:
         """Split (id, lease) pairs into still-held leases, lost leases, and already-gone ids."""
         checks.batch(checks.same_length(ids=ids, leases=leases))
         held, lost, gone = [], [], 0
+        acked = self.state.recent_acks
         for item_id, lease in zip(ids, leases):
             item = self.state.items.get(item_id)
             if item is None:
-                gone += 1
+                if acked.get(item_id, lease) == lease:
+                    gone += 1  # acked under this very lease: a retry
+                else:
+                    lost.append(item_id)  # another consumer's delivery was acked
             elif item.status == LEASED and item.lease == lease:
                 held.append(item_id)
             else:

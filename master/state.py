@@ -24,6 +24,7 @@ from master.records import (AckItems, AddReplicas, CommitItems, ConfigureQueue, 
 READY, DELAYED, LEASED = 0, 1, 2
 RECENT_LEASES = 4096  # lease calls remembered for retries
 RECENT_COMMITS = 16384  # commit calls remembered for retries
+RECENT_ACKS = 100_000  # acked (id, lease) pairs: a retried ack succeeds, someone else's stale one not
 
 
 class Item:
@@ -94,6 +95,7 @@ class State:
         self.node_addrs: dict[str, str] = {}
         self.recent_leases: OrderedDict[str, tuple[list[int], list[int]]] = OrderedDict()
         self.recent_commits: OrderedDict[str, None] = OrderedDict()
+        self.recent_acks: OrderedDict[int, int] = OrderedDict()  # id -> lease it was acked under
 
     # -- applying records -------------------------------------------------------------------
 
@@ -146,6 +148,10 @@ class State:
         for item_id in rec.ids:
             item = self.items.get(item_id)
             if item is not None:
+                if item.status == LEASED:
+                    self.recent_acks[item_id] = item.lease
+                    if len(self.recent_acks) > RECENT_ACKS:
+                        self.recent_acks.popitem(last=False)
                 self._forget(item)
 
     def _apply_release(self, rec: ReleaseItems) -> None:
@@ -158,7 +164,7 @@ class State:
             if rec.error:
                 item.error = rec.error
             limit = q.config.max_attempts
-            if limit and item.attempts >= limit:
+            if limit and item.attempts >= limit and not item.origin:  # dead items stay put
                 self._unindex(q, item)
                 item.origin = item.queue
                 item.queue = q.config.dead_letter_queue(q.name)
@@ -360,7 +366,7 @@ class State:
                    for q in self.queues.values()]
         yield [self.id_hi, self.lease_seq, self.node_addrs,
                [[k, list(v[0]), list(v[1])] for k, v in self.recent_leases.items()],
-               list(self.recent_commits), configs, len(self.items)]
+               list(self.recent_commits), configs, list(self.recent_acks.items()), len(self.items)]
         for item in self.items.values():
             yield item.export()
 
@@ -369,7 +375,8 @@ class State:
         """Rebuild a state from ``export_parts()``; heaps are rebuilt in one pass each."""
         s = cls()
         parts = iter(parts)
-        s.id_hi, s.lease_seq, s.node_addrs, recent, commits, configs, count = next(parts)
+        s.id_hi, s.lease_seq, s.node_addrs, recent, commits, configs, acks, count = next(parts)
+        s.recent_acks = OrderedDict((i, lease) for i, lease in acks)
         s.recent_leases = OrderedDict((k, (ids, leases)) for k, ids, leases in recent)
         s.recent_commits = OrderedDict.fromkeys(commits)
         for name, *values in configs:
@@ -405,6 +412,7 @@ class State:
         """A comparable picture of the durable state (tests compare live and replayed)."""
         return (self.id_hi, self.lease_seq, sorted(self.node_addrs.items()),
                 list(self.recent_leases.items()), list(self.recent_commits),
+                list(self.recent_acks.items()),
                 sorted(i.export() for i in self.items.values()),
                 sorted((q.name, q.config, q.n_ready, q.n_delayed, q.n_leased, sorted(q.active),
                         sorted((k, sorted(v)) for k, v in q.keyed.items()))

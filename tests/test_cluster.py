@@ -156,7 +156,7 @@ def test_malformed_frames_get_error_replies_and_the_server_keeps_serving(cluster
         with pytest.raises(InvalidArgument):  # a well-formed message this server does not serve
             call(ep, p.Get([1]) if target == "master" else p.Status(), 5)
         with pytest.raises(InvalidArgument):
-            call(ep, p.Put([1], [b"x"], [12345], [], 1) if target == "datanode"
+            call(ep, p.Put([1], [b"x"], [12345], [], 1, "") if target == "datanode"
                  else p.Commit([], [], ""), 5)
         ep.close()
     finally:
@@ -173,7 +173,7 @@ def test_uncommitted_enqueue_expires_and_its_blobs_are_deleted(cluster_factory):
     master = Endpoint(ctx, cl.master_addr)
     placement = call(master, p.Alloc("jobs", [3], [0x352441C2], [0], [0.0], [""], False, []), 5)
     node = Endpoint(ctx, placement.nodes[0].addr)
-    call(node, p.Put(placement.ids, [b"abc"], [0x352441C2], [], 1), 5)
+    call(node, p.Put(placement.ids, [b"abc"], [0x352441C2], [], 1, ""), 5)
     with Client(cl.master_addr, timeout_s=5) as c:
         wait_for(lambda: c.status().nodes[0].items == 1, what="the blob to be counted")
         wait_for(lambda: c.status().nodes[0].items == 0, what="the orphan blob to be deleted")

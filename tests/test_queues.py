@@ -182,3 +182,25 @@ def test_queue_commands_of_the_cli(cluster):
     assert "redrove 0" in run("queue", "redrive", "cq").stdout
     bad = run("queue", "config", "cq", "--max-attempts", "x", check=False)
     assert bad.returncode == 2 and "max-attempts" in bad.stderr
+
+
+def test_a_stale_ack_after_another_consumer_acked_is_refused(cluster):
+    with Client(cluster.master_addr, timeout_s=10) as a, Client(cluster.master_addr, timeout_s=10) as b:
+        a.enqueue("st", b"x")
+        first = a.dequeue("st", lease_s=0.3)
+        second = b.dequeue("st", lease_s=30, wait_s=5)
+        second.ack()
+        second.ack()  # a retry of one's own ack is fine
+        with pytest.raises(LeaseExpired):
+            first.ack()
+
+
+def test_dead_letters_stay_in_the_dead_letter_queue(cluster):
+    with Client(cluster.master_addr, timeout_s=10) as c:
+        c.configure_queue("dl", max_attempts=1)
+        c.enqueue("dl", b"x")
+        c.dequeue("dl").nack(delay_s=0)
+        for _ in range(12):  # more failures than any max_attempts default
+            c.dequeue("dl.dead").nack(delay_s=0)
+        assert c.stats("dl")["dead"] == 1
+        assert [q["queue"] for q in c.queues() if q["ready"]] == ["dl.dead"]

@@ -123,3 +123,17 @@ def test_fewer_live_nodes_than_the_write_quorum_refuses_the_enqueue(cluster_fact
         assert c.stats("jobs") == {"queue": "jobs", "ready": 0, "delayed": 0, "leased": 0,
                                    "pending": 0, "dead": 0, "oldest_age_s": 0.0}
         assert replicas_total(c) == 0
+
+
+def test_a_node_replaced_at_the_same_address_refuses_puts_meant_for_the_old_one(cluster_factory):
+    import zmq
+    from blizzard import protocol as p
+    from blizzard.errors import WrongNode
+    from blizzard.transport import Endpoint, call
+    cl = cluster_factory(datanodes=1, replication=1, **FAST)
+    ep = Endpoint(zmq.Context.instance(), cl.nodes[0].addr)
+    try:
+        with pytest.raises(WrongNode):
+            call(ep, p.Put([10**9], [b"x"], [0x8CDC1683], [], 1, "dn-gone"), 5)
+    finally:
+        ep.close()
