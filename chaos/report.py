@@ -1,0 +1,164 @@
+"""The run's report: ``report.json`` (figures), ``summary.txt`` (one screen), ``timeline.png``."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from chaos.checker import CheckResult
+from chaos.history import INFO, INVOKE, OK
+
+FAULT_COLORS = {"kill_node": "tab:red", "wipe_node": "black", "kill_master": "tab:purple",
+                "pause_node": "tab:orange", "pause_master": "tab:pink",
+                "stall_consumer": "tab:olive", "churn": "tab:cyan"}
+
+
+@dataclass
+class Timeline:
+    """Series for the plot, read from the history in one pass."""
+
+    enqueued: Counter[int] = field(default_factory=Counter)  # second -> items acknowledged
+    dequeued: Counter[int] = field(default_factory=Counter)  # second -> items delivered
+    unseen: list[tuple[float, int]] = field(default_factory=list)  # (time, acked but unseen)
+    faults: list[dict[str, Any]] = field(default_factory=list)  # kind, target, start, end
+    not_applied: list[str] = field(default_factory=list)  # faults skipped or failed, and why
+    end: float = 0.0
+
+
+def timeline(ops: Iterable[dict[str, Any]]) -> Timeline:
+    tl = Timeline()
+    acked_at: dict[int, float] = {}
+    first_seen: dict[int, float] = {}
+    open_faults: dict[int, dict[str, Any]] = {}
+    for op in ops:
+        t, f, kind, value = op["time"], op["f"], op["type"], op.get("value") or {}
+        tl.end = max(tl.end, t)
+        if f == "enqueue" and kind == OK:
+            tl.enqueued[int(t)] += len(value["seqs"])
+            for seq in value["seqs"]:
+                acked_at.setdefault(seq, t)
+        elif f == "dequeue" and kind == OK:
+            tl.dequeued[int(t)] += len(value["items"])
+            for item in value["items"]:
+                if item[1] is not None:
+                    first_seen.setdefault(item[1], t)
+        elif op["process"] == "nemesis" and f in FAULT_COLORS and kind == OK:
+            open_faults[value["fault"]] = {"kind": f, "target": value.get("target"),
+                                           "start": t, "end": None}
+        elif op["process"] == "nemesis" and f in FAULT_COLORS and kind == INFO:
+            tl.not_applied.append(f"{f} ({op.get('error', '')})")
+        elif op["process"] == "nemesis" and f == "heal" and kind != INVOKE:
+            fault = open_faults.pop(value["fault"], None)
+            if fault is not None:
+                fault["end"] = t
+                tl.faults.append(fault)
+    for fault in open_faults.values():
+        fault["end"] = tl.end
+        tl.faults.append(fault)
+    steps: list[tuple[float, int]] = []
+    for seq, t in acked_at.items():
+        seen = first_seen.get(seq)
+        if seen is None or seen > t:  # seen before the ack reached the producer: never unseen
+            steps.append((t, 1))
+            if seen is not None:
+                steps.append((seen, -1))
+    level = 0
+    for t, d in sorted(steps):
+        level += d
+        tl.unseen.append((t, level))
+    return tl
+
+
+def plot(tl: Timeline, samples: list[dict[str, Any]], path: str, title: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    fig, axes = plt.subplots(3, 1, figsize=(12, 8), sharex=True)
+    secs = list(range(int(tl.end) + 1))
+    axes[0].plot(secs, [tl.enqueued.get(s, 0) for s in secs], label="enqueued (acked)")
+    axes[0].plot(secs, [tl.dequeued.get(s, 0) for s in secs], label="dequeued (delivered)")
+    axes[0].set_ylabel("items/s")
+    axes[0].legend(loc="upper right", fontsize="small")
+    axes[1].step([s["time"] for s in samples],
+                 [s["under_replicated"] if s["under_replicated"] is not None else float("nan")
+                  for s in samples], where="post", color="tab:red")
+    axes[1].set_ylabel("under-replicated")
+    if tl.unseen:
+        axes[2].step([t for t, _ in tl.unseen], [n for _, n in tl.unseen], where="post",
+                     color="tab:green")
+    axes[2].set_ylabel("acked, not yet seen")
+    axes[2].set_xlabel("seconds since the workload started")
+    for ax in axes:
+        for fault in tl.faults:
+            ax.axvspan(fault["start"], fault["end"], color=FAULT_COLORS[fault["kind"]], alpha=0.2,
+                       lw=0)
+        ax.grid(alpha=0.3)
+    kinds = sorted({fault["kind"] for fault in tl.faults})
+    if kinds:
+        fig.legend(handles=[Patch(color=FAULT_COLORS[k], alpha=0.4, label=k) for k in kinds],
+                   loc="upper center", ncol=len(kinds), fontsize="small",
+                   bbox_to_anchor=(0.5, 0.955))
+    fig.suptitle(title)
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def figures(result: CheckResult, meta: dict[str, Any], tl: Timeline) -> dict[str, Any]:
+    faults = Counter(f["kind"] for f in tl.faults)
+    return {**meta, "valid": result.valid, "checker": result.to_json(),
+            "faults_applied": dict(sorted(faults.items())), "faults_not_applied": tl.not_applied}
+
+
+def summary(report: dict[str, Any]) -> str:
+    c = report["checker"]
+    o = report["options"]
+    rate = c["duplicate_rate"] * 100
+    faults = ", ".join(f"{k} {n}" for k, n in report["faults_applied"].items()) or "none"
+    lines = [
+        f"Blizzard chaos run: {'PASS' if report['valid'] else 'FAIL'}   seed {o['seed']}   "
+        f"workload {o['duration_s']:g}s   wall time {report['runtime_s']:.1f}s",
+        f"cluster: {o['datanodes']} data nodes, R={o['replication']}, heartbeat "
+        f"{o['heartbeat_s']:g}s, dead after {o['dead_after_s']:g}s, lease {o['lease_s']:g}s",
+        f"faults applied: {faults}",
+        *([f"faults not applied: {'; '.join(report['faults_not_applied'])}"]
+          if report.get("faults_not_applied") else []),
+        "",
+        f"enqueue  attempted {c['attempted']}: acknowledged {c['acknowledged']}, "
+        f"failed {c['failed']}, indeterminate {c['indeterminate']} "
+        f"(recovered {c['recovered']}, not recovered {c['not_recovered']})",
+        f"dequeue  {c['dequeued']} distinct items in {c['delivered']} deliveries; "
+        f"duplicated {c['duplicated']} ({rate:.2f}%), redeliveries {c['redeliveries']}, "
+        f"dead-lettered {c['dead_lettered']}",
+        f"acks     {', '.join(f'{k} {n}' for k, n in sorted(c['acks'].items())) or 'none'}",
+        f"errors   {'; '.join(f'{k} x{n}' for k, n in list(c['errors'].items())[:4]) or 'none'}",
+        f"final    queue {c['final_queue']}",
+        "",
+        f"lost {c['lost']}   unexpected {c['unexpected']}   payload mismatches "
+        f"{c['payload_mismatches']}   ids reused {c['ids_reused']}",
+        f"failed but seen {c['failed_but_seen']}   unsettled {c['unsettled']}   "
+        f"crashes {c['crashes']}",
+    ]
+    if c["problems"]:
+        lines += ["", "PROBLEMS:"] + [f"  - {p}" for p in c["problems"]]
+        for name, examples in c["examples"].items():
+            if name != "duplicated":
+                lines.append(f"  {name} e.g. {str(examples)[:200]}")
+    lines += ["", f"run dir: {report['run_dir']}  (history.jsonl, report.json, timeline.png, "
+                  "cluster/*.log)"]
+    return "\n".join(lines) + "\n"
+
+
+def write(run_dir: str, report: dict[str, Any]) -> str:
+    """Write report.json and summary.txt; returns the summary."""
+    with open(os.path.join(run_dir, "report.json"), "w", encoding="utf-8") as f:
+        json.dump(report, f, indent=2, sort_keys=True)
+    text = summary(report)
+    with open(os.path.join(run_dir, "summary.txt"), "w", encoding="utf-8") as f:
+        f.write(text)
+    return text

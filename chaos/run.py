@@ -1,0 +1,163 @@
+"""One chaos run: start a cluster, run the workload under faults, heal, drain, check, report."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from blizzard import Client
+from blizzard.harness import LocalCluster
+from chaos import checker, history, report
+from chaos.history import OK, History
+from chaos.monitor import Monitor
+from chaos.nemesis import Nemesis
+from chaos.schedule import Fault, FaultPlan, Timing, make_schedule, to_json
+from chaos.workload import Workload, WorkloadConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunOptions:
+    """Everything a run is told; ``seed`` fixes the schedule and the payloads."""
+
+    seed: int
+    run_dir: str
+    duration_s: float = 60.0  # workload time with faults; healing and draining come after
+    datanodes: int = 5
+    replication: int = 3
+    heartbeat_s: float = 0.2
+    dead_after_s: float = 1.5
+    pending_timeout_s: float = 5.0
+    checkpoint_records: int = 500  # low, so master restarts recover from checkpoints too
+    plan: FaultPlan = field(default_factory=FaultPlan)
+    workload: WorkloadConfig = field(default_factory=WorkloadConfig)
+    drain_timeout_s: float = 60.0
+    keep_data: bool = False  # keep the nodes' LevelDBs and the master's WAL after a pass
+
+    def schedule(self) -> list[Fault]:
+        return make_schedule(self.seed, self.duration_s, datanodes=self.datanodes,
+                             consumers=self.workload.consumers, plan=self.plan,
+                             timing=Timing(dead_after_s=self.dead_after_s,
+                                           lease_s=self.workload.lease_s))
+
+    def describe(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["lease_s"] = self.workload.lease_s
+        return d
+
+
+@dataclass
+class RunResult:
+    """The verdict and where the evidence is."""
+
+    result: checker.CheckResult
+    run_dir: str
+    summary: str
+
+    @property
+    def passed(self) -> bool:
+        return self.result.valid
+
+
+def run(opts: RunOptions) -> RunResult:
+    """Carry out a whole run; the cluster is always stopped, whatever happens."""
+    started = time.monotonic()
+    os.makedirs(opts.run_dir, exist_ok=True)
+    schedule = opts.schedule()
+    with open(os.path.join(opts.run_dir, "schedule.json"), "w", encoding="utf-8") as f:
+        json.dump(to_json(schedule), f, indent=1)
+    cluster = LocalCluster(os.path.join(opts.run_dir, "cluster"), datanodes=opts.datanodes,
+                           replication=opts.replication, heartbeat_s=opts.heartbeat_s,
+                           dead_after_s=opts.dead_after_s,
+                           master_args=["--pending-timeout-s", str(opts.pending_timeout_s),
+                                        "--checkpoint-records", str(opts.checkpoint_records)])
+    history_path = os.path.join(opts.run_dir, "history.jsonl")
+    log.info("run dir %s: seed %d, %d faults planned, cluster starting", opts.run_dir, opts.seed,
+             len(schedule))
+    try:
+        cluster.start()
+        with History(history_path) as hist:
+            monitor = Monitor(cluster, hist, opts.workload.queue)
+            _exercise(cluster, hist, monitor, schedule, opts)
+            cluster.stop()
+            monitor.check_processes(stopped=True)
+    finally:
+        cluster.stop()
+    monitor.write(os.path.join(opts.run_dir, "samples.jsonl"))
+
+    result = checker.check(history.read(history_path))
+    tl = report.timeline(history.read(history_path))
+    meta = {"run_dir": opts.run_dir, "runtime_s": round(time.monotonic() - started, 2),
+            "options": opts.describe(), "faults_planned": len(schedule)}
+    figures = report.figures(result, meta, tl)
+    report.plot(tl, monitor.samples, os.path.join(opts.run_dir, "timeline.png"),
+                f"seed {opts.seed}: {'PASS' if result.valid else 'FAIL'}")
+    text = report.write(opts.run_dir, figures)
+    if result.valid and not opts.keep_data:
+        _remove_data(cluster)
+    return RunResult(result, opts.run_dir, text)
+
+
+def _exercise(cluster: LocalCluster, hist: History, monitor: Monitor, schedule: list[Fault],
+              opts: RunOptions) -> None:
+    """The timed part: workload and faults, then heal and drain."""
+    workload = Workload(cluster.master_addr, hist, opts.workload, opts.seed)
+    nemesis = Nemesis(cluster, hist, schedule, workload)
+    workload.start()
+    monitor.start()
+    nemesis.start()
+    try:
+        time.sleep(max(0.0, opts.duration_s - hist.now()))
+        log.info("workload time is up: stopping producers, healing the cluster")
+        workload.stop_producers()
+        nemesis.stop_and_heal()
+        _drain(cluster, hist, workload, opts)
+    finally:
+        nemesis.stopping.set()
+        workload.stop_producers()
+        workload.stop_consumers()
+        monitor.stop()
+
+
+def _drain(cluster: LocalCluster, hist: History, workload: Workload, opts: RunOptions) -> None:
+    """Let the consumers empty the queue and its dead letters, stop them, and record what is
+    left in every queue of the run (``chaos``, ``chaos.dead``, ...)."""
+    workload.drain()
+    deadline = time.monotonic() + opts.drain_timeout_s
+    with Client(cluster.master_addr, timeout_s=opts.workload.timeout_s) as client:
+        empty_polls = 0
+        while empty_polls < 3 and time.monotonic() < deadline:
+            time.sleep(0.5)
+            empty_polls = 0 if _waiting(client, opts.workload.queue) else empty_polls + 1
+        workload.stop_consumers()
+        hist.invoke("drain", "drain")
+        left = _waiting(client, opts.workload.queue)
+        total = {k: sum(q[k] for q in left.values()) for k in ("ready", "delayed", "leased")}
+        hist.record("drain", OK, "drain", {**total, "left_in": left,
+                                           "under_replicated": client.status().under_replicated})
+    log.info("drained: %s", left or "nothing left")
+
+
+def _waiting(client: Client, main: str) -> dict[str, dict[str, int]]:
+    """Ready, delayed and leased items of each of the run's queues that still holds some."""
+    left = {}
+    for q in client.queues():
+        if q["queue"] == main or q["queue"].startswith(main + "."):
+            counts = {k: q[k] for k in ("ready", "delayed", "leased")}
+            if any(counts.values()):
+                left[q["queue"]] = counts
+    return left
+
+
+def _remove_data(cluster: LocalCluster) -> None:
+    """Drop the data directories of a passing run; the logs stay."""
+    for name in os.listdir(cluster.base_dir):
+        path = os.path.join(cluster.base_dir, name)
+        if os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
