@@ -58,9 +58,12 @@ def _us(ns: int | None) -> float | None:
 
 # -- workers (run in child processes; each builds its own Client after the process starts) --
 
-def produce(master: str, queue: str, size: int, n: int, batch: int, max_s: float,
+def produce(master: str, queue: str, size: int, n: int, batch: int, max_s: float, window: int,
             barrier: Any, out: Any) -> None:
-    """Enqueue ``n`` items in calls of ``batch``; report count, times and per-call latencies."""
+    """Enqueue ``n`` items in calls of ``batch``; report count, times and per-call latencies.
+
+    ``window`` > 1: through ``Client.producer``, that many batches in flight at once.
+    """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it terminates us
     try:
         pay = Payloads(size)
@@ -71,12 +74,18 @@ def produce(master: str, queue: str, size: int, n: int, batch: int, max_s: float
             deadline = t0 + int(max_s * 1e9)
             lats: list[int] = []
             done = 0
+            prod = client.producer(queue, window=window) if window > 1 else None
             while done < n and now_ns() < deadline:
                 items = [pay.make(i, now_ns()) for i in range(done, min(n, done + batch))]
                 start = now_ns()
-                client.enqueue_many(queue, items)
+                if prod is not None:
+                    prod.send(items)
+                else:
+                    client.enqueue_many(queue, items)
                 lats.append(now_ns() - start)
                 done += len(items)
+            if prod is not None:
+                prod.flush()
             out.put(("producer", {"done": done, "t0": t0, "t1": now_ns(), "lats": lats}))
     except Exception as exc:  # reported to the parent, which fails the measurement
         out.put(("producer", {"error": repr(exc)}))
@@ -96,10 +105,10 @@ def consume(master: str, queue: str, n: int, batch: int, max_s: float,
             e2e: list[int] = []
             got = 0
             done: list = []  # the previous batch, acked with the next lease in one round trip
-            while got < n and now_ns() < deadline:
+            while got + len(done) < n and now_ns() < deadline:
                 start = now_ns()
-                msgs = client.dequeue_many(queue, min(batch, n - got), lease_s=60, wait_s=0.5,
-                                           ack=done)
+                msgs = client.dequeue_many(queue, min(batch, n - got - len(done)), lease_s=60,
+                                           wait_s=0.5, ack=done)
                 t_last = now_ns()
                 if done:
                     lats.append(t_last - start)
@@ -178,7 +187,7 @@ def measure(master: str, size: int, batch: int, n: int, args: argparse.Namespace
     common = {"size": size, "batch": batch, "replication": args.replication}
     queue = f"bench-{size}-{batch}"
     log.info("enqueue: %d items of %d B, batch %d", n, size, batch)
-    prod = run_workers({"producer": (produce, (master, queue, size, n, batch, args.max_seconds))},
+    prod = run_workers({"producer": (produce, (master, queue, size, n, batch, args.max_seconds, 1))},
                        args.max_seconds)["producer"]
     emit("enqueue", prod["done"], n, elapsed_ns=prod["t1"] - prod["t0"], lats_ns=prod["lats"],
          **common)
@@ -189,20 +198,23 @@ def measure(master: str, size: int, batch: int, n: int, args: argparse.Namespace
     emit("dequeue_ack", cons["got"], prod["done"], elapsed_ns=cons["t_last"] - cons["t0"],
          lats_ns=cons["lats"], **common)
 
-    queue = f"bench-pipe-{size}-{batch}"
-    log.info("pipeline: %d items, batch %d, producer and consumer together", n, batch)
-    res = run_workers({
-        "consumer": (consume, (master, queue, n, batch, args.max_seconds)),
-        "producer": (produce, (master, queue, size, n, batch, args.max_seconds)),
-    }, args.max_seconds)
-    prod, cons = res["producer"], res["consumer"]
-    e2e = sorted(cons["e2e"])
-    emit("pipeline", cons["got"], n, elapsed_ns=cons["t_last"] - prod["t0"],
-         lats_ns=cons["lats"], e2e_p50_us=_us(percentile(e2e, 0.50)),
-         e2e_p99_us=_us(percentile(e2e, 0.99)),
-         items_per_call=round(cons["got"] / len(cons["lats"]), 1) if cons["lats"] else 0,
-         producer_ops_per_s=round(prod["done"] / ((prod["t1"] - prod["t0"]) / 1e9), 1),
-         **common)
+    windows = [1] + ([args.window] if batch > 1 and args.window > 1 else [])
+    for window in windows:
+        queue = f"bench-pipe-{size}-{batch}-{window}"
+        log.info("pipeline: %d items, batch %d, producer window %d, producer and consumer "
+                 "together", n, batch, window)
+        res = run_workers({
+            "consumer": (consume, (master, queue, n, batch, args.max_seconds)),
+            "producer": (produce, (master, queue, size, n, batch, args.max_seconds, window)),
+        }, args.max_seconds)
+        prod, cons = res["producer"], res["consumer"]
+        e2e = sorted(cons["e2e"])
+        emit("pipeline" if window == 1 else f"pipeline_window{window}", cons["got"], n,
+             elapsed_ns=cons["t_last"] - prod["t0"], lats_ns=cons["lats"],
+             e2e_p50_us=_us(percentile(e2e, 0.50)), e2e_p99_us=_us(percentile(e2e, 0.99)),
+             items_per_call=round(cons["got"] / len(cons["lats"]), 1) if cons["lats"] else 0,
+             producer_ops_per_s=round(prod["done"] / ((prod["t1"] - prod["t0"]) / 1e9), 1),
+             **common)
 
 
 def _int_list(text: str) -> list[int]:
@@ -222,6 +234,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--max-seconds", type=float, default=60.0, help="time cap per measurement")
     ap.add_argument("--replication", type=int, default=1, help="replicas per item (R)")
     ap.add_argument("--datanodes", type=int, default=3, help="data nodes to start")
+    ap.add_argument("--window", type=int, default=4,
+                    help="also run the pipeline with this many producer batches in flight "
+                         "(Client.producer); 1 to skip")
     ap.add_argument("--quick", action="store_true", help="smoke run: 500 items per measurement")
     args = ap.parse_args(argv)
     if args.quick:

@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 
 CHUNK_ITEMS = 1000  # items per alloc/put/commit round
 CHUNK_BYTES = 16 * 1024 * 1024
-PUT_ATTEMPTS = 3
+PUT_ATTEMPTS = 4
 ATTEMPT_S = 2.0  # one try at a master request before it is sent again (a restart loses it)
 RETRYABLE = {"master_starting"}
 
@@ -152,6 +152,14 @@ class Client(QueueAdmin):
             ids += [i for chunk_ids, _ in staged for i in chunk_ids]
         return ids
 
+    def producer(self, queue: str, *, window: int = 4, **options: Any) -> "Producer":
+        """A pipelining producer for ``queue``: ``send`` batches, ``flush`` for their ids.
+
+        Up to ``window`` batches are in flight at once; options are ``enqueue``'s.
+        """
+        from blizzard.producer import Producer
+        return Producer(self, queue, window=window, **options)
+
     def stage(self, queue: str, items: Iterable[bytes], *, priority: int = 0, delay_s: float = 0.0,
               key: str | None = None) -> list[tuple[list[int], list[str]]]:
         """Phases 1-2 of an enqueue: ids allocated, payloads durable on data nodes, nothing visible.
@@ -191,16 +199,16 @@ class Client(QueueAdmin):
         placements: list[p.Placement] = self._master_many(allocs)
         stored = self._put_all(placements, chunks, crcs)
         for i in range(len(chunks)):
-            exclude: set[str] = set()
             for attempt in range(PUT_ATTEMPTS):
                 if isinstance(stored[i], p.Stored):
                     break
                 error, bad = stored[i]
                 if attempt == PUT_ATTEMPTS - 1:
                     raise error
-                exclude.update(bad)
+                # Only the latest culprits are avoided: a node that merely waited on a dead
+                # replica is fine again next time, and excluding too many fails the placement.
                 log.warning("put failed (%s); asking for a placement without %s", error, sorted(bad))
-                allocs[i] = dataclasses.replace(allocs[i], exclude=sorted(exclude))
+                allocs[i] = dataclasses.replace(allocs[i], exclude=sorted(bad))
                 placements[i] = self._master(allocs[i])
                 stored[i] = self._put_all([placements[i]], [chunks[i]], [crcs[i]])[0]
         return [(pl.ids, s.nodes) for pl, s in zip(placements, stored)]

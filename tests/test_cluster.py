@@ -226,3 +226,31 @@ def test_staged_items_are_invisible_until_committed(cluster):
         c.commit(staged)
         c.commit(staged)  # idempotent
         assert c.stats("jobs")["ready"] == 2
+
+
+def test_producer_pipelines_batches_and_returns_ids_in_order(cluster):
+    with Client(cluster.master_addr, timeout_s=10) as c:
+        with c.producer("pp", window=3) as prod:
+            for i in range(20):
+                prod.send([b"%d-%d" % (i, j) for j in range(50)])
+            ids = prod.flush()
+        assert len(ids) == len(set(ids)) == 1000
+        got = []
+        while msgs := c.dequeue_many("pp", 1000):
+            got += msgs
+            c.ack_many(msgs)
+        assert sorted(m.data for m in got) == sorted(b"%d-%d" % (i, j) for i in range(20)
+                                                       for j in range(50))
+        assert sorted(m.id for m in got) == sorted(ids)
+
+
+def test_producer_survives_a_data_node_dying(cluster):
+    with Client(cluster.master_addr, timeout_s=10) as c:
+        with c.producer("pd", window=4) as prod:
+            for i in range(10):
+                if i == 3:
+                    cluster.nodes[0].kill()
+                prod.send([b"%d" % i] * 20)
+            ids = prod.flush()
+        assert len(ids) == 200
+        assert c.stats("pd")["ready"] == 200
