@@ -13,7 +13,7 @@ import time
 import uuid
 import zlib
 from collections import defaultdict
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import zmq
 
@@ -23,6 +23,9 @@ from blizzard.errors import (ClusterError, DatanodeUnavailable, InvalidArgument,
                              MasterUnavailable, NotEnoughDatanodes, UnknownItem)
 from blizzard.messages import Consumer, EnqueueOptions, LeasedItem, Message, as_bytes
 from blizzard.transport import Endpoint, call_many, raise_if_error
+
+if TYPE_CHECKING:
+    from blizzard.producer import Producer
 
 __all__ = ["Client", "Consumer", "EnqueueOptions", "LeasedItem", "Message"]
 
