@@ -16,7 +16,7 @@ import click
 
 from blizzard import cli_queue
 from blizzard.cli_common import (ADDRESS, DEFAULT_MASTER, EXIT_ERROR, log_level, master_opt,
-                                 setup_logging)
+                                 setup_logging, timeout_opt)
 from blizzard.errors import BlizzardError
 
 def _serve(server: Any) -> None:
@@ -153,6 +153,44 @@ def cluster(data_dir: str, datanodes: int, replication: int, port: int, node_por
     finally:
         local.stop()
         click.echo("stopped")
+
+
+@cli.command()
+@click.argument("queue")
+@click.option("--to", "path", required=True, type=click.Path(),
+              help="Directory to write into (created if missing; appended to if it exists).")
+@click.option("--format", "fmt", default="parquet", show_default=True,
+              type=click.Choice(["parquet", "json"]), help="Output file format.")
+@master_opt
+@timeout_opt
+@click.option("--batch", default=100_000, show_default=True, type=click.IntRange(1, 1_000_000),
+              help="Items per Spark micro-batch at most (batches also stop near 64 MiB).")
+@click.option("--spark-master", default="local[*]", show_default=True,
+              help="Spark master URL; the local session listens on 127.0.0.1 only.")
+def drain(queue: str, path: str, fmt: str, master: str, timeout_s: float, batch: int,
+          spark_master: str) -> None:
+    """Copy QUEUE into Parquet or JSON files under PATH with Spark until it is empty.
+
+    Each item is written once (ids already under PATH are left out) and acked only after
+    the batch holding it is written. Needs the spark extra (pyspark, pyarrow) and Java 17+.
+    """
+    try:
+        from pyspark.errors import PySparkException
+
+        from blizzard.spark import drain as spark_drain, local_session
+    except ImportError as exc:
+        raise click.ClickException(f"drain needs pyspark and pyarrow: pip install "
+                                   f"'blizzard[spark]' ({exc})") from None
+    spark = local_session(spark_master, app_name=f"blizzard-drain-{queue}")
+    try:
+        spark_drain(spark, queue, path, fmt, master=master, max_items_per_batch=batch,
+                    timeout_s=timeout_s)
+    except PySparkException as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise click.ClickException(f"the drain failed; items not written stay in the queue "
+                                   f"or come back when their leases end: {first}") from None
+    finally:
+        spark.stop()
 
 
 @cli.group()

@@ -305,7 +305,7 @@ class Client(QueueAdmin):
     def _leased_items(leased: p.Leased) -> list[LeasedItem]:
         return [LeasedItem(leased.ids[i], leased.leases[i], leased.sizes[i], leased.crcs[i],
                            leased.attempts[i], leased.priorities[i], leased.enqueued_at[i],
-                           leased.replica_sets[leased.replica_set[i]].nodes)
+                           leased.replica_sets[leased.replica_set[i]].nodes, leased.keys[i])
                 for i in range(len(leased.ids))]
 
     def consume(self, queue: str, n: int = 100, *, lease_s: float | None = None,

@@ -28,6 +28,7 @@ class LeasedItem:
     priority: int
     enqueued_at: float
     nodes: list[p.NodeRef]
+    key: str = ""  # "": none
 
 
 @dataclass

@@ -337,6 +337,7 @@ class Leased:
     attempts: list[int]
     priorities: list[int]
     enqueued_at: list[float]
+    keys: list[str]  # "": no key
     replica_set: list[int]
     replica_sets: list[ReplicaSet]
     lost: list[int]

@@ -180,7 +180,7 @@ class QueueHandlers:
         leases = [i.lease if i.status == LEASED else 0 for i in items]
         return p.Leased(queue, ids, leases, [i.size for i in items], [i.crc for i in items],
                         [i.attempts for i in items], [i.priority for i in items],
-                        [i.enqueued_at for i in items], replica_set,
+                        [i.enqueued_at for i in items], [i.key for i in items], replica_set,
                         [p.ReplicaSet(self.node_refs(nodes)) for nodes in set_index], lost)
 
     def _settle(self: "MasterServer", ids: list[int],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import tempfile
 import threading
 import time
@@ -76,7 +77,13 @@ def main(items: int, batch: int, datanodes: int, replication: int) -> None:
             click.echo(f"queue after: ready {stats['ready']}, leased {stats['leased']}")
             if lost or stats["ready"] or stats["leased"]:
                 raise click.ClickException("items were lost or left behind")
-            click.echo("nothing lost; stopping the cluster")
+            click.echo("nothing lost")
+            from spark_drain_demo import spark_step  # scripts/ is on sys.path
+            click.echo("spark: enqueueing the items again and draining them to Parquet")
+            out = os.path.join(base, "parquet")
+            rows = spark_step(cluster.master_addr, "demo", [payload(i) for i in range(items)], out)
+            click.echo(f"spark: {rows:,} rows in {out}")
+            click.echo("stopping the cluster")
 
 
 if __name__ == "__main__":
