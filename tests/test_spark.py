@@ -458,3 +458,21 @@ def test_rows_are_built_in_the_declared_arrow_schema():
     batch = to_arrow("q", [item(7, "a")], {7: b"\x00\xff"})
     assert batch.schema.equals(ARROW_SCHEMA)
     assert batch.to_pylist()[0]["data"] == b"\x00\xff"
+
+
+def test_the_drain_command_writes_the_queue_to_files(cluster, tmp_path):
+    import pyarrow.parquet as pq
+
+    expected = fill(cluster.master_addr, "cli", 300, seed=9)
+    out = tmp_path / "out"
+    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable)
+    proc = subprocess.run([sys.executable, "-m", "blizzard.cli", "drain", "cli", "--to", str(out),
+                           "--master", cluster.master_addr, "--spark-master", "local[1]"],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "300" in proc.stdout + proc.stderr  # the summary
+    table = pq.read_table(str(out))
+    assert sorted(zip(table.column("id").to_pylist(), table.column("data").to_pylist())) == \
+        sorted(expected.items())
+    with Client(cluster.master_addr) as c:
+        assert (c.stats("cli")["ready"], c.stats("cli")["leased"]) == (0, 0)
