@@ -94,7 +94,8 @@ def test_producer_and_consumer_ride_through_master_crashes(cluster_factory):
 
     def consume() -> None:
         with Client(cl.master_addr, timeout_s=30) as c:
-            while True:
+            give_up = time.monotonic() + 150  # bounded: a loss must fail the test, not hang it
+            while time.monotonic() < give_up:
                 try:
                     msgs = c.dequeue_many("ride", 50, lease_s=10, wait_s=0.5)
                     for m in msgs:
