@@ -39,10 +39,12 @@ class Repairer:
         self.inventories: dict[str, tuple[int, set[int]]] = {}  # node -> (id mark, ids so far)
         self.copied = 0
         self._next_expiry_check = 0.0
+        self._under = (0.0, 0)  # (when counted, under-replicated items)
 
     def rescan(self) -> None:
         """Look at every item again (a node died or joined, or safe mode ended)."""
         self.scan = deque(self.state.items)
+        self._under = (0.0, 0)  # the count must be taken afresh too
 
     def live_replicas(self, nodes: tuple[str, ...], now: float) -> list[str]:
         alive = self.membership.nodes
@@ -120,6 +122,7 @@ class Repairer:
                     if node not in live:
                         forget.setdefault(node, []).append(item_id)
         if confirmed:
+            self._under = (0.0, 0)
             records.append(AddReplicas(confirmed, msg.target))
             self.copied += len(confirmed)
         records += [DropReplicas(ids, node) for node, ids in forget.items()]
@@ -128,6 +131,7 @@ class Repairer:
             for item_id in lost:
                 self.in_flight.pop(item_id, None)
             if lost:
+                self._under = (0.0, 0)
                 log.warning("node %s lost %d replicas; re-replicating from others", msg.node_id, len(lost))
                 records.append(DropReplicas(lost, msg.node_id))
                 self.scan.extend(lost)
@@ -141,6 +145,8 @@ class Repairer:
             if item is not None and node in item.nodes:
                 by_node.setdefault(node, []).append(item_id)
         records = [DropReplicas(v, k) for k, v in by_node.items()]
+        if records:
+            self._under = (0.0, 0)
         for v in by_node.values():
             self.scan.extend(v)
         return records
@@ -156,6 +162,7 @@ class Repairer:
         the master placed on the node but the node did not list are dropped from it -- only
         those committed before the inventory began, so writes racing with it are safe.
         """
+        self._under = (0.0, 0)  # replicas are about to be counted again
         mark, seen = self.inventories.get(msg.node_id, (self.state.id_hi, set()))
         self.inventories[msg.node_id] = (mark, seen)
         seen.update(msg.ids)
@@ -187,6 +194,11 @@ class Repairer:
                      msg.node_id, len(seen), len(regained), len(delete), len(lost))
         return records, delete
 
-    def under_replicated(self, now: float) -> int:
-        return sum(1 for item in self.state.items.values()
-                   if len(self.live_replicas(item.nodes, now)) < self.replication)
+    def under_replicated(self, now: float, max_age_s: float = 2.0) -> int:
+        """Items with fewer than R live replicas; a full scan, so reused for ``max_age_s``."""
+        stamp, count = self._under
+        if now - stamp > max_age_s or stamp == 0.0:
+            count = sum(1 for item in self.state.items.values()
+                        if len(self.live_replicas(item.nodes, now)) < self.replication)
+            self._under = (now, count)
+        return count
