@@ -1,0 +1,230 @@
+"""The codec behind ``blizzard.protocol``: the message registry, type-checked decode, msgpack.
+
+Frame layout (ZeroMQ): a client's DEALER socket sends one frame, the body; a server's ROUTER
+socket sees ``[peer identity, body]`` and replies on the same identity with one body.
+
+Body: a msgpack array ``[VERSION, op, request_id, field_1, ..., field_n]``. ``op`` is the
+message's small integer code, ``request_id`` a non-negative integer the reply repeats so a
+client may keep many requests in flight. Fields follow the dataclass's field order; a nested
+message (e.g. ``NodeRef``) travels as a plain array of its fields. Every field is checked
+against its declared type on decode, so a handler only ever sees well-typed messages.
+
+This module and ``protocol`` (which defines every message with ``@message``) are the only
+places that know the bytes; nothing else calls msgpack.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from typing import Any, Callable, Iterator
+
+import msgpack
+
+from blizzard.errors import ProtocolError, UnknownOp, VersionMismatch
+
+VERSION = 1
+MAX_BATCH = 10_000  # items in one request
+MAX_FRAME_BYTES = 256 * 1024 * 1024  # ZMQ_MAXMSGSIZE on every socket
+
+_BY_OP: dict[int, type] = {}
+_OP_OF: dict[type, int] = {}
+_CHECKERS: dict[type, Callable[[Any], Any]] = {}
+
+
+def message(op: int) -> Callable[[type], type]:
+    """Class decorator: make a frozen dataclass a wire message with code ``op``."""
+
+    def wrap(cls: type) -> type:
+        cls = dataclasses.dataclass(frozen=True, slots=True)(cls)
+        if op in _BY_OP:
+            raise RuntimeError(f"op {op} used twice: {_BY_OP[op].__name__} and {cls.__name__}")
+        _BY_OP[op] = cls
+        _OP_OF[cls] = op
+        return cls
+
+    return wrap
+
+
+def _checker(tp: Any) -> Callable[[Any], Any]:
+    """Build a function that validates (and normalises) a decoded value of type ``tp``."""
+    origin = typing.get_origin(tp)
+    if tp is int:
+        def check_int(v: Any) -> int:
+            if type(v) is not int:
+                raise ProtocolError(f"expected an integer, got {type(v).__name__}")
+            return v
+        return check_int
+    if tp is float:
+        def check_float(v: Any) -> float:
+            if type(v) is float or type(v) is int:
+                return float(v)
+            raise ProtocolError(f"expected a number, got {type(v).__name__}")
+        return check_float
+    if tp is bool:
+        def check_bool(v: Any) -> bool:
+            if type(v) is not bool:
+                raise ProtocolError(f"expected a boolean, got {type(v).__name__}")
+            return v
+        return check_bool
+    if tp is str or tp is bytes:
+        def check_plain(v: Any) -> Any:
+            if type(v) is not tp:
+                raise ProtocolError(f"expected {tp.__name__}, got {type(v).__name__}")
+            return v
+        return check_plain
+    if origin is list:
+        (inner,) = typing.get_args(tp)
+        check_inner = _checker(inner)
+        if inner is float:
+            def check_float_list(v: Any) -> list:
+                if type(v) is not list:
+                    raise ProtocolError(f"expected an array, got {type(v).__name__}")
+                for x in v:
+                    if type(x) is not float and type(x) is not int:
+                        raise ProtocolError(f"expected number elements, got {type(x).__name__}")
+                return v
+            return check_float_list
+        if inner in (int, str, bytes):
+            def check_plain_list(v: Any) -> list:
+                if type(v) is not list:
+                    raise ProtocolError(f"expected an array, got {type(v).__name__}")
+                if len(v) > MAX_BATCH * 4:
+                    raise ProtocolError(f"array of {len(v)} elements is too long")
+                for x in v:
+                    if type(x) is not inner:
+                        raise ProtocolError(f"expected {inner.__name__} elements, got {type(x).__name__}")
+                return v
+            return check_plain_list
+
+        def check_list(v: Any) -> list:
+            if type(v) is not list:
+                raise ProtocolError(f"expected an array, got {type(v).__name__}")
+            if len(v) > MAX_BATCH * 4:
+                raise ProtocolError(f"array of {len(v)} elements is too long")
+            return [check_inner(x) for x in v]
+        return check_list
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        (inner,) = args
+        check_inner = _checker(inner)
+        return lambda v: None if v is None else check_inner(v)
+    if dataclasses.is_dataclass(tp):
+        return lambda v: _from_fields(tp, v)
+    raise TypeError(f"unsupported wire type {tp!r}")
+
+
+def _field_checkers(cls: type) -> Callable[[Any], Any]:
+    checker = _CHECKERS.get(cls)
+    if checker is None:
+        hints = typing.get_type_hints(cls)
+        names = [f.name for f in dataclasses.fields(cls)]
+        checks = [_checker(hints[n]) for n in names]
+        count = len(names)
+
+        def checker(values: Any) -> Any:
+            if type(values) is not list or len(values) != count:
+                raise ProtocolError(f"{cls.__name__} takes {count} fields")
+            return cls(*[c(v) for c, v in zip(checks, values)])
+
+        _CHECKERS[cls] = checker
+    return checker
+
+
+def _from_fields(cls: type, values: Any) -> Any:
+    try:
+        return _field_checkers(cls)(values)
+    except ProtocolError as exc:
+        raise ProtocolError(f"{cls.__name__}: {exc.message}") from None
+
+
+def _to_fields(msg: Any) -> list:
+    out = []
+    for f in dataclasses.fields(msg):
+        v = getattr(msg, f.name)
+        if dataclasses.is_dataclass(v):
+            v = _to_fields(v)
+        elif type(v) is list and v and dataclasses.is_dataclass(v[0]):
+            v = [_to_fields(x) for x in v]
+        out.append(v)
+    return out
+
+
+def encode(request_id: int, msg: Any) -> bytes:
+    """Serialise a message (reply or request) with its request id into one frame body."""
+    op = _OP_OF[type(msg)]
+    return msgpack.packb([VERSION, op, request_id, *_to_fields(msg)], use_bin_type=True)
+
+
+def peek_request_id(body: bytes) -> int | None:
+    """Best-effort request id of a body that failed to decode, so the error can be routed."""
+    try:
+        raw = msgpack.unpackb(body, raw=False, strict_map_key=True)
+        rid = raw[2]
+        return rid if type(rid) is int else None
+    except Exception:
+        return None
+
+
+def decode(body: bytes) -> tuple[int, Any]:
+    """Parse and type-check one frame body; raise ``ProtocolError`` (or a subclass) if it is bad."""
+    try:
+        raw = msgpack.unpackb(body, raw=False, strict_map_key=True, use_list=True)
+    except Exception as exc:
+        raise ProtocolError(f"body is not valid msgpack: {exc}") from None
+    if type(raw) is not list or len(raw) < 3:
+        raise ProtocolError("body must be an array [version, op, request_id, ...]")
+    version, op, rid = raw[0], raw[1], raw[2]
+    if version != VERSION:
+        raise VersionMismatch(f"protocol version {version!r} is not {VERSION}")
+    if type(rid) is not int or rid < 0:
+        raise ProtocolError("request id must be a non-negative integer")
+    cls = _BY_OP.get(op) if type(op) is int else None
+    if cls is None:
+        raise UnknownOp(f"unknown op {op!r}")
+    return rid, _from_fields(cls, raw[3:])
+
+
+def pack(msg: Any) -> bytes:
+    """Serialise a registered message without a request id (used for WAL records)."""
+    return msgpack.packb([_OP_OF[type(msg)], *_to_fields(msg)], use_bin_type=True)
+
+
+def unpack(body: bytes) -> Any:
+    """Inverse of ``pack``; raises ``ProtocolError`` on anything malformed."""
+    try:
+        raw = msgpack.unpackb(body, raw=False, strict_map_key=True, use_list=True)
+    except Exception as exc:
+        raise ProtocolError(f"record is not valid msgpack: {exc}") from None
+    if type(raw) is not list or not raw or type(raw[0]) is not int or raw[0] not in _BY_OP:
+        raise ProtocolError("record has no known type")
+    return _from_fields(_BY_OP[raw[0]], raw[1:])
+
+
+def dumps(obj: Any) -> bytes:
+    """Serialise plain data (lists, dicts, numbers, strings, bytes), e.g. a checkpoint body."""
+    return msgpack.packb(obj, use_bin_type=True)
+
+
+def loads(body: bytes) -> Any:
+    """Inverse of ``dumps``; raises ``ProtocolError`` on malformed input."""
+    try:
+        return msgpack.unpackb(body, raw=False, strict_map_key=False, use_list=True)
+    except Exception as exc:
+        raise ProtocolError(f"not valid msgpack: {exc}") from None
+
+
+def iter_loads(body: bytes) -> Iterator[Any]:
+    """The msgpack objects stored one after another in ``body`` (see ``dumps``)."""
+    unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, use_list=True,
+                                max_buffer_size=max(len(body), 1024))
+    unpacker.feed(body)
+    try:
+        yield from unpacker
+    except Exception as exc:
+        raise ProtocolError(f"not valid msgpack: {exc}") from None
+
+
+def op_name(msg: Any) -> str:
+    return type(msg).__name__
