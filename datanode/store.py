@@ -61,25 +61,31 @@ class LevelDbStore:
         self.db = plyvel.DB(path, create_if_missing=True)
         self._count = 0
         self._bytes = 0
-        for _, value in self.db.iterator():
+        self._max_id = -1  # ids only grow: a put above this cannot overwrite anything
+        for key, value in self.db.iterator():
             self._count += 1
             self._bytes += len(value) - _CRC.size
+            self._max_id = _KEY.unpack(key)[0]
 
     def put_many(self, ids: list[int], blobs: list[bytes], crcs: list[int]) -> None:
         added = count = 0
         get = self.db.get
+        top = self._max_id
         with self.db.write_batch(sync=True) as wb:
             for item_id, blob, crc in zip(ids, blobs, crcs):
                 key = _KEY.pack(item_id)
-                old = get(key)  # a retried put must not count twice
+                # a retried put must not count twice; only an id seen before can be a retry
+                old = get(key) if item_id <= top else None
                 if old is None:
                     count += 1
                     added += len(blob)
                 else:
                     added += len(blob) - (len(old) - _CRC.size)
                 wb.put(key, _CRC.pack(crc) + blob)
+                top = max(top, item_id)
         self._count += count
         self._bytes += added
+        self._max_id = top
 
     def get_many(self, ids: list[int]) -> list[tuple[bytes, int] | None]:
         get = self.db.get
