@@ -107,12 +107,26 @@ class LocalCluster:
         return self.master.addr
 
     def start(self, timeout_s: float = 30.0) -> "LocalCluster":
+        """Start every process and wait until the cluster serves.
+
+        A free port can be taken by another program between our probe and the server's bind;
+        when ports were picked freely, such a start is retried on new ports.
+        """
         os.makedirs(self.base_dir, exist_ok=True)
-        self.master = self._master_proc(f"tcp://{LOOPBACK}:{self.master_port or free_port()}").start()
-        for i in range(self.datanodes):
-            port = self.node_base_port + i if self.node_base_port else free_port()
-            self.nodes.append(self._node_proc(i, f"tcp://{LOOPBACK}:{port}").start())
-        self.wait_ready(timeout_s)
+        attempts = 1 if self.master_port or self.node_base_port else 3
+        for attempt in range(attempts):
+            self.master = self._master_proc(f"tcp://{LOOPBACK}:{self.master_port or free_port()}").start()
+            self.nodes = []
+            for i in range(self.datanodes):
+                port = self.node_base_port + i if self.node_base_port else free_port()
+                self.nodes.append(self._node_proc(i, f"tcp://{LOOPBACK}:{port}").start())
+            try:
+                self.wait_ready(timeout_s)
+                return self
+            except RuntimeError as exc:  # a process exited while starting
+                self.stop()
+                if attempt == attempts - 1 or "Address already in use" not in str(exc):
+                    raise
         return self
 
     def _master_proc(self, addr: str) -> Proc:
