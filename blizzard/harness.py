@@ -7,6 +7,7 @@ so there is one way to run Blizzard's processes. Only loopback addresses are use
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -24,6 +25,20 @@ LOOPBACK = "127.0.0.1"
 
 
 def free_port() -> int:
+    """A loopback port free right now, picked below the kernel's ephemeral range.
+
+    Ports the kernel hands out on its own (outgoing connections, Spark's JVM binding port 0)
+    come from the ephemeral range; choosing elsewhere keeps them from taking ours before our
+    server binds it.
+    """
+    for _ in range(200):
+        port = random.randrange(20_000, 32_000)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((LOOPBACK, port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((LOOPBACK, 0))
         return s.getsockname()[1]
