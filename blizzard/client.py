@@ -327,10 +327,11 @@ class Client(QueueAdmin):
         while todo:
             by_addr: dict[str, list[tuple[LeasedItem, int]]] = defaultdict(list)
             for item, k in todo:
-                while k < len(item.nodes) and not item.nodes[k].addr:
+                nodes = item.nodes
+                while k < len(nodes) and not nodes[k].addr:
                     k += 1
-                if k < len(item.nodes):
-                    by_addr[item.nodes[k].addr].append((item, k))
+                if k < len(nodes):
+                    by_addr[nodes[k].addr].append((item, k))
                 else:
                     failed.append(item)
             calls = [(self._node(a), p.Get([i.id for i, _ in group])) for a, group in by_addr.items()]
@@ -338,20 +339,20 @@ class Client(QueueAdmin):
             for (addr, group), reply in zip(by_addr.items(), call_many(calls, self.node_timeout_s)):
                 answered = isinstance(reply, p.Blobs)
                 if answered:
-                    for item_id, blob in zip(reply.ids, reply.blobs):
-                        got[item_id] = blob
+                    got.update(zip(reply.ids, reply.blobs))
                 else:
                     log.warning("read from %s failed: %s", addr, reply)
+                crc32 = zlib.crc32
                 for item, k in group:
                     blob = got.get(item.id)
-                    if blob is not None and (len(blob) != item.size or zlib.crc32(blob) != item.crc):
+                    if blob is not None and (len(blob) == item.size and crc32(blob) == item.crc):
+                        continue
+                    if blob is not None:
                         log.error("replica of item %d on %s fails its checksum", item.id, addr)
                         del got[item.id]
-                        blob = None
-                    if blob is None:
-                        todo.append((item, k + 1))
-                        if answered:
-                            bad.append((item.id, item.nodes[k].node_id))
+                    todo.append((item, k + 1))
+                    if answered:
+                        bad.append((item.id, item.nodes[k].node_id))
         if bad:
             try:  # a courtesy: the master re-replicates from a good copy
                 self._master(p.BadReplica([b[0] for b in bad], [b[1] for b in bad]))

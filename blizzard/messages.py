@@ -31,7 +31,7 @@ class LeasedItem:
     key: str = ""  # "": none
 
 
-@dataclass
+@dataclass(slots=True)
 class Message:
     """A leased item. ``ack()`` when done; ``nack()`` to give it back; or use it as a context manager."""
 

@@ -109,10 +109,17 @@ def call_many(calls: Iterable[tuple[Endpoint, Any]], timeout_s: float) -> list[A
         except TimeoutError as exc:
             results[i] = exc
     deadline = time.monotonic() + timeout_s
-    poller = zmq.Poller()
     by_sock = {ep._socket(): ep for ep, _ in waiting.values()}
-    for sock in by_sock:
-        poller.register(sock, zmq.POLLIN)
+    if len(by_sock) == 1:  # the common case: no poller to build
+        (only,) = by_sock
+
+        def poll(ms: int) -> list[tuple[zmq.Socket, int]]:
+            return [(only, zmq.POLLIN)] if only.poll(ms, zmq.POLLIN) else []
+    else:
+        poller = zmq.Poller()
+        for sock in by_sock:
+            poller.register(sock, zmq.POLLIN)
+        poll = poller.poll
     while waiting:
         for i, (ep, rid) in list(waiting.items()):
             reply = ep.take(rid)
@@ -124,7 +131,7 @@ def call_many(calls: Iterable[tuple[Endpoint, Any]], timeout_s: float) -> list[A
         left_ms = int((deadline - time.monotonic()) * 1000)
         if left_ms <= 0:
             break
-        for sock, _ in poller.poll(left_ms):
+        for sock, _ in poll(left_ms):
             ep = by_sock[sock]
             while sock.poll(0, zmq.POLLIN):
                 ep.read_one()

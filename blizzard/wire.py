@@ -16,6 +16,7 @@ places that know the bytes; nothing else calls msgpack.
 from __future__ import annotations
 
 import dataclasses
+import operator
 import types
 import typing
 from typing import Any, Callable, Iterator
@@ -31,6 +32,8 @@ MAX_FRAME_BYTES = 256 * 1024 * 1024  # ZMQ_MAXMSGSIZE on every socket
 _BY_OP: dict[int, type] = {}
 _OP_OF: dict[type, int] = {}
 _CHECKERS: dict[type, Callable[[Any], Any]] = {}
+_FIELDS: dict[type, Callable[[Any], list]] = {}  # message class -> its fields as a plain list
+_NUMBER = {int, float}
 
 
 def message(op: int) -> Callable[[type], type]:
@@ -81,20 +84,24 @@ def _checker(tp: Any) -> Callable[[Any], Any]:
             def check_float_list(v: Any) -> list:
                 if type(v) is not list:
                     raise ProtocolError(f"expected an array, got {type(v).__name__}")
-                for x in v:
-                    if type(x) is not float and type(x) is not int:
-                        raise ProtocolError(f"expected number elements, got {type(x).__name__}")
+                kinds = set(map(type, v))  # one pass in C; the loop below only names the culprit
+                if not kinds <= _NUMBER:
+                    bad = next(x for x in v if type(x) not in _NUMBER)
+                    raise ProtocolError(f"expected number elements, got {type(bad).__name__}")
                 return v
             return check_float_list
         if inner in (int, str, bytes):
+            allowed = {inner}
+
             def check_plain_list(v: Any) -> list:
                 if type(v) is not list:
                     raise ProtocolError(f"expected an array, got {type(v).__name__}")
                 if len(v) > MAX_BATCH * 4:
                     raise ProtocolError(f"array of {len(v)} elements is too long")
-                for x in v:
-                    if type(x) is not inner:
-                        raise ProtocolError(f"expected {inner.__name__} elements, got {type(x).__name__}")
+                kinds = set(map(type, v))
+                if not kinds <= allowed:
+                    bad = next(x for x in v if type(x) is not inner)
+                    raise ProtocolError(f"expected {inner.__name__} elements, got {type(bad).__name__}")
                 return v
             return check_plain_list
 
@@ -140,15 +147,44 @@ def _from_fields(cls: type, values: Any) -> Any:
 
 
 def _to_fields(msg: Any) -> list:
-    out = []
-    for f in dataclasses.fields(msg):
-        v = getattr(msg, f.name)
-        if dataclasses.is_dataclass(v):
-            v = _to_fields(v)
-        elif type(v) is list and v and dataclasses.is_dataclass(v[0]):
-            v = [_to_fields(x) for x in v]
-        out.append(v)
-    return out
+    cls = type(msg)
+    flatten = _FIELDS.get(cls)
+    if flatten is None:
+        flatten = _FIELDS[cls] = _flattener(cls)
+    return flatten(msg)
+
+
+def _flattener(cls: type) -> Callable[[Any], list]:
+    """A function listing a message's fields, nested messages as plain arrays (built once)."""
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    nested = {}
+    for i, name in enumerate(names):
+        tp = hints[name]
+        if typing.get_origin(tp) in (typing.Union, types.UnionType):  # X | None
+            tp = next(a for a in typing.get_args(tp) if a is not type(None))
+        inner = typing.get_args(tp)[0] if typing.get_origin(tp) is list else tp
+        if dataclasses.is_dataclass(inner):
+            nested[i] = inner is not tp  # True: a list of messages
+    if not nested:
+        if not names:
+            return lambda msg: []
+        if len(names) == 1:
+            name = names[0]
+            return lambda msg: [getattr(msg, name)]
+        get_all = operator.attrgetter(*names)
+        return lambda msg: list(get_all(msg))
+
+    def flatten(msg: Any) -> list:
+        out = [getattr(msg, name) for name in names]
+        for i, many in nested.items():
+            v = out[i]
+            if many:
+                out[i] = [_to_fields(x) for x in v]
+            elif v is not None:
+                out[i] = _to_fields(v)
+        return out
+    return flatten
 
 
 def encode(request_id: int, msg: Any) -> bytes:

@@ -92,6 +92,7 @@ class DatanodeServer:
         self.router = RouterServer(self.ctx, config.bind)
         self.master = Endpoint(self.ctx, config.master)
         self.peers: dict[str, Endpoint] = {}
+        self._polled: tuple[zmq.Poller, dict[zmq.Socket, Endpoint]] = (zmq.Poller(), {})
         self.jobs: dict[int, PutJob] = {}  # forward request id -> job
         self.next_heartbeat = 0.0
         self.heartbeat_rid: int | None = None
@@ -115,14 +116,21 @@ class DatanodeServer:
             ep.close()
         self.store.close()
 
-    def run_once(self, timeout_ms: int) -> None:
-        poller = zmq.Poller()
-        poller.register(self.router.sock, zmq.POLLIN)
+    def _poller(self) -> tuple[zmq.Poller, dict[zmq.Socket, Endpoint]]:
+        """The poller over our sockets, rebuilt only when a socket was replaced or added."""
         dealers = {self.master._socket(): self.master}
         for ep in self.peers.values():
             dealers[ep._socket()] = ep
-        for sock in dealers:
-            poller.register(sock, zmq.POLLIN)
+        if dealers.keys() != self._polled[1].keys():
+            poller = zmq.Poller()
+            poller.register(self.router.sock, zmq.POLLIN)
+            for sock in dealers:
+                poller.register(sock, zmq.POLLIN)
+            self._polled = (poller, dealers)
+        return self._polled
+
+    def run_once(self, timeout_ms: int) -> None:
+        poller, dealers = self._poller()
         wait = min(timeout_ms, max(0, int((self.next_heartbeat - time.monotonic()) * 1000)))
         ready = dict(poller.poll(wait))
         for sock, ep in dealers.items():

@@ -199,9 +199,10 @@ class MasterServer(QueueHandlers, NodeHandlers):
         while self.pending_expiry and self.pending_expiry[0][0] <= mono:
             _, ids = heapq.heappop(self.pending_expiry)
             for item_id in ids:
-                item = self.pending.pop(item_id, None)
-                if item is not None:
-                    self.drop_blobs(item_id, item.nodes)
+                batch = self.pending.pop(item_id, None)
+                if batch is not None:
+                    batch.left -= 1
+                    self.drop_blobs(item_id, batch.nodes)
         if self.waiters:
             self._serve_waiters(now, mono)
         self._watch_nodes(mono)

@@ -70,6 +70,23 @@ def test_malformed_bodies_raise_protocol_errors(body, error):
         p.decode(body)
 
 
+@pytest.mark.parametrize("bad, named", [(True, "bool"), (1.0, "float"), (None, "NoneType"),
+                                        ("7", "str")])
+def test_a_wrong_element_deep_in_a_long_list_is_named(bad, named):
+    ids = list(range(5000))
+    ids[4321] = bad
+    with pytest.raises(ProtocolError, match=f"expected int elements, got {named}"):
+        p.decode(_body(p.VERSION, 12, 1, ids, ["dn-a"], "r"))  # a Commit
+
+
+def test_float_lists_take_integers_but_not_booleans():
+    alloc = [p.VERSION, 10, 1, "q", [1], [2], [0], [3], [""], False, []]
+    assert p.decode(_body(*alloc))[1].delays == [3]
+    alloc[7] = [True]
+    with pytest.raises(ProtocolError, match="number elements, got bool"):
+        p.decode(_body(*alloc))
+
+
 def test_float_fields_accept_integers():
     _, msg = p.decode(_body(p.VERSION, 14, 3, "q", 5, 30, 0, "r1", [], []))
     assert msg == p.Lease("q", 5, 30.0, 0.0, "r1", [], [])

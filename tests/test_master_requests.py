@@ -1,0 +1,114 @@
+"""The master's enqueue requests in-process: alloc checks, commits of whole, partial and mixed allocs.
+
+A real ``MasterServer`` (real WAL, fsync and socket) whose handlers are called directly, with
+data nodes that exist only as heartbeats, so each rule is shown without a cluster.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import pytest
+
+from blizzard import protocol as p
+from blizzard.errors import InvalidArgument, PayloadTooLarge, UnknownItem
+from blizzard.harness import free_port
+from master.config import MasterConfig
+from master.server import MasterServer
+
+
+@pytest.fixture
+def master(tmp_path):
+    server = MasterServer(MasterConfig(data_dir=str(tmp_path), replication=1, max_item_bytes=1000,
+                                       bind=f"tcp://127.0.0.1:{free_port()}"))
+    mono = time.monotonic()
+    server.membership.heartbeat("dn-a", "tcp://127.0.0.1:1", 0, 0, 10**12, mono)
+    server.safe_until = 0.0
+    yield server
+    server.router.close()
+    server.wal.close()
+
+
+def call(master: MasterServer, msg):
+    """One request through the handler, its records made durable, as a pass of the loop does."""
+    reply = master.handle(b"peer", 1, msg, time.time(), time.monotonic())
+    master.wal.flush()
+    return reply
+
+
+def alloc(master: MasterServer, n: int, *, queue: str = "q", sizes=None, crcs=None,
+          priorities=None, delays=None, keys=None) -> p.Placement:
+    return call(master, p.Alloc(queue, sizes or [10] * n, crcs or [7] * n, priorities or [0] * n,
+                                delays or [0.0] * n, keys or [""] * n, False, []))
+
+
+@pytest.mark.parametrize("field, value, error, words", [
+    ("sizes", 1001, PayloadTooLarge, "exceeds max-item-bytes"),
+    ("sizes", -1, PayloadTooLarge, "-1 bytes"),
+    ("crcs", -5, InvalidArgument, "checksum -5"),
+    ("crcs", 2**32, InvalidArgument, "not a CRC-32"),
+    ("priorities", 2**31, InvalidArgument, "32-bit"),
+    ("delays", math.nan, InvalidArgument, "delay_s"),
+    ("delays", math.inf, InvalidArgument, "delay_s"),
+    ("delays", -0.5, InvalidArgument, "delay_s"),
+    ("keys", "k" * 257, InvalidArgument, "at most 256"),
+])
+def test_one_bad_item_refuses_the_whole_alloc(master, field, value, error, words):
+    good = {"sizes": [10] * 5, "crcs": [7] * 5, "priorities": [0] * 5, "delays": [0.0] * 5,
+            "keys": [""] * 5}
+    good[field][3] = value
+    before = master.next_id
+    with pytest.raises(error, match=words):
+        call(master, p.Alloc("q", good["sizes"], good["crcs"], good["priorities"],
+                             good["delays"], good["keys"], False, []))
+    assert master.pending == {} and master.next_id == before
+
+
+def test_a_whole_alloc_commits_with_each_items_own_metadata(master):
+    placement = alloc(master, 3, sizes=[1, 2, 3], crcs=[11, 12, 13], priorities=[2, 0, 1],
+                      keys=["a", "", "c"])
+    call(master, p.Commit(placement.ids, ["dn-a"], "r1"))
+    items = [master.state.items[i] for i in placement.ids]
+    assert [(i.size, i.crc, i.priority, i.key) for i in items] == \
+        [(1, 11, 2, "a"), (2, 12, 0, ""), (3, 13, 1, "c")]
+    assert master.pending == {}
+    assert master.state.head("q", 10, time.time()) == [placement.ids[1], placement.ids[2],
+                                                      placement.ids[0]]
+
+
+def test_parts_of_allocs_commit_in_any_order_and_across_allocs(master):
+    first = alloc(master, 4, sizes=[1, 2, 3, 4])
+    second = alloc(master, 2, sizes=[5, 6])
+    call(master, p.Commit([first.ids[3], second.ids[0], first.ids[1]], ["dn-a"], "r1"))
+    sizes = {i: master.state.items[i].size for i in master.state.items}
+    assert sizes == {first.ids[3]: 4, second.ids[0]: 5, first.ids[1]: 2}
+    assert set(master.pending) == {first.ids[0], first.ids[2], second.ids[1]}
+    call(master, p.Commit([first.ids[0], first.ids[2], second.ids[1]], ["dn-a"], "r2"))
+    assert [master.state.items[i].size for i in first.ids + second.ids] == [1, 2, 3, 4, 5, 6]
+    assert master.pending == {}
+
+
+def test_a_commit_naming_an_id_twice_is_refused_and_commits_nothing(master):
+    placement = alloc(master, 3)
+    with pytest.raises(InvalidArgument, match="more than once"):
+        call(master, p.Commit([placement.ids[0], placement.ids[0]], ["dn-a"], "r1"))
+    assert master.state.items == {} and len(master.pending) == 3
+
+
+def test_a_retried_commit_succeeds_and_an_unknown_id_is_refused(master):
+    placement = alloc(master, 2)
+    call(master, p.Commit(placement.ids, ["dn-a"], "r1"))
+    assert call(master, p.Commit(placement.ids, ["dn-a"], "r1")).count == 2
+    assert call(master, p.Commit(placement.ids, ["dn-a"], "r-other")).count == 2
+    with pytest.raises(UnknownItem, match="not pending"):
+        call(master, p.Commit([placement.ids[-1] + 1000], ["dn-a"], "r3"))
+
+
+def test_an_uncommitted_rest_expires_and_its_blobs_are_deleted(master):
+    placement = alloc(master, 3)
+    call(master, p.Commit(placement.ids[:1], ["dn-a"], "r1"))
+    master.tick(time.time(), time.monotonic() + master.config.pending_timeout_s + 1)
+    assert master.pending == {}
+    assert master.deletes["dn-a"] == placement.ids[1:]
+    assert list(master.state.items) == placement.ids[:1]
