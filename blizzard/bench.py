@@ -16,7 +16,9 @@ import argparse
 import json
 import logging
 import multiprocessing as mp
+import os
 import random
+import resource
 import shutil
 import signal
 import struct
@@ -46,6 +48,62 @@ class Payloads:
         return HDR.pack(ts_ns, seq) + self.bodies[seq % len(self.bodies)]
 
 
+def own_cpu_s() -> float:
+    """CPU seconds this process has used, all its threads (ZeroMQ's I/O thread too)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def proc_cpu_s(pid: int) -> float | None:
+    """CPU seconds another process has used (Linux /proc), or None where unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def machine_cpu() -> tuple[int, int] | None:
+    """(busy, total) clock ticks of all cores since boot (Linux /proc/stat), or None."""
+    try:
+        with open("/proc/stat") as f:
+            ticks = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = ticks[3] + ticks[4]  # idle + iowait
+    return sum(ticks) - idle, sum(ticks)
+
+
+class CpuMeter:
+    """Where CPU went during a measurement: per server process, and how busy the machine was."""
+
+    def __init__(self, cluster: LocalCluster) -> None:
+        self.pids = {proc.name: proc.popen.pid for proc in [cluster.master, *cluster.nodes]
+                     if proc is not None and proc.popen is not None}
+        self.start = {name: proc_cpu_s(pid) for name, pid in self.pids.items()}
+
+    def report(self, items: int, workers: dict[str, dict]) -> dict[str, Any]:
+        """CPU microseconds per item of each part, and the machine's busy share meanwhile
+        (sampled by the consumer from the start barrier to its last ack)."""
+        if not items:
+            return {}
+        spent: dict[str, float] = {}
+        for name, pid in self.pids.items():
+            now, then = proc_cpu_s(pid), self.start.get(name)
+            if now is not None and then is not None:
+                group = "datanodes" if name.startswith("datanode") else name
+                spent[group] = spent.get(group, 0.0) + now - then
+        for role, res in workers.items():
+            spent[role] = res.get("cpu_s", 0.0)
+        out: dict[str, Any] = {"cpu_us_per_item": {k: round(v / items * 1e6, 1)
+                                                   for k, v in spent.items()}}
+        before, after = workers.get("consumer", {}).get("machine") or (None, None)
+        if before and after and after[1] > before[1]:
+            out["machine_busy"] = round((after[0] - before[0]) / (after[1] - before[1]), 2)
+        return out
+
+
 def percentile(sorted_vals: list[int], q: float) -> int | None:
     if not sorted_vals:
         return None
@@ -70,6 +128,7 @@ def produce(master: str, queue: str, size: int, n: int, batch: int, max_s: float
         with Client(master, timeout_s=30.0) as client:
             client.stats(queue)  # connect before the clock starts
             barrier.wait(60)
+            cpu0 = own_cpu_s()
             t0 = now_ns()
             deadline = t0 + int(max_s * 1e9)
             lats: list[int] = []
@@ -86,7 +145,8 @@ def produce(master: str, queue: str, size: int, n: int, batch: int, max_s: float
                 done += len(items)
             if prod is not None:
                 prod.flush()
-            out.put(("producer", {"done": done, "t0": t0, "t1": now_ns(), "lats": lats}))
+            out.put(("producer", {"done": done, "t0": t0, "t1": now_ns(), "lats": lats,
+                                  "cpu_s": own_cpu_s() - cpu0}))
     except Exception as exc:  # reported to the parent, which fails the measurement
         out.put(("producer", {"error": repr(exc)}))
 
@@ -99,6 +159,7 @@ def consume(master: str, queue: str, n: int, batch: int, max_s: float,
         with Client(master, timeout_s=30.0) as client:
             client.stats(queue)
             barrier.wait(60)
+            cpu0, machine0 = own_cpu_s(), machine_cpu()
             t0 = t_last = now_ns()
             deadline = t0 + int(max_s * 1e9)
             lats: list[int] = []
@@ -123,7 +184,8 @@ def consume(master: str, queue: str, n: int, batch: int, max_s: float,
                 e2e.extend(t_last - HDR.unpack_from(m.data)[0] for m in done)
                 got += len(done)
             out.put(("consumer", {"got": got, "t0": t0, "t_last": t_last, "lats": lats,
-                                  "e2e": e2e}))
+                                  "e2e": e2e, "cpu_s": own_cpu_s() - cpu0,
+                                  "machine": (machine0, machine_cpu())}))
     except Exception as exc:
         out.put(("consumer", {"error": repr(exc)}))
 
@@ -182,8 +244,10 @@ def emit(op: str, n: int, n_req: int, batch: int, size: int, replication: int,
     return rec
 
 
-def measure(master: str, size: int, batch: int, n: int, args: argparse.Namespace) -> None:
+def measure(cluster: LocalCluster, size: int, batch: int, n: int,
+            args: argparse.Namespace) -> None:
     """Enqueue-only, then dequeue+ack of what was enqueued, then a fresh concurrent pipeline."""
+    master = cluster.master_addr
     common = {"size": size, "batch": batch, "replication": args.replication}
     queue = f"bench-{size}-{batch}"
     log.info("enqueue: %d items of %d B, batch %d", n, size, batch)
@@ -203,18 +267,20 @@ def measure(master: str, size: int, batch: int, n: int, args: argparse.Namespace
         queue = f"bench-pipe-{size}-{batch}-{window}"
         log.info("pipeline: %d items, batch %d, producer window %d, producer and consumer "
                  "together", n, batch, window)
+        meter = CpuMeter(cluster)
         res = run_workers({
             "consumer": (consume, (master, queue, n, batch, args.max_seconds)),
             "producer": (produce, (master, queue, size, n, batch, args.max_seconds, window)),
         }, args.max_seconds)
         prod, cons = res["producer"], res["consumer"]
+        cpu = meter.report(cons["got"], res)
         e2e = sorted(cons["e2e"])
         emit("pipeline" if window == 1 else f"pipeline_window{window}", cons["got"], n,
              elapsed_ns=cons["t_last"] - prod["t0"], lats_ns=cons["lats"],
              e2e_p50_us=_us(percentile(e2e, 0.50)), e2e_p99_us=_us(percentile(e2e, 0.99)),
              items_per_call=round(cons["got"] / len(cons["lats"]), 1) if cons["lats"] else 0,
              producer_ops_per_s=round(prod["done"] / ((prod["t1"] - prod["t0"]) / 1e9), 1),
-             **common)
+             **cpu, **common)
 
 
 def _int_list(text: str) -> list[int]:
@@ -269,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
             for batch in args.batches:
                 n = args.n if batch > 1 else args.n_unbatched
                 try:
-                    measure(cluster.master_addr, size, batch, n, args)
+                    measure(cluster, size, batch, n, args)
                 except RuntimeError as exc:
                     rc = 1
                     log.error("size %d batch %d failed: %s\n%s", size, batch, exc, cluster.logs())
