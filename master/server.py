@@ -61,6 +61,7 @@ class MasterServer(QueueHandlers, NodeHandlers):
         self.buckets: dict[str, TokenBucket] = {}  # queue -> rate limiter (soft state)
         self.router = RouterServer(self.ctx, config.bind)
         self._replies: list[tuple[bytes, int, Any]] = []
+        self.durable_id_hi = self.state.id_hi  # ids below this are reserved on disk
         self._stopping = False
 
     def _recover(self) -> tuple[State, int]:
@@ -172,14 +173,17 @@ class MasterServer(QueueHandlers, NodeHandlers):
                 reply = p.Error("internal", f"internal error: {exc}")
             if reply is None:
                 continue
-            if type(msg) in EARLY and self.wal.records_appended == logged:
-                # An alloc that logged nothing reveals no state the fsync could still lose.
-                # (Not heartbeats: their delete orders may stem from acks not yet durable.)
+            if type(msg) in EARLY and self.wal.records_appended == logged \
+                    and self.next_id <= self.durable_id_hi:
+                # An alloc that logged nothing, whose ids lie below a reservation already on
+                # disk, reveals nothing the fsync could still lose. (Not heartbeats: their
+                # delete orders may stem from acks not yet durable.)
                 self.router.reply(peer, rid, reply)
             else:
                 self._replies.append((peer, rid, reply))
         self.tick(now, mono)
         self.wal.flush()  # group commit: one fsync for the whole pass, before any reply
+        self.durable_id_hi = self.state.id_hi
         for peer, rid, reply in self._replies:
             self.router.reply(peer, rid, reply)
         self._replies.clear()

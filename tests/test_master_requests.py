@@ -26,8 +26,7 @@ def master(tmp_path):
     server.membership.heartbeat("dn-a", "tcp://127.0.0.1:1", 0, 0, 10**12, mono)
     server.safe_until = 0.0
     yield server
-    server.router.close()
-    server.wal.close()
+    server.close()
 
 
 def call(master: MasterServer, msg):
@@ -112,3 +111,27 @@ def test_an_uncommitted_rest_expires_and_its_blobs_are_deleted(master):
     assert master.pending == {}
     assert master.deletes["dn-a"] == placement.ids[1:]
     assert list(master.state.items) == placement.ids[:1]
+
+
+def test_an_alloc_is_answered_before_the_fsync_only_if_its_ids_are_reserved_on_disk(
+        master, monkeypatch):
+    def alloc_msg(n: int) -> p.Alloc:
+        return p.Alloc("q", [1] * n, [0] * n, [0] * n, [0.0] * n, [""] * n, False, [])
+
+    events: list[tuple] = []
+    monkeypatch.setattr(master.router, "reply", lambda peer, rid, msg: events.append(("reply", rid)))
+    real_flush = master.wal.flush
+
+    def flush() -> None:
+        if master.wal.dirty:
+            events.append(("fsync",))
+        real_flush()
+    monkeypatch.setattr(master.wal, "flush", flush)
+    passes = [[(b"c", 1, alloc_msg(5)), (b"c", 2, alloc_msg(5))], [(b"c", 3, alloc_msg(3))]]
+    monkeypatch.setattr(master.router, "receive", lambda timeout_ms: passes.pop(0))
+
+    master.run_once(0)  # the first alloc reserves ids; the second uses that reservation
+    assert events == [("fsync",), ("reply", 1), ("reply", 2)]
+    events.clear()
+    master.run_once(0)  # the reservation is on disk now: no need to wait for a sync
+    assert events == [("reply", 3)]
