@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 CHUNK_ITEMS = 1000  # items per alloc/put/commit round
 CHUNK_BYTES = 16 * 1024 * 1024
 PUT_ATTEMPTS = 4
+SUSPECT_S = 10.0  # a data node that just failed us is avoided this long
 ATTEMPT_S = 2.0  # one try at a master request before it is sent again (a restart loses it)
 RETRYABLE = {"master_starting"}
 
@@ -53,6 +54,7 @@ class Client(QueueAdmin):
         self.timeout_s = timeout_s
         self.master = Endpoint(self.ctx, master)
         self.nodes: dict[str, Endpoint] = {}
+        self._suspects: dict[str, float] = {}  # node id -> monotonic time it is trusted again
         self._calls = (f"{uuid.uuid4().hex[:16]}-{n}" for n in itertools.count())
 
     def __enter__(self) -> "Client":
@@ -74,6 +76,24 @@ class Client(QueueAdmin):
         if ep is None:
             ep = self.nodes[addr] = Endpoint(self.ctx, addr)
         return ep
+
+    def _suspect(self, node_ids: Iterable[str]) -> None:
+        """Avoid these data nodes for a while: they failed a put or a read just now.
+
+        The master declares a node dead only after ``dead_after_s``; until then it still
+        places items there, and every call would wait out ``node_timeout_s`` on it again.
+        """
+        until = time.monotonic() + SUSPECT_S
+        for node_id in node_ids:
+            self._suspects[node_id] = until
+
+    def suspected(self) -> list[str]:
+        """Data nodes this client avoids for now (see ``_suspect``)."""
+        if not self._suspects:
+            return []
+        now = time.monotonic()
+        self._suspects = {n: t for n, t in self._suspects.items() if t > now}
+        return sorted(self._suspects)
 
     def _master_many(self, msgs: list[Any], extra_s: float = 0.0,
                      raise_errors: bool = True) -> list[Any]:
@@ -197,9 +217,10 @@ class Client(QueueAdmin):
                       opts: EnqueueOptions) -> list[tuple[list[int], list[str]]]:
         crcs = [[zlib.crc32(b) for b in chunk] for chunk in chunks]
         allocs = [p.Alloc(queue, [len(b) for b in chunk], c, [opts.priority] * len(chunk),
-                          [opts.delay_s] * len(chunk), [opts.key] * len(chunk), opts.coalesce, [])
+                          [opts.delay_s] * len(chunk), [opts.key] * len(chunk), opts.coalesce,
+                          self.suspected())
                   for chunk, c in zip(chunks, crcs)]
-        placements: list[p.Placement] = self._master_many(allocs)
+        placements = self._place(allocs)
         stored = self._put_all(placements, chunks, crcs)
         for i in range(len(chunks)):
             for attempt in range(PUT_ATTEMPTS):
@@ -211,10 +232,24 @@ class Client(QueueAdmin):
                 # Only the latest culprits are avoided: a node that merely waited on a dead
                 # replica is fine again next time, and excluding too many fails the placement.
                 log.warning("put failed (%s); asking for a placement without %s", error, sorted(bad))
+                self._suspect(bad)
                 allocs[i] = dataclasses.replace(allocs[i], exclude=sorted(bad))
-                placements[i] = self._master(allocs[i])
+                placements[i] = self._place([allocs[i]])[0]
                 stored[i] = self._put_all([placements[i]], [chunks[i]], [crcs[i]])[0]
         return [(pl.ids, s.nodes) for pl, s in zip(placements, stored)]
+
+    def _place(self, allocs: list[p.Alloc]) -> list[p.Placement]:
+        """Placements for allocs; one whose exclusions leave too few nodes is asked again
+        without them (a suspect is better than no write at all)."""
+        replies = self._master_many(allocs, raise_errors=False)
+        redo = [k for k, r in enumerate(replies) if allocs[k].exclude and isinstance(r, p.Error)
+                and r.code == NotEnoughDatanodes.code]
+        if redo:
+            again = self._master_many([dataclasses.replace(allocs[k], exclude=[]) for k in redo],
+                                      raise_errors=False)
+            for k, reply in zip(redo, again):
+                replies[k] = reply
+        return [raise_if_error(r) for r in replies]
 
     def _put_all(self, placements: list[p.Placement], chunks: list[list[bytes]],
                  crcs: list[list[int]]) -> list[Any]:
@@ -323,6 +358,10 @@ class Client(QueueAdmin):
         got: dict[int, bytes] = {}
         failed: list[LeasedItem] = []
         bad: list[tuple[int, str]] = []  # (item id, node id) of replicas that answered without it
+        avoid = set(self.suspected())
+        if avoid:  # replicas not suspected first (the list is the master's: live nodes first)
+            items = [dataclasses.replace(i, nodes=sorted(i.nodes, key=lambda n: n.node_id in avoid))
+                     for i in items]
         todo = [(item, 0) for item in items]  # (item, index of the replica to try)
         while todo:
             by_addr: dict[str, list[tuple[LeasedItem, int]]] = defaultdict(list)
@@ -342,6 +381,8 @@ class Client(QueueAdmin):
                     got.update(zip(reply.ids, reply.blobs))
                 else:
                     log.warning("read from %s failed: %s", addr, reply)
+                    if isinstance(reply, TimeoutError):
+                        self._suspect({item.nodes[k].node_id for item, k in group})
                 crc32 = zlib.crc32
                 for item, k in group:
                     blob = got.get(item.id)

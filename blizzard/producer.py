@@ -72,7 +72,7 @@ class Producer:
         o = self.opts
         self._request(batch, self.client.master, p.Alloc(
             self.queue, [len(b) for b in blobs], batch.crcs, [o.priority] * n, [o.delay_s] * n,
-            [o.key] * n, o.coalesce, []), self._master_wait())
+            [o.key] * n, o.coalesce, self.client.suspected()), self._master_wait())
         self.batches.append(batch)
         self._pump(block=False)
 

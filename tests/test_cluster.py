@@ -8,6 +8,7 @@ import pytest
 import zmq
 
 from blizzard import Client, protocol as p
+from blizzard import client as client_module
 from blizzard.errors import (InvalidArgument, LeaseExpired, MasterUnavailable, PayloadTooLarge,
                              ProtocolError, UnknownOp)
 from blizzard.harness import LOOPBACK, free_port
@@ -254,3 +255,44 @@ def test_producer_survives_a_data_node_dying(cluster):
             ids = prod.flush()
         assert len(ids) == 200
         assert c.stats("pd")["ready"] == 200
+
+
+def test_a_dead_data_node_costs_a_producer_one_stall_not_one_per_call(cluster_factory):
+    # The master is slow to notice the death here, so only the client's memory avoids the node.
+    cluster = cluster_factory(datanodes=3, replication=2, heartbeat_s=0.2, dead_after_s=60)
+    dead = next(n.node_id for n in cluster.status().nodes if n.addr == cluster.nodes[0].addr)
+    cluster.nodes[0].kill()
+    with Client(cluster.master_addr, timeout_s=30) as c:
+        placed: list[set[str]] = []
+        put_all = c._put_all
+
+        def recording(placements, chunks, crcs):
+            placed.append({n.node_id for pl in placements for n in pl.nodes})
+            return put_all(placements, chunks, crcs)
+        c._put_all = recording
+        for i in range(6):  # round-robin placement puts the dead node in the first few
+            c.enqueue_many("dn", [b"%d" % i] * 10)
+        assert dead in c.suspected()
+        assert sum(dead in nodes for nodes in placed) == 1  # placed there once, then avoided
+        assert c.stats("dn")["ready"] == 60
+        assert len(c.dequeue_many("dn", 60)) == 60
+
+
+def test_a_dead_replica_costs_a_consumer_one_timeout_not_one_per_read(cluster_factory,
+                                                                       monkeypatch):
+    cluster = cluster_factory(datanodes=3, replication=2, heartbeat_s=0.2, dead_after_s=60)
+    with Client(cluster.master_addr, timeout_s=30, node_timeout_s=1) as c:
+        for i in range(6):
+            c.enqueue_many("dr", [b"%d" % i] * 10)
+        cluster.nodes[0].kill()
+        asked: list[str] = []
+        real = client_module.call_many
+
+        def recording(calls, timeout_s):
+            calls = list(calls)
+            asked.extend(ep.addr for ep, msg in calls if isinstance(msg, p.Get))
+            return real(calls, timeout_s)
+        monkeypatch.setattr(client_module, "call_many", recording)
+        got = [m.data for _ in range(6) for m in c.dequeue_many("dr", 10)]
+        assert len(got) == 60
+        assert asked.count(cluster.nodes[0].addr) == 1  # then its items are read elsewhere
