@@ -8,7 +8,7 @@ import pytest
 import zmq
 
 from blizzard import Client, protocol as p
-from blizzard import client as client_module
+from blizzard import nodes as nodes_module
 from blizzard.errors import (InvalidArgument, LeaseExpired, MasterUnavailable, PayloadTooLarge,
                              ProtocolError, UnknownOp)
 from blizzard.harness import LOOPBACK, free_port
@@ -286,13 +286,13 @@ def test_a_dead_replica_costs_a_consumer_one_timeout_not_one_per_read(cluster_fa
             c.enqueue_many("dr", [b"%d" % i] * 10)
         cluster.nodes[0].kill()
         asked: list[str] = []
-        real = client_module.call_many
+        real = nodes_module.call_many
 
         def recording(calls, timeout_s):
             calls = list(calls)
             asked.extend(ep.addr for ep, msg in calls if isinstance(msg, p.Get))
             return real(calls, timeout_s)
-        monkeypatch.setattr(client_module, "call_many", recording)
+        monkeypatch.setattr(nodes_module, "call_many", recording)
         got = [m.data for _ in range(6) for m in c.dequeue_many("dr", 10)]
         assert len(got) == 60
         assert asked.count(cluster.nodes[0].addr) == 1  # then its items are read elsewhere

@@ -1,0 +1,132 @@
+"""The client's side of the data path, mixed into ``Client``: puts, reads, nodes to avoid.
+
+Payload bytes go between the client and data nodes only. A put goes to the first node of a
+placement, which forwards to the other replicas; a read tries an item's replicas in turn and
+checks size and CRC-32 (P5). A data node that fails a put or times out on a read is avoided
+for ``SUSPECT_S``: the master declares a node dead only after its ``dead_after_s`` and until
+then still places items there and lists it first among replicas.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+import zlib
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any, Iterable
+
+from blizzard import protocol as p
+from blizzard.errors import ClusterError, DatanodeUnavailable, NotEnoughDatanodes
+from blizzard.messages import LeasedItem
+from blizzard.transport import Endpoint, call_many, raise_if_error
+
+if TYPE_CHECKING:
+    from blizzard.client import Client
+
+log = logging.getLogger("blizzard.client")
+
+SUSPECT_S = 10.0  # a data node that just failed us is avoided this long
+
+
+class NodeAccess:
+    """Connections to data nodes, puts with their outcome, reads with fail-over."""
+
+    def _node(self: "Client", addr: str) -> Endpoint:
+        ep = self.nodes.get(addr)
+        if ep is None:
+            ep = self.nodes[addr] = Endpoint(self.ctx, addr)
+        return ep
+
+    def _suspect(self: "Client", node_ids: Iterable[str]) -> None:
+        """Avoid these data nodes for a while: they failed a put or a read just now.
+
+        The master declares a node dead only after ``dead_after_s``; until then it still
+        places items there, and every call would wait out ``node_timeout_s`` on it again.
+        """
+        until = time.monotonic() + SUSPECT_S
+        for node_id in node_ids:
+            self._suspects[node_id] = until
+
+    def suspected(self: "Client") -> list[str]:
+        """Data nodes this client avoids for now (see ``_suspect``)."""
+        if not self._suspects:
+            return []
+        now = time.monotonic()
+        self._suspects = {n: t for n, t in self._suspects.items() if t > now}
+        return sorted(self._suspects)
+
+    def _put_all(self: "Client", placements: list[p.Placement], chunks: list[list[bytes]],
+                 crcs: list[list[int]]) -> list[Any]:
+        """Store each chunk on its placement; per chunk a ``Stored`` or (error, node ids to avoid)."""
+        calls = []
+        for pl, chunk, c in zip(placements, chunks, crcs):
+            first, rest = pl.nodes[0], pl.nodes[1:]
+            calls.append((self._node(first.addr),
+                          p.Put(pl.ids, chunk, c, list(rest), pl.min_copies, first.node_id)))
+        out: list[Any] = []
+        for pl, reply in zip(placements, call_many(calls, self.node_timeout_s)):
+            placed = [n.node_id for n in pl.nodes]
+            if isinstance(reply, p.Stored):
+                if len(reply.nodes) >= pl.min_copies:
+                    out.append(reply)
+                else:
+                    out.append((NotEnoughDatanodes(f"only {len(reply.nodes)} of {pl.min_copies} "
+                                                   "replicas stored the items"),
+                                [n for n in placed if n not in reply.nodes]))
+            elif isinstance(reply, TimeoutError):
+                out.append((DatanodeUnavailable(str(reply)), placed[:1]))
+            else:
+                try:
+                    raise_if_error(reply)
+                except ClusterError as exc:  # that node's trouble: try others
+                    out.append((exc, placed[:1]))
+        return out
+
+    def fetch(self: "Client", items: list["LeasedItem"]) -> tuple[dict[int, bytes], list["LeasedItem"]]:
+        """Read payloads, trying each item's replicas in turn; verify size and checksum (P5)."""
+        got: dict[int, bytes] = {}
+        failed: list[LeasedItem] = []
+        bad: list[tuple[int, str]] = []  # (item id, node id) of replicas that answered without it
+        avoid = set(self.suspected())
+        if avoid:  # replicas not suspected first (the list is the master's: live nodes first)
+            items = [dataclasses.replace(i, nodes=sorted(i.nodes, key=lambda n: n.node_id in avoid))
+                     for i in items]
+        todo = [(item, 0) for item in items]  # (item, index of the replica to try)
+        while todo:
+            by_addr: dict[str, list[tuple[LeasedItem, int]]] = defaultdict(list)
+            for item, k in todo:
+                nodes = item.nodes
+                while k < len(nodes) and not nodes[k].addr:
+                    k += 1
+                if k < len(nodes):
+                    by_addr[nodes[k].addr].append((item, k))
+                else:
+                    failed.append(item)
+            calls = [(self._node(a), p.Get([i.id for i, _ in group])) for a, group in by_addr.items()]
+            todo = []
+            for (addr, group), reply in zip(by_addr.items(), call_many(calls, self.node_timeout_s)):
+                answered = isinstance(reply, p.Blobs)
+                if answered:
+                    got.update(zip(reply.ids, reply.blobs))
+                else:
+                    log.warning("read from %s failed: %s", addr, reply)
+                    if isinstance(reply, TimeoutError):
+                        self._suspect({item.nodes[k].node_id for item, k in group})
+                crc32 = zlib.crc32
+                for item, k in group:
+                    blob = got.get(item.id)
+                    if blob is not None and (len(blob) == item.size and crc32(blob) == item.crc):
+                        continue
+                    if blob is not None:
+                        log.error("replica of item %d on %s fails its checksum", item.id, addr)
+                        del got[item.id]
+                    todo.append((item, k + 1))
+                    if answered:
+                        bad.append((item.id, item.nodes[k].node_id))
+        if bad:
+            try:  # a courtesy: the master re-replicates from a good copy
+                self._master(p.BadReplica([b[0] for b in bad], [b[1] for b in bad]))
+            except ClusterError as exc:
+                log.warning("could not report %d bad replicas: %s", len(bad), exc)
+        return got, failed
