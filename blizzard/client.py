@@ -209,13 +209,13 @@ class Client(QueueAdmin, NodeAccess):
                 log.warning("put failed (%s); asking for a placement without %s", error, sorted(bad))
                 self._suspect(bad)
                 allocs[i] = dataclasses.replace(allocs[i], exclude=sorted(bad))
-                placements[i] = self._place([allocs[i]])[0]
+                placements[i] = self._master(allocs[i])  # too few nodes without them: an error
                 stored[i] = self._put_all([placements[i]], [chunks[i]], [crcs[i]])[0]
         return [(pl.ids, s.nodes) for pl, s in zip(placements, stored)]
 
     def _place(self, allocs: list[p.Alloc]) -> list[p.Placement]:
-        """Placements for allocs; one whose exclusions leave too few nodes is asked again
-        without them (a suspect is better than no write at all)."""
+        """Placements for allocs that avoid suspected nodes; where that leaves too few nodes,
+        asked again without (a suspect is better than no write at all)."""
         replies = self._master_many(allocs, raise_errors=False)
         redo = [k for k, r in enumerate(replies) if allocs[k].exclude and isinstance(r, p.Error)
                 and r.code == NotEnoughDatanodes.code]
