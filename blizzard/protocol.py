@@ -7,11 +7,11 @@ master's WAL records (``master/records.py``) use the same registry, with op code
 
 from __future__ import annotations
 
-from blizzard.wire import (MAX_BATCH, MAX_FRAME_BYTES, VERSION, _BY_OP, _OP_OF, decode, dumps,
+from blizzard.wire import (MAX_BATCH, MAX_FRAME_BYTES, MAX_ID, MAX_ITEM_BYTES, VERSION, Id, _BY_OP, _OP_OF, decode, dumps,
                            encode, iter_loads, loads, message, op_name, pack, peek_request_id,
                            unpack)
 
-__all__ = ["MAX_BATCH", "MAX_FRAME_BYTES", "VERSION", "decode", "dumps", "encode", "iter_loads",
+__all__ = ["MAX_BATCH", "MAX_FRAME_BYTES", "MAX_ID", "MAX_ITEM_BYTES", "VERSION", "Id", "decode", "dumps", "encode", "iter_loads",
            "loads", "message", "op_name", "pack", "peek_request_id", "unpack", "_BY_OP", "_OP_OF"]
 
 
@@ -62,7 +62,7 @@ class Alloc:
 class Placement:
     """Reply to Alloc: item ids (in request order) and the nodes to store all of them on."""
 
-    ids: list[int]
+    ids: list[Id]
     nodes: list[NodeRef]
     min_copies: int
     deadline_s: float  # seconds the client has to commit before the pending enqueue is dropped
@@ -72,7 +72,7 @@ class Placement:
 class Commit:
     """Phase 3 of an enqueue: the items are stored on these nodes; make them visible."""
 
-    ids: list[int]
+    ids: list[Id]
     stored_on: list[str]  # node ids
     request: str  # the caller's id for this commit: a retry after the items were acked succeeds
 
@@ -96,7 +96,7 @@ class Lease:
     lease_s: float
     wait_s: float  # long poll: hold the request up to this long while the queue is empty
     request: str  # the caller's id for this call: a retry gets the same items, not more
-    ack_ids: list[int]
+    ack_ids: list[Id]
     ack_leases: list[int]
 
 
@@ -116,7 +116,7 @@ class Leased:
     """
 
     queue: str
-    ids: list[int]
+    ids: list[Id]
     leases: list[int]  # each lease's token; an ack with a stale token is refused
     sizes: list[int]
     crcs: list[int]
@@ -126,14 +126,14 @@ class Leased:
     keys: list[str]  # "": no key
     replica_set: list[int]
     replica_sets: list[ReplicaSet]
-    lost: list[int]
+    lost: list[Id]
 
 
 @message(17)
 class Ack:
     """Finish leased items: they are gone for good."""
 
-    ids: list[int]
+    ids: list[Id]
     leases: list[int]
 
 
@@ -145,7 +145,7 @@ class Nack:
     with the item (shown when it is dead-lettered).
     """
 
-    ids: list[int]
+    ids: list[Id]
     leases: list[int]
     delay_s: float | None
     error: str
@@ -155,7 +155,7 @@ class Nack:
 class Extend:
     """Keep leased items for ``lease_s`` more seconds (from now)."""
 
-    ids: list[int]
+    ids: list[Id]
     leases: list[int]
     lease_s: float
 
@@ -165,7 +165,7 @@ class Acked:
     """Reply to Ack/Nack: ``done`` ids were settled (or already were); ``lost`` had lost their lease."""
 
     done: int
-    lost: list[int]
+    lost: list[Id]
 
 
 @message(20)
@@ -299,7 +299,7 @@ class Heartbeat:
 class HeartbeatReply:
     """The master's commands for a data node: blobs to delete, blobs to copy, send inventory."""
 
-    delete: list[int]
+    delete: list[Id]
     copies: list[CopyOrder]
     inventory: bool  # the master wants this node's full list of blob ids
 
@@ -309,7 +309,7 @@ class CopyOrder:
     """Copy these blobs to ``target`` (re-replication), then report with ``Replicated``."""
 
     target: NodeRef
-    ids: list[int]
+    ids: list[Id]
 
 
 @message(33)
@@ -318,8 +318,8 @@ class Replicated:
 
     node_id: str
     target: str
-    ids: list[int]
-    missing: list[int]
+    ids: list[Id]
+    missing: list[Id]
 
 
 @message(34)
@@ -327,7 +327,7 @@ class Inventory:
     """A chunk of a data node's blob ids; ``done`` marks the last chunk."""
 
     node_id: str
-    ids: list[int]
+    ids: list[Id]
     done: bool
 
 
@@ -335,7 +335,7 @@ class Inventory:
 class BadReplica:
     """A client found these replicas missing or failing their checksum (parallel lists)."""
 
-    ids: list[int]
+    ids: list[Id]
     node_ids: list[str]
 
 
@@ -347,7 +347,7 @@ class BadReplica:
 class Put:
     """Phase 2 of an enqueue: store these blobs durably (checksums are CRC-32 of each blob)."""
 
-    ids: list[int]
+    ids: list[Id]
     blobs: list[bytes]
     crcs: list[int]
     forward: list[NodeRef]  # other replicas this node passes the blobs to
@@ -366,21 +366,25 @@ class Stored:
 class Get:
     """Read blobs by id."""
 
-    ids: list[int]
+    ids: list[Id]
 
 
 @message(43)
 class Blobs:
-    """Reply to Get: blobs found intact, in request order; ``missing`` lists ids absent or corrupt."""
+    """Reply to Get: blobs found intact, in request order; ``missing`` lists ids absent or corrupt.
 
-    ids: list[int]
+    A reply carries at most about 20 MiB of blobs: an id in neither list was not reached and
+    must be asked for again.
+    """
+
+    ids: list[Id]
     blobs: list[bytes]
     crcs: list[int]
-    missing: list[int]
+    missing: list[Id]
 
 
 @message(44)
 class Delete:
     """Drop blobs by id (unknown ids are ignored)."""
 
-    ids: list[int]
+    ids: list[Id]

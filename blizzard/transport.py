@@ -4,24 +4,56 @@ from __future__ import annotations
 
 import itertools
 import logging
+import re
 import time
 from typing import Any, Iterable
 
 import zmq
 
 from blizzard import protocol
-from blizzard.errors import BlizzardError, ProtocolError, from_code
+from blizzard.errors import BlizzardError, InvalidArgument, ProtocolError, from_code
 
 log = logging.getLogger(__name__)
 
 _request_ids = itertools.count(1)
 
+# ZMTP heartbeats: a peer that answers no PING within the timeout is disconnected, so idle or
+# half-open connections do not hold a server's memory forever; TCP keepalive as a backstop.
+HEARTBEAT_IVL_MS = 5_000
+HEARTBEAT_TIMEOUT_MS = 20_000
+HANDSHAKE_IVL_MS = 10_000  # a connection that has not finished the ZMTP greeting by then is cut
+RECEIVE_HWM = 256  # frames queued per peer before ZeroMQ stops reading its socket
+PASS_BYTES = 64 * 1024 * 1024  # request bytes a server takes in one loop pass
 
-def bind_router(ctx: zmq.Context, addr: str) -> zmq.Socket:
-    """A server's ROUTER socket, bounded in message size, bound to ``addr``."""
-    sock = ctx.socket(zmq.ROUTER)
-    sock.setsockopt(zmq.MAXMSGSIZE, protocol.MAX_FRAME_BYTES)
+_ADDR = re.compile(r"tcp://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]{1,253}):([0-9]{1,5})")
+
+
+def check_addr(addr: str) -> str:
+    """``addr`` if it is a ``tcp://host:port`` address ZeroMQ can connect to, else InvalidArgument."""
+    m = _ADDR.fullmatch(addr) if type(addr) is str else None
+    if m is None or not 0 < int(m.group(2)) < 65536:
+        shown = addr[:60] if type(addr) is str else type(addr).__name__
+        raise InvalidArgument(f"{shown!r} is not a tcp://host:port address")
+    return addr
+
+
+def _harden(sock: zmq.Socket, max_frame_bytes: int) -> None:
+    sock.setsockopt(zmq.MAXMSGSIZE, max_frame_bytes)
     sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
+    sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
+    sock.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_IVL_MS)
+    sock.setsockopt(zmq.TCP_KEEPALIVE, 1)
+    sock.setsockopt(zmq.TCP_KEEPALIVE_IDLE, 30)
+    sock.setsockopt(zmq.TCP_KEEPALIVE_INTVL, 10)
+
+
+def bind_router(ctx: zmq.Context, addr: str,
+                max_frame_bytes: int = protocol.MAX_FRAME_BYTES) -> zmq.Socket:
+    """A server's ROUTER socket, bounded in message size and queue, bound to ``addr``."""
+    sock = ctx.socket(zmq.ROUTER)
+    _harden(sock, max_frame_bytes)
+    sock.setsockopt(zmq.RCVHWM, RECEIVE_HWM)
     sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
     sock.bind(addr)
     return sock
@@ -32,18 +64,21 @@ class Endpoint:
 
     def __init__(self, ctx: zmq.Context, addr: str) -> None:
         self.ctx = ctx
-        self.addr = addr
+        self.addr = check_addr(addr)
         self.sock: zmq.Socket | None = None
         self._early: dict[int, Any] = {}
 
     def _socket(self) -> zmq.Socket:
         if self.sock is None:
             sock = self.ctx.socket(zmq.DEALER)
-            sock.setsockopt(zmq.MAXMSGSIZE, protocol.MAX_FRAME_BYTES)
-            sock.setsockopt(zmq.LINGER, 0)
+            _harden(sock, protocol.MAX_FRAME_BYTES)
             sock.setsockopt(zmq.RECONNECT_IVL, 50)
             sock.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
-            sock.connect(self.addr)
+            try:
+                sock.connect(self.addr)
+            except zmq.ZMQError as exc:  # e.g. a host name that does not resolve
+                sock.close(linger=0)
+                raise InvalidArgument(f"cannot connect to {self.addr}: {exc}") from None
             self.sock = sock
         return self.sock
 
@@ -156,40 +191,53 @@ def error_reply(exc: BlizzardError) -> protocol.Error:
 class RouterServer:
     """The receive side of a server: drains a ROUTER socket in batches and sends replies."""
 
-    def __init__(self, ctx: zmq.Context, addr: str, max_batch: int = 512) -> None:
-        self.sock = bind_router(ctx, addr)
+    def __init__(self, ctx: zmq.Context, addr: str, max_batch: int = 512,
+                 max_frame_bytes: int = protocol.MAX_FRAME_BYTES) -> None:
+        self.sock = bind_router(ctx, addr, max_frame_bytes)
         self.max_batch = max_batch
 
     def receive(self, timeout_ms: int) -> list[tuple[bytes, int, Any]]:
-        """Up to ``max_batch`` decoded requests as (peer, request id, message).
+        """Up to ``max_batch`` decoded requests (``PASS_BYTES`` at most) as (peer, rid, message).
 
         A request that fails to decode is answered with an error at once and not returned.
         """
         out: list[tuple[bytes, int, Any]] = []
         if not self.sock.poll(timeout_ms, zmq.POLLIN):
             return out
-        while len(out) < self.max_batch:
+        taken = 0
+        while len(out) < self.max_batch and taken < PASS_BYTES:
             try:
                 frames = self.sock.recv_multipart(zmq.NOBLOCK, copy=True)
             except zmq.Again:
                 break
             if len(frames) != 2:
-                if len(frames) >= 2:
-                    self.reply(frames[0], 0, protocol.Error("protocol", f"expected one body frame, got {len(frames) - 1}"))
+                if len(frames) > 2:
+                    self.reply(frames[0], 0, protocol.Error(
+                        "protocol", f"expected one body frame, got {len(frames) - 1}"))
                 continue
             peer, body = frames
+            taken += len(body)
             try:
                 rid, msg = protocol.decode(body)
             except ProtocolError as exc:
-                rid = protocol.peek_request_id(body) or 0
-                self.reply(peer, rid, error_reply(exc))
+                self.reply(peer, protocol.peek_request_id(body) or 0, error_reply(exc))
+                continue
+            except Exception as exc:  # a decoder bug must cost one request, never the server
+                log.exception("internal error decoding a request")
+                self.reply(peer, protocol.peek_request_id(body) or 0,
+                           protocol.Error("internal", f"internal error decoding: {type(exc).__name__}"))
                 continue
             out.append((peer, rid, msg))
         return out
 
     def reply(self, peer: bytes, rid: int, msg: Any) -> None:
         try:
-            self.sock.send_multipart([peer, protocol.encode(rid, msg)], zmq.NOBLOCK, copy=False)
+            body = protocol.encode(rid, msg)
+        except Exception:  # a reply we cannot encode is a bug; the client times out and retries
+            log.exception("cannot encode a %s reply", protocol.op_name(msg))
+            return
+        try:
+            self.sock.send_multipart([peer, body], zmq.NOBLOCK, copy=False)
         except zmq.ZMQError as exc:  # peer gone or its queue full: it will time out and retry
             log.debug("reply to a departed peer dropped: %s", exc)
 

@@ -27,7 +27,18 @@ from blizzard.errors import ProtocolError, UnknownOp, VersionMismatch
 
 VERSION = 1
 MAX_BATCH = 10_000  # items in one request
-MAX_FRAME_BYTES = 256 * 1024 * 1024  # ZMQ_MAXMSGSIZE on every socket
+# The largest legal frame: a put of a 16 MiB chunk plus one item of up to 16 MiB, with its
+# ids and checksums; also the largest reply (a data node caps a read's reply below it).
+# ZMQ_MAXMSGSIZE on data nodes and clients; kept below the WAL's record limit (64 MiB).
+MAX_FRAME_BYTES = 40 * 1024 * 1024
+MAX_ITEM_BYTES = 16 * 1024 * 1024  # the largest item any configuration may allow
+MAX_ID = 2**63 - 1  # item ids are non-negative and fit a signed 64-bit integer
+MAX_ARRAY = MAX_BATCH * 4 + 16  # elements in any one array
+# Python objects one frame may unpack into: a legal frame needs a few columns of MAX_BATCH
+# elements; a hostile one of tiny nested arrays would otherwise cost ~70 bytes per byte.
+MAX_ELEMENTS = MAX_BATCH * 16
+
+Id = typing.NewType("Id", int)  # an item id on the wire: 0 <= id <= MAX_ID
 
 _BY_OP: dict[int, type] = {}
 _OP_OF: dict[type, int] = {}
@@ -50,9 +61,29 @@ def message(op: int) -> Callable[[type], type]:
     return wrap
 
 
+def brief(v: Any) -> str:
+    """A short, safe description of a decoded value for an error message.
+
+    Never ``repr`` a hostile value whole: a deeply nested array makes ``repr`` recurse past
+    the interpreter's limit, and a long one makes a huge message.
+    """
+    if v is None or type(v) in (bool, int, float):
+        text = repr(v)
+        return text if len(text) <= 40 else text[:37] + "..."
+    if type(v) is str:
+        return repr(v[:40]) + ("..." if len(v) > 40 else "")
+    return f"a value of type {type(v).__name__}"
+
+
 def _checker(tp: Any) -> Callable[[Any], Any]:
     """Build a function that validates (and normalises) a decoded value of type ``tp``."""
     origin = typing.get_origin(tp)
+    if tp is Id:
+        def check_id(v: Any) -> int:
+            if type(v) is not int or not 0 <= v <= MAX_ID:
+                raise ProtocolError(f"expected an item id (0..2**63-1), got {brief(v)}")
+            return v
+        return check_id
     if tp is int:
         def check_int(v: Any) -> int:
             if type(v) is not int:
@@ -71,7 +102,7 @@ def _checker(tp: Any) -> Callable[[Any], Any]:
                 raise ProtocolError(f"expected a boolean, got {type(v).__name__}")
             return v
         return check_bool
-    if tp is str or tp is bytes:
+    if tp is str or tp is bytes:  # lengths: bounded by the frame; handlers set tighter limits
         def check_plain(v: Any) -> Any:
             if type(v) is not tp:
                 raise ProtocolError(f"expected {tp.__name__}, got {type(v).__name__}")
@@ -90,18 +121,24 @@ def _checker(tp: Any) -> Callable[[Any], Any]:
                     raise ProtocolError(f"expected number elements, got {type(bad).__name__}")
                 return v
             return check_float_list
-        if inner in (int, str, bytes):
-            allowed = {inner}
+        if inner in (int, str, bytes, Id):
+            base = int if inner is Id else inner
+            allowed = {base}
 
             def check_plain_list(v: Any) -> list:
                 if type(v) is not list:
                     raise ProtocolError(f"expected an array, got {type(v).__name__}")
                 if len(v) > MAX_BATCH * 4:
                     raise ProtocolError(f"array of {len(v)} elements is too long")
-                kinds = set(map(type, v))
+                kinds = set(map(type, v))  # one pass in C; the loops below only name a culprit
                 if not kinds <= allowed:
-                    bad = next(x for x in v if type(x) is not inner)
-                    raise ProtocolError(f"expected {inner.__name__} elements, got {type(bad).__name__}")
+                    bad = next(x for x in v if type(x) is not base)
+                    raise ProtocolError(f"expected {base.__name__} elements, got {type(bad).__name__}")
+                if not v:
+                    return v
+                if inner is Id and (min(v) < 0 or max(v) > MAX_ID):
+                    bad = next(x for x in v if not 0 <= x <= MAX_ID)
+                    raise ProtocolError(f"expected item ids (0..2**63-1), got {brief(bad)}")
                 return v
             return check_plain_list
 
@@ -194,31 +231,65 @@ def encode(request_id: int, msg: Any) -> bytes:
 
 
 def peek_request_id(body: bytes) -> int | None:
-    """Best-effort request id of a body that failed to decode, so the error can be routed."""
+    """Best-effort request id of a body that failed to decode, so the error can be routed.
+
+    Only a request id a client could have sent (non-negative, 64-bit) is returned: echoing
+    anything else would make a reply the client cannot decode.
+    """
     try:
-        raw = msgpack.unpackb(body, raw=False, strict_map_key=True)
-        rid = raw[2]
-        return rid if type(rid) is int else None
+        unpacker = msgpack.Unpacker(max_buffer_size=len(body) + 1, max_array_len=MAX_ARRAY,
+                                    max_map_len=0)
+        unpacker.feed(body)
+        if unpacker.read_array_header() < 3:
+            return None
+        unpacker.skip()
+        unpacker.skip()
+        rid = unpacker.unpack()
     except Exception:
         return None
+    return rid if type(rid) is int and 0 <= rid <= MAX_ID else None
+
+
+def _unpack_bounded(body: bytes) -> Any:
+    """msgpack-decode one frame, refusing shapes no message has before they cost memory.
+
+    Lengths are bounded per array and string; the number of array elements in the whole
+    frame is bounded by counting them as each array completes (``list_hook``), so a frame of
+    millions of tiny arrays stops after ``MAX_ELEMENTS`` instead of growing 70-fold.
+    """
+    budget = [MAX_ELEMENTS]
+
+    def count(items: list) -> list:
+        budget[0] -= len(items) + 1
+        if budget[0] < 0:
+            raise ProtocolError(f"more than {MAX_ELEMENTS} array elements in one frame")
+        return items
+
+    return msgpack.unpackb(body, raw=False, strict_map_key=True, use_list=True,
+                           list_hook=count, max_array_len=MAX_ARRAY, max_map_len=0,
+                           max_str_len=MAX_FRAME_BYTES, max_bin_len=MAX_FRAME_BYTES,
+                           max_ext_len=0)
 
 
 def decode(body: bytes) -> tuple[int, Any]:
     """Parse and type-check one frame body; raise ``ProtocolError`` (or a subclass) if it is bad."""
     try:
-        raw = msgpack.unpackb(body, raw=False, strict_map_key=True, use_list=True)
-    except Exception as exc:
-        raise ProtocolError(f"body is not valid msgpack: {exc}") from None
+        raw = _unpack_bounded(body)
+    except ProtocolError:
+        raise
+    except Exception as exc:  # msgpack's own errors, and its limits (ValueError, StackError)
+        raise ProtocolError(f"body is not valid msgpack: {type(exc).__name__}: "
+                            f"{str(exc)[:200]}") from None
     if type(raw) is not list or len(raw) < 3:
         raise ProtocolError("body must be an array [version, op, request_id, ...]")
     version, op, rid = raw[0], raw[1], raw[2]
-    if version != VERSION:
-        raise VersionMismatch(f"protocol version {version!r} is not {VERSION}")
-    if type(rid) is not int or rid < 0:
-        raise ProtocolError("request id must be a non-negative integer")
+    if type(version) is not int or version != VERSION:
+        raise VersionMismatch(f"protocol version {brief(version)} is not {VERSION}")
+    if type(rid) is not int or not 0 <= rid <= MAX_ID:
+        raise ProtocolError("request id must be a non-negative 64-bit integer")
     cls = _BY_OP.get(op) if type(op) is int else None
     if cls is None:
-        raise UnknownOp(f"unknown op {op!r}")
+        raise UnknownOp(f"unknown op {brief(op)}")
     return rid, _from_fields(cls, raw[3:])
 
 

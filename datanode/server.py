@@ -17,17 +17,22 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
+import plyvel
 import zmq
 
 from blizzard import protocol as p
 from blizzard.errors import (BlizzardError, InvalidArgument, PayloadTooLarge, StorageError,
                              WrongNode)
-from blizzard.transport import Endpoint, RouterServer, error_reply
-from datanode.store import LevelDbStore
+from blizzard.transport import Endpoint, RouterServer, check_addr, error_reply
+from datanode.store import BlobStore, LevelDbStore
 
 log = logging.getLogger(__name__)
 
 FORWARD_TIMEOUT_S = 3.0  # below the client's node timeout, so a partial result still arrives
+MAX_REPLY_BYTES = 20 * 1024 * 1024  # blob bytes in one Get reply (plus at most one item over)
+GET_SLICE = 256  # ids read from the store at a time while filling a reply
+MAX_PEERS = 64  # connections to other data nodes kept open; the least recently used goes
+MAX_FORWARD = 16  # replicas one put may name
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,6 +49,8 @@ class DatanodeConfig:
     def validate(self) -> "DatanodeConfig":
         if self.heartbeat_s <= 0:
             raise InvalidArgument("heartbeat-s must be positive")
+        if not 0 < self.max_item_bytes <= p.MAX_ITEM_BYTES:
+            raise InvalidArgument(f"max-item-bytes must be between 1 and {p.MAX_ITEM_BYTES}")
         if ":0" == self.bind[-2:] and self.advertise is None:
             raise InvalidArgument("binding port 0 needs --advertise")
         return self
@@ -80,15 +87,17 @@ def load_node_id(data_dir: str) -> str:
 
 
 class DatanodeServer:
-    """One data node process."""
+    """One data node process; ``store`` may be given (e.g. a ``MemoryStore`` in tests)."""
 
-    def __init__(self, config: DatanodeConfig, ctx: zmq.Context | None = None) -> None:
+    def __init__(self, config: DatanodeConfig, ctx: zmq.Context | None = None, *,
+                 store: BlobStore | None = None) -> None:
         self.config = config.validate()
         self.ctx = ctx or zmq.Context.instance()
         os.makedirs(config.data_dir, exist_ok=True)
         self.node_id = load_node_id(config.data_dir)
         self.addr = config.advertise or config.bind
-        self.store = LevelDbStore(os.path.join(config.data_dir, "blobs"))
+        self.store = store if store is not None else \
+            LevelDbStore(os.path.join(config.data_dir, "blobs"))
         self.router = RouterServer(self.ctx, config.bind)
         self.master = Endpoint(self.ctx, config.master)
         self.peers: dict[str, Endpoint] = {}
@@ -135,15 +144,22 @@ class DatanodeServer:
         ready = dict(poller.poll(wait))
         for sock, ep in dealers.items():
             if sock in ready:
-                while sock.poll(0, zmq.POLLIN):
+                while ep.sock is sock and sock.poll(0, zmq.POLLIN):
                     ep.read_one()
-                self._collect(ep)
+                self._guarded(self._collect, ep)
         if self.router.sock in ready:
             self._handle(self.router.receive(0))
         now = time.monotonic()
-        self._expire_jobs(now)
+        self._guarded(self._expire_jobs, now)
         if now >= self.next_heartbeat:
-            self._heartbeat(now)
+            self._guarded(self._heartbeat, now)
+
+    def _guarded(self, step: Any, *args: Any) -> None:
+        """Run one step of the loop; a bug in it is logged, never the end of the node (P7)."""
+        try:
+            step(*args)
+        except Exception:
+            log.exception("internal error in %s", getattr(step, "__name__", step))
 
     # -- requests ----------------------------------------------------------------------------
 
@@ -157,12 +173,18 @@ class DatanodeServer:
                 elif isinstance(msg, p.Get):
                     self.router.reply(peer, rid, self._get(msg))
                 elif isinstance(msg, p.Delete):
+                    if len(msg.ids) > p.MAX_BATCH:
+                        raise InvalidArgument("a delete takes at most 10000 ids")
                     self.store.delete_many(msg.ids)
                     self.router.reply(peer, rid, p.Ok())
                 else:
                     raise InvalidArgument(f"a data node does not serve {p.op_name(msg)}")
             except BlizzardError as exc:
                 self.router.reply(peer, rid, error_reply(exc))
+            except Exception as exc:  # a bug must cost one request, never the node (P7)
+                log.exception("internal error handling %s", p.op_name(msg))
+                self.router.reply(peer, rid, p.Error("internal", f"internal error: "
+                                                     f"{type(exc).__name__}: {str(exc)[:200]}"))
         if puts:
             self._write(puts)
 
@@ -173,8 +195,12 @@ class DatanodeServer:
         n = len(msg.ids)
         if not (n == len(msg.blobs) == len(msg.crcs)) or n == 0 or n > p.MAX_BATCH:
             raise InvalidArgument("a put needs 1..10000 ids with as many blobs and checksums")
+        if len(msg.forward) > MAX_FORWARD:
+            raise InvalidArgument(f"a put names at most {MAX_FORWARD} replicas")
         if not 1 <= msg.min_copies <= 1 + len(msg.forward):
             raise InvalidArgument("min_copies must be between 1 and the number of replicas")
+        for ref in msg.forward:
+            check_addr(ref.addr)
         for blob, crc in zip(msg.blobs, msg.crcs):
             if len(blob) > self.config.max_item_bytes:
                 raise PayloadTooLarge(f"a blob of {len(blob)} bytes exceeds max-item-bytes "
@@ -190,7 +216,7 @@ class DatanodeServer:
             crcs += msg.crcs
         try:
             self.store.put_many(ids, blobs, crcs)
-        except Exception as exc:
+        except (OSError, plyvel.Error) as exc:  # the disk, not the request (P6)
             log.error("write of %d blobs failed: %s", len(ids), exc)
             for peer, rid, _ in puts:
                 self.router.reply(peer, rid, error_reply(StorageError(f"{self.node_id}: {exc}")))
@@ -209,16 +235,25 @@ class DatanodeServer:
     def _forward(self, job: PutJob, put: p.Put, targets: list[p.NodeRef]) -> None:
         for ref in targets:
             relay = p.Put(put.ids, put.blobs, put.crcs, [], 1, ref.node_id)
-            ep = self.peers.get(ref.addr)
-            if ep is None:
-                ep = self.peers[ref.addr] = Endpoint(self.ctx, ref.addr)
             try:
-                fid = ep.send(relay)
-            except TimeoutError:
+                fid = self._peer(ref.addr).send(relay)
+            except (TimeoutError, InvalidArgument) as exc:
+                log.warning("cannot forward to %s: %s", ref.addr[:80], exc)
                 continue
             job.waiting.add(fid)
             self.jobs[fid] = job
         self._maybe_finish(job)
+
+    def _peer(self, addr: str) -> Endpoint:
+        """The connection to another data node; past ``MAX_PEERS`` the least recently used closes."""
+        ep = self.peers.pop(addr, None)
+        if ep is None:
+            if len(self.peers) >= MAX_PEERS:
+                oldest = next(iter(self.peers))
+                self.peers.pop(oldest).close()  # its forwards still waiting time out
+            ep = Endpoint(self.ctx, addr)
+        self.peers[addr] = ep  # (re)inserted last: dicts keep insertion order
+        return ep
 
     def _collect(self, ep: Endpoint) -> None:
         for fid in [f for f in ep.received() if f in self.jobs]:
@@ -244,23 +279,27 @@ class DatanodeServer:
             self.store.delete_many(reply.delete)
             log.debug("deleted %d blobs on the master's word", len(reply.delete))
         for order in reply.copies:
-            found = self.store.get_many(order.ids)
-            ids = [i for i, f in zip(order.ids, found) if f is not None]
-            missing = [i for i, f in zip(order.ids, found) if f is None]
-            report = p.Replicated(self.node_id, order.target.node_id, ids, missing)
-            if not ids:
-                self._report(report)
-                continue
-            job = PutJob(None, 0, 2, time.monotonic() + FORWARD_TIMEOUT_S, [self.node_id],
-                         copy=report)
-            relay = p.Put(ids, [f[0] for f in found if f is not None],
-                          [f[1] for f in found if f is not None], [], 1, "")
-            self._forward(job, relay, [order.target])
+            self._guarded(self._copy, order)
         if reply.inventory:
             ids = list(self.store.ids())
             for start in range(0, max(1, len(ids)), p.MAX_BATCH):
                 chunk = ids[start:start + p.MAX_BATCH]
                 self._report(p.Inventory(self.node_id, chunk, start + p.MAX_BATCH >= len(ids)))
+
+    def _copy(self, order: p.CopyOrder) -> None:
+        """Copy blobs to another node, as the master ordered; report what was confirmed."""
+        found = self.store.get_many(order.ids)
+        ids = [i for i, f in zip(order.ids, found) if f is not None]
+        missing = [i for i, f in zip(order.ids, found) if f is None]
+        report = p.Replicated(self.node_id, order.target.node_id, ids, missing)
+        if not ids:
+            self._report(report)
+            return
+        job = PutJob(None, 0, 2, time.monotonic() + FORWARD_TIMEOUT_S, [self.node_id],
+                     copy=report)
+        relay = p.Put(ids, [f[0] for f in found if f is not None],
+                      [f[1] for f in found if f is not None], [], 1, "")
+        self._forward(job, relay, [order.target])
 
     def _report(self, msg: object) -> None:
         try:
@@ -289,16 +328,27 @@ class DatanodeServer:
                 self._maybe_finish(job, timed_out=True)
 
     def _get(self, msg: p.Get) -> p.Blobs:
+        """The blobs asked for, each id once, up to ``MAX_REPLY_BYTES``.
+
+        Ids past the cap are in neither ``ids`` nor ``missing``: the client asks again.
+        """
         if not 1 <= len(msg.ids) <= p.MAX_BATCH:
             raise InvalidArgument("a get needs 1..10000 ids")
+        wanted = list(dict.fromkeys(msg.ids))  # a repeated id is served once
         ids, blobs, crcs, missing = [], [], [], []
-        for item_id, found in zip(msg.ids, self.store.get_many(msg.ids)):
-            if found is None:
-                missing.append(item_id)
-            else:
-                ids.append(item_id)
-                blobs.append(found[0])
-                crcs.append(found[1])
+        size = 0
+        for start in range(0, len(wanted), GET_SLICE):  # read no more than the reply can take
+            part = wanted[start:start + GET_SLICE]
+            for item_id, found in zip(part, self.store.get_many(part)):
+                if found is None:
+                    missing.append(item_id)
+                elif size and size + len(found[0]) > MAX_REPLY_BYTES:
+                    return p.Blobs(ids, blobs, crcs, missing)
+                else:
+                    ids.append(item_id)
+                    blobs.append(found[0])
+                    crcs.append(found[1])
+                    size += len(found[0])
         return p.Blobs(ids, blobs, crcs, missing)
 
     # -- heartbeats --------------------------------------------------------------------------

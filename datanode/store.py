@@ -13,10 +13,19 @@ from typing import Iterator, Protocol
 
 import plyvel
 
+from blizzard.errors import InvalidArgument
+
 log = logging.getLogger(__name__)
 
 _KEY = struct.Struct(">Q")
 _CRC = struct.Struct("<I")
+MAX_ID = 2**63 - 1  # what the wire allows; the key format could take 2**64 - 1
+
+
+def _key(item_id: int) -> bytes:
+    if not 0 <= item_id <= MAX_ID:  # the codec refuses these; a store never trusts a caller
+        raise InvalidArgument(f"item id {item_id} is out of range")
+    return _KEY.pack(item_id)
 
 
 class BlobStore(Protocol):
@@ -73,7 +82,7 @@ class LevelDbStore:
         top = self._max_id
         with self.db.write_batch(sync=True) as wb:
             for item_id, blob, crc in zip(ids, blobs, crcs):
-                key = _KEY.pack(item_id)
+                key = _key(item_id)
                 # a retried put must not count twice; only an id seen before can be a retry
                 old = get(key) if item_id <= top else None
                 if old is None:
@@ -90,16 +99,18 @@ class LevelDbStore:
     def get_many(self, ids: list[int]) -> list[tuple[bytes, int] | None]:
         if len(ids) > 8:
             lo, hi = min(ids), max(ids)
-            if hi - lo < 2 * len(ids):  # dense (a leased batch mostly is): one scan beats many seeks
+            if 0 <= lo and hi <= MAX_ID and hi - lo < 2 * len(ids):  # dense (a leased batch mostly is): one scan beats many seeks
                 found = {_KEY.unpack(k)[0]: v for k, v in
                          self.db.iterator(start=_KEY.pack(lo), stop=_KEY.pack(hi + 1))}
                 return [_checked(i, found.get(i)) for i in ids]
         get = self.db.get
-        return [_checked(i, get(_KEY.pack(i))) for i in ids]
+        return [_checked(i, get(_key(i))) for i in ids]
 
     def delete_many(self, ids: list[int]) -> None:
         with self.db.write_batch() as wb:
             for item_id in ids:
+                if not 0 <= item_id <= MAX_ID:
+                    continue  # cannot be stored, so nothing to delete
                 key = _KEY.pack(item_id)
                 raw = self.db.get(key)
                 if raw is not None:

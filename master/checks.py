@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from blizzard.errors import InvalidArgument, TooManyItems
 from blizzard.protocol import MAX_BATCH
@@ -49,3 +50,37 @@ def checksum(value: int) -> int:
     if not 0 <= value < 2**32:
         raise InvalidArgument(f"checksum {value} is not a CRC-32 value")
     return value
+
+
+MAX_QUEUES = 10_000
+MAX_REQUEST_ID = 128
+MAX_NODE_ID = 64
+MAX_NODE_LIST = 64
+
+
+def new_queue_allowed(state: Any, name: str) -> None:
+    """Refuse to create one more queue past ``MAX_QUEUES`` (each costs memory and WAL forever)."""
+    if name not in state.queues and len(state.queues) >= MAX_QUEUES:
+        raise InvalidArgument(f"the master holds {MAX_QUEUES} queues; purge or reuse one")
+
+
+def request_id(value: str) -> str:
+    if len(value) > MAX_REQUEST_ID:
+        raise InvalidArgument(f"a request id is at most {MAX_REQUEST_ID} characters")
+    return value
+
+
+def node_id(value: str) -> str:
+    if not value or len(value) > MAX_NODE_ID or not value.isprintable() or " " in value:
+        raise InvalidArgument(f"node id {value[:40]!r} must be 1-{MAX_NODE_ID} printable "
+                              "characters without spaces")
+    return value
+
+
+def node_ids(values: list[str], what: str) -> list[str]:
+    if len(values) > MAX_NODE_LIST:
+        raise InvalidArgument(f"{what} lists {len(values)} nodes; at most {MAX_NODE_LIST}")
+    for value in values:
+        if len(value) > MAX_NODE_ID:
+            raise InvalidArgument(f"{what}: a node id is at most {MAX_NODE_ID} characters")
+    return values

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from blizzard.errors import InvalidArgument
+from blizzard.protocol import MAX_ITEM_BYTES
 
 MiB = 1024 * 1024
 
@@ -37,6 +38,8 @@ class MasterConfig:
             raise InvalidArgument("min-replicas must be between 1 and the replication factor")
         if self.heartbeat_s <= 0 or self.dead_after_s <= self.heartbeat_s:
             raise InvalidArgument("need 0 < heartbeat-s < dead-after-s")
-        if self.pending_timeout_s <= 0 or self.max_item_bytes <= 0:
-            raise InvalidArgument("pending-timeout-s and max-item-bytes must be positive")
+        if self.pending_timeout_s <= 0:
+            raise InvalidArgument("pending-timeout-s must be positive")
+        if not 0 < self.max_item_bytes <= MAX_ITEM_BYTES:
+            raise InvalidArgument(f"max-item-bytes must be between 1 and {MAX_ITEM_BYTES}")
         return self

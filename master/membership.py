@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
+from blizzard import protocol as p
+from blizzard.errors import InvalidArgument
+
+MAX_NODES = 1024  # distinct data node ids the master will know (each is kept in the WAL)
 MIN_FREE_BYTES = 64 * 1024 * 1024  # placement avoids nodes with less free disk than this
 
 
@@ -29,15 +34,44 @@ class Membership:
 
     def heartbeat(self, node_id: str, addr: str, items: int, bytes_used: int,
                   free_bytes: int, now: float) -> bool:
-        """Record a heartbeat; return True if the node is new (or was dead) until now."""
+        """Record a heartbeat; return True if the node is new (or was dead) until now.
+
+        A live node keeps its address: a heartbeat naming a live node's id from another
+        address is an impostor (or a misconfigured twin) and is refused, so it cannot take
+        over the node's puts. A node that restarts elsewhere moves once the old one is dead.
+        """
         node = self.nodes.get(node_id)
         fresh = node is None or not self.is_alive(node, now)
+        if node is not None and not fresh and node.addr != addr:
+            raise InvalidArgument(f"data node {node_id} is alive at {node.addr}; a heartbeat from "
+                                  f"{addr[:80]} cannot claim its id")
         if node is None:
+            if len(self.nodes) >= MAX_NODES:
+                self._forget_one_dead(now)
+            if len(self.nodes) >= MAX_NODES:
+                raise InvalidArgument(f"the master knows {MAX_NODES} data nodes; no more join")
             node = self.nodes[node_id] = NodeInfo(node_id, addr, now)
         node.addr = addr
         node.last_seen = now
         node.items, node.bytes_used, node.free_bytes = items, bytes_used, free_bytes
         return fresh
+
+    def _forget_one_dead(self, now: float) -> None:
+        dead = [n for n in self.nodes.values() if not self.is_alive(n, now)]
+        if dead:
+            del self.nodes[min(dead, key=lambda n: n.last_seen).node_id]
+
+    def refs(self, node_ids: tuple[str, ...], known: dict[str, str]) -> list[p.NodeRef]:
+        """Replica addresses, live nodes first (``known``: last addresses of absent nodes)."""
+        now = time.monotonic()
+        refs = []
+        for node_id in node_ids:
+            node = self.nodes.get(node_id)
+            alive = node is not None and self.is_alive(node, now)
+            addr = node.addr if node is not None else known.get(node_id, "")
+            refs.append((not alive, p.NodeRef(node_id, addr)))
+        refs.sort(key=lambda r: r[0])
+        return [r for _, r in refs]
 
     def is_alive(self, node: NodeInfo, now: float) -> bool:
         return now - node.last_seen < self.dead_after_s

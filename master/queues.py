@@ -74,10 +74,3 @@ class TokenBucket:
         got = min(want, int(self.tokens))
         self.tokens -= got
         return got
-
-    def wait_s(self, now: float) -> float:
-        """Seconds until one token is available."""
-        if self.rate <= 0:
-            return 0.0
-        have = self.tokens + ((now - self.stamp) * self.rate if self.stamp is not None else 0.0)
-        return max(0.0, (1.0 - have) / self.rate)

@@ -34,10 +34,10 @@ class Repairer:
         self.membership = membership
         self.replication = replication
         self.scan: deque[int] = deque()
-        self.in_flight: dict[int, float] = {}  # item id -> give-up time (monotonic)
+        # item id -> (give-up time (monotonic), source node, target node) of its ordered copy
+        self.in_flight: dict[int, tuple[float, str, str]] = {}
         self.orders: dict[str, list[p.CopyOrder]] = {}  # source node id -> orders to hand out
         self.inventories: dict[str, tuple[int, set[int]]] = {}  # node -> (id mark, ids so far)
-        self.copied = 0
         self._next_expiry_check = 0.0
         self._under = (0.0, 0)  # (when counted, under-replicated items)
 
@@ -56,7 +56,7 @@ class Repairer:
         """Examine a slice of the scan queue and turn under-replicated items into copy orders."""
         if now >= self._next_expiry_check and self.in_flight:
             self._next_expiry_check = now + 1.0
-            for item_id, until in list(self.in_flight.items()):
+            for item_id, (until, _, _) in list(self.in_flight.items()):
                 if until <= now:  # the copy was never confirmed: look again
                     del self.in_flight[item_id]
                     self.scan.append(item_id)
@@ -86,7 +86,7 @@ class Repairer:
             alive.append(alive.pop(alive.index(target)))
             source = live[item_id % len(live)]
             batches.setdefault((source, target.node_id), []).append(item_id)
-            self.in_flight[item_id] = now + COPY_TIMEOUT_S
+            self.in_flight[item_id] = (now + COPY_TIMEOUT_S, source, target.node_id)
         for (source, target), ids in batches.items():
             ref = p.NodeRef(target, self.membership.nodes[target].addr)
             for start in range(0, len(ids), ORDER_ITEMS):
@@ -95,19 +95,46 @@ class Repairer:
     def take_orders(self, node_id: str) -> list[p.CopyOrder]:
         return self.orders.pop(node_id, [])
 
+    def node_died(self, node_id: str) -> None:
+        """Forget a dead node's inventory and the copies it was to make; look at every item again."""
+        self.inventories.pop(node_id, None)
+        for order in self.orders.pop(node_id, []):
+            for item_id in order.ids:
+                self.in_flight.pop(item_id, None)
+        self.rescan()
+
+    def _drop_unless_last(self, item_ids: list[int], node: str) -> list[int]:
+        """The ids whose replica on ``node`` may be forgotten: never an item's last replica.
+
+        A report that a replica is missing or bad is believed only while another replica
+        remains; a false report can then cost a copy, never the item.
+        """
+        items = self.state.items
+        return [i for i in item_ids
+                if (item := items.get(i)) is not None and node in item.nodes and len(item.nodes) > 1]
+
     # -- reports from data nodes and clients -------------------------------------------------
+
+    def _ordered(self, item_id: int, source: str, target: str) -> bool:
+        """True if the master ordered this very copy and is still waiting for it."""
+        flight = self.in_flight.get(item_id)
+        return flight is not None and flight[1] == source and flight[2] == target
 
     def replicated(self, msg: p.Replicated, now: float) -> tuple[list[Any], list[int]]:
         """Records for a confirmed copy, plus ids the target should delete (item gone meanwhile).
 
-        Once an item is back to R live replicas, its replicas on dead nodes are forgotten: if
-        such a node returns, its copy is excess and its inventory report deletes it.
+        Only copies the master ordered, reported by the node it ordered them from, count: a
+        claimed replica nobody asked for is ignored. Once an item is back to R live replicas,
+        its replicas on dead nodes are forgotten: if such a node returns, its copy is excess
+        and its inventory report deletes it.
         """
         records: list[Any] = []
         stale = []
         confirmed = []
         forget: dict[str, list[int]] = {}
-        for item_id in msg.ids:
+        ordered = [i for i in msg.ids if self._ordered(i, msg.node_id, msg.target)]
+        missing = [i for i in msg.missing if self._ordered(i, msg.node_id, msg.target)]
+        for item_id in ordered:
             self.in_flight.pop(item_id, None)
             item = self.state.items.get(item_id)
             if item is None:
@@ -124,26 +151,38 @@ class Repairer:
         if confirmed:
             self._under = (0.0, 0)
             records.append(AddReplicas(confirmed, msg.target))
-            self.copied += len(confirmed)
         records += [DropReplicas(ids, node) for node, ids in forget.items()]
-        if msg.missing:
-            lost = [i for i in msg.missing if i in self.state.items]
-            for item_id in lost:
+        if missing:
+            for item_id in missing:
                 self.in_flight.pop(item_id, None)
+            lost = self._drop_unless_last(missing, msg.node_id)
+            self.scan.extend(missing)
             if lost:
                 self._under = (0.0, 0)
                 log.warning("node %s lost %d replicas; re-replicating from others", msg.node_id, len(lost))
                 records.append(DropReplicas(lost, msg.node_id))
-                self.scan.extend(lost)
         return records, stale
 
     def bad_replicas(self, ids: list[int], node_ids: list[str]) -> list[Any]:
-        """Records dropping replicas a client could not read; their items are queued for repair."""
-        by_node: dict[str, list[int]] = {}
+        """Records dropping replicas a client could not read; their items are queued for repair.
+
+        A replica is dropped only while another one, not reported in the same breath, is
+        left: a report naming every replica of an item drops none of them.
+        """
+        reported: dict[int, set[str]] = {}
         for item_id, node in zip(ids, node_ids):
+            reported.setdefault(item_id, set()).add(node)
+        by_node: dict[str, list[int]] = {}
+        for item_id, nodes in reported.items():
             item = self.state.items.get(item_id)
-            if item is not None and node in item.nodes:
-                by_node.setdefault(node, []).append(item_id)
+            if item is None:
+                continue
+            bad = [n for n in item.nodes if n in nodes]
+            if bad and len(bad) < len(item.nodes):
+                for node in bad:
+                    by_node.setdefault(node, []).append(item_id)
+            elif bad:
+                self.scan.append(item_id)
         records = [DropReplicas(v, k) for k, v in by_node.items()]
         if records:
             self._under = (0.0, 0)
@@ -154,6 +193,9 @@ class Repairer:
     def start_inventory(self, node_id: str) -> None:
         self.inventories[node_id] = (self.state.id_hi, set())
 
+    def expects_inventory(self, node_id: str) -> bool:
+        return node_id in self.inventories
+
     def inventory(self, msg: p.Inventory, pending: Any, now: float) -> tuple[list[Any], list[int]]:
         """Reconcile a chunk of a node's inventory: (records to log, ids the node should delete).
 
@@ -163,9 +205,9 @@ class Repairer:
         those committed before the inventory began, so writes racing with it are safe.
         """
         self._under = (0.0, 0)  # replicas are about to be counted again
-        mark, seen = self.inventories.get(msg.node_id, (self.state.id_hi, set()))
-        self.inventories[msg.node_id] = (mark, seen)
-        seen.update(msg.ids)
+        mark, seen = self.inventories[msg.node_id]  # the caller checked one was asked for
+        items = self.state.items
+        seen.update(i for i in msg.ids if i in items)  # bounded by the items the master has
         delete, regained, excess = [], [], []
         for item_id in msg.ids:
             item = self.state.items.get(item_id)
@@ -185,11 +227,12 @@ class Repairer:
             records.append(DropReplicas(excess, msg.node_id))
         if msg.done:
             del self.inventories[msg.node_id]
-            lost = [item.id for item in self.state.items.values()
-                    if item.id < mark and msg.node_id in item.nodes and item.id not in seen]
+            absent = [item.id for item in self.state.items.values()
+                      if item.id < mark and msg.node_id in item.nodes and item.id not in seen]
+            lost = self._drop_unless_last(absent, msg.node_id)
             if lost:
                 records.append(DropReplicas(lost, msg.node_id))
-                self.scan.extend(lost)
+            self.scan.extend(absent)
             log.info("inventory of %s: %d blobs, %d regained, %d to delete, %d missing",
                      msg.node_id, len(seen), len(regained), len(delete), len(lost))
         return records, delete

@@ -1,18 +1,22 @@
 """The master's server loop: decode -> decide records -> append to WAL -> apply -> fsync -> reply.
 
-Each ``run_once`` pass drains up to a few hundred requests, lets the handlers log and apply
-records, runs the timers (lease expiry, pending-enqueue expiry, long-poll waiters), then
-makes everything durable with one fsync and only then sends the replies (group commit).
+Each ``run_once`` pass drains up to a few hundred requests and hands each to its handler
+(the dispatch table at the end of ``__init__`` says who serves which op), runs the timers
+(lease expiry, pending-enqueue expiry, long-poll waiters, dead nodes), then makes everything
+durable with one fsync and only then sends the replies (group commit).
+
+The concepts live in collaborators: ``ItemIds`` (ids), ``Enqueues`` (alloc, commit, pending),
+``Leases`` (lease, ack, nack, extend, waiters, expiry), ``QueueAdmin``, ``DatanodeReports``,
+``Deletes`` and ``SafeMode``; each gets ``log_record`` to change durable state.
 """
 
 from __future__ import annotations
 
 import gc
-import heapq
 import logging
 import os
 import time
-from typing import Any
+from typing import Any, Callable
 
 import zmq
 
@@ -20,49 +24,98 @@ from blizzard import protocol as p
 from blizzard.errors import BlizzardError, InvalidArgument
 from blizzard.transport import RouterServer, error_reply
 from master import checkpoint
+from master.admin import QueueAdmin
 from master.config import MasterConfig
+from master.datanodes import DatanodeReports
+from master.deletes import Deletes
+from master.enqueue import Enqueues
+from master.ids import ItemIds
+from master.leases import Leases
 from master.membership import Membership
-from master.node_handlers import NodeHandlers
-from master.queue_handlers import Pending, QueueHandlers, Waiter
-from master.queues import TokenBucket
 from master.repair import Repairer
+from master.safe_mode import SafeMode
 from master.state import State
-from master.wal import Wal
+from master.wal import MAX_RECORD_BYTES, MemoryWal, Wal
 
 log = logging.getLogger(__name__)
 
-EARLY = (p.Alloc,)  # replies that may leave before the pass's fsync if nothing was logged
+# The largest request the master takes: an alloc of 10,000 items with 256-character keys is
+# under 3 MiB; the master never sees payloads.
+MAX_REQUEST_BYTES = 8 * 1024 * 1024
 
-class MasterServer(QueueHandlers, NodeHandlers):
-    """One master process: state machine, WAL, membership and the request loop."""
+Handler = Callable[[Any, float, float, bytes, int], Any]
 
-    def __init__(self, config: MasterConfig, ctx: zmq.Context | None = None) -> None:
+
+class MasterServer:
+    """One master process: state machine, WAL, collaborators and the request loop.
+
+    ``wal`` and ``router`` may be given (an in-memory ``MemoryWal``, a stand-in router), so
+    tests can run the request handling in process.
+    """
+
+    def __init__(self, config: MasterConfig, ctx: zmq.Context | None = None, *,
+                 wal: Wal | MemoryWal | None = None, router: Any = None) -> None:
         self.config = config.validate()
         self.ctx = ctx or zmq.Context.instance()
-        os.makedirs(config.data_dir, exist_ok=True)
-        self.wal_dir = os.path.join(config.data_dir, "wal")
-        self.wal = Wal(self.wal_dir, segment_bytes=config.segment_bytes)
+        if wal is None:
+            os.makedirs(config.data_dir, exist_ok=True)
+            wal = Wal(os.path.join(config.data_dir, "wal"), segment_bytes=config.segment_bytes)
+        self.wal = wal
         self.state, replayed = self._recover()
         self.checkpoint_mark = -replayed  # a long replay makes the next checkpoint come sooner
         self.checkpointer: int | None = None  # pid of the child writing a checkpoint
         self.checkpoint_start = 0
-        self.next_id = self.state.id_hi
         self.membership = Membership(config.dead_after_s)
+        self.safe_mode = SafeMode(time.monotonic() + config.dead_after_s)
+        self.deletes = Deletes()
+        self.ids = ItemIds(self.state, self.log_record, config.id_block)
         self.repair = Repairer(self.state, self.membership, config.replication)
-        self.live_nodes: set[str] = set()
-        # Safe mode (as HDFS's): until data nodes have had time to report after a start, a node
-        # that has not heartbeated yet is not dead, so nothing is re-replicated or deleted.
-        self.safe_until = time.monotonic() + config.dead_after_s
-        self.held_deletes: dict[str, list[int]] = {}  # inventory deletes waiting for safe mode to end
-        self.pending: dict[int, Pending] = {}
-        self.pending_expiry: list[tuple[float, list[int]]] = []
-        self.waiters: list[Waiter] = []
-        self.deletes: dict[str, list[int]] = {}  # node id -> blob ids it should drop
-        self.buckets: dict[str, TokenBucket] = {}  # queue -> rate limiter (soft state)
-        self.router = RouterServer(self.ctx, config.bind)
+        self.enqueues = Enqueues(config, self.state, self.log_record, self.ids, self.membership,
+                                 self.safe_mode, self.deletes)
+        self.leases = Leases(config, self.state, self.log_record, self.deletes, self.membership)
+        self.admin = QueueAdmin(config, self.state, self.log_record, self.deletes, self.enqueues,
+                                self.leases, self.membership, self.repair)
+        self.datanodes = DatanodeReports(config, self.state, self.log_record, self.membership,
+                                         self.repair, self.deletes, self.safe_mode,
+                                         self.enqueues.pending)
+        self.router = router if router is not None else \
+            RouterServer(self.ctx, config.bind, max_frame_bytes=MAX_REQUEST_BYTES)
         self._replies: list[tuple[bytes, int, Any]] = []
-        self.durable_id_hi = self.state.id_hi  # ids below this are reserved on disk
         self._stopping = False
+        self.handlers: dict[type, Handler] = {
+            p.Alloc: self.enqueues.alloc,
+            p.Commit: self.enqueues.commit,
+            p.Lease: self.leases.lease_request,
+            p.Ack: self.leases.ack,
+            p.Nack: self.leases.nack,
+            p.Extend: self.leases.extend,
+            p.Stats: self.admin.stats,
+            p.ListQueues: self.admin.list_queues,
+            p.Configure: self.admin.configure,
+            p.Purge: self.admin.purge,
+            p.Peek: self.admin.peek,
+            p.Redrive: self.admin.redrive,
+            p.Status: self.admin.status,
+            p.Heartbeat: self.datanodes.heartbeat,
+            p.Replicated: self.datanodes.replicated,
+            p.Inventory: self.datanodes.inventory,
+            p.BadReplica: self.datanodes.bad_replica,
+        }
+
+    # -- durable state -----------------------------------------------------------------------
+
+    def log_record(self, rec: Any) -> None:
+        """Change durable state: append the record to the WAL, then apply it.
+
+        In this order, so a record that cannot be logged (too large) changes nothing; the
+        pass's fsync comes before any reply, so nothing applied here is revealed early.
+        """
+        body = p.pack(rec)
+        if len(body) > MAX_RECORD_BYTES:
+            raise InvalidArgument(f"the request makes a log record of {len(body)} bytes; "
+                                  f"at most {MAX_RECORD_BYTES}")
+        self.wal.append(body)
+        self.state.apply(rec)
 
     def _recover(self) -> tuple[State, int]:
         """Load the newest checkpoint, then replay the WAL segments after it.
@@ -80,7 +133,7 @@ class MasterServer(QueueHandlers, NodeHandlers):
 
     def _load(self) -> tuple[State, int]:
         started = time.monotonic()
-        found = checkpoint.load_latest(self.wal_dir)
+        found = checkpoint.load_latest(self.wal.directory) if self.wal.directory else None
         wal_start, state = 0, State()
         if found is not None:
             wal_start, exported = found
@@ -97,6 +150,8 @@ class MasterServer(QueueHandlers, NodeHandlers):
     # -- checkpoints -------------------------------------------------------------------------
 
     def _maybe_checkpoint(self) -> None:
+        if self.wal.directory is None:
+            return
         if self.checkpointer is not None:
             pid, status = os.waitpid(self.checkpointer, os.WNOHANG)
             if pid == 0:
@@ -105,7 +160,7 @@ class MasterServer(QueueHandlers, NodeHandlers):
             if os.waitstatus_to_exitcode(status) != 0:
                 log.critical("writing the checkpoint failed (exit status %d); stopping", status)
                 os._exit(70)
-            removed = checkpoint.prune(self.wal_dir, self.checkpoint_start)
+            removed = checkpoint.prune(self.wal.directory, self.checkpoint_start)
             log.info("checkpoint at segment %d done; %d old files removed", self.checkpoint_start,
                      removed)
         if self.wal.records_written - self.checkpoint_mark < self.config.checkpoint_records:
@@ -119,7 +174,8 @@ class MasterServer(QueueHandlers, NodeHandlers):
             gc.disable()  # collecting would touch (and so copy) the parent's pages for nothing
             code = 1
             try:
-                checkpoint.write(self.wal_dir, self.checkpoint_start, self.state.export_parts())
+                checkpoint.write(self.wal.directory, self.checkpoint_start,
+                                 self.state.export_parts())
                 code = 0
             finally:
                 os._exit(code)
@@ -127,13 +183,15 @@ class MasterServer(QueueHandlers, NodeHandlers):
 
     def checkpoint_now(self) -> None:
         """Write a checkpoint synchronously (clean shutdown) and drop what it covers."""
+        if self.wal.directory is None:
+            return
         if self.checkpointer is not None:
             os.waitpid(self.checkpointer, 0)
             self.checkpointer = None
         self.wal.flush()
         start = self.wal.roll()
-        checkpoint.write(self.wal_dir, start, self.state.export_parts())
-        checkpoint.prune(self.wal_dir, start)
+        checkpoint.write(self.wal.directory, start, self.state.export_parts())
+        checkpoint.prune(self.wal.directory, start)
         log.info("checkpoint at segment %d written", start)
 
     # -- loop --------------------------------------------------------------------------------
@@ -157,100 +215,52 @@ class MasterServer(QueueHandlers, NodeHandlers):
         self.wal.close()
 
     def run_once(self, timeout_ms: int) -> None:
-        if self.waiters:
-            soonest = min(w.until for w in self.waiters) - time.monotonic()
-            timeout_ms = max(0, min(timeout_ms, int(soonest * 1000) + 1))
+        wake = self.leases.next_wake()
+        if wake is not None:
+            timeout_ms = max(0, min(timeout_ms, int((wake - time.monotonic()) * 1000) + 1))
         requests = self.router.receive(timeout_ms)
         now, mono = time.time(), time.monotonic()
         for peer, rid, msg in requests:
             logged = self.wal.records_appended
-            try:
-                reply = self.handle(peer, rid, msg, now, mono)
-            except BlizzardError as exc:
-                reply = error_reply(exc)
-            except Exception as exc:  # a bug must cost one request, never the server
-                log.exception("internal error handling %s", p.op_name(msg))
-                reply = p.Error("internal", f"internal error: {exc}")
+            reply = self.handle(peer, rid, msg, now, mono)
             if reply is None:
                 continue
-            if type(msg) in EARLY and self.wal.records_appended == logged \
-                    and self.next_id <= self.durable_id_hi:
+            if type(msg) is p.Alloc and self.wal.records_appended == logged \
+                    and self.ids.all_durable():
                 # An alloc that logged nothing, whose ids lie below a reservation already on
                 # disk, reveals nothing the fsync could still lose. (Not heartbeats: their
                 # delete orders may stem from acks not yet durable.)
                 self.router.reply(peer, rid, reply)
             else:
                 self._replies.append((peer, rid, reply))
-        self.tick(now, mono)
+        try:
+            self.tick(now, mono)
+        except Exception:  # a bug in a timer must not stop the server; it is retried next pass
+            log.exception("internal error in the master's timers")
         self.wal.flush()  # group commit: one fsync for the whole pass, before any reply
-        self.durable_id_hi = self.state.id_hi
+        self.ids.synced()
         for peer, rid, reply in self._replies:
             self.router.reply(peer, rid, reply)
         self._replies.clear()
         self._maybe_checkpoint()
 
-    def log_record(self, rec: Any) -> None:
-        self.state.apply(rec)
-        self.wal.append(p.pack(rec))
+    def handle(self, peer: bytes, rid: int, msg: Any, now: float, mono: float) -> Any:
+        """One request's reply (None: a long poll parked); a failure costs this request only."""
+        handler = self.handlers.get(type(msg))
+        try:
+            if handler is None:
+                raise InvalidArgument(f"the master does not serve {p.op_name(msg)}")
+            return handler(msg, now, mono, peer, rid)
+        except BlizzardError as exc:
+            return error_reply(exc)
+        except Exception as exc:  # a bug must cost one request, never the server
+            log.exception("internal error handling %s", p.op_name(msg))
+            return p.Error("internal", f"internal error: {type(exc).__name__}: {str(exc)[:200]}")
 
     # -- timers ------------------------------------------------------------------------------
 
     def tick(self, now: float, mono: float) -> None:
-        expired = self.state.expired(now)
-        if expired:
-            log.info("%d leases expired; items return to their queues", len(expired))
-            self.release(expired, now, None, "lease expired")
-        while self.pending_expiry and self.pending_expiry[0][0] <= mono:
-            _, ids = heapq.heappop(self.pending_expiry)
-            for item_id in ids:
-                batch = self.pending.pop(item_id, None)
-                if batch is not None:
-                    batch.left -= 1
-                    self.drop_blobs(item_id, batch.nodes)
-        if self.waiters:
-            self._serve_waiters(now, mono)
-        self._watch_nodes(mono)
-
-    def _watch_nodes(self, mono: float) -> None:
-        """Notice nodes dying; plan re-replication once out of safe mode."""
-        live = {n.node_id for n in self.membership.alive(mono)}
-        for node_id in self.live_nodes - live:
-            log.warning("data node %s is dead (silent for %.1fs)", node_id, self.config.dead_after_s)
-            self.deletes.pop(node_id, None)  # its inventory is reconciled if it comes back
-            self.repair.inventories.pop(node_id, None)
-            for order in self.repair.orders.pop(node_id, []):
-                for item_id in order.ids:
-                    self.repair.in_flight.pop(item_id, None)
-            self.repair.rescan()
-        self.live_nodes = live
-        if self.safe_until:
-            reported = set(self.state.node_addrs) <= set(self.membership.nodes)
-            if mono < self.safe_until and not (reported and self.state.node_addrs):
-                return
-            log.info("leaving safe mode with %d live data nodes", len(live))
-            self.safe_until = 0.0
-            for node_id, ids in self.held_deletes.items():
-                self.deletes.setdefault(node_id, []).extend(ids)
-            self.held_deletes.clear()
-            self.repair.rescan()
-        self.repair.plan(mono)
-
-    def _serve_waiters(self, now: float, mono: float) -> None:
-        still = []
-        for w in self.waiters:
-            ids = self._lease(w.msg, now, mono)
-            if ids or w.until <= mono:
-                self._replies.append((w.peer, w.rid, self._leased(w.msg.queue, ids, [])))
-            else:
-                still.append(w)
-        self.waiters = still
-
-    # -- handlers ----------------------------------------------------------------------------
-
-    def handle(self, peer: bytes, rid: int, msg: Any, now: float, mono: float) -> Any:
-        handler = self._HANDLERS.get(type(msg))
-        if handler is None:
-            raise InvalidArgument(f"the master does not serve {p.op_name(msg)}")
-        return handler(self, msg, now, mono, peer, rid)
-
-    _HANDLERS = {**QueueHandlers.QUEUE_HANDLERS, **NodeHandlers.NODE_HANDLERS}
+        self.leases.expire(now)
+        self.enqueues.expire(mono)
+        self._replies += self.leases.serve_waiters(now, mono)
+        self.datanodes.watch(mono)

@@ -287,9 +287,6 @@ class State:
             out.append(item_id)
         return out
 
-    def next_expiry(self) -> float | None:
-        return self.expiries[0][0] if self.expiries else None
-
     def leased_by(self, request: str) -> list[int]:
         """Items a lease call with this request id obtained and still holds (for retries)."""
         ids, leases = self.recent_leases.get(request, ((), ()))

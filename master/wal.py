@@ -181,12 +181,49 @@ class Wal:
         self._open(self._index + 1)
         return self._index
 
-    @property
-    def segment_index(self) -> int:
-        return self._index
-
     def close(self) -> None:
         if self._fd is not None:
             self.flush()
             os.close(self._fd)
             self._fd = None
+
+
+class MemoryWal:
+    """The in-memory twin of ``Wal`` for process-free tests: same calls, nothing on disk.
+
+    ``directory`` is None, which tells the server there is no place for checkpoints.
+    """
+
+    directory = None
+
+    def __init__(self) -> None:
+        self.records: list[bytes] = []  # flushed ("durable")
+        self._buf: list[bytes] = []
+        self._segment_starts = [0]
+        self.records_written = 0
+        self.records_appended = 0
+
+    def replay(self, start_index: int = 0) -> Iterator[bytes]:
+        yield from self.records[self._segment_starts[min(start_index, len(self._segment_starts) - 1)]:]
+
+    def append(self, body: bytes) -> None:
+        if len(body) > MAX_RECORD_BYTES:
+            raise ValueError(f"WAL record of {len(body)} bytes is too large")
+        self._buf.append(body)
+        self.records_appended += 1
+
+    @property
+    def dirty(self) -> bool:
+        return bool(self._buf)
+
+    def flush(self) -> None:
+        self.records += self._buf
+        self.records_written += len(self._buf)
+        self._buf.clear()
+
+    def roll(self) -> int:
+        self._segment_starts.append(len(self.records))
+        return len(self._segment_starts) - 1
+
+    def close(self) -> None:
+        self.flush()

@@ -1,7 +1,7 @@
 """The master's enqueue requests in-process: alloc checks, commits of whole, partial and mixed allocs.
 
-A real ``MasterServer`` (real WAL, fsync and socket) whose handlers are called directly, with
-data nodes that exist only as heartbeats, so each rule is shown without a cluster.
+A real ``MasterServer`` over an in-memory WAL and a stand-in router, its requests handled in
+process, with data nodes that exist only as heartbeats, so each rule is shown without a cluster.
 """
 
 from __future__ import annotations
@@ -13,27 +13,51 @@ import pytest
 
 from blizzard import protocol as p
 from blizzard.errors import InvalidArgument, PayloadTooLarge, UnknownItem
-from blizzard.harness import free_port
+from blizzard.transport import raise_if_error
 from master.config import MasterConfig
 from master.server import MasterServer
+from master.wal import MemoryWal
+
+
+class NoRouter:
+    """Stands in for the master's socket: no requests arrive, replies are kept."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[bytes, int, object]] = []
+
+    def receive(self, timeout_ms: int) -> list:
+        return []
+
+    def reply(self, peer: bytes, rid: int, msg: object) -> None:
+        self.sent.append((peer, rid, msg))
+
+    def close(self) -> None:
+        pass
+
+
+def in_process_master(**config) -> MasterServer:
+    """A master with one data node ``dn-a`` that has reported, out of safe mode."""
+    server = MasterServer(MasterConfig(data_dir="unused", **config), wal=MemoryWal(),
+                          router=NoRouter())
+    server.datanodes.heartbeat(p.Heartbeat("dn-a", "tcp://127.0.0.1:1", 0, 0, 10**12),
+                               time.time(), time.monotonic())
+    server.tick(time.time(), time.monotonic())
+    assert not server.safe_mode.on
+    return server
 
 
 @pytest.fixture
-def master(tmp_path):
-    server = MasterServer(MasterConfig(data_dir=str(tmp_path), replication=1, max_item_bytes=1000,
-                                       bind=f"tcp://127.0.0.1:{free_port()}"))
-    mono = time.monotonic()
-    server.membership.heartbeat("dn-a", "tcp://127.0.0.1:1", 0, 0, 10**12, mono)
-    server.safe_until = 0.0
+def master():
+    server = in_process_master(replication=1, max_item_bytes=1000)
     yield server
     server.close()
 
 
-def call(master: MasterServer, msg):
+def call(master: MasterServer, msg, peer: bytes = b"peer"):
     """One request through the handler, its records made durable, as a pass of the loop does."""
-    reply = master.handle(b"peer", 1, msg, time.time(), time.monotonic())
+    reply = master.handle(peer, 1, msg, time.time(), time.monotonic())
     master.wal.flush()
-    return reply
+    return raise_if_error(reply)
 
 
 def alloc(master: MasterServer, n: int, *, queue: str = "q", sizes=None, crcs=None,
@@ -57,11 +81,11 @@ def test_one_bad_item_refuses_the_whole_alloc(master, field, value, error, words
     good = {"sizes": [10] * 5, "crcs": [7] * 5, "priorities": [0] * 5, "delays": [0.0] * 5,
             "keys": [""] * 5}
     good[field][3] = value
-    before = master.next_id
+    before = master.ids.next
     with pytest.raises(error, match=words):
         call(master, p.Alloc("q", good["sizes"], good["crcs"], good["priorities"],
                              good["delays"], good["keys"], False, []))
-    assert master.pending == {} and master.next_id == before
+    assert master.enqueues.pending == {} and master.ids.next == before
 
 
 def test_a_whole_alloc_commits_with_each_items_own_metadata(master):
@@ -71,7 +95,7 @@ def test_a_whole_alloc_commits_with_each_items_own_metadata(master):
     items = [master.state.items[i] for i in placement.ids]
     assert [(i.size, i.crc, i.priority, i.key) for i in items] == \
         [(1, 11, 2, "a"), (2, 12, 0, ""), (3, 13, 1, "c")]
-    assert master.pending == {}
+    assert master.enqueues.pending == {}
     assert master.state.head("q", 10, time.time()) == [placement.ids[1], placement.ids[2],
                                                       placement.ids[0]]
 
@@ -82,17 +106,17 @@ def test_parts_of_allocs_commit_in_any_order_and_across_allocs(master):
     call(master, p.Commit([first.ids[3], second.ids[0], first.ids[1]], ["dn-a"], "r1"))
     sizes = {i: master.state.items[i].size for i in master.state.items}
     assert sizes == {first.ids[3]: 4, second.ids[0]: 5, first.ids[1]: 2}
-    assert set(master.pending) == {first.ids[0], first.ids[2], second.ids[1]}
+    assert set(master.enqueues.pending) == {first.ids[0], first.ids[2], second.ids[1]}
     call(master, p.Commit([first.ids[0], first.ids[2], second.ids[1]], ["dn-a"], "r2"))
     assert [master.state.items[i].size for i in first.ids + second.ids] == [1, 2, 3, 4, 5, 6]
-    assert master.pending == {}
+    assert master.enqueues.pending == {}
 
 
 def test_a_commit_naming_an_id_twice_is_refused_and_commits_nothing(master):
     placement = alloc(master, 3)
     with pytest.raises(InvalidArgument, match="more than once"):
         call(master, p.Commit([placement.ids[0], placement.ids[0]], ["dn-a"], "r1"))
-    assert master.state.items == {} and len(master.pending) == 3
+    assert master.state.items == {} and len(master.enqueues.pending) == 3
 
 
 def test_a_retried_commit_succeeds_and_an_unknown_id_is_refused(master):
@@ -107,9 +131,9 @@ def test_a_retried_commit_succeeds_and_an_unknown_id_is_refused(master):
 def test_an_uncommitted_rest_expires_and_its_blobs_are_deleted(master):
     placement = alloc(master, 3)
     call(master, p.Commit(placement.ids[:1], ["dn-a"], "r1"))
-    master.tick(time.time(), time.monotonic() + master.config.pending_timeout_s + 1)
-    assert master.pending == {}
-    assert master.deletes["dn-a"] == placement.ids[1:]
+    master.enqueues.expire(time.monotonic() + master.config.pending_timeout_s + 1)
+    assert master.enqueues.pending == {}
+    assert master.deletes.take("dn-a") == placement.ids[1:]
     assert list(master.state.items) == placement.ids[:1]
 
 

@@ -14,7 +14,7 @@ from blizzard.errors import ProtocolError, UnknownOp, VersionMismatch
 
 def _sample(tp):
     origin = typing.get_origin(tp)
-    if tp is int:
+    if tp is int or tp is p.Id:
         return 7
     if tp is float:
         return 1.5

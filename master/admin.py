@@ -1,0 +1,112 @@
+"""Queue administration and cluster status: stats, configure, purge, peek, redrive, status."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any, Callable
+
+from blizzard import protocol as p
+from blizzard.errors import QueueExists
+from master import checks
+from master.config import MasterConfig
+from master.deletes import Deletes
+from master.enqueue import Enqueues
+from master.leases import Leases
+from master.membership import Membership
+from master.queues import QueueConfig
+from master.records import AckItems, ConfigureQueue, RedriveItems
+from master.repair import Repairer
+from master.state import LEASED, State
+
+
+class QueueAdmin:
+    """Requests operators send: queue settings and counts, purge, peek, redrive, cluster status."""
+
+    def __init__(self, config: MasterConfig, state: State, log_record: Callable[[Any], None],
+                 deletes: Deletes, enqueues: Enqueues, leases: Leases, membership: Membership,
+                 repair: Repairer) -> None:
+        self.config = config
+        self.state = state
+        self.log = log_record
+        self.deletes = deletes
+        self.enqueues = enqueues
+        self.leases = leases
+        self.membership = membership
+        self.repair = repair
+
+    def queue_stats(self, name: str, now: float) -> p.QueueStats:
+        q = self.state.queues.get(name)
+        config = self.state.config(name)
+        settings = p.QueueSettings(*[getattr(config, f.name) for f in fields(QueueConfig)])
+        pending = self.enqueues.count(name)
+        dead_q = self.state.queues.get(config.dead_letter_queue(name))
+        dead = dead_q.n_ready + dead_q.n_delayed + dead_q.n_leased if dead_q is not None else 0
+        if q is None:
+            return p.QueueStats(name, 0, 0, 0, pending, dead, 0.0, settings)
+        self.state.promote_due(q, now)
+        oldest = 0.0
+        for entry in q.ready[:1]:
+            item = self.state.items.get(entry[2])
+            if item is not None:
+                oldest = max(0.0, now - item.enqueued_at)
+        return p.QueueStats(name, q.n_ready, q.n_delayed, q.n_leased, pending, dead, oldest, settings)
+
+    def stats(self, msg: p.Stats, now: float, *_: Any) -> p.QueueStats:
+        return self.queue_stats(checks.queue_name(msg.queue), now)
+
+    def list_queues(self, msg: p.ListQueues, now: float, *_: Any) -> p.QueueList:
+        return p.QueueList([self.queue_stats(name, now) for name in sorted(self.state.queues)])
+
+    def configure(self, msg: p.Configure, now: float, *_: Any) -> p.QueueStats:
+        checks.queue_name(msg.queue)
+        checks.new_queue_allowed(self.state, msg.queue)
+        if msg.create and msg.queue in self.state.queues:
+            raise QueueExists(f"queue {msg.queue!r} exists; change it with configure")
+        current = self.state.config(msg.queue)
+        changes = {f.name: getattr(msg, f.name) for f in fields(QueueConfig)
+                   if getattr(msg, f.name) is not None}
+        values = {f.name: getattr(current, f.name) for f in fields(QueueConfig)} | changes
+        new = QueueConfig(**values).validate()
+        if new.dead_letter:
+            checks.queue_name(new.dead_letter)
+        if new != current or msg.queue not in self.state.queues:
+            self.log(ConfigureQueue(msg.queue, **values))
+            self.leases.buckets.pop(msg.queue, None)
+        return self.queue_stats(msg.queue, now)
+
+    def purge(self, msg: p.Purge, now: float, *_: Any) -> p.Acked:
+        checks.queue_name(msg.queue)
+        waiting = [i.id for i in self.state.items.values()
+                   if i.queue == msg.queue and i.status != LEASED]
+        for start in range(0, len(waiting), p.MAX_BATCH):
+            part = waiting[start:start + p.MAX_BATCH]
+            holders = [self.state.items[i].nodes for i in part]
+            self.log(AckItems(ids=part))
+            for item_id, nodes in zip(part, holders):
+                self.deletes.drop_blobs(item_id, nodes)
+        return p.Acked(done=len(waiting), lost=[])
+
+    def peek(self, msg: p.Peek, now: float, *_: Any) -> p.Leased:
+        checks.queue_name(msg.queue)
+        checks.batch(msg.n)
+        return self.leases.describe(msg.queue, self.state.head(msg.queue, msg.n, now), [])
+
+    def redrive(self, msg: p.Redrive, now: float, *_: Any) -> p.Acked:
+        checks.queue_name(msg.queue)
+        checks.batch(msg.n)
+        dead_q = self.state.config(msg.queue).dead_letter_queue(msg.queue)
+        ids = sorted(i.id for i in self.state.items.values()
+                     if i.origin and i.status != LEASED
+                     and (i.queue == msg.queue or (i.queue == dead_q and i.origin == msg.queue)))
+        ids = ids[:msg.n]
+        if ids:
+            self.log(RedriveItems(ids=ids))
+        return p.Acked(done=len(ids), lost=[])
+
+    def status(self, msg: p.Status, now: float, mono: float, *_: Any) -> p.ClusterStatus:
+        nodes = [p.NodeStatus(n.node_id, n.addr, self.membership.is_alive(n, mono),
+                              mono - n.last_seen, n.items, n.bytes_used, n.free_bytes)
+                 for n in sorted(self.membership.nodes.values(), key=lambda n: n.node_id)]
+        queues = [self.queue_stats(name, now) for name in sorted(self.state.queues)]
+        under = self.repair.under_replicated(mono)
+        return p.ClusterStatus(nodes, queues, under, self.config.replication)

@@ -1,0 +1,98 @@
+"""What data nodes tell the master: heartbeats, confirmed copies, inventories, bad replicas.
+
+Reports are not taken on trust: a live node's address cannot be claimed by another sender,
+an inventory is accepted only when the master asked that node for one, a copy counts only if
+the master ordered it, and no report ever drops an item's last replica.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable
+
+from blizzard import protocol as p
+from blizzard.errors import InvalidArgument
+from blizzard.transport import check_addr
+from master import checks
+from master.config import MasterConfig
+from master.deletes import Deletes
+from master.membership import MAX_NODES, Membership
+from master.records import NodeSeen
+from master.repair import Repairer
+from master.safe_mode import SafeMode
+from master.state import State
+
+log = logging.getLogger(__name__)
+
+
+class DatanodeReports:
+    """Requests only data nodes send, and noticing nodes that went silent."""
+
+    def __init__(self, config: MasterConfig, state: State, log_record: Callable[[Any], None],
+                 membership: Membership, repair: Repairer, deletes: Deletes,
+                 safe_mode: SafeMode, pending: dict[int, Any]) -> None:
+        self.config = config
+        self.state = state
+        self.log = log_record
+        self.membership = membership
+        self.repair = repair
+        self.deletes = deletes
+        self.safe_mode = safe_mode
+        self.pending = pending  # ids allocated and not committed: their blobs are not stray
+        self.live: set[str] = set()
+
+    def heartbeat(self, msg: p.Heartbeat, now: float, mono: float, *_: Any) -> p.HeartbeatReply:
+        checks.node_id(msg.node_id)
+        check_addr(msg.addr)
+        if msg.node_id not in self.state.node_addrs and len(self.state.node_addrs) >= MAX_NODES:
+            raise InvalidArgument(f"the master knows {MAX_NODES} data nodes; no more join")
+        fresh = self.membership.heartbeat(msg.node_id, msg.addr, msg.items, msg.bytes_used,
+                                          msg.free_bytes, mono)
+        if self.state.node_addrs.get(msg.node_id) != msg.addr:
+            self.log(NodeSeen(msg.node_id, msg.addr))
+        if fresh:
+            log.info("data node %s at %s is alive; asking for its inventory", msg.node_id, msg.addr)
+            self.repair.start_inventory(msg.node_id)
+            self.repair.rescan()
+        return p.HeartbeatReply(delete=self.deletes.take(msg.node_id),
+                                copies=self.repair.take_orders(msg.node_id), inventory=fresh)
+
+    def replicated(self, msg: p.Replicated, now: float, mono: float, *_: Any) -> p.Ok:
+        records, stale = self.repair.replicated(msg, mono)
+        for rec in records:
+            self.log(rec)
+        if stale:
+            self.deletes.order(msg.target, stale)
+        return p.Ok()
+
+    def inventory(self, msg: p.Inventory, now: float, mono: float, *_: Any) -> p.Ok:
+        if not self.repair.expects_inventory(msg.node_id):
+            raise InvalidArgument(f"no inventory of {msg.node_id[:64]!r} was asked for")
+        records, delete = self.repair.inventory(msg, self.pending, mono)
+        for rec in records:
+            self.log(rec)
+        if delete:  # in safe mode nothing is deleted yet: not every holder has reported
+            self.deletes.order(msg.node_id, delete, hold=self.safe_mode.on)
+        return p.Ok()
+
+    def bad_replica(self, msg: p.BadReplica, now: float, mono: float, *_: Any) -> p.Ok:
+        checks.batch(checks.same_length(ids=msg.ids, node_ids=msg.node_ids))
+        for rec in self.repair.bad_replicas(msg.ids, msg.node_ids):
+            log.warning("replicas of %d items on %s reported unreadable", len(rec.ids), rec.node)
+            self.log(rec)
+            self.deletes.order(rec.node, rec.ids)
+        return p.Ok()
+
+    def watch(self, mono: float) -> None:
+        """Notice nodes dying; plan re-replication once out of safe mode."""
+        live = {n.node_id for n in self.membership.alive(mono)}
+        for node_id in self.live - live:
+            log.warning("data node %s is dead (silent for %.1fs)", node_id, self.config.dead_after_s)
+            self.deletes.forget(node_id)
+            self.repair.node_died(node_id)
+        self.live = live
+        if self.safe_mode.leave_now(self.state, self.membership, mono):
+            self.deletes.release_held()
+            self.repair.rescan()
+        if not self.safe_mode.on:
+            self.repair.plan(mono)

@@ -1,0 +1,210 @@
+"""Leases: take items from a queue's head, settle them (ack, nack, extend), expire them.
+
+Also the long-poll waiters (a lease request parked until items come, or its time is up) and
+the per-queue token buckets that rate-limit leases across all consumers. A lease's timeout
+lives here: ``expire`` returns items whose deadline passed to their queues.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+from typing import Any, Callable
+
+from blizzard import protocol as p
+from blizzard.errors import TooManyItems
+from master import checks
+from master.config import MasterConfig
+from master.deletes import Deletes
+from master.membership import Membership
+from master.queues import TokenBucket
+from master.records import AckItems, LeaseItems, ReleaseItems
+from master.state import LEASED, State
+
+log = logging.getLogger(__name__)
+
+MAX_WAIT_S = 300.0
+MAX_DELAY_S = 365 * 86400.0
+MAX_WAITERS = 10_000  # parked long polls, all connections together
+MAX_WAITERS_PER_PEER = 256  # ... one connection's share
+MAX_ERROR = 2000  # characters of a nack's error kept with the item
+
+
+@dataclass(slots=True)
+class Waiter:
+    """A long-polling lease request parked until items (and rate tokens) are there, or time is up."""
+
+    peer: bytes
+    rid: int
+    msg: p.Lease
+    until: float  # monotonic
+
+
+class Leases:
+    """Lease, ack, nack, extend and expiry; long-poll waiters; rate limits."""
+
+    def __init__(self, config: MasterConfig, state: State, log_record: Callable[[Any], None],
+                 deletes: Deletes, membership: Membership) -> None:
+        self.config = config
+        self.state = state
+        self.log = log_record
+        self.deletes = deletes
+        self.membership = membership
+        self.waiters: list[Waiter] = []
+        self.waiting_by_peer: dict[bytes, int] = {}
+        self.buckets: dict[str, TokenBucket] = {}  # queue -> rate limiter (soft state)
+
+    # -- leasing -----------------------------------------------------------------------------
+
+    def lease_request(self, msg: p.Lease, now: float, mono: float, peer: bytes,
+                      rid: int) -> p.Leased | None:
+        checks.queue_name(msg.queue)
+        checks.batch(msg.n)
+        checks.seconds(msg.lease_s, "lease_s", low=0, high=self.config.max_lease_s)
+        checks.seconds(msg.wait_s, "wait_s", low=0, high=MAX_WAIT_S)
+        checks.request_id(msg.request)
+        if msg.wait_s and (len(self.waiters) >= MAX_WAITERS
+                           or self.waiting_by_peer.get(peer, 0) >= MAX_WAITERS_PER_PEER):
+            raise TooManyItems(f"too many long polls waiting ({len(self.waiters)}); "
+                               f"at most {MAX_WAITERS_PER_PEER} per connection, {MAX_WAITERS} in all")
+        lost: list[int] = []
+        if msg.ack_ids:
+            lost = self.ack(p.Ack(msg.ack_ids, msg.ack_leases)).lost
+        if msg.request in self.state.recent_leases:  # a retry: the same items again
+            return self.describe(msg.queue, self.state.leased_by(msg.request), lost)
+        ids = self._take(msg, now, mono)
+        if ids or msg.wait_s == 0 or lost:  # lost acks are news the caller must get now
+            return self.describe(msg.queue, ids, lost)
+        # parked without its acks (settled above): a waiter holds only what it needs later
+        self.waiters.append(Waiter(peer, rid, replace(msg, ack_ids=[], ack_leases=[]),
+                                   mono + msg.wait_s))
+        self.waiting_by_peer[peer] = self.waiting_by_peer.get(peer, 0) + 1
+        return None
+
+    def _take(self, msg: p.Lease, now: float, mono: float) -> list[int]:
+        config = self.state.config(msg.queue)
+        allowed = msg.n
+        if config.rate_per_s > 0:  # one bucket per queue: a global limit over all consumers
+            bucket = self.buckets.get(msg.queue)
+            if bucket is None:
+                bucket = self.buckets[msg.queue] = TokenBucket(config.rate_per_s, config.burst)
+            allowed = bucket.take(msg.n, mono)
+        ids = self.state.head(msg.queue, allowed, now) if allowed else []
+        if allowed > len(ids) and config.rate_per_s > 0:
+            self.buckets[msg.queue].tokens += allowed - len(ids)  # unused grants go back
+        if ids:
+            first = self.state.lease_seq + 1
+            lease_s = msg.lease_s or config.lease_s
+            self.log(LeaseItems(ids=ids, leases=list(range(first, first + len(ids))),
+                                deadline=now + lease_s, request=msg.request))
+        return ids
+
+    def describe(self, queue: str, ids: list[int], lost: list[int]) -> p.Leased:
+        """Describe items column by column; replica sets are shared between items."""
+        items = [self.state.items[i] for i in ids]
+        set_index: dict[tuple[str, ...], int] = {}
+        replica_set = []
+        for item in items:
+            k = set_index.get(item.nodes)
+            if k is None:
+                k = set_index[item.nodes] = len(set_index)
+            replica_set.append(k)
+        leases = [i.lease if i.status == LEASED else 0 for i in items]
+        addrs = self.state.node_addrs
+        return p.Leased(queue, ids, leases, [i.size for i in items], [i.crc for i in items],
+                        [i.attempts for i in items], [i.priority for i in items],
+                        [i.enqueued_at for i in items], [i.key for i in items], replica_set,
+                        [p.ReplicaSet(self.membership.refs(nodes, addrs)) for nodes in set_index],
+                        lost)
+
+    # -- settling ----------------------------------------------------------------------------
+
+    def _settle(self, ids: list[int], leases: list[int]) -> tuple[list[int], list[int], int]:
+        """Split (id, lease) pairs into still-held leases, lost leases, and already-gone ids."""
+        checks.batch(checks.same_length(ids=ids, leases=leases))
+        held, lost, gone = [], [], 0
+        acked = self.state.recent_acks
+        seen: set[int] = set()
+        for item_id, lease in zip(ids, leases):
+            if item_id in seen:
+                continue  # an id named twice counts once
+            seen.add(item_id)
+            item = self.state.items.get(item_id)
+            if item is None:
+                if acked.get(item_id, lease) == lease:
+                    gone += 1  # acked under this very lease: a retry
+                else:
+                    lost.append(item_id)  # another consumer's delivery was acked
+            elif item.status == LEASED and item.lease == lease:
+                held.append(item_id)
+            else:
+                lost.append(item_id)
+        return held, lost, gone
+
+    def ack(self, msg: p.Ack, *_: Any) -> p.Acked:
+        held, lost, gone = self._settle(msg.ids, msg.leases)
+        if held:
+            holders = [self.state.items[i].nodes for i in held]
+            self.log(AckItems(ids=held))
+            for item_id, nodes in zip(held, holders):
+                self.deletes.drop_blobs(item_id, nodes)
+        return p.Acked(done=len(held) + gone, lost=lost)
+
+    def nack(self, msg: p.Nack, now: float, *_: Any) -> p.Acked:
+        if msg.delay_s is not None:
+            checks.seconds(msg.delay_s, "delay_s", low=0, high=MAX_DELAY_S)
+        held, lost, gone = self._settle(msg.ids, msg.leases)
+        if held:
+            self.release(held, now, msg.delay_s, msg.error[:MAX_ERROR])
+        return p.Acked(done=len(held) + gone, lost=lost)
+
+    def release(self, ids: list[int], now: float, delay_s: float | None, error: str = "") -> None:
+        """Give leased items back: after ``delay_s``, or (None) after their queue's back-off."""
+        not_befores = []
+        for item_id in ids:
+            item = self.state.items[item_id]
+            delay = delay_s if delay_s is not None else \
+                self.state.config(item.queue).backoff_s(item.attempts + 1)
+            not_befores.append(now + delay if delay > 0 else 0.0)
+        self.log(ReleaseItems(ids=ids, not_befores=not_befores, error=error))
+
+    def extend(self, msg: p.Extend, now: float, *_: Any) -> p.Acked:
+        checks.seconds(msg.lease_s, "lease_s", low=0, high=self.config.max_lease_s, low_ok=False)
+        held, lost, gone = self._settle(msg.ids, msg.leases)
+        lost += [i for i in msg.ids if i not in self.state.items]  # gone: nothing to extend
+        if held:
+            self.log(LeaseItems(ids=held, leases=[self.state.items[i].lease for i in held],
+                                deadline=now + msg.lease_s, request=""))
+        return p.Acked(done=len(held), lost=lost)
+
+    # -- timers ------------------------------------------------------------------------------
+
+    def expire(self, now: float) -> None:
+        """Items whose lease ran out go back to their queues (after their back-off)."""
+        expired = self.state.expired(now)
+        if expired:
+            log.info("%d leases expired; items return to their queues", len(expired))
+            self.release(expired, now, None, "lease expired")
+
+    def next_wake(self) -> float | None:
+        """When the soonest long poll runs out (monotonic), if any waits."""
+        return min(w.until for w in self.waiters) if self.waiters else None
+
+    def serve_waiters(self, now: float, mono: float) -> list[tuple[bytes, int, p.Leased]]:
+        """Replies for waiters whose items came or whose time is up; the rest keep waiting."""
+        if not self.waiters:
+            return []
+        replies, still = [], []
+        for w in self.waiters:
+            ids = self._take(w.msg, now, mono)
+            if ids or w.until <= mono:
+                replies.append((w.peer, w.rid, self.describe(w.msg.queue, ids, [])))
+                left = self.waiting_by_peer[w.peer] - 1
+                if left:
+                    self.waiting_by_peer[w.peer] = left
+                else:
+                    del self.waiting_by_peer[w.peer]
+            else:
+                still.append(w)
+        self.waiters = still
+        return replies

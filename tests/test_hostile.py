@@ -1,0 +1,275 @@
+"""Hostile frames against a real cluster: no server dies, nothing acknowledged is lost (P1, P7).
+
+Each probe sends what any process on the network could send, then checks that every server
+process is alive, that what the cluster holds is unchanged, and that a normal enqueue and
+dequeue still work. One cluster (a master, two data nodes, R=2) serves the whole module.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+
+import msgpack
+import pytest
+import zmq
+
+from blizzard import Client
+from blizzard import protocol as p
+from blizzard.harness import LocalCluster
+from tests.conftest import wait_for
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory):
+    c = LocalCluster(str(tmp_path_factory.mktemp("hostile")), datanodes=2, replication=2,
+                     heartbeat_s=0.2, dead_after_s=1.5)
+    c.start()
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+@pytest.fixture(scope="module")
+def client(hostile):
+    with Client(hostile.master_addr, timeout_s=15) as c:
+        yield c
+
+
+def send(addr: str, *frames: bytes, timeout_s: float = 5.0):
+    """Send raw frames from a fresh DEALER; the decoded (request id, reply), or None if none."""
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(addr)
+    try:
+        sock.send_multipart(list(frames))
+        if not sock.poll(int(timeout_s * 1000), zmq.POLLIN):
+            return None
+        return p.decode(sock.recv())
+    finally:
+        sock.close(linger=0)
+
+
+def ask(addr: str, msg) -> object:
+    """One encoded request (no client-side checks), its reply."""
+    got = send(addr, p.encode(7, msg))
+    assert got is not None, f"no reply to {msg!r}"
+    return got[1]
+
+
+def body(*fields) -> bytes:
+    return msgpack.packb(list(fields), use_bin_type=True)
+
+
+def nodes(cluster: LocalCluster) -> list[p.NodeStatus]:
+    return sorted(cluster.status().nodes, key=lambda n: n.addr)
+
+
+def assert_healthy(cluster: LocalCluster, client: Client) -> None:
+    """Every process alive, both data nodes alive at their own addresses, an item round trips."""
+    for proc in [cluster.master, *cluster.nodes]:
+        assert proc.alive, f"{proc.name} died:\n{proc.tail()}"
+    addrs = {proc.addr for proc in cluster.nodes}
+    wait_for(lambda: {n.addr for n in cluster.status().nodes if n.alive} == addrs,
+             what="the real data nodes alive, and no other")
+    data = uuid.uuid4().bytes
+    client.enqueue("probe", data)
+    msg = client.dequeue("probe", wait_s=5)
+    assert msg is not None and msg.data == data
+    msg.ack()
+
+
+def error_code(reply) -> str:
+    assert isinstance(reply, p.Error), f"expected an error, got {reply!r}"
+    return reply.code
+
+
+# -- crashes ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("position", [0, 1, 2, 3])
+def test_a_deeply_nested_field_gets_an_error_from_every_server(hostile, client, position):
+    fields = [msgpack.packb(v) for v in (p.VERSION, 22, 5, [])]
+    fields[position] = b"\x91" * 1010 + b"\x01"
+    frame = b"\x94" + b"".join(fields)
+    for addr in [hostile.master_addr, *(n.addr for n in hostile.nodes)]:
+        rid, reply = send(addr, frame)
+        assert error_code(reply) in ("protocol", "version", "unknown_op")
+        assert rid in (0, 5)
+    assert_healthy(hostile, client)
+
+
+@pytest.mark.parametrize("frame", [
+    body(p.VERSION, 42, 1, [-1]),  # Get([-1])
+    body(p.VERSION, 44, 1, [-1]),  # Delete([-1])
+    body(p.VERSION, 42, 1, [2**64 - 1] * 9),  # Get past the key format
+    body(p.VERSION, 40, 1, [-1], [b"x"], [0x8CDC1683], [], 1, ""),  # Put(ids=[-1])
+], ids=["get-negative", "delete-negative", "get-2**64-1", "put-negative"])
+def test_out_of_range_ids_are_refused_by_data_nodes(hostile, client, frame):
+    for node in hostile.nodes:
+        _, reply = send(node.addr, frame)
+        assert error_code(reply) == "protocol"
+        assert "item id" in reply.message
+    assert_healthy(hostile, client)
+
+
+@pytest.mark.parametrize("addr", ["tcp://x", "ipc:///tmp/x", "tcp://nonexistent.invalid:5"])
+def test_a_put_forwarding_to_a_bad_address_kills_nothing(hostile, client, addr):
+    item_id = 2**40 + 17
+    put = p.Put([item_id], [b"x"], [0x8CDC1683], [p.NodeRef("fake", addr)], 1, "")
+    reply = ask(hostile.nodes[0].addr, put)
+    if addr.count(":") < 2 or not addr.startswith("tcp://"):
+        assert error_code(reply) == "invalid_argument"
+    else:  # well-formed but unreachable: stored here, the forward simply failed
+        assert isinstance(reply, p.Stored) and len(reply.nodes) == 1
+    ask(hostile.nodes[0].addr, p.Delete([item_id]))
+    assert_healthy(hostile, client)
+
+
+def test_an_inventory_with_negative_ids_is_refused_and_no_delete_order_follows(hostile, client):
+    node = nodes(hostile)[0]
+    reply = send(hostile.master_addr, body(p.VERSION, 33, 1, node.node_id, [-7], True))[1]
+    assert error_code(reply) == "protocol"
+    probe_at = time.monotonic()
+    # the node would have died on the delete order in its next heartbeat reply
+    wait_for(lambda: time.monotonic() - probe_at > 1.0 and all(
+        n.heartbeat_age_s < 0.5 for n in hostile.status().nodes), what="two heartbeats")
+    assert_healthy(hostile, client)
+
+
+@pytest.mark.parametrize("addr", ["tcp://x", "tcp://127.0.0.1:1"])
+def test_a_heartbeat_cannot_move_a_live_node(hostile, client, addr):
+    before = nodes(hostile)
+    node = before[0]
+    reply = ask(hostile.master_addr, p.Heartbeat(node.node_id, addr, 0, 0, 10**12))
+    assert error_code(reply) == "invalid_argument"
+    assert [(n.node_id, n.addr) for n in nodes(hostile)] == [(n.node_id, n.addr) for n in before]
+    for _ in range(5):  # puts and re-replication go to the real nodes only
+        assert_healthy(hostile, client)
+
+
+def test_a_negative_request_id_is_not_echoed(hostile, client):
+    for addr in [hostile.master_addr, hostile.nodes[0].addr]:
+        rid, reply = send(addr, body(p.VERSION, 22, -5))
+        assert rid == 0 and error_code(reply) == "protocol"
+    assert_healthy(hostile, client)
+
+
+def test_a_request_with_several_body_frames_is_refused(hostile, client):
+    rid, reply = send(hostile.master_addr, p.encode(1, p.Status()), p.encode(2, p.Status()))
+    assert error_code(reply) == "protocol"
+    assert_healthy(hostile, client)
+
+
+# -- acknowledged enqueues -------------------------------------------------------------------
+
+
+def test_a_commit_with_an_oversized_request_id_changes_nothing(hostile, client):
+    placement = ask(hostile.master_addr, p.Alloc("big", [1], [0xE8B7BE43], [0], [0.0], [""],
+                                                   False, []))
+    assert isinstance(placement, p.Placement)
+    first, rest = placement.nodes[0], placement.nodes[1:]
+    stored = ask(first.addr, p.Put(placement.ids, [b"a"], [0xE8B7BE43], rest, 2, first.node_id))
+    assert isinstance(stored, p.Stored) and len(stored.nodes) == 2
+    reply = ask(hostile.master_addr, p.Commit(placement.ids, stored.nodes, "r" * 1_000_000))
+    assert error_code(reply) == "invalid_argument"
+    assert client.stats("big")["ready"] == 0 and client.stats("big")["pending"] == 1
+    assert ask(hostile.master_addr, p.Commit(placement.ids, stored.nodes, "ok-1")).count == 1
+    hostile.master.kill()
+    hostile.restart_master()
+    msg = client.dequeue("big", wait_s=5)
+    assert msg is not None and msg.data == b"a"
+    msg.ack()
+    assert_healthy(hostile, client)
+
+
+def test_reports_never_drop_the_last_replica(hostile, client):
+    item_id = client.enqueue("reports", b"precious")
+    holders = [n.node_id for n in nodes(hostile)]  # R=2 on two nodes: both hold it
+    # a client claims every replica is bad
+    assert isinstance(ask(hostile.master_addr, p.BadReplica([item_id] * len(holders), holders)),
+                      p.Ok)
+    # a node that was not asked claims an empty inventory
+    reply = ask(hostile.master_addr, p.Inventory(holders[0], [], True))
+    assert error_code(reply) == "invalid_argument"
+    # someone reports a copy nobody ordered
+    assert isinstance(ask(hostile.master_addr, p.Replicated(holders[0], "dn-fake", [item_id], [])),
+                      p.Ok)
+    msg = client.dequeue("reports", wait_s=5)
+    assert msg is not None and msg.id == item_id and msg.data == b"precious"
+    msg.ack()
+    assert_healthy(hostile, client)
+
+
+# -- memory budgets --------------------------------------------------------------------------
+
+
+def rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+MiB = 1024 * 1024
+
+
+def test_a_frame_of_empty_arrays_is_refused_cheaply(hostile, client):
+    frame = b"\x94" + msgpack.packb(p.VERSION) + b"\x16\x01" + b"\xdd" + \
+        (4 * MiB).to_bytes(4, "big") + b"\x90" * (4 * MiB)
+    for proc, addr in [(hostile.master, hostile.master_addr), (hostile.nodes[0], hostile.nodes[0].addr)]:
+        before = rss_bytes(proc.popen.pid)
+        started = time.monotonic()
+        _, reply = send(addr, frame)
+        assert error_code(reply) == "protocol"
+        assert time.monotonic() - started < 1.0
+        assert rss_bytes(proc.popen.pid) - before < 32 * MiB
+    assert_healthy(hostile, client)
+
+
+def test_a_frame_over_the_size_limit_is_dropped(hostile, client):
+    big = b"\x00" * (p.MAX_FRAME_BYTES + 1)
+    assert send(hostile.nodes[0].addr, big, timeout_s=1.0) is None  # ZeroMQ cut the connection
+    assert send(hostile.master_addr, b"\x00" * (9 * MiB), timeout_s=1.0) is None
+    assert_healthy(hostile, client)
+
+
+def test_a_get_repeating_one_id_gets_it_once_and_a_reply_is_capped(hostile, client):
+    blob = os.urandom(64 * 1024)
+    ids = client.enqueue_many("wide", [blob] * 400)  # 25 MiB in all: more than one reply holds
+    node = hostile.nodes[0]
+    before = rss_bytes(node.popen.pid)
+    reply = ask(node.addr, p.Get([ids[0]] * 10_000))
+    assert reply.ids == [ids[0]] and reply.blobs == [blob]
+    reply = ask(node.addr, p.Get(ids))
+    assert 0 < len(reply.ids) < len(ids) and sum(map(len, reply.blobs)) <= 21 * MiB
+    assert not reply.missing
+    assert rss_bytes(node.popen.pid) - before < 2 * p.MAX_FRAME_BYTES + 32 * MiB
+    got = client.dequeue_many("wide", 400, wait_s=5)  # the client asks again for the rest
+    assert sorted(m.id for m in got) == sorted(ids) and all(m.data == blob for m in got)
+    client.ack_many(got)
+    assert_healthy(hostile, client)
+
+
+def test_long_polls_are_capped_per_connection(hostile, client):
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(hostile.master_addr)
+    before = rss_bytes(hostile.master.popen.pid)
+    try:
+        for rid in range(1, 1001):
+            sock.send(p.encode(rid, p.Lease("nobody-fills-me", 1, 1.0, 2.0, "", [], [])))
+        refused = 0
+        deadline = time.monotonic() + 10
+        while refused < 1000 - 256 and time.monotonic() < deadline:
+            if sock.poll(100, zmq.POLLIN):
+                _, reply = p.decode(sock.recv())
+                refused += isinstance(reply, p.Error) and reply.code == "too_many_items"
+        assert refused == 1000 - 256
+    finally:
+        sock.close(linger=0)
+    assert rss_bytes(hostile.master.popen.pid) - before < 32 * MiB
+    assert_healthy(hostile, client)
