@@ -273,3 +273,37 @@ def test_long_polls_are_capped_per_connection(hostile, client):
         sock.close(linger=0)
     assert rss_bytes(hostile.master.popen.pid) - before < 32 * MiB
     assert_healthy(hostile, client)
+
+
+def test_pending_enqueues_are_capped_per_connection(hostile, client):
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(hostile.master_addr)
+    n = p.MAX_BATCH
+    before = rss_bytes(hostile.master.popen.pid)
+    try:
+        codes = []
+        for rid in range(1, 101):  # 1,000,000 items asked for, never committed
+            sock.send(p.encode(rid, p.Alloc("hoard", [1] * n, [0] * n, [0] * n, [0.0] * n,
+                                            ["k" * 200] * n, False, [])))
+            assert sock.poll(10_000, zmq.POLLIN)
+            reply = p.decode(sock.recv())[1]
+            codes.append("ok" if isinstance(reply, p.Placement) else reply.code)
+    finally:
+        sock.close(linger=0)
+    assert codes.count("ok") == 20 and codes.count("too_many_items") == 80
+    # 200,000 pending items with 200-character keys (the keys are shared, as they arrive)
+    assert rss_bytes(hostile.master.popen.pid) - before < 96 * MiB
+    assert_healthy(hostile, client)
+
+
+def test_puts_naming_many_replica_addresses_keep_peer_sockets_bounded(hostile, client):
+    node = hostile.nodes[0]
+    before = rss_bytes(node.popen.pid)
+    for port in range(1, 1501):  # libzmq's default limit is 1,023 sockets
+        ref = p.NodeRef("fake", f"tcp://127.0.0.1:{port}")
+        reply = ask(node.addr, p.Put([2**41 + port], [b"x"], [0x8CDC1683], [ref], 1, ""))
+        assert isinstance(reply, p.Stored)
+    ask(node.addr, p.Delete([2**41 + port for port in range(1, 1501)]))
+    assert rss_bytes(node.popen.pid) - before < 64 * MiB
+    assert_healthy(hostile, client)
