@@ -107,14 +107,21 @@ class NodeAccess:
             todo = []
             for (addr, group), reply in zip(by_addr.items(), call_many(calls, self.node_timeout_s)):
                 answered = isinstance(reply, p.Blobs)
+                unreached: set[int] = set()
                 if answered:
                     got.update(zip(reply.ids, reply.blobs))
+                    if reply.ids:  # a reply is capped by bytes: ids in neither list, ask again
+                        unreached = {item.id for item, _ in group} - set(reply.ids) - \
+                            set(reply.missing)
                 else:
                     log.warning("read from %s failed: %s", addr, reply)
                     if isinstance(reply, TimeoutError):
                         self._suspect({item.nodes[k].node_id for item, k in group})
                 crc32 = zlib.crc32
                 for item, k in group:
+                    if item.id in unreached:
+                        todo.append((item, k))
+                        continue
                     blob = got.get(item.id)
                     if blob is not None and (len(blob) == item.size and crc32(blob) == item.crc):
                         continue

@@ -250,6 +250,7 @@ def test_a_get_repeating_one_id_gets_it_once_and_a_reply_is_capped(hostile, clie
     assert rss_bytes(node.popen.pid) - before < 2 * p.MAX_FRAME_BYTES + 32 * MiB
     got = client.dequeue_many("wide", 400, wait_s=5)  # the client asks again for the rest
     assert sorted(m.id for m in got) == sorted(ids) and all(m.data == blob for m in got)
+    assert hostile.status().under_replicated == 0  # no replica taken for bad on the way
     client.ack_many(got)
     assert_healthy(hostile, client)
 
