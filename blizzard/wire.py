@@ -40,25 +40,50 @@ MAX_ELEMENTS = MAX_BATCH * 16
 
 Id = typing.NewType("Id", int)  # an item id on the wire: 0 <= id <= MAX_ID
 
-_BY_OP: dict[int, type] = {}
-_OP_OF: dict[type, int] = {}
+_OP_OF: dict[type, int] = {}  # every registered class, of any registry -> its op code
 _CHECKERS: dict[type, Callable[[Any], Any]] = {}
 _FIELDS: dict[type, Callable[[Any], list]] = {}  # message class -> its fields as a plain list
 _NUMBER = {int, float}
 
 
-def message(op: int) -> Callable[[type], type]:
-    """Class decorator: make a frozen dataclass a wire message with code ``op``."""
+class Registry:
+    """A family of message classes by op code: the wire protocol's, or the WAL's records.
 
-    def wrap(cls: type) -> type:
-        cls = dataclasses.dataclass(frozen=True, slots=True)(cls)
-        if op in _BY_OP:
-            raise RuntimeError(f"op {op} used twice: {_BY_OP[op].__name__} and {cls.__name__}")
-        _BY_OP[op] = cls
-        _OP_OF[cls] = op
-        return cls
+    Each family decodes only its own: a network frame can never be taken for a WAL record.
+    Op codes are unique across families, so a record's bytes name what it is.
+    """
 
-    return wrap
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.by_op: dict[int, type] = {}
+
+    def message(self, op: int) -> Callable[[type], type]:
+        """Class decorator: make a frozen dataclass a member with code ``op``."""
+
+        def wrap(cls: type) -> type:
+            cls = dataclasses.dataclass(frozen=True, slots=True)(cls)
+            if op in _OP_OF.values():
+                raise RuntimeError(f"op {op} used twice ({cls.__name__})")
+            self.by_op[op] = cls
+            _OP_OF[cls] = op
+            return cls
+
+        return wrap
+
+    def unpack(self, body: bytes) -> Any:
+        """Inverse of ``pack`` for this family; raises ``ProtocolError`` on anything malformed."""
+        try:
+            raw = msgpack.unpackb(body, raw=False, strict_map_key=True, use_list=True)
+        except Exception as exc:
+            raise ProtocolError(f"{self.what} is not valid msgpack: {exc}") from None
+        if type(raw) is not list or not raw or type(raw[0]) is not int or raw[0] not in self.by_op:
+            raise ProtocolError(f"{self.what} has no known type")
+        return _from_fields(self.by_op[raw[0]], raw[1:])
+
+
+WIRE = Registry("message")
+_BY_OP = WIRE.by_op
+message = WIRE.message
 
 
 def brief(v: Any) -> str:
@@ -294,19 +319,11 @@ def decode(body: bytes) -> tuple[int, Any]:
 
 
 def pack(msg: Any) -> bytes:
-    """Serialise a registered message without a request id (used for WAL records)."""
+    """Serialise a registered message without a request id (a WAL record, say)."""
     return msgpack.packb([_OP_OF[type(msg)], *_to_fields(msg)], use_bin_type=True)
 
 
-def unpack(body: bytes) -> Any:
-    """Inverse of ``pack``; raises ``ProtocolError`` on anything malformed."""
-    try:
-        raw = msgpack.unpackb(body, raw=False, strict_map_key=True, use_list=True)
-    except Exception as exc:
-        raise ProtocolError(f"record is not valid msgpack: {exc}") from None
-    if type(raw) is not list or not raw or type(raw[0]) is not int or raw[0] not in _BY_OP:
-        raise ProtocolError("record has no known type")
-    return _from_fields(_BY_OP[raw[0]], raw[1:])
+unpack = WIRE.unpack
 
 
 def dumps(obj: Any) -> bytes:

@@ -5,10 +5,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from blizzard import protocol
-from master import checkpoint
+from master import checkpoint, records
 from master.state import State
-from master.wal import WalCorrupt, _is_torn_tail, list_segments, scan, segment_name
+from master.wal import WalCorrupt, read_segments
 
 
 @dataclass
@@ -43,20 +42,15 @@ def check(data_dir: str) -> Report:
         start, exported = found
         state = State.restore(exported)
         report.checkpoint = checkpoint.checkpoint_name(start)
-    segments = [i for i in list_segments(wal_dir) if i >= start]
-    for n, index in enumerate(segments):
-        path = os.path.join(wal_dir, segment_name(index))
-        with open(path, "rb") as f:
-            data = f.read()
-        bodies, good_end, problem = scan(data)
-        report.segments.append((segment_name(index), len(bodies), len(data)))
-        for body in bodies:
-            state.apply(protocol.unpack(body))
-        if problem is not None:
-            where = f"{path}: {problem} at byte offset {good_end}"
-            if n == len(segments) - 1 and _is_torn_tail(data, good_end, problem):
+    for seg in read_segments(wal_dir, start):
+        report.segments.append((os.path.basename(seg.path), len(seg.bodies), seg.size))
+        for body in seg.bodies:
+            state.apply(records.unpack(body))
+        if seg.problem is not None:
+            where = f"{seg.path}: {seg.problem} at byte offset {seg.good_end}"
+            if seg.torn:
                 report.verdict = "torn"
-                report.problems.append(f"{where}; a start truncates {len(data) - good_end} bytes")
+                report.problems.append(f"{where}; a start truncates {seg.size - seg.good_end} bytes")
             else:
                 report.verdict = "corrupt"
                 report.problems.append(f"{where}; the master refuses to start")

@@ -1,13 +1,29 @@
 """The master's write-ahead log records: every change to durable state is one of these.
 
 Times in records are wall-clock seconds (``time.time()``), because they must mean the same
-thing after a restart. Records share the wire registry, so ``protocol.pack``/``unpack``
-serialise them; op codes 100+ are reserved for records.
+thing after a restart. Records are their own family of messages (codes 100+): ``pack``
+and ``unpack`` here are the WAL's record codec, and a network frame never decodes as one.
+On disk a record is the msgpack array ``[code, field_1, ..., field_n]``.
 """
 
 from __future__ import annotations
 
-from blizzard.protocol import message
+from typing import Any
+
+from blizzard.wire import Registry, pack as _pack
+
+RECORDS = Registry("WAL record")
+message = RECORDS.message
+
+
+def pack(rec: Any) -> bytes:
+    """A record's bytes for the WAL."""
+    return _pack(rec)
+
+
+def unpack(body: bytes) -> Any:
+    """The record in a WAL body; ``ProtocolError`` if it is not one."""
+    return RECORDS.unpack(body)
 
 
 @message(100)

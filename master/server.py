@@ -23,7 +23,7 @@ import zmq
 from blizzard import protocol as p
 from blizzard.errors import BlizzardError, InvalidArgument
 from blizzard.transport import RouterServer, error_reply
-from master import checkpoint
+from master import checkpoint, records
 from master.admin import QueueAdmin
 from master.config import MasterConfig
 from master.datanodes import DatanodeReports
@@ -110,7 +110,7 @@ class MasterServer:
         In this order, so a record that cannot be logged (too large) changes nothing; the
         pass's fsync comes before any reply, so nothing applied here is revealed early.
         """
-        body = p.pack(rec)
+        body = records.pack(rec)
         if len(body) > MAX_RECORD_BYTES:
             raise InvalidArgument(f"the request makes a log record of {len(body)} bytes; "
                                   f"at most {MAX_RECORD_BYTES}")
@@ -140,7 +140,7 @@ class MasterServer:
             state = State.restore(exported)
         replayed = 0
         for body in self.wal.replay(wal_start):
-            state.apply(p.unpack(body))
+            state.apply(records.unpack(body))
             replayed += 1
         log.info("recovered in %.3fs: checkpoint at segment %s, %d WAL records replayed, %d items, "
                  "id high-water %d", time.monotonic() - started,

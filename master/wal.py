@@ -18,6 +18,7 @@ import os
 import re
 import struct
 import zlib
+from dataclasses import dataclass
 from typing import Callable, Iterator
 
 log = logging.getLogger(__name__)
@@ -86,6 +87,35 @@ def _is_torn_tail(data: bytes, pos: int, problem: str) -> bool:
     return stop >= len(data) or not data[stop:].strip(b"\0")
 
 
+@dataclass
+class Segment:
+    """One segment file as read: its whole records, and the damage after them, if any."""
+
+    index: int
+    path: str
+    size: int
+    bodies: list[bytes]
+    good_end: int  # bytes of whole, checked records
+    problem: str | None
+    torn: bool  # the damage is a torn write at the log's very end (repairable by truncation)
+
+
+def read_segments(directory: str, start_index: int = 0) -> Iterator[Segment]:
+    """Every segment from ``start_index`` on, in order; the one reader of WAL files.
+
+    Only the last segment can have a torn tail; ``torn`` is False for damage anywhere else.
+    """
+    indexes = [i for i in list_segments(directory) if i >= start_index]
+    for n, index in enumerate(indexes):
+        path = os.path.join(directory, segment_name(index))
+        with open(path, "rb") as f:
+            data = f.read()
+        bodies, good_end, problem = scan(data)
+        torn = problem is not None and n == len(indexes) - 1 and \
+            _is_torn_tail(data, good_end, problem)
+        yield Segment(index, path, len(data), bodies, good_end, problem, torn)
+
+
 class Wal:
     """An append-only, group-committed log in ``directory``."""
 
@@ -109,25 +139,22 @@ class Wal:
 
         Must be consumed fully before ``append``: it also opens the last segment for writing.
         """
-        segments = [i for i in list_segments(self.directory) if i >= start_index]
-        for n, index in enumerate(segments):
-            path = os.path.join(self.directory, segment_name(index))
-            with open(path, "rb") as f:
-                data = f.read()
-            bodies, good_end, problem = scan(data)
-            if problem is not None:
-                last = n == len(segments) - 1
-                if not (last and _is_torn_tail(data, good_end, problem)):
-                    raise WalCorrupt(f"{path}: {problem} at byte offset {good_end} "
-                                     f"(record {len(bodies) + 1} of the segment); refusing to start")
+        last = None
+        for seg in read_segments(self.directory, start_index):
+            last = seg.index
+            if seg.problem is not None:
+                if not seg.torn:
+                    raise WalCorrupt(f"{seg.path}: {seg.problem} at byte offset {seg.good_end} "
+                                     f"(record {len(seg.bodies) + 1} of the segment); "
+                                     "refusing to start")
                 log.warning("%s: torn tail at byte %d (%s, %d bytes dropped); truncating",
-                            path, good_end, problem, len(data) - good_end)
-                with open(path, "r+b") as f:
-                    f.truncate(good_end)
+                            seg.path, seg.good_end, seg.problem, seg.size - seg.good_end)
+                with open(seg.path, "r+b") as f:
+                    f.truncate(seg.good_end)
                     f.flush()
                     os.fsync(f.fileno())
-            yield from bodies
-        self._open(segments[-1] if segments else max(start_index, 0))
+            yield from seg.bodies
+        self._open(last if last is not None else max(start_index, 0))
 
     def _open(self, index: int) -> None:
         path = os.path.join(self.directory, segment_name(index))

@@ -10,6 +10,7 @@ import pytest
 
 from blizzard import protocol as p
 from blizzard.errors import ProtocolError, UnknownOp, VersionMismatch
+from master import records
 
 
 def _sample(tp):
@@ -45,6 +46,17 @@ def test_every_message_round_trips(cls):
     msg = _build(cls)
     assert p.decode(p.encode(42, msg)) == (42, msg)
     assert p.unpack(p.pack(msg)) == msg
+
+
+@pytest.mark.parametrize("cls", sorted(records.RECORDS.by_op.values(), key=lambda c: p._OP_OF[c]),
+                         ids=lambda c: c.__name__)
+def test_every_wal_record_round_trips_and_is_no_wire_message(cls):
+    rec = _build(cls)
+    assert records.unpack(records.pack(rec)) == rec
+    with pytest.raises(UnknownOp):
+        p.decode(msgpack.packb([p.VERSION, p._OP_OF[cls], 1, *msgpack.unpackb(records.pack(rec))[1:]]))
+    with pytest.raises(ProtocolError):
+        records.unpack(p.pack(p.Status()))
 
 
 def _body(*items):

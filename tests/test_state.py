@@ -5,7 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from blizzard import protocol
+from blizzard import protocol as p
+from master import records
 from master.records import AckItems, CommitItems, LeaseItems, NodeSeen, ReleaseItems, Reserve
 from master.state import State
 
@@ -105,7 +106,7 @@ def test_replaying_the_log_rebuilds_the_same_state(script):
 
     def do(rec):
         live.apply(rec)
-        log.append(protocol.pack(rec))
+        log.append(records.pack(rec))
 
     for op in script:
         if op[0] == "commit":
@@ -138,7 +139,7 @@ def test_replaying_the_log_rebuilds_the_same_state(script):
             do(NodeSeen(op[1], op[2]))
     replayed = State()
     for body in log:
-        replayed.apply(protocol.unpack(body))
+        replayed.apply(records.unpack(body))
     for state in (live, replayed):
         for q in state.queues.values():
             state.promote_due(q, now)
@@ -175,15 +176,15 @@ def test_checkpoint_plus_wal_tail_rebuilds_the_same_state(script, cut):
             recs = []
         for rec in recs:
             live.apply(rec)
-            log.append(protocol.pack(rec))
+            log.append(records.pack(rec))
     cut = min(cut, len(log))
     before = State()
     for body in log[:cut]:
-        before.apply(protocol.unpack(body))
-    body = b"".join(map(protocol.dumps, before.export_parts()))
-    restored = State.restore(protocol.iter_loads(body))
+        before.apply(records.unpack(body))
+    body = b"".join(map(p.dumps, before.export_parts()))
+    restored = State.restore(p.iter_loads(body))
     for body in log[cut:]:
-        restored.apply(protocol.unpack(body))
+        restored.apply(records.unpack(body))
     for state in (live, restored):
         for q in state.queues.values():
             state.promote_due(q, now)

@@ -131,3 +131,28 @@ def test_failed_fsync_is_fatal(tmp_path, monkeypatch):
     with pytest.raises(OSError):
         w.flush()
     assert len(failures) == 1 and failures[0].errno == 5
+
+
+@pytest.mark.parametrize("kind", ["disk", "memory"])
+def test_both_wals_keep_the_same_contract(tmp_path, kind):
+    """What the server relies on, for the real log and its in-memory twin alike."""
+    from master.wal import MemoryWal, Wal as DiskWal
+
+    def open_wal():
+        return DiskWal(str(tmp_path / "wal")) if kind == "disk" else shared
+
+    shared = MemoryWal()
+    wal = open_wal()
+    assert list(wal.replay()) == []
+    wal.append(b"one")
+    assert wal.dirty and wal.records_appended == 1 and wal.records_written == 0
+    wal.flush()
+    assert not wal.dirty and wal.records_written == 1
+    start = wal.roll()
+    wal.append(b"two")
+    wal.close()
+    again = open_wal()
+    assert list(again.replay()) == [b"one", b"two"]
+    assert list(open_wal().replay(start)) == [b"two"]
+    with pytest.raises(ValueError):
+        again.append(b"x" * (64 * 1024 * 1024 + 1))
