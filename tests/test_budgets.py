@@ -152,3 +152,14 @@ def test_a_data_node_answers_any_broken_request_and_goes_on(tmp_path, monkeypatc
             raise_if_error(replies[0])
     finally:
         server.close()
+
+
+def test_the_master_answers_a_broken_handler_and_goes_on(monkeypatch):
+    master = in_process_master(replication=1)
+
+    def broken(*args):
+        raise KeyError("a bug")
+    monkeypatch.setitem(master.handlers, p.Stats, broken)
+    reply = master.handle(b"c", 1, p.Stats("q"), time.time(), time.monotonic())
+    assert isinstance(reply, p.Error) and reply.code == "internal"
+    alloc(master, 2)  # the next request is served as usual
