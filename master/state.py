@@ -128,8 +128,7 @@ class State:
 
     def _apply_configure(self, rec: ConfigureQueue) -> None:
         self.queue(rec.queue).config = QueueConfig(
-            rec.lease_s, rec.max_attempts, rec.dead_letter, rec.backoff_base_s, rec.backoff_cap_s,
-            rec.rate_per_s, rec.burst)
+            **{name: getattr(rec, name) for name in QueueConfig.option_names()})
 
     def _apply_node_seen(self, rec: NodeSeen) -> None:
         self.node_addrs[rec.node_id] = rec.addr
