@@ -43,9 +43,17 @@ class Deletes:
         self.total += len(ids)
 
     def drop_blobs(self, item_id: int, nodes: Iterable[str]) -> None:
-        """Every holder of an item that is gone should delete its blob."""
+        """Every holder of an item that is gone should delete its blob (the ack path: kept cheap)."""
+        orders = self.orders
         for node in nodes:
-            self.order(node, (item_id,))
+            target = orders.get(node)
+            if target is None:
+                target = orders[node] = []
+            if len(target) < MAX_PER_NODE and self.total < MAX_TOTAL:
+                target.append(item_id)
+                self.total += 1
+            else:
+                self.order(node, (item_id,))  # over a cap: counted and warned there
 
     def take(self, node: str) -> list[int]:
         """Up to one request's worth of ids for ``node`` (its heartbeat reply carries them)."""

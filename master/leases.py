@@ -124,11 +124,10 @@ class Leases:
         checks.batch(checks.same_length(ids=ids, leases=leases))
         held, lost, gone = [], [], 0
         acked = self.state.recent_acks
-        seen: set[int] = set()
+        if len(set(ids)) != len(ids):  # an id named twice counts once (its first lease)
+            pairs = dict(zip(reversed(ids), reversed(leases)))
+            ids, leases = list(pairs), list(pairs.values())
         for item_id, lease in zip(ids, leases):
-            if item_id in seen:
-                continue  # an id named twice counts once
-            seen.add(item_id)
             item = self.state.items.get(item_id)
             if item is None:
                 if acked.get(item_id, lease) == lease:
