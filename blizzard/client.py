@@ -1,60 +1,58 @@
 """The Python client: enqueue (alloc -> put -> commit) and dequeue (lease -> get -> ack).
 
+``Client`` is a facade over collaborators, each in its own file: the master link
+(``master_link.py``: requests retried until ``timeout_s``), the data-node pool
+(``datanodes.py``: puts, reads with fail-over, nodes to avoid), the enqueue pipeline
+(``pipeline.py``, also driven by ``Producer``), leases (``leases.py``: lease, ack, nack,
+extend) and queue administration (``admin.py``).
+
 A ``Client`` owns ZeroMQ sockets and is not thread-safe: use one per thread. Payload bytes
 go straight to data nodes; the master only sees ids, sizes and checksums.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import itertools
 import logging
-import time
-import uuid
-import zlib
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import zmq
 
 from blizzard import protocol as p
 from blizzard.admin import QueueAdmin
-from blizzard.errors import (DatanodeUnavailable, InvalidArgument, LeaseExpired,
-                             MasterUnavailable, NotEnoughDatanodes, UnknownItem)
-from blizzard.messages import Consumer, EnqueueOptions, LeasedItem, Message, as_bytes
-from blizzard.nodes import NodeAccess
-from blizzard.transport import Endpoint, call_many, raise_if_error
+from blizzard.consumer import Consumer
+from blizzard.datanodes import DatanodePool
+from blizzard.defaults import DEFAULT_MASTER
+from blizzard.enqueue_options import EnqueueOptions
+from blizzard.errors import ClusterError, DatanodeUnavailable, InvalidArgument
+from blizzard.leases import Leases
+from blizzard.master_link import MasterLink
+from blizzard.message import LeasedItem, Message, leased_items
+from blizzard.pipeline import EnqueuePipeline, Staged
+from blizzard.producer import Producer
 
-if TYPE_CHECKING:
-    from blizzard.producer import Producer
-
-__all__ = ["Client", "Consumer", "EnqueueOptions", "LeasedItem", "Message"]
+__all__ = ["Client", "Consumer", "EnqueueOptions", "LeasedItem", "Message", "Producer"]
 
 log = logging.getLogger(__name__)
 
-CHUNK_ITEMS = 1000  # items per alloc/put/commit round
-CHUNK_BYTES = 16 * 1024 * 1024
-PUT_ATTEMPTS = 4
-ATTEMPT_S = 2.0  # one try at a master request before it is sent again (a restart loses it)
-RETRYABLE = {"master_starting"}
 
-
-class Client(QueueAdmin, NodeAccess):
+class Client:
     """A connection to one Blizzard cluster, addressed by its master."""
 
-    def __init__(self, master: str = "tcp://127.0.0.1:5555", *, timeout_s: float = 30.0,
+    def __init__(self, master: str = DEFAULT_MASTER, *, timeout_s: float = 30.0,
                  node_timeout_s: float = 5.0, ctx: zmq.Context | None = None) -> None:
         """``timeout_s`` bounds each call: master requests are retried with back-off until then,
         so a master restart is ridden through; past it, ``MasterUnavailable``.
         ``node_timeout_s`` is how long one data node may take before another replica is tried."""
         if timeout_s <= 0 or node_timeout_s <= 0:
             raise InvalidArgument("timeout_s and node_timeout_s must be positive")
-        self.node_timeout_s = min(node_timeout_s, timeout_s)
         self.ctx = ctx or zmq.Context.instance()
         self.timeout_s = timeout_s
-        self.master = Endpoint(self.ctx, master)
-        self.nodes: dict[str, Endpoint] = {}
-        self._suspects: dict[str, float] = {}  # node id -> monotonic time it is trusted again
-        self._calls = (f"{uuid.uuid4().hex[:16]}-{n}" for n in itertools.count())
+        self.node_timeout_s = min(node_timeout_s, timeout_s)
+        self.master = MasterLink(self.ctx, master, timeout_s=timeout_s)
+        self.datanodes = DatanodePool(self.ctx, node_timeout_s=self.node_timeout_s)
+        self.pipeline = EnqueuePipeline(self.master, self.datanodes)
+        self.leases = Leases(self.master)
+        self.admin = QueueAdmin(self.master)
 
     def __enter__(self) -> "Client":
         return self
@@ -64,46 +62,7 @@ class Client(QueueAdmin, NodeAccess):
 
     def close(self) -> None:
         self.master.close()
-        for ep in self.nodes.values():
-            ep.close()
-        self.nodes.clear()
-
-    # -- plumbing ----------------------------------------------------------------------------
-
-    def _master_many(self, msgs: list[Any], extra_s: float = 0.0,
-                     raise_errors: bool = True) -> list[Any]:
-        """Send requests to the master, retrying timeouts with back-off until the deadline.
-
-        Retrying is safe: allocs are cheap to repeat, commits and acks are idempotent, and a
-        lease carries a request id so its retry returns the same items.
-        """
-        deadline = time.monotonic() + self.timeout_s + extra_s
-        results: list[Any] = [None] * len(msgs)
-        todo = list(range(len(msgs)))
-        pause = 0.05
-        while True:
-            attempt_s = min(deadline - time.monotonic(), ATTEMPT_S + extra_s)
-            replies = call_many([(self.master, msgs[i]) for i in todo], max(attempt_s, 0.01))
-            again = []
-            for i, reply in zip(todo, replies):
-                results[i] = reply
-                if isinstance(reply, TimeoutError) or (isinstance(reply, p.Error)
-                                                       and reply.code in RETRYABLE):
-                    again.append(i)
-            if not again:
-                return [raise_if_error(r) for r in results] if raise_errors else results
-            if time.monotonic() + pause >= deadline:
-                last = results[again[0]]
-                if isinstance(last, p.Error):
-                    raise_if_error(last)
-                raise MasterUnavailable(f"master {self.master.addr} did not answer within "
-                                        f"{self.timeout_s + extra_s:g}s")
-            time.sleep(pause)
-            pause = min(1.0, pause * 2)
-            todo = again
-
-    def _master(self, msg: Any, extra_s: float = 0.0) -> Any:
-        return self._master_many([msg], extra_s)[0]
+        self.datanodes.close()
 
     # -- enqueue -----------------------------------------------------------------------------
 
@@ -128,103 +87,27 @@ class Client(QueueAdmin, NodeAccess):
         commit) is staged and committed again: nothing of it was visible, so nothing doubles.
         """
         opts = EnqueueOptions.make(priority, delay_s, not_before, key, coalesce)
-        chunks = self._chunks(items)
-        ids: list[int] = []
-        for start in range(0, len(chunks), 8):  # up to 8 chunks in flight at once
-            group = chunks[start:start + 8]
-            staged = self._stage_chunks(queue, group, opts)
-            for attempt in range(PUT_ATTEMPTS):
-                replies = self._master_many([p.Commit(i, n, next(self._calls)) for i, n in staged],
-                                            raise_errors=False)
-                redo = [k for k, r in enumerate(replies)
-                        if isinstance(r, p.Error) and r.code == UnknownItem.code]
-                if not redo or attempt == PUT_ATTEMPTS - 1:
-                    for r in replies:
-                        raise_if_error(r)
-                    break
-                log.warning("the master forgot %d pending chunks (restarted?); staging them again",
-                            len(redo))
-                again = self._stage_chunks(queue, [group[k] for k in redo], opts)
-                for k, fresh in zip(redo, again):
-                    staged[k] = fresh
-            ids += [i for chunk_ids, _ in staged for i in chunk_ids]
-        return ids
+        return self.pipeline.enqueue(queue, items, opts)
 
-    def producer(self, queue: str, *, window: int = 4, **options: Any) -> "Producer":
+    def producer(self, queue: str, *, window: int = 4, **options: Any) -> Producer:
         """A pipelining producer for ``queue``: ``send`` batches, ``flush`` for their ids.
 
         Up to ``window`` batches are in flight at once; options are ``enqueue``'s.
         """
-        from blizzard.producer import Producer
-        return Producer(self, queue, window=window, **options)
+        return Producer(self.pipeline, queue, window=window, **options)
 
     def stage(self, queue: str, items: Iterable[bytes], *, priority: int = 0, delay_s: float = 0.0,
-              key: str | None = None) -> list[tuple[list[int], list[str]]]:
+              key: str | None = None) -> Staged:
         """Phases 1-2 of an enqueue: ids allocated, payloads durable on data nodes, nothing visible.
 
         Returns (ids, node ids) per chunk for ``commit``; if it is never committed, the master
         drops the items after its pending timeout and deletes their blobs.
         """
-        opts = EnqueueOptions.make(priority, delay_s, None, key)
-        chunks = self._chunks(items)
-        staged: list[tuple[list[int], list[str]]] = []
-        for start in range(0, len(chunks), 8):
-            staged += self._stage_chunks(queue, chunks[start:start + 8], opts)
-        return staged
+        return self.pipeline.stage(queue, items, EnqueueOptions.make(priority, delay_s, None, key))
 
-    def _chunks(self, items: Iterable[bytes]) -> list[list[bytes]]:
-        chunks: list[list[bytes]] = [[]]
-        size = 0
-        for blob in map(as_bytes, items):
-            if len(chunks[-1]) >= CHUNK_ITEMS or (size + len(blob) > CHUNK_BYTES and chunks[-1]):
-                chunks.append([])
-                size = 0
-            chunks[-1].append(blob)
-            size += len(blob)
-        return chunks if chunks[0] else []
-
-    def commit(self, staged: list[tuple[list[int], list[str]]]) -> None:
+    def commit(self, staged: Staged) -> None:
         """Phase 3: make staged items visible, all chunks in one round trip (idempotent)."""
-        if staged:
-            self._master_many([p.Commit(ids, nodes, next(self._calls)) for ids, nodes in staged])
-
-    def _stage_chunks(self, queue: str, chunks: list[list[bytes]],
-                      opts: EnqueueOptions) -> list[tuple[list[int], list[str]]]:
-        crcs = [[zlib.crc32(b) for b in chunk] for chunk in chunks]
-        allocs = [p.Alloc(queue, [len(b) for b in chunk], c, [opts.priority] * len(chunk),
-                          [opts.delay_s] * len(chunk), [opts.key] * len(chunk), opts.coalesce,
-                          self.suspected())
-                  for chunk, c in zip(chunks, crcs)]
-        placements = self._place(allocs)
-        stored = self._put_all(placements, chunks, crcs)
-        for i in range(len(chunks)):
-            for attempt in range(PUT_ATTEMPTS):
-                if isinstance(stored[i], p.Stored):
-                    break
-                error, bad = stored[i]
-                if attempt == PUT_ATTEMPTS - 1:
-                    raise error
-                # Only the latest culprits are avoided: a node that merely waited on a dead
-                # replica is fine again next time, and excluding too many fails the placement.
-                log.warning("put failed (%s); asking for a placement without %s", error, sorted(bad))
-                self._suspect(bad)
-                allocs[i] = dataclasses.replace(allocs[i], exclude=sorted(bad))
-                placements[i] = self._master(allocs[i])  # too few nodes without them: an error
-                stored[i] = self._put_all([placements[i]], [chunks[i]], [crcs[i]])[0]
-        return [(pl.ids, s.nodes) for pl, s in zip(placements, stored)]
-
-    def _place(self, allocs: list[p.Alloc]) -> list[p.Placement]:
-        """Placements for allocs that avoid suspected nodes; where that leaves too few nodes,
-        asked again without (a suspect is better than no write at all)."""
-        replies = self._master_many(allocs, raise_errors=False)
-        redo = [k for k, r in enumerate(replies) if allocs[k].exclude and isinstance(r, p.Error)
-                and r.code == NotEnoughDatanodes.code]
-        if redo:
-            again = self._master_many([dataclasses.replace(allocs[k], exclude=[]) for k in redo],
-                                      raise_errors=False)
-            for k, reply in zip(redo, again):
-                replies[k] = reply
-        return [raise_if_error(r) for r in replies]
+        self.pipeline.commit(staged)
 
     # -- dequeue -----------------------------------------------------------------------------
 
@@ -249,13 +132,12 @@ class Client(QueueAdmin, NodeAccess):
         if failed:
             log.warning("%d leased items could not be read from any replica; releasing them",
                         len(failed))
-            self._master(p.Nack([i.id for i in failed], [i.lease for i in failed], 1.0,
-                                "no replica could be read"))
+            self.master.call(p.Nack([i.id for i in failed], [i.lease for i in failed], 1.0,
+                                    "no replica could be read"))
             if not payloads:
                 raise DatanodeUnavailable(f"no replica of items {[i.id for i in failed][:5]} "
                                           "could be read")
-        return [Message(i.id, payloads[i.id], queue, i.attempts, i.priority, i.enqueued_at,
-                        i.lease, self) for i in items if i.id in payloads]
+        return self._messages(queue, items, payloads)
 
     def lease(self, queue: str, n: int, *, lease_s: float | None = None, wait_s: float = 0.0,
               ack: Sequence[Any] = ()) -> list[LeasedItem]:
@@ -263,36 +145,36 @@ class Client(QueueAdmin, NodeAccess):
 
         ``lease_s`` None: the queue's configured lease.
         """
-        if type(n) is not int:
-            raise InvalidArgument("n must be an integer")
-        if lease_s is None:
-            lease_s = 0.0  # the master applies the queue's default
-        elif not isinstance(lease_s, bool) and isinstance(lease_s, (int, float)) and lease_s <= 0:
-            raise InvalidArgument(f"lease_s must be positive, got {lease_s!r}")
-        if isinstance(lease_s, bool) or not isinstance(lease_s, (int, float)) \
-                or isinstance(wait_s, bool) or not isinstance(wait_s, (int, float)):
-            raise InvalidArgument("lease_s and wait_s must be numbers of seconds")
-        leased: p.Leased = self._master(
-            p.Lease(queue, n, float(lease_s), float(wait_s), next(self._calls),
-                    [m.id for m in ack], [m.lease for m in ack]),
-            extra_s=float(wait_s) if wait_s > 0 else 0.0)
-        items = self._leased_items(leased)
-        if leased.lost:
-            if items:
-                self._master(p.Nack([i.id for i in items], [i.lease for i in items], 0.0, ""))
-            raise LeaseExpired(f"the lease on items {leased.lost[:10]} expired before the ack; "
-                               "another consumer may hold them")
-        return items
+        return self.leases.lease(queue, n, lease_s=lease_s, wait_s=wait_s, ack=ack)
 
-    @staticmethod
-    def _leased_items(leased: p.Leased) -> list[LeasedItem]:
-        return [LeasedItem(leased.ids[i], leased.leases[i], leased.sizes[i], leased.crcs[i],
-                           leased.attempts[i], leased.priorities[i], leased.enqueued_at[i],
-                           leased.replica_sets[leased.replica_set[i]].nodes, leased.keys[i])
-                for i in range(len(leased.ids))]
+    def fetch(self, items: list[LeasedItem]) -> tuple[dict[int, bytes], list[LeasedItem]]:
+        """Read payloads from the data nodes, trying each item's replicas in turn, checking size
+        and checksum (P5); returns payloads by id and the items no replica could serve.
+
+        Replicas that answered without a good copy are reported to the master, which copies a
+        good one over them.
+        """
+        reads = self.datanodes.read(items)
+        if reads.bad:
+            try:  # a courtesy: the master re-replicates from a good copy
+                self.master.call(p.BadReplica([b[0] for b in reads.bad], [b[1] for b in reads.bad]))
+            except ClusterError as exc:
+                log.warning("could not report %d bad replicas: %s", len(reads.bad), exc)
+        return reads.payloads, reads.failed
+
+    def peek(self, queue: str, n: int = 1) -> list[Message]:
+        """The head items with payloads, without leasing them (their ``ack`` is a no-op error)."""
+        items = leased_items(self.master.call(p.Peek(queue, n)))
+        payloads, _ = self.fetch(items) if items else ({}, [])
+        return self._messages(queue, items, payloads)
+
+    def _messages(self, queue: str, items: list[LeasedItem],
+                  payloads: dict[int, bytes]) -> list[Message]:
+        return [Message(i.id, payloads[i.id], queue, i.attempts, i.priority, i.enqueued_at,
+                        i.lease, self.leases) for i in items if i.id in payloads]
 
     def consume(self, queue: str, n: int = 100, *, lease_s: float | None = None,
-                wait_s: float = 1.0) -> "Consumer":
+                wait_s: float = 1.0) -> Consumer:
         """Batches from ``queue``, each acked together with the next lease (one round trip).
 
         ``with c.consume("jobs") as batches: for msgs in batches: ...`` -- a batch counts as
@@ -303,27 +185,55 @@ class Client(QueueAdmin, NodeAccess):
 
     def extend_many(self, msgs: Sequence[Any], *, lease_s: float) -> None:
         """Extend leases to ``lease_s`` seconds from now; ``LeaseExpired`` if one was lost."""
-        self._settle(msgs, lambda ids, leases: p.Extend(ids, leases, float(lease_s)))
+        self.leases.extend_many(msgs, lease_s=lease_s)
 
     def ack_many(self, msgs: Sequence[Any]) -> None:
         """Finish leased messages; raises ``LeaseExpired`` naming any whose lease was lost."""
-        self._settle(msgs, lambda ids, leases: p.Ack(ids, leases))
+        self.leases.ack_many(msgs)
 
     def nack_many(self, msgs: Sequence[Any], *, delay_s: float | None = None,
                   error: str = "") -> None:
         """Give leased messages back: after ``delay_s``, or (None) the queue's retry back-off."""
-        delay = None if delay_s is None else float(delay_s)
-        self._settle(msgs, lambda ids, leases: p.Nack(ids, leases, delay, str(error)))
+        self.leases.nack_many(msgs, delay_s=delay_s, error=error)
 
-    def _settle(self, msgs: Sequence[Any], make: Any) -> None:
-        lost: list[int] = []
-        for start in range(0, len(msgs), p.MAX_BATCH):
-            part = msgs[start:start + p.MAX_BATCH]
-            reply: p.Acked = self._master(make([m.id for m in part], [m.lease for m in part]))
-            lost += reply.lost
-        if lost:
-            raise LeaseExpired(f"the lease on items {lost[:10]} expired before this call; "
-                               "another consumer may hold them")
+    def suspected(self) -> list[str]:
+        """Data nodes this client avoids for now: they failed a put or timed out on a read."""
+        return self.datanodes.suspected()
 
-    # -- inspection --------------------------------------------------------------------------
+    # -- queues and the cluster --------------------------------------------------------------
 
+    def stats(self, queue: str) -> dict[str, Any]:
+        """A queue's counters: ready, delayed, leased, pending, dead, oldest_age_s."""
+        return self.admin.stats(queue)
+
+    def queue_config(self, queue: str) -> dict[str, Any]:
+        """A queue's settings (defaults for a queue never configured)."""
+        return self.admin.queue_config(queue)
+
+    def create_queue(self, queue: str, **options: Any) -> dict[str, Any]:
+        """Create a queue with settings (``QueueExists`` if it exists); returns its settings."""
+        return self.admin.configure(queue, True, options)
+
+    def configure_queue(self, queue: str, **options: Any) -> dict[str, Any]:
+        """Change some settings of a queue (creating it if new); returns all its settings.
+
+        Options: lease_s, max_attempts (0: unlimited), dead_letter, backoff_base_s,
+        backoff_cap_s, rate_per_s (0: unlimited), burst.
+        """
+        return self.admin.configure(queue, False, options)
+
+    def queues(self) -> list[dict[str, Any]]:
+        """Every queue's counters."""
+        return self.admin.queues()
+
+    def purge(self, queue: str) -> int:
+        """Drop every waiting item of ``queue`` (leased ones stay); returns how many."""
+        return self.admin.purge(queue)
+
+    def redrive(self, queue: str, n: int = 10_000) -> int:
+        """Move up to ``n`` dead items of ``queue`` back into it (attempts reset); how many."""
+        return self.admin.redrive(queue, n)
+
+    def status(self) -> p.ClusterStatus:
+        """The cluster as the master sees it: data nodes and queues."""
+        return self.admin.status()

@@ -8,7 +8,7 @@ import pytest
 import zmq
 
 from blizzard import Client, protocol as p
-from blizzard import nodes as nodes_module
+from blizzard import datanodes as nodes_module
 from blizzard.errors import (InvalidArgument, LeaseExpired, MasterUnavailable, PayloadTooLarge,
                              ProtocolError, UnknownOp)
 from blizzard.harness import LOOPBACK, free_port
@@ -264,12 +264,12 @@ def test_a_dead_data_node_costs_a_producer_one_stall_not_one_per_call(cluster_fa
     cluster.nodes[0].kill()
     with Client(cluster.master_addr, timeout_s=30) as c:
         placed: list[set[str]] = []
-        put_all = c._put_all
+        put_request = c.datanodes.put_request
 
-        def recording(placements, chunks, crcs):
-            placed.append({n.node_id for pl in placements for n in pl.nodes})
-            return put_all(placements, chunks, crcs)
-        c._put_all = recording
+        def recording(placement, blobs, crcs):
+            placed.append({n.node_id for n in placement.nodes})
+            return put_request(placement, blobs, crcs)
+        c.datanodes.put_request = recording
         for i in range(6):  # round-robin placement puts the dead node in the first few
             c.enqueue_many("dn", [b"%d" % i] * 10)
         assert dead in c.suspected()

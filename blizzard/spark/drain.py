@@ -20,9 +20,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from blizzard.client import Client
+from blizzard.defaults import DEFAULT_MASTER
 from blizzard.errors import InvalidArgument
-from blizzard.spark.options import DEFAULT_MASTER
-from blizzard.spark.source import SCHEMA, register
+from blizzard.spark.schema import SCHEMA
+from blizzard.spark.source import register
 
 FORMATS = ("parquet", "json")
 MB = 1_000_000

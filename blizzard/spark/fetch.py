@@ -18,10 +18,11 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from blizzard.client import Client, LeasedItem
+from blizzard.client import Client
 from blizzard.errors import LeaseExpired
+from blizzard.message import LeasedItem
 from blizzard.spark.options import ReadOptions
-from blizzard.spark.source import SCHEMA
+from blizzard.spark.schema import SCHEMA
 
 log = logging.getLogger(__name__)
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+from blizzard.defaults import DEFAULT_MASTER
 from blizzard.errors import InvalidArgument
 
 MiB = 1024 * 1024
-DEFAULT_MASTER = "tcp://127.0.0.1:5555"
 
 
 def _positive_int(name: str, text: str) -> int:

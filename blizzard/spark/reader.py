@@ -32,8 +32,9 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxRows,
                                               SupportsTriggerAvailableNow)
 
-from blizzard.client import Client, LeasedItem
+from blizzard.client import Client
 from blizzard.errors import ClusterError, LeaseExpired
+from blizzard.message import LeasedItem
 from blizzard.protocol import MAX_BATCH
 from blizzard.spark.fetch import NodePartition, read_partition
 from blizzard.spark.options import ReadOptions

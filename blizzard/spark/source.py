@@ -6,21 +6,11 @@ import weakref
 
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, DataSourceWriter
-from pyspark.sql.types import (BinaryType, IntegerType, LongType, StringType, StructField,
-                               StructType, TimestampType)
+from pyspark.sql.types import StructType
 
 from blizzard.errors import InvalidArgument
 from blizzard.spark.options import ReadOptions, WriteOptions
-
-SCHEMA = StructType([  # built by hand: parsing DDL needs a JVM, and Python workers have none
-    StructField("id", LongType()),
-    StructField("queue", StringType()),
-    StructField("priority", IntegerType()),
-    StructField("attempts", IntegerType()),
-    StructField("enqueued_at", TimestampType()),
-    StructField("key", StringType()),  # null until the client can enqueue with a key
-    StructField("data", BinaryType()),
-])
+from blizzard.spark.schema import SCHEMA
 
 
 class BlizzardDataSource(DataSource):

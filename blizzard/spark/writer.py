@@ -22,6 +22,7 @@ from pyspark.sql.types import (BinaryType, ByteType, DataType, DoubleType, Float
 
 from blizzard.client import Client
 from blizzard.errors import InvalidArgument, UnknownItem
+from blizzard.pipeline import Staged
 from blizzard.protocol import MAX_BATCH
 from blizzard.spark.options import WriteOptions
 
@@ -38,8 +39,6 @@ COLUMNS: dict[str, tuple[type[DataType], ...]] = {
     "key": (StringType,),  # items sharing a key are never leased at the same time; null: none
     "delay_s": INTEGRAL + (FloatType, DoubleType),  # invisible this long after staging; null: 0
 }
-
-Staged = list[tuple[list[int], list[str]]]  # as Client.stage returns: (ids, node ids) per chunk
 
 
 def check_write_schema(schema: StructType) -> None:

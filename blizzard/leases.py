@@ -1,0 +1,67 @@
+"""Leases from the client's side: take items from a queue, then settle them.
+
+Settling (ack, nack, extend) names each item by id and lease token, so a consumer whose
+lease ran out cannot settle an item another consumer holds now: the master reports it as
+lost and the call raises ``LeaseExpired``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+from blizzard import protocol as p
+from blizzard.errors import InvalidArgument, LeaseExpired
+from blizzard.master_link import MasterLink
+from blizzard.message import LeasedItem, leased_items
+
+
+class Leases:
+    """Lease, ack, nack and extend through the master link."""
+
+    def __init__(self, master: MasterLink) -> None:
+        self.master = master
+
+    def lease(self, queue: str, n: int, *, lease_s: float | None = None, wait_s: float = 0.0,
+              ack: Sequence[Any] = ()) -> list[LeasedItem]:
+        """Up to ``n`` head items of ``queue``, leased; ``ack`` settles a previous batch first."""
+        if type(n) is not int:
+            raise InvalidArgument("n must be an integer")
+        if lease_s is None:
+            lease_s = 0.0  # the master applies the queue's default
+        elif not isinstance(lease_s, bool) and isinstance(lease_s, (int, float)) and lease_s <= 0:
+            raise InvalidArgument(f"lease_s must be positive, got {lease_s!r}")
+        if isinstance(lease_s, bool) or not isinstance(lease_s, (int, float)) \
+                or isinstance(wait_s, bool) or not isinstance(wait_s, (int, float)):
+            raise InvalidArgument("lease_s and wait_s must be numbers of seconds")
+        leased: p.Leased = self.master.call(
+            p.Lease(queue, n, float(lease_s), float(wait_s), self.master.call_id(),
+                    [m.id for m in ack], [m.lease for m in ack]),
+            extra_s=float(wait_s) if wait_s > 0 else 0.0)
+        items = leased_items(leased)
+        if leased.lost:
+            if items:
+                self.master.call(p.Nack([i.id for i in items], [i.lease for i in items], 0.0, ""))
+            raise LeaseExpired(f"the lease on items {leased.lost[:10]} expired before the ack; "
+                               "another consumer may hold them")
+        return items
+
+    def extend_many(self, msgs: Sequence[Any], *, lease_s: float) -> None:
+        self._settle(msgs, lambda ids, leases: p.Extend(ids, leases, float(lease_s)))
+
+    def ack_many(self, msgs: Sequence[Any]) -> None:
+        self._settle(msgs, lambda ids, leases: p.Ack(ids, leases))
+
+    def nack_many(self, msgs: Sequence[Any], *, delay_s: float | None = None,
+                  error: str = "") -> None:
+        delay = None if delay_s is None else float(delay_s)
+        self._settle(msgs, lambda ids, leases: p.Nack(ids, leases, delay, str(error)))
+
+    def _settle(self, msgs: Sequence[Any], make: Callable[[list[int], list[int]], Any]) -> None:
+        lost: list[int] = []
+        for start in range(0, len(msgs), p.MAX_BATCH):
+            part = msgs[start:start + p.MAX_BATCH]
+            reply: p.Acked = self.master.call(make([m.id for m in part], [m.lease for m in part]))
+            lost += reply.lost
+        if lost:
+            raise LeaseExpired(f"the lease on items {lost[:10]} expired before this call; "
+                               "another consumer may hold them")

@@ -1,0 +1,82 @@
+"""The client's connection to the master: requests retried with back-off until a deadline.
+
+Retrying is safe: allocs are cheap to repeat, commits and acks are idempotent, and a lease
+carries a request id so its retry returns the same items. A master that restarts answers
+``master_starting`` until it has replayed its log; that, like silence, is waited out.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+import uuid
+from typing import Any
+
+import zmq
+
+from blizzard import protocol as p
+from blizzard.errors import MasterUnavailable
+from blizzard.transport import Endpoint, call_many, raise_if_error
+
+ATTEMPT_S = 2.0  # one try at a master request before it is sent again (a restart loses it)
+RETRYABLE = {"master_starting"}
+
+
+class MasterLink:
+    """Requests to one master, each retried until ``timeout_s`` after it was first sent."""
+
+    def __init__(self, ctx: zmq.Context, addr: str, *, timeout_s: float) -> None:
+        self.endpoint = Endpoint(ctx, addr)
+        self.timeout_s = timeout_s
+        self._call_ids = (f"{uuid.uuid4().hex[:16]}-{n}" for n in itertools.count())
+
+    @property
+    def addr(self) -> str:
+        return self.endpoint.addr
+
+    def call_id(self) -> str:
+        """A fresh id for a request the master must apply at most once (commit, lease)."""
+        return next(self._call_ids)
+
+    def call_many(self, msgs: list[Any], extra_s: float = 0.0, raise_errors: bool = True,
+                  since: float | None = None) -> list[Any]:
+        """Send requests at once, resending those not answered, until the deadline.
+
+        The deadline is ``timeout_s + extra_s`` after ``since`` (a monotonic time; default
+        now). With ``raise_errors`` False, error replies are returned as ``protocol.Error``.
+        """
+        deadline = (time.monotonic() if since is None else since) + self.timeout_s + extra_s
+        results: list[Any] = [None] * len(msgs)
+        todo = list(range(len(msgs)))
+        pause = 0.05
+        while True:
+            attempt_s = min(deadline - time.monotonic(), ATTEMPT_S + extra_s)
+            replies = call_many([(self.endpoint, msgs[i]) for i in todo], max(attempt_s, 0.01))
+            again = []
+            for i, reply in zip(todo, replies):
+                results[i] = reply
+                if isinstance(reply, TimeoutError) or is_retryable(reply):
+                    again.append(i)
+            if not again:
+                return [raise_if_error(r) for r in results] if raise_errors else results
+            if time.monotonic() + pause >= deadline:
+                last = results[again[0]]
+                if isinstance(last, p.Error):
+                    raise_if_error(last)
+                raise MasterUnavailable(f"master {self.addr} did not answer within "
+                                        f"{self.timeout_s + extra_s:g}s")
+            time.sleep(pause)
+            pause = min(1.0, pause * 2)
+            todo = again
+
+    def call(self, msg: Any, extra_s: float = 0.0, since: float | None = None) -> Any:
+        """One request (see ``call_many``); raises the reply's ``BlizzardError``."""
+        return self.call_many([msg], extra_s, since=since)[0]
+
+    def close(self) -> None:
+        self.endpoint.close()
+
+
+def is_retryable(reply: Any) -> bool:
+    """An error reply that a resend may get past (the master is still starting)."""
+    return isinstance(reply, p.Error) and reply.code in RETRYABLE

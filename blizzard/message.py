@@ -1,0 +1,86 @@
+"""What a dequeue hands out: ``LeasedItem`` (where an item is) and ``Message`` (its payload).
+
+A ``Message`` settles itself through ``Settle``, the three lease calls, not through the
+whole client.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol, Sequence
+
+from blizzard import protocol as p
+
+
+@dataclass(slots=True)
+class LeasedItem:
+    """A leased item as the master described it: where its replicas are, what to check.
+
+    Picklable, so a driver can lease and hand items to workers that ``fetch`` them.
+    """
+
+    id: int
+    lease: int
+    size: int
+    crc: int
+    attempts: int
+    priority: int
+    enqueued_at: float
+    nodes: list[p.NodeRef]
+    key: str = ""  # "": none
+
+
+def leased_items(leased: p.Leased) -> list[LeasedItem]:
+    """The items of a ``Leased`` reply (to a lease or a peek), one object each."""
+    return [LeasedItem(leased.ids[i], leased.leases[i], leased.sizes[i], leased.crcs[i],
+                       leased.attempts[i], leased.priorities[i], leased.enqueued_at[i],
+                       leased.replica_sets[leased.replica_set[i]].nodes, leased.keys[i])
+            for i in range(len(leased.ids))]
+
+
+class Settle(Protocol):
+    """The lease calls a message settles itself with (``blizzard.leases.Leases``)."""
+
+    def ack_many(self, msgs: Sequence[Any]) -> None: ...
+
+    def nack_many(self, msgs: Sequence[Any], *, delay_s: float | None = None,
+                  error: str = "") -> None: ...
+
+    def extend_many(self, msgs: Sequence[Any], *, lease_s: float) -> None: ...
+
+
+@dataclass(slots=True)
+class Message:
+    """A leased item. ``ack()`` when done; ``nack()`` to give it back; or use it as a context manager."""
+
+    id: int
+    data: bytes
+    queue: str
+    attempts: int
+    priority: int
+    enqueued_at: float
+    lease: int
+    _leases: Settle
+
+    def ack(self) -> None:
+        self._leases.ack_many([self])
+
+    def nack(self, delay_s: float | None = None, error: str = "") -> None:
+        """Give the item back: after ``delay_s``, or (None) after the queue's retry back-off.
+
+        ``error`` is kept with the item and shown if it ends up dead-lettered.
+        """
+        self._leases.nack_many([self], delay_s=delay_s, error=error)
+
+    def extend(self, lease_s: float) -> None:
+        """Keep the lease for ``lease_s`` more seconds from now (a long job's touch)."""
+        self._leases.extend_many([self], lease_s=lease_s)
+
+    def __enter__(self) -> "Message":
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is None:
+            self.ack()
+        else:
+            self.nack(error=f"{exc_type.__name__}: {exc}")
