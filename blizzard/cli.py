@@ -15,20 +15,11 @@ from typing import Any
 import click
 
 from blizzard import cli_queue
-from blizzard.cli_common import (ADDRESS, DEFAULT_MASTER, EXIT_ERROR, log_level, master_opt,
-                                 setup_logging, timeout_opt)
+from blizzard.cli_common import EXIT_ERROR, EXIT_USAGE, master_opt, timeout_opt
+from blizzard.defaults import DATANODE_PORT, LOOPBACK, MASTER_PORT
 from blizzard.errors import BlizzardError
-
-def _serve(server: Any) -> None:
-    """Run a server until SIGTERM/SIGINT, then close it cleanly."""
-    def stop(signum: int, frame: Any) -> None:
-        server.stop()
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    try:
-        server.serve_forever()
-    finally:
-        server.close()
+from datanode.cli import datanode_command
+from master.cli import master_command
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -41,81 +32,6 @@ def cli() -> None:
     """
 
 
-def master_options(f: Any) -> Any:
-    opts = [
-        click.option("--data-dir", required=True, type=click.Path(file_okay=False),
-                     help="Directory for the master's WAL (created if missing)."),
-        click.option("--bind", type=ADDRESS, default=DEFAULT_MASTER, show_default=True,
-                     help="Address to listen on."),
-        click.option("--replication", default=2, show_default=True, type=click.IntRange(1, 9),
-                     help="Copies of each item (R)."),
-        click.option("--min-replicas", default=None, type=click.IntRange(1, 9),
-                     help="Copies that must be durable before an enqueue is acknowledged (W); default R."),
-        click.option("--heartbeat-s", default=1.0, show_default=True, type=click.FloatRange(0.01),
-                     help="How often data nodes should heartbeat."),
-        click.option("--dead-after-s", default=5.0, show_default=True, type=click.FloatRange(0.05),
-                     help="A data node silent this long is dead."),
-        click.option("--pending-timeout-s", default=30.0, show_default=True,
-                     type=click.FloatRange(0.1),
-                     help="An enqueue not committed within this is dropped and its blobs deleted."),
-        click.option("--max-item-bytes", default=8 * 1024 * 1024, show_default=True,
-                     type=click.IntRange(1), help="Largest payload accepted."),
-        click.option("--checkpoint-records", default=500_000, show_default=True,
-                     type=click.IntRange(1), help="Write a checkpoint (in a forked child) after "
-                     "this many WAL records; restarts replay at most about this many."),
-        log_level,
-    ]
-    for opt in reversed(opts):
-        f = opt(f)
-    return f
-
-
-@cli.command()
-@master_options
-def master(data_dir: str, bind: str, replication: int, min_replicas: int | None,
-           heartbeat_s: float, dead_after_s: float, pending_timeout_s: float,
-           max_item_bytes: int, checkpoint_records: int, log_level: str) -> None:
-    """Run the master: queue metadata, ids, placement, leases, WAL."""
-    from master.config import MasterConfig
-    from master.server import MasterServer
-    from master.wal import WalCorrupt
-
-    setup_logging(log_level)
-    config = MasterConfig(data_dir=data_dir, bind=bind, replication=replication,
-                          min_replicas=min_replicas, heartbeat_s=heartbeat_s,
-                          dead_after_s=dead_after_s, pending_timeout_s=pending_timeout_s,
-                          max_item_bytes=max_item_bytes, checkpoint_records=checkpoint_records)
-    try:
-        server = MasterServer(config)
-    except WalCorrupt as exc:
-        raise click.ClickException(str(exc)) from None
-    _serve(server)
-
-
-@cli.command()
-@click.option("--data-dir", required=True, type=click.Path(file_okay=False),
-              help="Directory for this node's LevelDB and id (created if missing).")
-@click.option("--bind", type=ADDRESS, default="tcp://127.0.0.1:5601", show_default=True,
-              help="Address to listen on.")
-@click.option("--advertise", type=ADDRESS, default=None,
-              help="Address clients and peers use to reach this node; default: --bind.")
-@master_opt
-@click.option("--heartbeat-s", default=1.0, show_default=True, type=click.FloatRange(0.01),
-              help="Seconds between heartbeats to the master.")
-@click.option("--max-item-bytes", default=8 * 1024 * 1024, show_default=True,
-              type=click.IntRange(1), help="Largest blob accepted.")
-@log_level
-def datanode(data_dir: str, bind: str, advertise: str | None, master: str, heartbeat_s: float,
-             max_item_bytes: int, log_level: str) -> None:
-    """Run a data node: stores payload blobs in LevelDB."""
-    from datanode.server import DatanodeConfig, DatanodeServer
-
-    setup_logging(log_level)
-    config = DatanodeConfig(data_dir=data_dir, bind=bind, master=master, advertise=advertise,
-                            heartbeat_s=heartbeat_s, max_item_bytes=max_item_bytes)
-    _serve(DatanodeServer(config))
-
-
 @cli.command()
 @click.option("--data-dir", default=".blizzard", show_default=True, type=click.Path(file_okay=False),
               help="Directory holding the master's and every data node's data.")
@@ -123,10 +39,11 @@ def datanode(data_dir: str, bind: str, advertise: str | None, master: str, heart
               help="How many data nodes to start.")
 @click.option("--replication", default=2, show_default=True, type=click.IntRange(1, 9),
               help="Copies of each item (R).")
-@click.option("--port", default=5555, show_default=True, type=click.IntRange(1, 65535),
-              help="Master port on 127.0.0.1.")
-@click.option("--node-port", default=5601, show_default=True, type=click.IntRange(1, 65535),
-              help="First data node port on 127.0.0.1; the others follow (5602, ...).")
+@click.option("--port", default=MASTER_PORT, show_default=True, type=click.IntRange(1, 65535),
+              help=f"Master port on {LOOPBACK}.")
+@click.option("--node-port", default=DATANODE_PORT, show_default=True,
+              type=click.IntRange(1, 65535),
+              help=f"First data node port on {LOOPBACK}; the others follow ({DATANODE_PORT + 1}, ...).")
 def cluster(data_dir: str, datanodes: int, replication: int, port: int, node_port: int) -> None:
     """Run a master and data nodes on 127.0.0.1 in the foreground; Ctrl-C stops them all."""
     from blizzard.harness import LocalCluster
@@ -222,7 +139,8 @@ def wal_check(data_dir: str) -> None:
         sys.exit(EXIT_ERROR)
 
 
-for _command in (cli_queue.enqueue, cli_queue.dequeue, cli_queue.status, cli_queue.queue):
+for _command in (master_command, datanode_command, cli_queue.enqueue, cli_queue.dequeue,
+                 cli_queue.status, cli_queue.queue):
     cli.add_command(_command)
 
 
@@ -232,9 +150,12 @@ def main() -> None:
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(EXIT_ERROR)
+    except click.UsageError as exc:
+        exc.show()
+        sys.exit(EXIT_USAGE)
     except click.ClickException as exc:
         exc.show()
-        sys.exit(exc.exit_code)
+        sys.exit(EXIT_ERROR)
     except BlizzardError as exc:
         click.echo(f"error: {exc.message} ({type(exc).__name__})", err=True)
         sys.exit(EXIT_ERROR)

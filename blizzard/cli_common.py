@@ -1,18 +1,21 @@
-"""What the ``blizzard`` commands share: exit codes, address type, common options."""
+"""What the command lines share (``blizzard``, ``python -m master``, ``python -m datanode``):
+exit codes, the address type, common options, logging set-up, running a server."""
 
 from __future__ import annotations
 
 import logging
+import signal
 from typing import Any
 
 import click
 
-EXIT_OK = 0
-EXIT_ERROR = 1
-EXIT_USAGE = 2
+from blizzard.defaults import DEFAULT_MASTER
+
+EXIT_ERROR = 1  # the cluster refused or failed (one line naming the error class)
+EXIT_USAGE = 2  # bad arguments
+EXIT_EMPTY = 3  # ``dequeue`` found the queue empty
 
 MASTER_HELP = "Master address (env BLIZZARD_MASTER)."
-DEFAULT_MASTER = "tcp://127.0.0.1:5555"
 
 
 class Address(click.ParamType):
@@ -25,7 +28,7 @@ class Address(click.ParamType):
         host, sep, port = value.removeprefix("tcp://").rpartition(":")
         if not value.startswith("tcp://") or not sep or not host or not port.isdigit() \
                 or not 0 <= int(port) < 65536:
-            self.fail(f"{value!r} is not an address like tcp://127.0.0.1:5555", param, ctx)
+            self.fail(f"{value!r} is not an address like {DEFAULT_MASTER}", param, ctx)
         return value
 
 
@@ -37,6 +40,18 @@ def setup_logging(level: str) -> None:
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
 
+def serve(server: Any) -> None:
+    """Run a server until SIGTERM/SIGINT, then close it cleanly."""
+    def stop(signum: int, frame: Any) -> None:
+        server.stop()
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    try:
+        server.serve_forever()
+    finally:
+        server.close()
+
+
 log_level = click.option("--log-level", default="info", show_default=True,
                          type=click.Choice(["debug", "info", "warning", "error"]),
                          help="Logging verbosity.")
@@ -45,5 +60,3 @@ master_opt = click.option("--master", "master", type=ADDRESS, envvar="BLIZZARD_M
 timeout_opt = click.option("--timeout-s", default=10.0, show_default=True,
                            type=click.FloatRange(0.1), help="Give up on an unresponsive master "
                            "after this long (requests are retried meanwhile).")
-
-

@@ -7,7 +7,8 @@ from typing import Any
 
 import click
 
-from blizzard.cli_common import master_opt, timeout_opt
+from blizzard.cli_common import EXIT_EMPTY, master_opt, timeout_opt
+
 
 @click.command()
 @click.argument("queue")
@@ -58,7 +59,7 @@ def dequeue(queue: str, master: str, timeout_s: float, n: int, ack: bool, lease_
             c.ack_many(msgs)
     if not msgs:
         click.echo(f"queue {queue!r} is empty", err=True)
-        sys.exit(3)
+        sys.exit(EXIT_EMPTY)
 
 
 @click.command()

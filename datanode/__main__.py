@@ -1,6 +1,6 @@
 """``python -m datanode``: a data node, same options as ``blizzard datanode``."""
 
-from blizzard.cli import datanode
+from datanode.cli import datanode_command
 
 if __name__ == "__main__":
-    datanode(prog_name="python -m datanode")
+    datanode_command(prog_name="python -m datanode")

@@ -1,6 +1,6 @@
 """``python -m master``: the master server, same options as ``blizzard master``."""
 
-from blizzard.cli import master
+from master.cli import master_command
 
 if __name__ == "__main__":
-    master(prog_name="python -m master")
+    master_command(prog_name="python -m master")

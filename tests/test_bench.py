@@ -8,7 +8,7 @@ import sys
 
 
 def test_a_quick_bench_prints_every_measurement_with_cpu_per_part():
-    proc = subprocess.run([sys.executable, "-m", "blizzard.bench", "--quick", "--sizes", "256",
+    proc = subprocess.run([sys.executable, "-m", "bench.throughput", "--quick", "--sizes", "256",
                            "--batches", "50", "--window", "2"],
                           capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]

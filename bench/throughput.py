@@ -1,6 +1,6 @@
 """Benchmark Blizzard on a local cluster: enqueue, dequeue+ack, and a concurrent pipeline.
 
-Run as ``python -m blizzard.bench`` (``scripts/bench`` does that). Each measurement runs in
+Run as ``python -m bench.throughput`` (``scripts/bench`` does that). Each measurement runs in
 worker processes with their own ``Client`` and prints one JSON line on stdout, shaped like
 the lines of ``peerbench/peers.py`` so the two can be compared; progress goes to stderr.
 
@@ -30,7 +30,7 @@ from typing import Any, Callable
 from blizzard.client import Client
 from blizzard.harness import LocalCluster
 
-log = logging.getLogger("blizzard.bench")
+log = logging.getLogger(__name__)
 
 HDR = struct.Struct(">QQ")  # producer's monotonic_ns timestamp, sequence number
 MP = mp.get_context("spawn")  # workers start clean: no inherited zmq context or sockets

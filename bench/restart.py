@@ -1,6 +1,6 @@
 """Benchmark the master's restart: time back to serving, and memory per queued item.
 
-Run as ``python -m blizzard.bench_restart`` (``scripts/bench-restart`` does that). For each
+Run as ``python -m bench.restart`` (``scripts/bench-restart`` does that). For each
 item count it writes a master data dir holding that many committed, ready items straight into
 the WAL, shaped as a live master logs them (``Reserve`` every 100k ids, three ``NodeSeen``,
 ``CommitItems`` of 1000 items of 256 B each), then restarts a real master process on a fresh
@@ -47,7 +47,7 @@ from master import checkpoint
 from master.records import CommitItems, NodeSeen, Reserve
 from master.wal import Wal
 
-log = logging.getLogger("blizzard.bench_restart")
+log = logging.getLogger(__name__)
 
 QUEUE = "bench"
 ITEM_BYTES = 256

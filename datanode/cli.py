@@ -1,0 +1,39 @@
+"""A data node's command: ``python -m datanode`` runs it, ``blizzard datanode`` is the same command.
+
+Option defaults are ``DatanodeConfig``'s, so each is written once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import click
+
+from blizzard.cli_common import ADDRESS, log_level, master_opt, serve, setup_logging
+from datanode.server import DatanodeConfig
+
+_DEFAULT = {f.name: f.default for f in dataclasses.fields(DatanodeConfig)}
+
+
+@click.command("datanode", context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--data-dir", required=True, type=click.Path(file_okay=False),
+              help="Directory for this node's LevelDB and id (created if missing).")
+@click.option("--bind", type=ADDRESS, default=_DEFAULT["bind"], show_default=True,
+              help="Address to listen on.")
+@click.option("--advertise", type=ADDRESS, default=None,
+              help="Address clients and peers use to reach this node; default: --bind.")
+@master_opt
+@click.option("--heartbeat-s", default=_DEFAULT["heartbeat_s"], show_default=True,
+              type=click.FloatRange(0.01), help="Seconds between heartbeats to the master.")
+@click.option("--max-item-bytes", default=_DEFAULT["max_item_bytes"], show_default=True,
+              type=click.IntRange(1), help="Largest blob accepted.")
+@log_level
+def datanode_command(data_dir: str, bind: str, advertise: str | None, master: str,
+                     heartbeat_s: float, max_item_bytes: int, log_level: str) -> None:
+    """Run a data node: stores payload blobs in LevelDB."""
+    from datanode.server import DatanodeServer
+
+    setup_logging(log_level)
+    config = DatanodeConfig(data_dir=data_dir, bind=bind, master=master, advertise=advertise,
+                            heartbeat_s=heartbeat_s, max_item_bytes=max_item_bytes)
+    serve(DatanodeServer(config))

@@ -1,0 +1,56 @@
+"""The master's command: ``python -m master`` runs it, ``blizzard master`` is the same command.
+
+Option defaults are ``MasterConfig``'s, so each is written once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import click
+
+from blizzard.cli_common import ADDRESS, log_level, serve, setup_logging
+from master.config import MasterConfig
+
+_DEFAULT = {f.name: f.default for f in dataclasses.fields(MasterConfig)}
+
+
+@click.command("master", context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--data-dir", required=True, type=click.Path(file_okay=False),
+              help="Directory for the master's WAL (created if missing).")
+@click.option("--bind", type=ADDRESS, default=_DEFAULT["bind"], show_default=True,
+              help="Address to listen on.")
+@click.option("--replication", default=_DEFAULT["replication"], show_default=True,
+              type=click.IntRange(1, 9), help="Copies of each item (R).")
+@click.option("--min-replicas", default=None, type=click.IntRange(1, 9),
+              help="Copies that must be durable before an enqueue is acknowledged (W); default R.")
+@click.option("--heartbeat-s", default=_DEFAULT["heartbeat_s"], show_default=True,
+              type=click.FloatRange(0.01), help="How often data nodes should heartbeat.")
+@click.option("--dead-after-s", default=_DEFAULT["dead_after_s"], show_default=True,
+              type=click.FloatRange(0.05), help="A data node silent this long is dead.")
+@click.option("--pending-timeout-s", default=_DEFAULT["pending_timeout_s"], show_default=True,
+              type=click.FloatRange(0.1),
+              help="An enqueue not committed within this is dropped and its blobs deleted.")
+@click.option("--max-item-bytes", default=_DEFAULT["max_item_bytes"], show_default=True,
+              type=click.IntRange(1), help="Largest payload accepted.")
+@click.option("--checkpoint-records", default=_DEFAULT["checkpoint_records"], show_default=True,
+              type=click.IntRange(1), help="Write a checkpoint (in a forked child) after "
+              "this many WAL records; restarts replay at most about this many.")
+@log_level
+def master_command(data_dir: str, bind: str, replication: int, min_replicas: int | None,
+                   heartbeat_s: float, dead_after_s: float, pending_timeout_s: float,
+                   max_item_bytes: int, checkpoint_records: int, log_level: str) -> None:
+    """Run the master: queue metadata, ids, placement, leases, WAL."""
+    from master.server import MasterServer
+    from master.wal import WalCorrupt
+
+    setup_logging(log_level)
+    config = MasterConfig(data_dir=data_dir, bind=bind, replication=replication,
+                          min_replicas=min_replicas, heartbeat_s=heartbeat_s,
+                          dead_after_s=dead_after_s, pending_timeout_s=pending_timeout_s,
+                          max_item_bytes=max_item_bytes, checkpoint_records=checkpoint_records)
+    try:
+        server = MasterServer(config)
+    except WalCorrupt as exc:
+        raise click.ClickException(str(exc)) from None
+    serve(server)
