@@ -29,11 +29,9 @@ import os
 import random
 import re
 import shutil
-import signal
 import socket
 import statistics
 import sys
-import tempfile
 import time
 import typing
 from typing import Any
@@ -43,6 +41,7 @@ import zmq
 from blizzard import protocol as p
 from blizzard.harness import LOOPBACK, Proc, free_port
 from blizzard.transport import Endpoint, call
+from bench.common import int_list, parser, start
 from master import checkpoint
 from master.records import CommitItems, NodeSeen, Reserve
 from master.wal import Wal
@@ -243,6 +242,16 @@ def report(runs: list[dict[str, float]], n: int, variant: str, base_rss: float |
     return rec
 
 
+def restarts(bench: Restarts, data_dir: str, n: int, variant: str, repeat: int) -> list[dict]:
+    """``repeat`` restarts of a master on copies of ``data_dir``, logged as they finish."""
+    runs = []
+    for i in range(repeat):
+        runs.append(bench.measure(data_dir, n))
+        log.info("%d items, %s: restart %d/%d took %.3fs", n, variant, i + 1, repeat,
+                 runs[-1]["restart_s"])
+    return runs
+
+
 def run(args: argparse.Namespace, bench: Restarts) -> None:
     log.info("empty master: %d restarts", args.repeat)
     runs = [bench.measure(None, 0) for _ in range(args.repeat)]
@@ -254,32 +263,19 @@ def run(args: argparse.Namespace, bench: Restarts) -> None:
         build_wal(wal_dir, n)
         log.info("%d items: WAL written in %.1fs (%.1f MB)", n, time.monotonic() - started,
                  disk_mb(wal_dir))
-        runs = []
-        for i in range(args.repeat):
-            runs.append(bench.measure(wal_dir, n))
-            log.info("%d items, wal: restart %d/%d took %.3fs", n, i + 1, args.repeat,
-                     runs[-1]["restart_s"])
-        report(runs, n, "wal", base_rss, disk_mb(wal_dir))
+        report(restarts(bench, wal_dir, n, "wal", args.repeat), n, "wal", base_rss,
+               disk_mb(wal_dir))
         ckpt_dir = bench.checkpointed(wal_dir, n)
         shutil.rmtree(wal_dir)
         log.info("%d items: checkpoint written by the master (%.1f MB)", n, disk_mb(ckpt_dir))
-        runs = []
-        for i in range(args.repeat):
-            runs.append(bench.measure(ckpt_dir, n))
-            log.info("%d items, checkpoint: restart %d/%d took %.3fs", n, i + 1, args.repeat,
-                     runs[-1]["restart_s"])
-        report(runs, n, "checkpoint", base_rss, disk_mb(ckpt_dir))
+        report(restarts(bench, ckpt_dir, n, "checkpoint", args.repeat), n, "checkpoint",
+               base_rss, disk_mb(ckpt_dir))
         shutil.rmtree(ckpt_dir)
 
 
-def _int_list(text: str) -> list[int]:
-    return [int(x) for x in text.split(",") if x.strip()]
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="scripts/bench-restart", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--items", type=_int_list, default=[100_000, 1_000_000],
+    ap = parser("scripts/bench-restart", __doc__)
+    ap.add_argument("--items", type=int_list, default=[100_000, 1_000_000],
                     help="queued item counts, e.g. 100000,1000000")
     ap.add_argument("--repeat", type=int, default=None,
                     help="restarts per measurement, median reported (default 3, 1 with --quick)")
@@ -300,14 +296,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="[bench-restart %(asctime)s] %(message)s", datefmt="%H:%M:%S")
-
-    def _term(signum: int, frame: Any) -> None:
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, _term)
-    base = tempfile.mkdtemp(prefix="blizzard-bench-restart-", dir="/tmp")
+    base = start("bench-restart")
     bench = Restarts(base, args.timeout_s, args.settle_s)
     rc = 0
     try:

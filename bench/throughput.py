@@ -23,12 +23,12 @@ import shutil
 import signal
 import struct
 import sys
-import tempfile
 import time
 from typing import Any, Callable
 
 from blizzard.client import Client
 from blizzard.harness import LocalCluster
+from bench.common import int_list, parser, start
 
 log = logging.getLogger(__name__)
 
@@ -283,16 +283,11 @@ def measure(cluster: LocalCluster, size: int, batch: int, n: int,
              **cpu, **common)
 
 
-def _int_list(text: str) -> list[int]:
-    return [int(x) for x in text.split(",") if x.strip()]
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="scripts/bench", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", type=_int_list, default=[256, 4096],
+    ap = parser("scripts/bench", __doc__)
+    ap.add_argument("--sizes", type=int_list, default=[256, 4096],
                     help="payload bytes, e.g. 256,4096")
-    ap.add_argument("--batches", type=_int_list, default=[1, 100],
+    ap.add_argument("--batches", type=int_list, default=[1, 100],
                     help="items per call, e.g. 1,100")
     ap.add_argument("--n", type=int, default=20000, help="items per measurement when batch > 1")
     ap.add_argument("--n-unbatched", type=int, default=2000,
@@ -317,14 +312,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="[bench %(asctime)s] %(message)s", datefmt="%H:%M:%S")
-
-    def _term(signum: int, frame: Any) -> None:
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, _term)
-    base = tempfile.mkdtemp(prefix="blizzard-bench-", dir="/tmp")
+    base = start("bench")
     cluster = LocalCluster(base, datanodes=args.datanodes, replication=args.replication)
     rc = 0
     try:

@@ -3,9 +3,10 @@ exit codes, the address type, common options, logging set-up, running a server."
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import signal
-from typing import Any
+from typing import Any, Callable
 
 import click
 
@@ -38,6 +39,23 @@ ADDRESS = Address()
 def setup_logging(level: str) -> None:
     logging.basicConfig(level=getattr(logging, level.upper()),
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
+
+
+def config_defaults(config: type) -> dict[str, Any]:
+    """A config dataclass's defaults by field name: a server's option defaults, written once."""
+    return {f.name: f.default for f in dataclasses.fields(config)}
+
+
+def server_command(name: str, data_dir_help: str,
+                   bind_default: str) -> Callable[[Callable[..., Any]], click.Command]:
+    """A server's click command with the options every server has: ``--data-dir``, ``--bind``."""
+    def decorate(f: Callable[..., Any]) -> click.Command:
+        f = click.option("--bind", type=ADDRESS, default=bind_default, show_default=True,
+                         help="Address to listen on.")(f)
+        f = click.option("--data-dir", required=True, type=click.Path(file_okay=False),
+                         help=data_dir_help)(f)
+        return click.command(name, context_settings={"help_option_names": ["-h", "--help"]})(f)
+    return decorate
 
 
 def serve(server: Any) -> None:

@@ -19,9 +19,10 @@ from typing import Sequence
 import zmq
 
 from blizzard import protocol as p
+from blizzard.defaults import LOOPBACK
 from blizzard.transport import Endpoint, call
 
-LOOPBACK = "127.0.0.1"
+__all__ = ["LOOPBACK", "LocalCluster", "Proc", "free_port"]
 
 
 def free_port() -> int:

@@ -5,21 +5,17 @@ Option defaults are ``DatanodeConfig``'s, so each is written once.
 
 from __future__ import annotations
 
-import dataclasses
-
 import click
 
-from blizzard.cli_common import ADDRESS, log_level, master_opt, serve, setup_logging
+from blizzard.cli_common import (ADDRESS, config_defaults, log_level, master_opt, serve,
+                                 server_command, setup_logging)
 from datanode.server import DatanodeConfig
 
-_DEFAULT = {f.name: f.default for f in dataclasses.fields(DatanodeConfig)}
+_DEFAULT = config_defaults(DatanodeConfig)
 
 
-@click.command("datanode", context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--data-dir", required=True, type=click.Path(file_okay=False),
-              help="Directory for this node's LevelDB and id (created if missing).")
-@click.option("--bind", type=ADDRESS, default=_DEFAULT["bind"], show_default=True,
-              help="Address to listen on.")
+@server_command("datanode", "Directory for this node's LevelDB and id (created if missing).",
+                _DEFAULT["bind"])
 @click.option("--advertise", type=ADDRESS, default=None,
               help="Address clients and peers use to reach this node; default: --bind.")
 @master_opt

@@ -5,21 +5,15 @@ Option defaults are ``MasterConfig``'s, so each is written once.
 
 from __future__ import annotations
 
-import dataclasses
-
 import click
 
-from blizzard.cli_common import ADDRESS, log_level, serve, setup_logging
+from blizzard.cli_common import config_defaults, log_level, serve, server_command, setup_logging
 from master.config import MasterConfig
 
-_DEFAULT = {f.name: f.default for f in dataclasses.fields(MasterConfig)}
+_DEFAULT = config_defaults(MasterConfig)
 
 
-@click.command("master", context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--data-dir", required=True, type=click.Path(file_okay=False),
-              help="Directory for the master's WAL (created if missing).")
-@click.option("--bind", type=ADDRESS, default=_DEFAULT["bind"], show_default=True,
-              help="Address to listen on.")
+@server_command("master", "Directory for the master's WAL (created if missing).", _DEFAULT["bind"])
 @click.option("--replication", default=_DEFAULT["replication"], show_default=True,
               type=click.IntRange(1, 9), help="Copies of each item (R).")
 @click.option("--min-replicas", default=None, type=click.IntRange(1, 9),

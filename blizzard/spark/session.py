@@ -7,9 +7,8 @@ import sys
 
 from pyspark.sql import SparkSession
 
+from blizzard.defaults import LOOPBACK
 from blizzard.spark.source import register
-
-LOOPBACK = "127.0.0.1"
 
 
 def local_session(master: str = "local[*]", *, app_name: str = "blizzard",
