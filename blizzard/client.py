@@ -92,7 +92,8 @@ class Client:
     def producer(self, queue: str, *, window: int = 4, **options: Any) -> Producer:
         """A pipelining producer for ``queue``: ``send`` batches, ``flush`` for their ids.
 
-        Up to ``window`` batches are in flight at once; options are ``enqueue``'s.
+        Up to ``window`` batches are in flight at once (a batch over 1,000 items or 16 MiB
+        counts as several); options are ``enqueue``'s.
         """
         return Producer(self.pipeline, queue, window=window, **options)
 
