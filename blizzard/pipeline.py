@@ -26,14 +26,12 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-import zmq
-
 from blizzard import protocol as p
 from blizzard.datanodes import DatanodePool, PutFailed
 from blizzard.enqueue_options import EnqueueOptions, as_bytes
 from blizzard.errors import NotEnoughDatanodes, UnknownItem
 from blizzard.master_link import ATTEMPT_S, MasterLink, is_retryable
-from blizzard.transport import Endpoint, raise_if_error
+from blizzard.transport import Endpoint, Replies, raise_if_error
 
 log = logging.getLogger(__name__)
 
@@ -138,17 +136,10 @@ class EnqueuePipeline:
         live = [c for c in chunks if not c.done]
         if not live:
             return
-        eps = {c.ep for c in live if c.ep is not None}
+        wait_ms = 0
         if block and not any(c.ep is not None and c.rid in c.ep.received() for c in live):
             wait_ms = max(0, int((min(c.until for c in live) - time.monotonic()) * 1000))
-            poller = zmq.Poller()
-            for ep in eps:
-                poller.register(ep._socket(), zmq.POLLIN)
-            poller.poll(wait_ms)
-        for ep in eps:
-            sock = ep._socket()
-            while sock.poll(0, zmq.POLLIN):
-                ep.read_one()
+        Replies({c.ep for c in live if c.ep is not None}).read(wait_ms)
         now = time.monotonic()
         for c in live:
             reply = c.ep.take(c.rid) if c.ep is not None else None

@@ -2,7 +2,8 @@
 
 The codec (frame layout, type checks, msgpack) is ``blizzard.wire``; its functions are
 re-exported here, so callers use ``protocol.encode``/``decode``/``pack``/``unpack``. The
-master's WAL records (``master/records.py``) use the same registry, with op codes 100+.
+master's WAL records (``master/records.py``) are a family of their own (op codes 100+), which
+``decode`` never accepts.
 """
 
 from __future__ import annotations

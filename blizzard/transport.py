@@ -129,6 +129,29 @@ def raise_if_error(reply: Any) -> Any:
     return reply
 
 
+class Replies:
+    """Waits for replies on several endpoints at once and reads them into each one's table."""
+
+    def __init__(self, endpoints: Iterable[Endpoint]) -> None:
+        self.by_sock = {ep._socket(): ep for ep in endpoints}
+        self.poller: zmq.Poller | None = None
+        if len(self.by_sock) > 1:  # the common case, one socket, needs no poller
+            self.poller = zmq.Poller()
+            for sock in self.by_sock:
+                self.poller.register(sock, zmq.POLLIN)
+
+    def read(self, timeout_ms: int) -> None:
+        """Wait up to ``timeout_ms`` for a reply on any endpoint, then read all that are there."""
+        if self.poller is not None:
+            ready = [sock for sock, _ in self.poller.poll(timeout_ms)]
+        else:
+            ready = [sock for sock in self.by_sock if sock.poll(timeout_ms, zmq.POLLIN)]
+        for sock in ready:
+            ep = self.by_sock[sock]
+            while ep.sock is sock and sock.poll(0, zmq.POLLIN):
+                ep.read_one()
+
+
 def call_many(calls: Iterable[tuple[Endpoint, Any]], timeout_s: float) -> list[Any]:
     """Send every request at once, wait for all replies; a reply is a message or ``TimeoutError``.
 
@@ -144,17 +167,7 @@ def call_many(calls: Iterable[tuple[Endpoint, Any]], timeout_s: float) -> list[A
         except TimeoutError as exc:
             results[i] = exc
     deadline = time.monotonic() + timeout_s
-    by_sock = {ep._socket(): ep for ep, _ in waiting.values()}
-    if len(by_sock) == 1:  # the common case: no poller to build
-        (only,) = by_sock
-
-        def poll(ms: int) -> list[tuple[zmq.Socket, int]]:
-            return [(only, zmq.POLLIN)] if only.poll(ms, zmq.POLLIN) else []
-    else:
-        poller = zmq.Poller()
-        for sock in by_sock:
-            poller.register(sock, zmq.POLLIN)
-        poll = poller.poll
+    replies = Replies(ep for ep, _ in waiting.values())
     while waiting:
         for i, (ep, rid) in list(waiting.items()):
             reply = ep.take(rid)
@@ -166,10 +179,7 @@ def call_many(calls: Iterable[tuple[Endpoint, Any]], timeout_s: float) -> list[A
         left_ms = int((deadline - time.monotonic()) * 1000)
         if left_ms <= 0:
             break
-        for sock, _ in poll(left_ms):
-            ep = by_sock[sock]
-            while sock.poll(0, zmq.POLLIN):
-                ep.read_one()
+        replies.read(left_ms)
     for i, (ep, _) in waiting.items():
         results[i] = TimeoutError(f"no reply from {ep.addr} within {timeout_s:g}s")
         ep.reset()

@@ -278,10 +278,16 @@ def peek_request_id(body: bytes) -> int | None:
 def _unpack_bounded(body: bytes) -> Any:
     """msgpack-decode one frame, refusing shapes no message has before they cost memory.
 
-    Lengths are bounded per array and string; the number of array elements in the whole
-    frame is bounded by counting them as each array completes (``list_hook``), so a frame of
-    millions of tiny arrays stops after ``MAX_ELEMENTS`` instead of growing 70-fold.
+    Lengths are bounded per array and string. Every element takes at least a byte, so a frame
+    of ``MAX_ELEMENTS`` bytes or less cannot hold more; a larger one has its array elements
+    counted as each array completes (``list_hook``), so a frame of millions of tiny arrays
+    stops after ``MAX_ELEMENTS`` instead of growing 70-fold.
     """
+    limits = dict(raw=False, strict_map_key=True, use_list=True, max_array_len=MAX_ARRAY,
+                  max_map_len=0, max_str_len=MAX_FRAME_BYTES, max_bin_len=MAX_FRAME_BYTES,
+                  max_ext_len=0)
+    if len(body) <= MAX_ELEMENTS:  # the usual frame: no Python call per array
+        return msgpack.unpackb(body, **limits)
     budget = [MAX_ELEMENTS]
 
     def count(items: list) -> list:
@@ -290,10 +296,7 @@ def _unpack_bounded(body: bytes) -> Any:
             raise ProtocolError(f"more than {MAX_ELEMENTS} array elements in one frame")
         return items
 
-    return msgpack.unpackb(body, raw=False, strict_map_key=True, use_list=True,
-                           list_hook=count, max_array_len=MAX_ARRAY, max_map_len=0,
-                           max_str_len=MAX_FRAME_BYTES, max_bin_len=MAX_FRAME_BYTES,
-                           max_ext_len=0)
+    return msgpack.unpackb(body, list_hook=count, **limits)
 
 
 def decode(body: bytes) -> tuple[int, Any]:

@@ -21,6 +21,7 @@ import plyvel
 import zmq
 
 from blizzard import protocol as p
+from blizzard.defaults import DEFAULT_DATANODE, DEFAULT_MASTER
 from blizzard.errors import (BlizzardError, InvalidArgument, PayloadTooLarge, StorageError,
                              WrongNode)
 from blizzard.transport import Endpoint, RouterServer, check_addr, error_reply
@@ -40,8 +41,8 @@ class DatanodeConfig:
     """A data node's settings."""
 
     data_dir: str
-    bind: str = "tcp://127.0.0.1:5601"
-    master: str = "tcp://127.0.0.1:5555"
+    bind: str = DEFAULT_DATANODE
+    master: str = DEFAULT_MASTER
     advertise: str | None = None  # the address others use to reach this node; default: bind
     heartbeat_s: float = 1.0
     max_item_bytes: int = 8 * 1024 * 1024

@@ -14,18 +14,21 @@ from typing import Iterator, Protocol
 import plyvel
 
 from blizzard.errors import InvalidArgument
+from blizzard.protocol import MAX_ID
 
 log = logging.getLogger(__name__)
 
 _KEY = struct.Struct(">Q")
 _CRC = struct.Struct("<I")
-MAX_ID = 2**63 - 1  # what the wire allows; the key format could take 2**64 - 1
-
-
-def _key(item_id: int) -> bytes:
-    if not 0 <= item_id <= MAX_ID:  # the codec refuses these; a store never trusts a caller
-        raise InvalidArgument(f"item id {item_id} is out of range")
-    return _KEY.pack(item_id)
+def _id_range(ids: list[int]) -> tuple[int, int]:
+    """The lowest and highest id; refuses ids the key format cannot hold (the codec refuses
+    them first, and a store checks too)."""
+    if not ids:
+        return 0, -1
+    lo, hi = min(ids), max(ids)
+    if lo < 0 or hi > MAX_ID:
+        raise InvalidArgument(f"item ids must lie in 0..{MAX_ID}")
+    return lo, hi
 
 
 class BlobStore(Protocol):
@@ -77,12 +80,13 @@ class LevelDbStore:
             self._max_id = _KEY.unpack(key)[0]
 
     def put_many(self, ids: list[int], blobs: list[bytes], crcs: list[int]) -> None:
+        _id_range(ids)
         added = count = 0
         get = self.db.get
         top = self._max_id
         with self.db.write_batch(sync=True) as wb:
             for item_id, blob, crc in zip(ids, blobs, crcs):
-                key = _key(item_id)
+                key = _KEY.pack(item_id)
                 # a retried put must not count twice; only an id seen before can be a retry
                 old = get(key) if item_id <= top else None
                 if old is None:
@@ -97,20 +101,18 @@ class LevelDbStore:
         self._max_id = top
 
     def get_many(self, ids: list[int]) -> list[tuple[bytes, int] | None]:
-        if len(ids) > 8:
-            lo, hi = min(ids), max(ids)
-            if 0 <= lo and hi <= MAX_ID and hi - lo < 2 * len(ids):  # dense (a leased batch mostly is): one scan beats many seeks
-                found = {_KEY.unpack(k)[0]: v for k, v in
-                         self.db.iterator(start=_KEY.pack(lo), stop=_KEY.pack(hi + 1))}
-                return [_checked(i, found.get(i)) for i in ids]
+        lo, hi = _id_range(ids)
+        if len(ids) > 8 and hi - lo < 2 * len(ids):  # dense (a leased batch mostly is): one scan
+            found = {_KEY.unpack(k)[0]: v for k, v in  # beats many seeks
+                     self.db.iterator(start=_KEY.pack(lo), stop=_KEY.pack(hi + 1))}
+            return [_checked(i, found.get(i)) for i in ids]
         get = self.db.get
-        return [_checked(i, get(_key(i))) for i in ids]
+        return [_checked(i, get(_KEY.pack(i))) for i in ids]
 
     def delete_many(self, ids: list[int]) -> None:
+        _id_range(ids)
         with self.db.write_batch() as wb:
             for item_id in ids:
-                if not 0 <= item_id <= MAX_ID:
-                    continue  # cannot be stored, so nothing to delete
                 key = _KEY.pack(item_id)
                 raw = self.db.get(key)
                 if raw is not None:
@@ -148,13 +150,16 @@ class MemoryStore:
         self.blobs: dict[int, bytes] = {}
 
     def put_many(self, ids: list[int], blobs: list[bytes], crcs: list[int]) -> None:
+        _id_range(ids)
         for item_id, blob, crc in zip(ids, blobs, crcs):
             self.blobs[item_id] = _CRC.pack(crc) + blob
 
     def get_many(self, ids: list[int]) -> list[tuple[bytes, int] | None]:
+        _id_range(ids)
         return [_checked(i, self.blobs.get(i)) for i in ids]
 
     def delete_many(self, ids: list[int]) -> None:
+        _id_range(ids)
         for item_id in ids:
             self.blobs.pop(item_id, None)
 

@@ -80,7 +80,6 @@ def node_id(value: str) -> str:
 def node_ids(values: list[str], what: str) -> list[str]:
     if len(values) > MAX_NODE_LIST:
         raise InvalidArgument(f"{what} lists {len(values)} nodes; at most {MAX_NODE_LIST}")
-    for value in values:
-        if len(value) > MAX_NODE_ID:
-            raise InvalidArgument(f"{what}: a node id is at most {MAX_NODE_ID} characters")
+    if values and max(map(len, values)) > MAX_NODE_ID:
+        raise InvalidArgument(f"{what}: a node id is at most {MAX_NODE_ID} characters")
     return values

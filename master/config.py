@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from blizzard.defaults import DEFAULT_MASTER
 from blizzard.errors import InvalidArgument
 from blizzard.protocol import MAX_ITEM_BYTES
 
@@ -15,7 +16,7 @@ class MasterConfig:
     """Everything the master can be told; ``validate()`` refuses nonsense before startup."""
 
     data_dir: str
-    bind: str = "tcp://127.0.0.1:5555"
+    bind: str = DEFAULT_MASTER
     replication: int = 2  # copies of each item (R)
     min_replicas: int | None = None  # copies that must be durable before an enqueue is acked (W); None = R
     heartbeat_s: float = 1.0  # data nodes are told to heartbeat this often

@@ -8,22 +8,11 @@ On disk a record is the msgpack array ``[code, field_1, ..., field_n]``.
 
 from __future__ import annotations
 
-from typing import Any
-
-from blizzard.wire import Registry, pack as _pack
+from blizzard.wire import Registry, pack
 
 RECORDS = Registry("WAL record")
 message = RECORDS.message
-
-
-def pack(rec: Any) -> bytes:
-    """A record's bytes for the WAL."""
-    return _pack(rec)
-
-
-def unpack(body: bytes) -> Any:
-    """The record in a WAL body; ``ProtocolError`` if it is not one."""
-    return RECORDS.unpack(body)
+unpack = RECORDS.unpack  # the record in a WAL body (``pack`` gives a record's bytes)
 
 
 @message(100)

@@ -35,7 +35,7 @@ from master.membership import Membership
 from master.repair import Repairer
 from master.safe_mode import SafeMode
 from master.state import State
-from master.wal import MAX_RECORD_BYTES, MemoryWal, Wal
+from master.wal import MemoryWal, Wal
 
 log = logging.getLogger(__name__)
 
@@ -107,14 +107,10 @@ class MasterServer:
     def log_record(self, rec: Any) -> None:
         """Change durable state: append the record to the WAL, then apply it.
 
-        In this order, so a record that cannot be logged (too large) changes nothing; the
-        pass's fsync comes before any reply, so nothing applied here is revealed early.
+        In this order, so a record that cannot be logged (``RecordTooLarge``) changes nothing;
+        the pass's fsync comes before any reply, so nothing applied here is revealed early.
         """
-        body = records.pack(rec)
-        if len(body) > MAX_RECORD_BYTES:
-            raise InvalidArgument(f"the request makes a log record of {len(body)} bytes; "
-                                  f"at most {MAX_RECORD_BYTES}")
-        self.wal.append(body)
+        self.wal.append(records.pack(rec))
         self.state.apply(rec)
 
     def _recover(self) -> tuple[State, int]:

@@ -21,6 +21,8 @@ import zlib
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
+from blizzard.errors import InvalidArgument
+
 log = logging.getLogger(__name__)
 
 HEADER = struct.Struct("<II")
@@ -30,6 +32,16 @@ _SEGMENT = re.compile(r"^wal-(\d{12})\.log$")
 
 class WalCorrupt(Exception):
     """Raised when the log is damaged somewhere other than a torn tail."""
+
+
+class RecordTooLarge(InvalidArgument):
+    """Raised when a record exceeds ``MAX_RECORD_BYTES``; nothing was appended."""
+
+
+def _check_size(body: bytes) -> None:
+    if len(body) > MAX_RECORD_BYTES:
+        raise RecordTooLarge(f"the request makes a log record of {len(body)} bytes; "
+                             f"at most {MAX_RECORD_BYTES}")
 
 
 def _fatal_exit(exc: BaseException) -> None:
@@ -168,8 +180,7 @@ class Wal:
     # -- writing -----------------------------------------------------------------------------
 
     def append(self, body: bytes) -> None:
-        if len(body) > MAX_RECORD_BYTES:
-            raise ValueError(f"WAL record of {len(body)} bytes is too large")
+        _check_size(body)
         self._buf.append(HEADER.pack(len(body), zlib.crc32(body)))
         self._buf.append(body)
         self.records_appended += 1
@@ -234,8 +245,7 @@ class MemoryWal:
         yield from self.records[self._segment_starts[min(start_index, len(self._segment_starts) - 1)]:]
 
     def append(self, body: bytes) -> None:
-        if len(body) > MAX_RECORD_BYTES:
-            raise ValueError(f"WAL record of {len(body)} bytes is too large")
+        _check_size(body)
         self._buf.append(body)
         self.records_appended += 1
 

@@ -61,7 +61,7 @@ def test_pending_counts_per_queue_follow_commits_without_a_scan():
 def test_a_record_too_large_to_log_changes_nothing(monkeypatch):
     master = in_process_master(replication=1)
     placement = alloc(master, 2)
-    monkeypatch.setattr("master.server.MAX_RECORD_BYTES", 10)
+    monkeypatch.setattr("master.wal.MAX_RECORD_BYTES", 10)
     with pytest.raises(InvalidArgument, match="log record"):
         call(master, p.Commit(placement.ids, ["dn-a"], "r1"))
     assert master.state.items == {} and len(master.enqueues.pending) == 2

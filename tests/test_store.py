@@ -6,6 +6,7 @@ import zlib
 
 import pytest
 
+from blizzard.errors import InvalidArgument
 from datanode.store import LevelDbStore, MemoryStore
 
 
@@ -51,3 +52,13 @@ def test_leveldb_survives_reopen(tmp_path):
     assert s.get_many([10, 11]) == [(b"a", zlib.crc32(b"a")), (b"bb", zlib.crc32(b"bb"))]
     assert (s.count, s.bytes_used) == (2, 3)
     s.close()
+
+
+@pytest.mark.parametrize("bad", [-1, 2**63, 2**64 - 1])
+def test_ids_the_key_format_cannot_hold_are_refused_and_change_nothing(store, bad):
+    put(store, {1: b"one"})
+    for call in (lambda: put(store, {bad: b"x"}), lambda: store.get_many([1, bad] * 5),
+                 lambda: store.delete_many([1, bad])):
+        with pytest.raises(InvalidArgument):
+            call()
+    assert store.get_many([1]) == [(b"one", zlib.crc32(b"one"))] and store.count == 1

@@ -154,5 +154,6 @@ def test_both_wals_keep_the_same_contract(tmp_path, kind):
     again = open_wal()
     assert list(again.replay()) == [b"one", b"two"]
     assert list(open_wal().replay(start)) == [b"two"]
-    with pytest.raises(ValueError):
+    with pytest.raises(walmod.RecordTooLarge):
         again.append(b"x" * (64 * 1024 * 1024 + 1))
+    assert not again.dirty
