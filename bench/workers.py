@@ -1,0 +1,160 @@
+"""Many workers, one item per call: P producer and C consumer processes on a local cluster.
+
+Run as ``scripts/bench --workers P,C`` (or ``python -m bench.workers``). Each producer calls
+``Client.enqueue(queue, body)`` in a loop, each consumer ``Client.dequeue(queue, wait_s=0.5)``
+then ``msg.ack()``, one ``Client`` per process, for ``--seconds``. This is the workload of
+``peerbench/workers.py``, so the two lines can be read side by side.
+
+Prints one JSON line: enqueued and acked items/s, the p50/p99 of one ``enqueue`` and of one
+``dequeue`` + ``ack`` under that load, and the CPU microseconds per acked item of the master,
+each data node and all clients together.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import multiprocessing as mp
+import os
+import shutil
+import signal
+import sys
+import time
+from typing import Any
+
+from bench.common import parser, start
+from bench.throughput import machine_cpu, own_cpu_s, percentile, proc_cpu_s
+from blizzard.client import Client
+from blizzard.harness import LocalCluster
+
+log = logging.getLogger(__name__)
+
+MP = mp.get_context("spawn")
+QUEUE = "w"
+
+
+def worker(role: str, master: str, size: int, seconds: float, barrier: Any, out: Any) -> None:
+    """One producer (``role`` "p") or consumer ("c") loop, bounded by ``seconds``."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        body = os.urandom(size)
+        with Client(master, timeout_s=30.0) as client:
+            client.stats(QUEUE)  # connected before the clock starts
+            barrier.wait(60)
+            cpu0 = own_cpu_s()
+            end = time.monotonic() + seconds
+            n, lats = 0, []
+            while time.monotonic() < end:
+                t0 = time.perf_counter_ns()
+                if role == "p":
+                    client.enqueue(QUEUE, body)
+                else:
+                    msg = client.dequeue(QUEUE, wait_s=0.5)
+                    if msg is None:
+                        continue
+                    msg.ack()
+                lats.append(time.perf_counter_ns() - t0)
+                n += 1
+            client.close()  # anything the client still holds is settled before the count
+            out.put((role, n, lats, own_cpu_s() - cpu0, None))
+    except Exception as exc:  # reported to the parent
+        out.put((role, 0, [], 0.0, repr(exc)))
+
+
+def run(cluster: LocalCluster, producers: int, consumers: int, size: int,
+        seconds: float) -> dict[str, Any]:
+    out = MP.Queue()
+    barrier = MP.Barrier(producers + consumers + 1)
+    roles = ["p"] * producers + ["c"] * consumers
+    procs = [MP.Process(target=worker, args=(r, cluster.master_addr, size, seconds, barrier, out),
+                        daemon=True) for r in roles]
+    for proc in procs:
+        proc.start()
+    pids = {proc.name: proc.popen.pid for proc in [cluster.master, *cluster.nodes]
+            if proc is not None and proc.popen is not None}
+    barrier.wait(120)
+    t0, machine0 = time.monotonic(), machine_cpu()
+    cpu0 = {name: proc_cpu_s(pid) for name, pid in pids.items()}
+    counts = {"p": 0, "c": 0}
+    lats: dict[str, list[int]] = {"p": [], "c": []}
+    client_cpu, errors = 0.0, []
+    try:
+        for _ in procs:
+            role, n, role_lats, cpu, err = out.get(timeout=seconds + 120)
+            counts[role] += n
+            lats[role] += role_lats
+            client_cpu += cpu
+            if err:
+                errors.append(err)
+    finally:
+        for proc in procs:
+            proc.join(10)
+            if proc.is_alive():
+                proc.terminate()
+    elapsed = time.monotonic() - t0
+    machine1 = machine_cpu()
+    acked = counts["c"]
+    cpu_us = {name: round(((proc_cpu_s(pid) or 0.0) - (cpu0[name] or 0.0)) * 1e6 / max(1, acked), 1)
+              for name, pid in pids.items()}
+    cpu_us["clients"] = round(client_cpu * 1e6 / max(1, acked), 1)
+    line: dict[str, Any] = {
+        "system": "blizzard", "op": "workers", "producers": producers, "consumers": consumers,
+        "size": size, "replication": cluster.replication,
+        "enqueued_per_s": round(counts["p"] / elapsed), "acked_per_s": round(acked / elapsed),
+        "seconds": round(elapsed, 1), "cpu_us_per_acked_item": cpu_us, "errors": errors[:3]}
+    for role, name in (("p", "enqueue"), ("c", "dequeue_ack")):
+        ordered = sorted(lats[role])
+        for q in (0.5, 0.99):
+            v = percentile(ordered, q)
+            line[f"{name}_p{int(q * 100)}_us"] = round(v / 1000, 1) if v is not None else None
+    if machine0 and machine1 and machine1[1] > machine0[1]:
+        line["machine_busy"] = round((machine1[0] - machine0[0]) / (machine1[1] - machine0[1]), 2)
+    print(json.dumps(line), flush=True)
+    return line
+
+
+def parse_workers(text: str) -> tuple[int, int]:
+    p_, _, c_ = text.partition(",")
+    return int(p_), int(c_ or p_)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = parser("scripts/bench --workers", __doc__)
+    ap.add_argument("--workers", type=parse_workers, default=(8, 8),
+                    help="producer and consumer processes, e.g. 8,8 (default)")
+    ap.add_argument("--seconds", type=float, default=10.0, help="how long the load runs")
+    ap.add_argument("--size", type=int, default=256, help="payload bytes")
+    ap.add_argument("--replication", type=int, default=2, help="replicas per item (R)")
+    ap.add_argument("--datanodes", type=int, default=2, help="data nodes to start")
+    ap.add_argument("--repeat", type=int, default=1, help="measurements on the same cluster")
+    args = ap.parse_args(argv)
+    producers, consumers = args.workers
+    if producers < 1 or consumers < 1 or not 0 < args.seconds <= 600 or args.size < 1:
+        ap.error("--workers needs at least one of each; --seconds in (0, 600]; --size >= 1")
+    if not 1 <= args.replication <= args.datanodes:
+        ap.error("--replication must be between 1 and --datanodes")
+    base = start("bench")
+    cluster = LocalCluster(base, datanodes=args.datanodes, replication=args.replication)
+    rc = 0
+    try:
+        cluster.start()
+        for _ in range(args.repeat):
+            line = run(cluster, producers, consumers, args.size, args.seconds)
+            if line["errors"]:
+                rc = 1
+    except KeyboardInterrupt:
+        rc = 130
+    except Exception:
+        log.exception("benchmark failed; cluster logs:\n%s", cluster.logs())
+        rc = 1
+    finally:
+        cluster.stop()
+        if rc in (0, 130):
+            shutil.rmtree(base, ignore_errors=True)
+        else:
+            log.info("cluster logs kept in %s", base)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
