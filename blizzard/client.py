@@ -34,6 +34,8 @@ __all__ = ["Client", "Consumer", "EnqueueOptions", "LeasedItem", "Message", "Pro
 
 log = logging.getLogger(__name__)
 
+CLOSE_WAIT_S = 2.0  # how long close() waits for the answers to acks sent unawaited
+
 
 class Client:
     """A connection to one Blizzard cluster, addressed by its master."""
@@ -61,6 +63,11 @@ class Client:
         self.close()
 
     def close(self) -> None:
+        """Wait briefly for the answers to acks sent unawaited, then drop the connections."""
+        try:
+            self.leases.collect(wait_s=min(self.timeout_s, CLOSE_WAIT_S))
+        except Exception as exc:  # closing must not fail; at worst an item is delivered again
+            log.warning("acks not confirmed at close: %s", exc)
         self.master.close()
         self.datanodes.close()
 

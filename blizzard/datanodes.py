@@ -1,7 +1,7 @@
 """The client's side of the data path: connections to data nodes, puts, reads, nodes to avoid.
 
-Payload bytes go between the client and data nodes only. A put goes to the first node of a
-placement, which forwards to the other replicas; a read tries an item's replicas in turn and
+Payload bytes go between the client and data nodes only. A put goes to every node of a
+placement, each of which reports it to the master; a read tries an item's replicas in turn and
 checks size and CRC-32 (P5). A data node that fails a put or times out on a read is avoided
 for ``SUSPECT_S``: the master declares a node dead only after its ``dead_after_s`` and until
 then still places items there and lists it first among replicas.
@@ -15,26 +15,17 @@ import time
 import zlib
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Iterable
 
 import zmq
 
 from blizzard import protocol as p
-from blizzard.errors import BlizzardError, ClusterError, DatanodeUnavailable, NotEnoughDatanodes
 from blizzard.message import LeasedItem
-from blizzard.transport import Endpoint, call_many, raise_if_error
+from blizzard.transport import Endpoint, call_many
 
 log = logging.getLogger("blizzard.client")
 
 SUSPECT_S = 10.0  # a data node that just failed us is avoided this long
-
-
-@dataclass(frozen=True)
-class PutFailed:
-    """A put that did not reach ``min_copies``: the error, and the nodes to avoid next time."""
-
-    error: BlizzardError
-    avoid: list[str]
 
 
 @dataclass
@@ -88,37 +79,19 @@ class DatanodePool:
 
     # -- puts --------------------------------------------------------------------------------
 
-    def put_request(self, pl: p.Placement, blobs: list[bytes],
-                    crcs: list[int]) -> tuple[Endpoint, p.Put]:
-        """Where to send a chunk's put and what: the placement's first node forwards to the rest."""
-        first, rest = pl.nodes[0], pl.nodes[1:]
-        return self.endpoint(first.addr), p.Put(pl.ids, blobs, crcs, list(rest), pl.min_copies,
-                                                first.node_id)
+    def put_reported(self, pl: p.Placement, ids: list[int], blobs: list[bytes],
+                     crcs: list[int]) -> list[str]:
+        """Send the payloads to every placed node, each to report to the master, not to us.
 
-    @staticmethod
-    def put_outcome(pl: p.Placement, reply: Any) -> p.Stored | PutFailed:
-        """A put's reply (or ``TimeoutError``) as ``Stored`` with enough copies, or ``PutFailed``."""
-        placed = [n.node_id for n in pl.nodes]
-        if isinstance(reply, p.Stored):
-            if len(reply.nodes) >= pl.min_copies:
-                return reply
-            return PutFailed(NotEnoughDatanodes(f"only {len(reply.nodes)} of {pl.min_copies} "
-                                                "replicas stored the items"),
-                             [n for n in placed if n not in reply.nodes])
-        if isinstance(reply, TimeoutError):
-            return PutFailed(DatanodeUnavailable(str(reply)), placed[:1])
-        try:
-            raise_if_error(reply)
-        except ClusterError as exc:  # that node's trouble: try others
-            return PutFailed(exc, placed[:1])
-        return PutFailed(DatanodeUnavailable(f"unexpected reply {p.op_name(reply)}"), placed[:1])
-
-    def put_all(self, placements: list[p.Placement], chunks: list[list[bytes]],
-                crcs: list[list[int]]) -> list[p.Stored | PutFailed]:
-        """Store each chunk on its placement, all at once; the outcome per chunk."""
-        calls = [self.put_request(pl, chunk, c) for pl, chunk, c in zip(placements, chunks, crcs)]
-        return [self.put_outcome(pl, reply)
-                for pl, reply in zip(placements, call_many(calls, self.node_timeout_s))]
+        Returns the node ids the put could not even be sent to (a full send queue).
+        """
+        failed = []
+        for ref in pl.nodes:
+            try:
+                self.endpoint(ref.addr).send(p.Put(ids, blobs, crcs, [], 1, ref.node_id, True))
+            except TimeoutError:
+                failed.append(ref.node_id)
+        return failed
 
     # -- reads -------------------------------------------------------------------------------
 

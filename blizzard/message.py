@@ -43,6 +43,8 @@ class Settle(Protocol):
 
     def ack_many(self, msgs: Sequence[Any]) -> None: ...
 
+    def ack_unawaited(self, msgs: Sequence[Any]) -> None: ...
+
     def nack_many(self, msgs: Sequence[Any], *, delay_s: float | None = None,
                   error: str = "") -> None: ...
 
@@ -62,8 +64,20 @@ class Message:
     lease: int
     _leases: Settle
 
-    def ack(self) -> None:
-        self._leases.ack_many([self])
+    def ack(self, wait: bool = False) -> None:
+        """The item is done: the master drops it and its blobs.
+
+        By default the ack is sent and not waited for (as RabbitMQ's ``basic.ack``): the next
+        call of this client, or its ``close``, collects the answer, and a lease that had
+        already run out is logged, not raised. ``wait=True`` returns once the ack is durable
+        on the master and raises ``LeaseExpired`` if the lease was lost. Either way delivery
+        stays at least once: an ack that never lands lets the item come back when its lease
+        runs out.
+        """
+        if wait:
+            self._leases.ack_many([self])
+        else:
+            self._leases.ack_unawaited([self])
 
     def nack(self, delay_s: float | None = None, error: str = "") -> None:
         """Give the item back: after ``delay_s``, or (None) after the queue's retry back-off.

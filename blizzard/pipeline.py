@@ -1,20 +1,27 @@
-"""The enqueue pipeline: chunks of items through alloc -> put -> commit, several in flight.
+"""The enqueue pipeline: chunks of items through place -> put + enqueue, several in flight.
 
-``Client.enqueue_many``, ``Client.stage`` and ``Producer`` all drive it. A chunk (at most
-``CHUNK_ITEMS`` items and about ``CHUNK_BYTES``) moves on by one step per reply, without waiting
-for the other chunks, so the round trips and fsyncs of the chunks in flight overlap. A chunk is
-done once its commit is durable (or, for ``stage``, once its payloads are).
+``Client.enqueue``/``enqueue_many``, ``Client.stage`` and ``Producer`` all drive it. A chunk
+(at most ``CHUNK_ITEMS`` items and about ``CHUNK_BYTES``) needs ids and a placement: small
+chunks take them from a block the client holds (``BLOCK_IDS`` ids asked for at once, used for
+a third of the master's deadline), larger ones ask the master (``Place``). Then the payloads go
+to every placed data node (``Put`` with ``report``: the node tells the master, not us) and, at
+the same time, the ``Enqueue`` to the master, which answers once enough nodes reported the
+payloads durable and the items are logged (P1). A one-item enqueue with a block in hand is
+therefore one round trip. Chunks move on by one step per reply, without waiting for the other
+chunks, so the round trips and fsyncs of the chunks in flight overlap.
 
 When a step goes wrong the chunk is helped along synchronously, then moves on as before:
 
-- an alloc not answered in ``ATTEMPT_S``, or answered "master starting", is sent again with
+- a place not answered in ``ATTEMPT_S``, or answered "master starting", is sent again with
   back-off until ``timeout_s``; where avoiding suspected nodes leaves too few for a placement,
   it is asked for again without avoiding them (a suspect is better than no write at all);
-- a put that fails or times out makes its culprits suspected and asks for a placement
-  without them (too few nodes without them is an error), ``PUT_ATTEMPTS`` puts in all;
-- a commit not answered in time is sent again under its request id, so a commit that
-  landed is applied once; a commit the master does not know (it restarted between alloc and
-  commit, so nothing of the chunk is visible) stages the chunk again, ``PUT_ATTEMPTS`` in all.
+- an enqueue answered ``Unstored`` (a node refused the payloads or did not report them in
+  ``node_timeout_s``) makes those nodes suspected and goes again under fresh ids placed
+  without them, ``PUT_ATTEMPTS`` in all;
+- an enqueue not answered in time is sent again under its request id, so one that landed is
+  applied once; one the master does not know (it restarted, so nothing of the chunk is
+  visible) goes again under fresh ids, ``PUT_ATTEMPTS`` in all. Payloads stored under ids
+  that were never enqueued are deleted by the master.
 """
 
 from __future__ import annotations
@@ -27,20 +34,21 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from blizzard import protocol as p
-from blizzard.datanodes import DatanodePool, PutFailed
+from blizzard.datanodes import DatanodePool
 from blizzard.enqueue_options import EnqueueOptions, as_bytes
-from blizzard.errors import NotEnoughDatanodes, UnknownItem
+from blizzard.errors import DatanodeUnavailable, NotEnoughDatanodes, UnknownItem
 from blizzard.master_link import ATTEMPT_S, MasterLink, is_retryable
 from blizzard.transport import Endpoint, Replies, raise_if_error
 
 log = logging.getLogger(__name__)
 
-CHUNK_ITEMS = 1000  # items per alloc/put/commit
+CHUNK_ITEMS = 1000  # items per place/put/enqueue
 CHUNK_BYTES = 16 * 1024 * 1024
 PUT_ATTEMPTS = 4
 ENQUEUE_WINDOW = 8  # chunks in flight for one enqueue_many or stage call
+BLOCK_IDS = 64  # ids a client asks for at once for small chunks
 
-ALLOC, PUT, COMMIT, DONE = range(4)
+PLACE, ENQUEUE, DONE = range(3)
 
 Staged = list[tuple[list[int], list[str]]]  # (ids, node ids) per chunk, for commit()
 
@@ -53,14 +61,14 @@ class Chunk:
     blobs: list[bytes]
     crcs: list[int]
     opts: EnqueueOptions
-    commit: bool  # False: done once stored (Client.stage)
-    step: int = ALLOC
-    alloc: p.Alloc | None = None
+    commit: bool  # False: done once stored, kept pending by the master (Client.stage)
+    step: int = PLACE
+    ids: list[int] = dataclasses.field(default_factory=list)
     placement: p.Placement | None = None
     stored_on: list[str] = dataclasses.field(default_factory=list)
-    commit_msg: p.Commit | None = None
-    put_failures: int = 0
-    restaged: int = 0
+    place_msg: p.Place | None = None
+    enqueue_msg: p.Enqueue | None = None
+    failures: int = 0  # enqueues refused for want of stored payloads, or forgotten
     ep: Endpoint | None = None  # where the step's request went (None: it could not be sent)
     rid: int = 0
     until: float = 0.0  # monotonic time the reply is overdue
@@ -70,9 +78,22 @@ class Chunk:
     def done(self) -> bool:
         return self.step == DONE
 
-    @property
-    def ids(self) -> list[int]:
-        return list(self.placement.ids) if self.placement is not None else []
+
+@dataclass
+class Block:
+    """Ids held for small chunks: ``placement``'s ids from ``next`` on, usable until ``until``."""
+
+    placement: p.Placement
+    next: int
+    until: float
+
+    def take(self, n: int, now: float, avoid: list[str]) -> list[int] | None:
+        pl = self.placement
+        if now >= self.until or self.next + n > pl.first + pl.n \
+                or any(ref.node_id in avoid for ref in pl.nodes):
+            return None
+        first, self.next = self.next, self.next + n
+        return list(range(first, first + n))
 
 
 def split(items: Iterable[Any]) -> list[list[bytes]]:
@@ -89,11 +110,12 @@ def split(items: Iterable[Any]) -> list[list[bytes]]:
 
 
 class EnqueuePipeline:
-    """Moves chunks through alloc -> put -> commit over the master link and the data-node pool."""
+    """Moves chunks through place -> put + enqueue over the master link and the data-node pool."""
 
     def __init__(self, master: MasterLink, nodes: DatanodePool) -> None:
         self.master = master
         self.nodes = nodes
+        self.block: Block | None = None
 
     def chunks(self, queue: str, items: Iterable[Any], opts: EnqueueOptions, *,
                commit: bool = True) -> list[Chunk]:
@@ -103,8 +125,14 @@ class EnqueuePipeline:
 
     def enqueue(self, queue: str, items: Iterable[Any], opts: EnqueueOptions) -> list[int]:
         """Every item committed, in order; their ids."""
+        chunks = self.chunks(queue, items, opts)
+        if len(chunks) == 1:  # the common call: no window needed
+            self.start(chunks[0])
+            while not chunks[0].done:
+                self.pump(chunks, block=True)
+            return chunks[0].ids
         window = Window(self, ENQUEUE_WINDOW)
-        for chunk in self.chunks(queue, items, opts):
+        for chunk in chunks:
             window.add(chunk)
         return [i for chunk in window.wait() for i in chunk.ids]
 
@@ -124,12 +152,17 @@ class EnqueuePipeline:
     # -- the steps ---------------------------------------------------------------------------
 
     def start(self, c: Chunk) -> None:
-        """Ask for the chunk's ids and a placement that avoids the nodes suspected now."""
-        n, o = len(c.blobs), c.opts
-        c.alloc = p.Alloc(c.queue, [len(b) for b in c.blobs], c.crcs, [o.priority] * n,
-                          [o.delay_s] * n, [o.key] * n, o.coalesce, self.nodes.suspected())
-        c.step, c.put_failures = ALLOC, 0
-        self._ask_master(c, c.alloc)
+        """Ids and a placement for the chunk: from the block in hand, else from the master."""
+        n = len(c.blobs)
+        ids = self.block.take(n, time.monotonic(), self.nodes.suspected()) \
+            if self.block is not None and n < BLOCK_IDS else None
+        if ids is not None:
+            assert self.block is not None
+            self._send(c, self.block.placement, ids)
+            return
+        c.place_msg = p.Place(BLOCK_IDS if n < BLOCK_IDS else n, self.nodes.suspected())
+        c.step = PLACE
+        self._ask_master(c, c.place_msg)
 
     def pump(self, chunks: list[Chunk], block: bool) -> None:
         """Move chunks on by the replies that arrived; ``block``: wait for one (or a deadline)."""
@@ -137,7 +170,7 @@ class EnqueuePipeline:
         if not live:
             return
         wait_ms = 0
-        if block and not any(c.ep is not None and c.rid in c.ep.received() for c in live):
+        if block and not any(c.ep is not None and c.ep.has(c.rid) for c in live):
             wait_ms = max(0, int((min(c.until for c in live) - time.monotonic()) * 1000))
         Replies({c.ep for c in live if c.ep is not None}).read(wait_ms)
         now = time.monotonic()
@@ -150,45 +183,44 @@ class EnqueuePipeline:
 
     def _advance(self, c: Chunk, reply: Any) -> None:
         """The next step after ``reply`` (None: none came in time)."""
-        if c.step == ALLOC:
-            self._put(c, reply if isinstance(reply, p.Placement) else self._place(c, reply))
-        elif c.step == PUT:
-            assert c.placement is not None
-            if reply is None:
-                addr = c.placement.nodes[0].addr
-                reply = TimeoutError(f"no reply from {addr} within {self.nodes.node_timeout_s:g}s")
-            outcome = self.nodes.put_outcome(c.placement, reply)
-            if isinstance(outcome, p.Stored):
-                self._stored(c, outcome)
-            else:
-                self._put_failed(c, outcome)
-        elif c.step == COMMIT:
-            if isinstance(reply, p.Committed):
+        if c.step == PLACE:
+            placement = reply if isinstance(reply, p.Placement) else self._place(c, reply)
+            n = len(c.blobs)
+            if placement.n > n:  # the rest of the ids serve the next small chunks
+                self.block = Block(placement, placement.first + n,
+                                   time.monotonic() + placement.deadline_s / 3)
+            self._send(c, placement, list(range(placement.first, placement.first + n)))
+        elif c.step == ENQUEUE:
+            if isinstance(reply, p.Committed) and c.commit:
                 c.step = DONE
+            elif isinstance(reply, p.Stored) and not c.commit:
+                c.stored_on, c.step = list(reply.nodes), DONE
+            elif isinstance(reply, p.Unstored):
+                self._unstored(c, reply)
             else:
-                self._commit_slowly(c, reply)
+                self._enqueue_slowly(c, reply)
 
-    def _put(self, c: Chunk, placement: p.Placement) -> None:
-        c.placement, c.step = placement, PUT
-        ep, put = self.nodes.put_request(placement, c.blobs, c.crcs)
-        self._send(c, ep, put, time.monotonic() + self.nodes.node_timeout_s)
-
-    def _stored(self, c: Chunk, stored: p.Stored) -> None:
-        assert c.placement is not None
-        c.stored_on = list(stored.nodes)
-        if not c.commit:
-            c.step = DONE
+    def _send(self, c: Chunk, placement: p.Placement, ids: list[int]) -> None:
+        """The payloads to every placed node and the enqueue to the master, all at once."""
+        c.placement, c.ids, c.step = placement, ids, ENQUEUE
+        failed = self.nodes.put_reported(placement, ids, c.blobs, c.crcs)
+        if failed:  # a node's send queue is full: do not wait for its report
+            self._unstored(c, p.Unstored(failed, "cannot send to these data nodes"))
             return
-        c.commit_msg = p.Commit(c.placement.ids, c.stored_on, self.master.call_id())
-        c.step = COMMIT
-        self._ask_master(c, c.commit_msg)
+        n, o = len(ids), c.opts
+        c.enqueue_msg = p.Enqueue(c.queue, ids, [len(b) for b in c.blobs], c.crcs,
+                                  [o.priority] * n, [o.delay_s] * n, [o.key] * n, o.coalesce,
+                                  self.master.call_id(), not c.commit, self.nodes.node_timeout_s)
+        c.since = time.monotonic()
+        self._send_to(c, self.master.endpoint, c.enqueue_msg,
+                      c.since + self.nodes.node_timeout_s + ATTEMPT_S)
 
     def _ask_master(self, c: Chunk, msg: Any) -> None:
         c.since = time.monotonic()
-        self._send(c, self.master.endpoint, msg, c.since + ATTEMPT_S)
+        self._send_to(c, self.master.endpoint, msg, c.since + ATTEMPT_S)
 
     @staticmethod
-    def _send(c: Chunk, ep: Endpoint, msg: Any, until: float) -> None:
+    def _send_to(c: Chunk, ep: Endpoint, msg: Any, until: float) -> None:
         try:
             c.ep, c.rid, c.until = ep, ep.send(msg), until
         except TimeoutError:  # the send queue is full: overdue at the next pump
@@ -197,42 +229,53 @@ class EnqueuePipeline:
     # -- the slow ways -----------------------------------------------------------------------
 
     def _place(self, c: Chunk, reply: Any) -> p.Placement:
-        """A placement after the alloc failed or went unanswered (see the module docstring)."""
-        assert c.alloc is not None
+        """A placement after the place failed or went unanswered (see the module docstring)."""
+        assert c.place_msg is not None
         if not isinstance(reply, p.Error) or is_retryable(reply):
-            reply = self.master.call_many([c.alloc], raise_errors=False, since=c.since)[0]
-        if c.alloc.exclude and isinstance(reply, p.Error) and reply.code == NotEnoughDatanodes.code:
-            reply = self.master.call_many([dataclasses.replace(c.alloc, exclude=[])],
+            reply = self.master.call_many([c.place_msg], raise_errors=False, since=c.since)[0]
+        if c.place_msg.exclude and isinstance(reply, p.Error) \
+                and reply.code == NotEnoughDatanodes.code:
+            reply = self.master.call_many([dataclasses.replace(c.place_msg, exclude=[])],
                                           raise_errors=False)[0]
         return raise_if_error(reply)
 
-    def _put_failed(self, c: Chunk, failed: PutFailed) -> None:
-        c.put_failures += 1
-        if c.put_failures >= PUT_ATTEMPTS:
-            raise failed.error
-        # Only the latest culprits are avoided: a node that merely waited on a dead replica is
-        # fine again next time, and excluding too many fails the placement.
-        log.warning("put failed (%s); asking for a placement without %s", failed.error,
-                    sorted(failed.avoid))
-        self.nodes.suspect(failed.avoid)
-        assert c.alloc is not None
-        c.alloc = dataclasses.replace(c.alloc, exclude=sorted(failed.avoid))
-        self._put(c, self.master.call(c.alloc))  # too few nodes without them: an error
+    def _again(self, c: Chunk, error: Exception) -> None:
+        """Enqueue the chunk again under fresh ids, or give up with ``error``."""
+        c.failures += 1
+        if c.failures >= PUT_ATTEMPTS:
+            raise error
+        self.block = None  # its ids may be the forgotten or badly placed ones
+        c.placement, c.ids = None, []
+        self.start(c)
 
-    def _commit_slowly(self, c: Chunk, reply: Any) -> None:
-        assert c.commit_msg is not None
+    def _unstored(self, c: Chunk, reply: p.Unstored) -> None:
+        # Only the latest culprits are avoided: a node that was merely slow is fine again
+        # next time, and excluding too many fails the placement.
+        log.warning("enqueue not stored (%s); placing it again without %s", reply.error,
+                    reply.nodes)
+        self.nodes.suspect(reply.nodes)
+        error_type = DatanodeUnavailable if reply.nodes else NotEnoughDatanodes
+        self._again(c, error_type(f"data nodes {reply.nodes} did not store the items: "
+                                  f"{reply.error}"))
+
+    def _enqueue_slowly(self, c: Chunk, reply: Any) -> None:
+        assert c.enqueue_msg is not None
         try:
             if not isinstance(reply, p.Error) or is_retryable(reply):
-                reply = self.master.call(c.commit_msg, since=c.since)  # applied at most once
+                # applied at most once; the extra time is the master's wait for reports
+                reply = self.master.call_many([c.enqueue_msg], extra_s=c.enqueue_msg.wait_s,
+                                              raise_errors=False, since=c.since)[0]
+            if isinstance(reply, p.Unstored):
+                self._unstored(c, reply)
+                return
             raise_if_error(reply)
+            if isinstance(reply, p.Stored):
+                c.stored_on = list(reply.nodes)
             c.step = DONE
-        except UnknownItem:
-            c.restaged += 1
-            if c.restaged >= PUT_ATTEMPTS:
-                raise
-            log.warning("the master forgot a pending chunk of %d items (restarted?); staging it "
-                        "again", len(c.blobs))
-            self.start(c)
+        except UnknownItem as exc:
+            log.warning("the master forgot the ids of a chunk of %d items (restarted?); "
+                        "enqueueing it again", len(c.blobs))
+            self._again(c, exc)
 
 
 class Window:

@@ -46,27 +46,64 @@ class NodeRef:
 
 
 @message(10)
-class Alloc:
-    """Phase 1 of an enqueue: ask for ids and a placement for a batch of items."""
+class Place:
+    """Ask for ``n`` fresh item ids and the data nodes to store their payloads on.
+
+    A client may hold the ids for a while (one-item enqueues take them one by one) and must
+    send their ``Enqueue`` within the placement's ``deadline_s``.
+    """
+
+    n: int
+    exclude: list[str]  # node ids the client could not reach; placement avoids them
+
+
+@message(11)
+class Placement:
+    """Reply to Place: ids ``first .. first + n - 1`` and the nodes to store all of them on."""
+
+    first: Id
+    n: int
+    nodes: list[NodeRef]
+    min_copies: int
+    deadline_s: float  # seconds the client has to enqueue before the ids are dropped
+
+    @property
+    def ids(self) -> list[int]:
+        return list(range(self.first, self.first + self.n))
+
+
+@message(45)
+class Enqueue:
+    """Make items visible once ``min_copies`` of their placed nodes report them stored.
+
+    Sent together with the ``Put``s (``report`` set) to the data nodes: the master waits up
+    to ``wait_s`` for the nodes' ``PutReport``s, logs the items and answers ``Committed``. With
+    ``hold``, the items are kept pending instead and the answer is ``Stored`` (a later
+    ``Commit`` makes them visible: ``Client.stage``). Not enough reports in time: ``Unstored``.
+    """
 
     queue: str
+    ids: list[Id]
     sizes: list[int]
     crcs: list[int]
     priorities: list[int]
     delays: list[float]  # seconds until each item becomes visible (0: at once)
     keys: list[str]  # "": no key; items sharing a key are never leased at the same time
     coalesce: bool  # a keyed item replaces the waiting items with its key
-    exclude: list[str]  # node ids the client could not reach; placement avoids them
+    request: str  # the caller's id: a retry is answered once, never applied twice
+    hold: bool
+    wait_s: float
 
 
-@message(11)
-class Placement:
-    """Reply to Alloc: item ids (in request order) and the nodes to store all of them on."""
+@message(46)
+class Unstored:
+    """Reply to Enqueue: ``nodes`` did not report the payloads stored (``error``: why, if known).
 
-    ids: list[Id]
-    nodes: list[NodeRef]
-    min_copies: int
-    deadline_s: float  # seconds the client has to commit before the pending enqueue is dropped
+    Nothing was made visible; the client avoids those nodes and enqueues again with new ids.
+    """
+
+    nodes: list[str]
+    error: str
 
 
 @message(12)
@@ -332,6 +369,20 @@ class Inventory:
     done: bool
 
 
+@message(39)
+class PutReport:
+    """A data node stored ``ids`` durably (puts sent with ``report``); ``failed`` it refused.
+
+    Sent once per loop pass after the pass's write is synced; ``error`` says why the failed
+    ones were refused.
+    """
+
+    node_id: str
+    ids: list[Id]
+    failed: list[Id]
+    error: str
+
+
 @message(35)
 class BadReplica:
     """A client found these replicas missing or failing their checksum (parallel lists)."""
@@ -354,6 +405,7 @@ class Put:
     forward: list[NodeRef]  # other replicas this node passes the blobs to
     min_copies: int  # reply only when this many nodes (this one included) hold every blob
     node_id: str  # the node meant to store them: a new node at a dead one's address refuses
+    report: bool  # tell the master (``PutReport``), not the sender: a client's ``Enqueue`` waits on it
 
 
 @message(41)

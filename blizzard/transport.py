@@ -24,6 +24,7 @@ HEARTBEAT_TIMEOUT_MS = 20_000
 HANDSHAKE_IVL_MS = 10_000  # a connection that has not finished the ZMTP greeting by then is cut
 RECEIVE_HWM = 256  # frames queued per peer before ZeroMQ stops reading its socket
 PASS_BYTES = 64 * 1024 * 1024  # request bytes a server takes in one loop pass
+MAX_UNCLAIMED = 4096  # replies an endpoint keeps for requests not yet collected
 
 _ADDR = re.compile(r"tcp://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]{1,253}):([0-9]{1,5})")
 
@@ -66,6 +67,7 @@ class Endpoint:
         self.ctx = ctx
         self.addr = check_addr(addr)
         self.sock: zmq.Socket | None = None
+        self.poller: zmq.Poller | None = None  # polls ``sock`` alone, made once per socket
         self._early: dict[int, Any] = {}
 
     def _socket(self) -> zmq.Socket:
@@ -80,6 +82,8 @@ class Endpoint:
                 sock.close(linger=0)
                 raise InvalidArgument(f"cannot connect to {self.addr}: {exc}") from None
             self.sock = sock
+            self.poller = zmq.Poller()
+            self.poller.register(sock, zmq.POLLIN)
         return self.sock
 
     def send(self, msg: Any) -> int:
@@ -95,6 +99,10 @@ class Endpoint:
     def take(self, rid: int) -> Any | None:
         return self._early.pop(rid, None)
 
+    def has(self, rid: int) -> bool:
+        """The reply to ``rid`` has arrived and not been taken."""
+        return rid in self._early
+
     def received(self) -> list[int]:
         """Request ids whose replies have arrived and not been taken."""
         return list(self._early)
@@ -102,14 +110,30 @@ class Endpoint:
     def discard_received(self) -> None:
         self._early.clear()
 
-    def read_one(self) -> None:
-        """Read one waiting reply into the early-reply table (replies to forgotten ids are dropped)."""
-        body = self._socket().recv(copy=True)
+    def wait(self, timeout_ms: int) -> bool:
+        """Wait up to ``timeout_ms`` for a reply to arrive; True if one is there to read."""
+        self._socket()
+        assert self.poller is not None
+        return bool(self.poller.poll(timeout_ms))
+
+    def read_ready(self) -> None:
+        """Read every reply waiting now into the early-reply table, without blocking."""
+        sock = self._socket()
+        while self.sock is sock:
+            try:
+                body = sock.recv(zmq.NOBLOCK, copy=True)
+            except zmq.Again:
+                return
+            self._keep(body)
+
+    def _keep(self, body: bytes) -> None:
         try:
             rid, reply = protocol.decode(body)
         except ProtocolError as exc:
             log.warning("undecodable reply from %s: %s", self.addr, exc)
             return
+        if len(self._early) >= MAX_UNCLAIMED:  # replies nobody waits for must not pile up
+            self._early.pop(next(iter(self._early)))
         self._early[rid] = reply
 
     def reset(self) -> None:
@@ -117,6 +141,7 @@ class Endpoint:
         if self.sock is not None:
             self.sock.close(linger=0)
             self.sock = None
+            self.poller = None
         self._early.clear()
 
     def close(self) -> None:
@@ -133,23 +158,24 @@ class Replies:
     """Waits for replies on several endpoints at once and reads them into each one's table."""
 
     def __init__(self, endpoints: Iterable[Endpoint]) -> None:
-        self.by_sock = {ep._socket(): ep for ep in endpoints}
+        self.endpoints = list(endpoints)
         self.poller: zmq.Poller | None = None
-        if len(self.by_sock) > 1:  # the common case, one socket, needs no poller
+        if len(self.endpoints) > 1:  # the common case, one socket, uses the endpoint's poller
             self.poller = zmq.Poller()
-            for sock in self.by_sock:
-                self.poller.register(sock, zmq.POLLIN)
+            for ep in self.endpoints:
+                self.poller.register(ep._socket(), zmq.POLLIN)
 
     def read(self, timeout_ms: int) -> None:
         """Wait up to ``timeout_ms`` for a reply on any endpoint, then read all that are there."""
-        if self.poller is not None:
-            ready = [sock for sock, _ in self.poller.poll(timeout_ms)]
-        else:
-            ready = [sock for sock in self.by_sock if sock.poll(timeout_ms, zmq.POLLIN)]
-        for sock in ready:
-            ep = self.by_sock[sock]
-            while ep.sock is sock and sock.poll(0, zmq.POLLIN):
-                ep.read_one()
+        if self.poller is None:
+            for ep in self.endpoints:
+                if ep.wait(timeout_ms):
+                    ep.read_ready()
+            return
+        ready = {sock for sock, _ in self.poller.poll(timeout_ms)}
+        for ep in self.endpoints:
+            if ep.sock in ready:
+                ep.read_ready()
 
 
 def call_many(calls: Iterable[tuple[Endpoint, Any]], timeout_s: float) -> list[Any]:

@@ -35,7 +35,10 @@ def templates(rng: random.Random) -> list[Any]:
     ids = [FAR + rng.randrange(10**6) for _ in range(3)]
     ref = p.NodeRef("fz-node", "tcp://127.0.0.1:9")
     return [
-        p.Alloc("fz-q", [3, 4], [1, 2], [0, 1], [0.0, 1.0], ["", "k"], False, []),
+        p.Place(2, []),
+        p.Enqueue("fz-q", ids[:2], [3, 4], [1, 2], [0, 1], [0.0, 1.0], ["", "k"], False, "fz-enq",
+                  False, 0.2),
+        p.PutReport("fz-node", ids[:2], ids[2:], "boom"),
         p.Commit(ids, ["fz-node"], "fz-req"),
         p.Lease("fz-q", 2, 1.0, 0.0, "fz-lease", ids[:1], [5]),
         p.Ack(ids, [1, 2, 3]), p.Nack(ids[:1], [1], 0.5, "boom"), p.Extend(ids[:1], [1], 2.0),
@@ -44,9 +47,11 @@ def templates(rng: random.Random) -> list[Any]:
         p.Heartbeat("fz-node", "tcp://127.0.0.1:9", 1, 2, 3),
         p.Replicated("fz-node", "fz-other", ids, ids[:1]), p.Inventory("fz-node", ids, True),
         p.BadReplica(ids[:2], ["fz-node", "fz-other"]),
-        p.Put(ids[:2], [b"ab", b"cd"], [0x9E83486D, 0x3F8B7BCA], [ref], 1, ""),
+        p.Put(ids[:2], [b"ab", b"cd"], [0x9E83486D, 0x3F8B7BCA], [ref], 1, "", False),
+        p.Put(ids[:2], [b"ab", b"cd"], [0x9E83486D, 0x3F8B7BCA], [], 1, "", True),
         p.Get(ids), p.Delete(ids), p.Ok(), p.Error("x", "y"), p.Stored(["fz-node"]),
-        p.Placement(ids, [ref], 1, 1.0), p.Committed(3), p.Acked(1, []),
+        p.Placement(ids[0], 3, [ref], 1, 1.0), p.Unstored(["fz-node"], "x"), p.Committed(3),
+        p.Acked(1, []),
         p.HeartbeatReply(ids, [p.CopyOrder(ref, ids)], True),
     ]
 

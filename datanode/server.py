@@ -1,8 +1,10 @@
-"""A data node: serves PUT/GET/DELETE of blobs, forwards writes to replicas, heartbeats.
+"""A data node: serves PUT/GET/DELETE of blobs, forwards copies to replicas, heartbeats.
 
 Each ``run_once`` pass drains the waiting requests; every Put in the pass goes into one
-``WriteBatch(sync=True)``, and only after it is durable are replies (or forwards to the
-other replicas) sent. A Put that names replicas is answered once ``min_copies`` nodes,
+``WriteBatch(sync=True)``, and only after it is durable are replies, reports or forwards
+sent. A producer's Put carries ``report``: its ids go to the master in one ``PutReport``
+per pass (the master completes the producer's enqueue), and the producer gets no reply. A
+Put that names replicas (a copy the master ordered) is answered once ``min_copies`` nodes,
 this one included, hold every blob.
 """
 
@@ -55,6 +57,16 @@ class DatanodeConfig:
         if ":0" == self.bind[-2:] and self.advertise is None:
             raise InvalidArgument("binding port 0 needs --advertise")
         return self
+
+
+@dataclass
+class Refusals:
+    """Ids of reported puts that were refused in this pass, by the reason."""
+
+    by_error: dict[str, list[int]] = field(default_factory=dict)
+
+    def add(self, ids: list[int], error: str) -> None:
+        self.by_error.setdefault(error[:200], []).extend(ids)
 
 
 @dataclass
@@ -145,8 +157,7 @@ class DatanodeServer:
         ready = dict(poller.poll(wait))
         for sock, ep in dealers.items():
             if sock in ready:
-                while ep.sock is sock and sock.poll(0, zmq.POLLIN):
-                    ep.read_one()
+                ep.read_ready()
                 self._guarded(self._collect, ep)
         if self.router.sock in ready:
             self._handle(self.router.receive(0))
@@ -166,10 +177,17 @@ class DatanodeServer:
 
     def _handle(self, requests: list[tuple[bytes, int, Any]]) -> None:
         puts: list[tuple[bytes, int, p.Put]] = []
+        refused = Refusals()  # puts with ``report`` that failed their checks
         for peer, rid, msg in requests:
             try:
                 if isinstance(msg, p.Put):
-                    self._check_put(msg)
+                    try:
+                        self._check_put(msg)
+                    except BlizzardError as exc:
+                        if not msg.report or len(msg.ids) > p.MAX_BATCH:
+                            raise
+                        refused.add(msg.ids, exc.message)
+                        continue
                     puts.append((peer, rid, msg))
                 elif isinstance(msg, p.Get):
                     self.router.reply(peer, rid, self._get(msg))
@@ -187,7 +205,8 @@ class DatanodeServer:
                 self.router.reply(peer, rid, p.Error("internal", f"internal error: "
                                                      f"{type(exc).__name__}: {str(exc)[:200]}"))
         if puts:
-            self._write(puts)
+            self._write(puts, refused)
+        self._send_report([], refused)
 
     def _check_put(self, msg: p.Put) -> None:
         if msg.node_id and msg.node_id != self.node_id:
@@ -198,6 +217,8 @@ class DatanodeServer:
             raise InvalidArgument("a put needs 1..10000 ids with as many blobs and checksums")
         if len(msg.forward) > MAX_FORWARD:
             raise InvalidArgument(f"a put names at most {MAX_FORWARD} replicas")
+        if msg.report and msg.forward:
+            raise InvalidArgument("a put reported to the master forwards to no replica")
         if not 1 <= msg.min_copies <= 1 + len(msg.forward):
             raise InvalidArgument("min_copies must be between 1 and the number of replicas")
         for ref in msg.forward:
@@ -209,7 +230,8 @@ class DatanodeServer:
             if zlib.crc32(blob) != crc:
                 raise InvalidArgument("a blob does not match its checksum (damaged in transit?)")
 
-    def _write(self, puts: list[tuple[bytes, int, p.Put]]) -> None:
+    def _write(self, puts: list[tuple[bytes, int, p.Put]], refused: "Refusals") -> None:
+        """One synced ``WriteBatch`` for every put of the pass, then the replies and reports."""
         ids, blobs, crcs = [], [], []
         for _, _, msg in puts:
             ids += msg.ids
@@ -219,23 +241,41 @@ class DatanodeServer:
             self.store.put_many(ids, blobs, crcs)
         except (OSError, plyvel.Error) as exc:  # the disk, not the request (P6)
             log.error("write of %d blobs failed: %s", len(ids), exc)
-            for peer, rid, _ in puts:
-                self.router.reply(peer, rid, error_reply(StorageError(f"{self.node_id}: {exc}")))
+            error = StorageError(f"{self.node_id}: {exc}")
+            for peer, rid, msg in puts:
+                if msg.report:
+                    refused.add(msg.ids, error.message)
+                else:
+                    self.router.reply(peer, rid, error_reply(error))
             if "No space" not in str(exc):
+                self._send_report([], refused)
                 log.critical("storage error that is not a full disk; stopping")
                 os._exit(70)
             return
+        reported: list[int] = []
         for peer, rid, msg in puts:
-            if not msg.forward:
+            if msg.report:
+                reported += msg.ids
+            elif not msg.forward:
                 self.router.reply(peer, rid, p.Stored([self.node_id]))
-                continue
-            job = PutJob(peer, rid, msg.min_copies, time.monotonic() + FORWARD_TIMEOUT_S,
-                         [self.node_id])
-            self._forward(job, msg, msg.forward)
+            else:
+                job = PutJob(peer, rid, msg.min_copies, time.monotonic() + FORWARD_TIMEOUT_S,
+                             [self.node_id])
+                self._forward(job, msg, msg.forward)
+        self._send_report(reported, refused)
+
+    def _send_report(self, stored: list[int], refused: "Refusals") -> None:
+        """Tell the master which reported puts of this pass are durable and which were refused."""
+        for start in range(0, len(stored), p.MAX_BATCH):
+            self._report(p.PutReport(self.node_id, stored[start:start + p.MAX_BATCH], [], ""))
+        for error, ids in refused.by_error.items():
+            for start in range(0, len(ids), p.MAX_BATCH):
+                self._report(p.PutReport(self.node_id, [], ids[start:start + p.MAX_BATCH], error))
+        refused.by_error.clear()
 
     def _forward(self, job: PutJob, put: p.Put, targets: list[p.NodeRef]) -> None:
         for ref in targets:
-            relay = p.Put(put.ids, put.blobs, put.crcs, [], 1, ref.node_id)
+            relay = p.Put(put.ids, put.blobs, put.crcs, [], 1, ref.node_id, False)
             try:
                 fid = self._peer(ref.addr).send(relay)
             except (TimeoutError, InvalidArgument) as exc:
@@ -299,7 +339,7 @@ class DatanodeServer:
         job = PutJob(None, 0, 2, time.monotonic() + FORWARD_TIMEOUT_S, [self.node_id],
                      copy=report)
         relay = p.Put(ids, [f[0] for f in found if f is not None],
-                      [f[1] for f in found if f is not None], [], 1, "")
+                      [f[1] for f in found if f is not None], [], 1, "", False)
         self._forward(job, relay, [order.target])
 
     def _report(self, msg: object) -> None:

@@ -8,7 +8,7 @@ the master ordered it, and no report ever drops an item's last replica.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from typing import Any, Callable, Container
 
 from blizzard import protocol as p
 from blizzard.errors import InvalidArgument
@@ -30,7 +30,7 @@ class DatanodeReports:
 
     def __init__(self, config: MasterConfig, state: State, log_record: Callable[[Any], None],
                  membership: Membership, repair: Repairer, deletes: Deletes,
-                 safe_mode: SafeMode, pending: dict[int, Any]) -> None:
+                 safe_mode: SafeMode, pending: Container[int]) -> None:
         self.config = config
         self.state = state
         self.log = log_record
@@ -38,7 +38,7 @@ class DatanodeReports:
         self.repair = repair
         self.deletes = deletes
         self.safe_mode = safe_mode
-        self.pending = pending  # ids allocated and not committed: their blobs are not stray
+        self.pending = pending  # ids handed out or staged: their blobs are not stray
         self.live: set[str] = set()
 
     def heartbeat(self, msg: p.Heartbeat, now: float, mono: float, *_: Any) -> p.HeartbeatReply:

@@ -1,7 +1,12 @@
-"""Pending enqueues: alloc (ids and a placement), commit (make items visible), expiry.
+"""Enqueues: items become visible once their payloads are durable on enough data nodes.
 
-An enqueue is alloc -> put on the data nodes -> commit. Between alloc and commit the items
-are pending: in memory only (a restart forgets them; the client's retry stages them again).
+A producer holds ids from a ``Place`` (``Blocks``), sends each payload to every placed node
+and its ``Enqueue`` to the master at once. The enqueue waits (parked, like a long poll) until
+``min_copies`` placed nodes have reported every id stored, then its items are logged and the
+reply goes out after the pass's fsync (P1). An ``Enqueue`` with ``hold`` keeps its items
+pending instead, in memory only, until a ``Commit`` (``Client.stage``/``commit``); a restart
+forgets them and the producer stages them again.
+
 A handler validates fully before it logs anything, and logs before it changes anything in
 memory, so a refused request changes nothing.
 """
@@ -9,37 +14,37 @@ memory, so a refused request changes nothing.
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from blizzard import protocol as p
-from blizzard.errors import (InvalidArgument, MasterStarting, NotEnoughDatanodes, PayloadTooLarge,
+from blizzard.errors import (BlizzardError, InvalidArgument, NotEnoughDatanodes, PayloadTooLarge,
                              TooManyItems, UnknownItem)
+from blizzard.transport import error_reply
 from master import checks
+from master.blocks import Blocks
 from master.config import MasterConfig
 from master.deletes import Deletes
-from master.ids import ItemIds
-from master.membership import Membership
 from master.records import CommitItems
-from master.safe_mode import SafeMode
 from master.state import State
 
 MAX_DELAY_S = 365 * 86400.0
 MAX_KEY = 256
-MAX_PENDING = 1_000_000  # items allocated and not committed, all clients together
+MAX_PENDING = 1_000_000  # items staged and not committed, all clients together
 MAX_PENDING_PER_PEER = 200_000  # ... one connection's share
+MAX_WAITING = 10_000  # enqueues waiting for put reports, all clients together
+MAX_WAITING_PER_PEER = 256
+MAX_WAIT_S = 60.0
 
 
 @dataclass(slots=True)
 class Pending:
-    """One alloc's items, allocated and not yet committed (memory only: a restart forgets them).
-
-    Item ``i`` of the alloc has id ``first + i``; each id maps to this object until committed.
-    """
+    """One staged batch of items, durable on data nodes and not yet committed (memory only)."""
 
     queue: str
-    first: int
+    ids: list[int]
     sizes: list[int]
     crcs: list[int]
     priorities: list[int]
@@ -48,67 +53,204 @@ class Pending:
     coalesce: bool
     nodes: tuple[str, ...]
     left: int  # items not committed yet
-    peer: bytes  # the connection that allocated them (its share of the cap)
+    peer: bytes  # the connection that staged them (its share of the cap)
+
+
+@dataclass(slots=True, eq=False)
+class Waiting:
+    """An ``Enqueue`` parked until its ids are reported stored (or ``until``, monotonic)."""
+
+    msg: p.Enqueue
+    not_befores: list[float]
+    peer: bytes
+    rid: int
+    until: float
+    done: bool = False
 
 
 class Enqueues:
-    """Alloc and commit requests, the pending items between them, and their expiry."""
+    """Enqueue and commit requests, the enqueues waiting for put reports, staged items."""
 
     def __init__(self, config: MasterConfig, state: State, log: Callable[[Any], None],
-                 ids: ItemIds, membership: Membership, safe_mode: SafeMode,
-                 deletes: Deletes) -> None:
+                 blocks: Blocks, deletes: Deletes) -> None:
         self.config = config
         self.state = state
         self.log = log
-        self.ids = ids
-        self.membership = membership
-        self.safe_mode = safe_mode
+        self.blocks = blocks
         self.deletes = deletes
         self.pending: dict[int, Pending] = {}
-        self.expiry: list[tuple[float, int, int, Pending]] = []  # (when, first, n, batch)
-        self.by_queue: dict[str, int] = {}  # pending items per queue (for stats, no scan)
+        self.expiry: list[tuple[float, int, Pending]] = []  # (when, seq, batch)
+        self.waiting: dict[str, Waiting] = {}  # by request id
+        self.waiting_ids: dict[int, Waiting] = {}
+        self.timeouts: list[tuple[float, int, Waiting]] = []
+        self.by_queue: dict[str, int] = {}  # staged items per queue (for stats, no scan)
         self.by_peer: dict[bytes, int] = {}
+        self.waiting_by_peer: dict[bytes, int] = {}
+        self._seq = itertools.count()
 
     def count(self, queue: str) -> int:
         return self.by_queue.get(queue, 0)
 
-    # -- alloc -------------------------------------------------------------------------------
+    def __contains__(self, item_id: int) -> bool:
+        """True for ids handed out or staged: their blobs are not strays."""
+        return item_id in self.pending or self.blocks.holds(item_id)
 
-    def alloc(self, msg: p.Alloc, now: float, mono: float, peer: bytes, rid: int) -> p.Placement:
+    # -- enqueue -----------------------------------------------------------------------------
+
+    def enqueue(self, msg: p.Enqueue, now: float, mono: float, peer: bytes,
+                rid: int) -> p.Committed | p.Stored | None:
         checks.queue_name(msg.queue)
         checks.new_queue_allowed(self.state, msg.queue)
-        n = checks.same_length(sizes=msg.sizes, crcs=msg.crcs, priorities=msg.priorities,
-                               delays=msg.delays, keys=msg.keys)
+        n = checks.same_length(ids=msg.ids, sizes=msg.sizes, crcs=msg.crcs,
+                               priorities=msg.priorities, delays=msg.delays, keys=msg.keys)
         checks.batch(n)
-        checks.node_ids(msg.exclude, "exclude")
+        checks.request_id(msg.request)
+        if not msg.request:
+            raise InvalidArgument("an enqueue needs a request id")
+        checks.seconds(msg.wait_s, "wait_s", low=0, high=MAX_WAIT_S)
         self._check_items(msg)
         if msg.coalesce and not all(msg.keys):
             raise InvalidArgument("coalescing needs a key on every item")
-        if len(self.pending) + n > MAX_PENDING:
-            raise TooManyItems(f"{len(self.pending)} items are allocated and not committed; the "
-                               f"master holds at most {MAX_PENDING} (commit or retry later)")
-        if self.by_peer.get(peer, 0) + n > MAX_PENDING_PER_PEER:
-            raise TooManyItems(f"this connection has {self.by_peer[peer]} items allocated and "
-                               f"not committed; at most {MAX_PENDING_PER_PEER}")
-        nodes = self.membership.place(self.config.replication, set(msg.exclude), mono)
-        if len(nodes) < self.config.write_quorum and self.safe_mode.on:
-            raise MasterStarting("the master is starting and waits for data nodes to report")
-        if len(nodes) < self.config.write_quorum:
-            raise NotEnoughDatanodes(f"{len(nodes)} live data nodes can take the write; "
-                                     f"{self.config.write_quorum} needed")
-        first = self.ids.take(n)
-        not_befores = [now + d if d else 0.0 for d in msg.delays] if any(msg.delays) else msg.delays
-        batch = Pending(msg.queue, first, msg.sizes, msg.crcs, msg.priorities, not_befores,
-                        msg.keys, msg.coalesce, tuple(node.node_id for node in nodes), n, peer)
-        ids = range(first, first + n)
-        self.pending.update(dict.fromkeys(ids, batch))
+        if msg.request in self.state.recent_commits:
+            return p.Committed(count=n)  # a retry of an enqueue that landed
+        parked = self.waiting.get(msg.request)
+        if parked is not None:  # a retry while the first is still waiting: answer the retry
+            parked.peer, parked.rid = peer, rid
+            return None
+        if len(set(msg.ids)) != n:
+            raise InvalidArgument("an enqueue lists an id more than once")
+        unknown = [i for i in msg.ids if not self.blocks.holds(i)]
+        if unknown:
+            raise UnknownItem(f"{len(unknown)} ids are not handed out (expired, or the master "
+                              f"restarted), e.g. {unknown[:5]}; the enqueue must be redone")
+        if any(i in self.waiting_ids for i in msg.ids):
+            raise InvalidArgument("an id of this enqueue is in another enqueue still waiting")
+        if msg.hold:
+            self._check_pending_room(peer, n)
+        if len(self.waiting) >= MAX_WAITING or \
+                self.waiting_by_peer.get(peer, 0) >= MAX_WAITING_PER_PEER:
+            raise TooManyItems("too many enqueues are waiting for their data nodes; retry later")
+        not_befores = [now + d if d else 0.0 for d in msg.delays] if any(msg.delays) \
+            else msg.delays
+        parked = Waiting(msg, not_befores, peer, rid, mono + msg.wait_s)
+        reply = self._try(parked, now, mono)
+        if reply is not None:
+            return reply
+        self.waiting[msg.request] = parked
+        self.waiting_ids.update(dict.fromkeys(msg.ids, parked))
+        self.waiting_by_peer[peer] = self.waiting_by_peer.get(peer, 0) + 1
+        heapq.heappush(self.timeouts, (parked.until, next(self._seq), parked))
+        return None
+
+    def serve_waiting(self, now: float, mono: float) -> list[tuple[bytes, int, Any]]:
+        """Replies for parked enqueues whose reports came in, or whose time ran out."""
+        replies = []
+        news = self.blocks.take_news()
+        if news:
+            touched = {self.waiting_ids[i] for i in news if i in self.waiting_ids}
+            for parked in touched:
+                reply = self._try(parked, now, mono)
+                if reply is not None:
+                    replies.append(self._unpark(parked, reply))
+        while self.timeouts and self.timeouts[0][0] <= mono:
+            parked = heapq.heappop(self.timeouts)[2]
+            if not parked.done:
+                replies.append(self._unpark(parked, self._unstored(parked.msg, "")))
+        return replies
+
+    def _unpark(self, parked: Waiting, reply: Any) -> tuple[bytes, int, Any]:
+        parked.done = True
+        del self.waiting[parked.msg.request]
+        for item_id in parked.msg.ids:
+            self.waiting_ids.pop(item_id, None)
+        left = self.waiting_by_peer[parked.peer] - 1
+        if left:
+            self.waiting_by_peer[parked.peer] = left
+        else:
+            del self.waiting_by_peer[parked.peer]
+        return parked.peer, parked.rid, reply
+
+    def _try(self, parked: Waiting, now: float, mono: float) -> Any:
+        """The enqueue's reply if it can be settled now, else None (still waiting)."""
+        msg, quorum, blocks = parked.msg, self.config.write_quorum, self.blocks
+        for item_id in msg.ids:
+            if len(blocks.holders(item_id)) < quorum:
+                if not blocks.holds(item_id):
+                    return error_reply(UnknownItem(f"id {item_id} expired while its enqueue "
+                                                   "waited; the enqueue must be redone"))
+                if blocks.possible(item_id) < quorum:
+                    return self._unstored(msg, blocks.refused[item_id][1])
+                return None
+        try:
+            return self._settle_stored(parked, now, mono)
+        except BlizzardError as exc:  # e.g. a record over the WAL's limit: nothing changed
+            return error_reply(exc)
+
+    def _unstored(self, msg: p.Enqueue, why: str) -> p.Unstored:
+        """Nothing becomes visible: which placed nodes failed to report some id."""
+        quorum, blocks = self.config.write_quorum, self.blocks
+        missing: set[str] = set()
+        for item_id in msg.ids:
+            holders = blocks.holders(item_id)
+            if len(holders) < quorum:
+                missing.update(n for n in blocks.nodes_of(item_id) if n not in holders)
+        return p.Unstored(sorted(missing), why or "no report from these data nodes in time")
+
+    def _settle_stored(self, parked: Waiting, now: float, mono: float) -> p.Committed | p.Stored:
+        """Every id has enough reports: log the items (or stage them with ``hold``)."""
+        msg = parked.msg
+        groups: dict[tuple[str, ...], list[int]] = {}  # holders -> positions in the request
+        for k, item_id in enumerate(msg.ids):
+            groups.setdefault(tuple(self.blocks.holders(item_id)), []).append(k)
+        if msg.hold:
+            nodes = min(groups, key=len)
+            self._stage(msg, parked.not_befores, nodes, parked.peer, mono)
+            return p.Stored(list(nodes))
+        whole = len(groups) == 1
+        for nodes, at in groups.items():
+            cols = [msg.ids, msg.sizes, msg.crcs, msg.priorities, parked.not_befores, msg.keys]
+            if not whole:
+                cols = [[col[k] for k in at] for col in cols]
+            self._log_items(msg.queue, nodes, msg.coalesce, msg.request, now, *cols)
+        self.blocks.release(msg.ids)
+        return p.Committed(count=len(msg.ids))
+
+    def _stage(self, msg: p.Enqueue, not_befores: list[float], nodes: tuple[str, ...],
+               peer: bytes, mono: float) -> None:
+        n = len(msg.ids)
+        batch = Pending(msg.queue, msg.ids, msg.sizes, msg.crcs, msg.priorities, not_befores,
+                        msg.keys, msg.coalesce, nodes, n, peer)
+        self.blocks.release(msg.ids)
+        self.pending.update(dict.fromkeys(msg.ids, batch))
         self.by_queue[msg.queue] = self.by_queue.get(msg.queue, 0) + n
         self.by_peer[peer] = self.by_peer.get(peer, 0) + n
-        heapq.heappush(self.expiry, (mono + self.config.pending_timeout_s, first, n, batch))
-        return p.Placement(list(ids), [p.NodeRef(node.node_id, node.addr) for node in nodes],
-                           self.config.write_quorum, self.config.pending_timeout_s)
+        heapq.heappush(self.expiry, (mono + self.config.pending_timeout_s, next(self._seq), batch))
 
-    def _check_items(self, msg: p.Alloc) -> None:
+    def _check_pending_room(self, peer: bytes, n: int) -> None:
+        if len(self.pending) + n > MAX_PENDING:
+            raise TooManyItems(f"{len(self.pending)} items are staged and not committed; the "
+                               f"master holds at most {MAX_PENDING} (commit or retry later)")
+        if self.by_peer.get(peer, 0) + n > MAX_PENDING_PER_PEER:
+            raise TooManyItems(f"this connection has {self.by_peer[peer]} items staged and "
+                               f"not committed; at most {MAX_PENDING_PER_PEER}")
+
+    def _log_items(self, queue: str, nodes: tuple[str, ...], coalesce: bool, request: str,
+                   now: float, ids: list[int], sizes: list[int], crcs: list[int],
+                   priorities: list[int], not_befores: list[float], keys: list[str]) -> None:
+        """Log one ``CommitItems`` record, then drop the blobs coalescing made obsolete."""
+        replaced = [old for key in (set(keys) if coalesce else ()) if key
+                    for old in self.state.waiting_with_key(queue, key)]
+        self.log(CommitItems(queue=queue, ids=ids, sizes=sizes, crcs=crcs, priorities=priorities,
+                             not_befores=not_befores, keys=keys, coalesce=coalesce,
+                             nodes=list(nodes), at=now, request=request))
+        # coalescing dropped older waiting items (and all but the last of a burst)
+        items = self.state.items
+        gone = [(old.id, old.nodes) for old in replaced]
+        gone += [(i, nodes) for i in ids if i not in items]
+        for item_id, holders in gone:
+            self.deletes.drop_blobs(item_id, holders)
+
+    def _check_items(self, msg: p.Enqueue) -> None:
         """Every item's size, checksum, priority, delay and key, whole columns at a time.
 
         The column test runs in C; only when it finds something is each item looked at, to
@@ -132,7 +274,7 @@ class Enqueues:
             if len(key) > MAX_KEY:
                 raise InvalidArgument(f"a key is at most {MAX_KEY} characters")
 
-    # -- commit ------------------------------------------------------------------------------
+    # -- commit (of staged items) -----------------------------------------------------------
 
     def commit(self, msg: p.Commit, now: float, *_: Any) -> p.Committed:
         checks.batch(len(msg.ids))
@@ -146,59 +288,42 @@ class Enqueues:
         pending, items = self.pending, self.state.items
         unknown = [i for i in msg.ids if i not in pending and i not in items]
         if unknown:
-            raise UnknownItem(f"{len(unknown)} ids are not pending (expired or never allocated), "
-                              f"e.g. {unknown[:5]}; the enqueue must be retried")
-        # item ids grouped by what one CommitItems record shares: queue, replicas, coalescing
-        groups: dict[tuple[str, tuple[str, ...], bool], list[tuple[Pending, int]]] = {}
+            raise UnknownItem(f"{len(unknown)} ids are not staged (expired, or the master "
+                              f"restarted), e.g. {unknown[:5]}; the enqueue must be redone")
+        # item ids grouped by what one CommitItems record shares: the staged batch, replicas
+        groups: dict[tuple[int, tuple[str, ...]], list[int]] = {}
         for item_id in msg.ids:
             batch = pending.get(item_id)
             if batch is None:
                 continue  # committed before: a retry
-            key = (batch.queue, batch.nodes, batch.coalesce)
-            group = groups.get(key)
-            if group is None:
-                # only nodes the placement named count: a node's word for another is no proof
-                nodes = tuple(n for n in batch.nodes if n in stored)
-                if len(nodes) < self.config.write_quorum:
-                    raise NotEnoughDatanodes(f"item {item_id} is stored on {len(nodes)} of its "
-                                             f"placed nodes; {self.config.write_quorum} needed")
-                group = groups[key] = []
-            group.append((batch, item_id))
-        for (queue, placed, coalesce), members in groups.items():
-            nodes = tuple(n for n in placed if n in stored)
-            ids = [item_id for _, item_id in members]
-            columns = self._columns(members, ids)
-            keys = columns[4]
-            replaced = [old for key in (set(keys) if coalesce else ()) if key
-                        for old in self.state.waiting_with_key(queue, key)]
-            self.log(CommitItems(
-                queue=queue, ids=ids, sizes=columns[0], crcs=columns[1], priorities=columns[2],
-                not_befores=columns[3], keys=keys, coalesce=coalesce, nodes=list(nodes), at=now,
-                request=msg.request))
-            for batch, item_id in members:  # only now, with the record logged
-                self._settle(pending.pop(item_id), 1)
-            # coalescing dropped older waiting items (and all but the last of a burst)
-            gone = [(old.id, old.nodes) for old in replaced]
-            gone += [(i, nodes) for i in ids if i not in items]
-            for item_id, holders in gone:
-                self.deletes.drop_blobs(item_id, holders)
+            # only nodes that reported the items count: a client's word for a node is no proof
+            nodes = tuple(n for n in batch.nodes if n in stored)
+            if len(nodes) < self.config.write_quorum:
+                raise NotEnoughDatanodes(f"item {item_id} is stored on {len(nodes)} of its "
+                                         f"nodes; {self.config.write_quorum} needed")
+            groups.setdefault((id(batch), nodes), []).append(item_id)
+        for (_, nodes), ids in groups.items():
+            batch = pending[ids[0]]
+            cols = self._columns(batch, ids)
+            self._log_items(batch.queue, nodes, batch.coalesce, msg.request, now, ids, *cols)
+            for item_id in ids:  # only now, with the record logged
+                del pending[item_id]
+            self._settle(batch, len(ids))
         return p.Committed(count=len(msg.ids))
 
     @staticmethod
-    def _columns(members: list[tuple[Pending, int]],
-                 ids: list[int]) -> tuple[list, list, list, list, list]:
-        """Sizes, checksums, priorities, not-befores and keys of pending items, in order.
+    def _columns(batch: Pending, ids: list[int]) -> tuple[list, list, list, list, list]:
+        """Sizes, checksums, priorities, not-befores and keys of staged items, in ``ids`` order.
 
-        The usual commit is one whole alloc, in order: its columns are taken as they are.
+        The usual commit is one whole staged batch, in order: its columns are taken as they are.
         """
-        batch = members[0][0]
-        n = len(batch.sizes)
-        if batch.left == n == len(ids) and ids == list(range(batch.first, batch.first + n)):
+        if ids == batch.ids:
             return batch.sizes, batch.crcs, batch.priorities, batch.not_befores, batch.keys
-        at = [(b, item_id - b.first) for b, item_id in members]
-        return ([b.sizes[k] for b, k in at], [b.crcs[k] for b, k in at],
-                [b.priorities[k] for b, k in at], [b.not_befores[k] for b, k in at],
-                [b.keys[k] for b, k in at])
+        where = {item_id: k for k, item_id in enumerate(batch.ids)}
+        at = [where[i] for i in ids]
+        return ([batch.sizes[k] for k in at], [batch.crcs[k] for k in at],
+                [batch.priorities[k] for k in at], [batch.not_befores[k] for k in at],
+                [batch.keys[k] for k in at])
 
     def _settle(self, batch: Pending, n: int) -> None:
         """``n`` of a batch's items left the pending table (committed or expired)."""
@@ -217,12 +342,13 @@ class Enqueues:
     # -- expiry ------------------------------------------------------------------------------
 
     def expire(self, mono: float) -> None:
-        """Drop allocs not committed in time; their blobs (if any were put) are deleted."""
+        """Drop staged items not committed in time; their blobs are deleted."""
+        self.blocks.expire(mono)
         while self.expiry and self.expiry[0][0] <= mono:
-            _, first, n, batch = heapq.heappop(self.expiry)
+            batch = heapq.heappop(self.expiry)[2]
             if not batch.left:
                 continue
-            for item_id in range(first, first + n):
+            for item_id in batch.ids:
                 if self.pending.get(item_id) is batch:
                     del self.pending[item_id]
                     self._settle(batch, 1)

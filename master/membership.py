@@ -56,6 +56,9 @@ class Membership:
         node.items, node.bytes_used, node.free_bytes = items, bytes_used, free_bytes
         return fresh
 
+    def knows(self, node_id: str) -> bool:
+        return node_id in self.nodes
+
     def _forget_one_dead(self, now: float) -> None:
         dead = [n for n in self.nodes.values() if not self.is_alive(n, now)]
         if dead:

@@ -5,7 +5,7 @@ Each ``run_once`` pass drains up to a few hundred requests and hands each to its
 (lease expiry, pending-enqueue expiry, long-poll waiters, dead nodes), then makes everything
 durable with one fsync and only then sends the replies (group commit).
 
-The concepts live in collaborators: ``ItemIds`` (ids), ``Enqueues`` (alloc, commit, pending),
+The concepts live in collaborators: ``ItemIds`` (ids), ``Blocks`` (ids handed out, put reports), ``Enqueues`` (enqueue, commit, staged),
 ``Leases`` (lease, ack, nack, extend, waiters, expiry), ``QueueAdmin``, ``DatanodeReports``,
 ``Deletes`` and ``SafeMode``; each gets ``log_record`` to change durable state.
 """
@@ -25,6 +25,7 @@ from blizzard.errors import BlizzardError, InvalidArgument
 from blizzard.transport import RouterServer, error_reply
 from master import checkpoint, records
 from master.admin import QueueAdmin
+from master.blocks import Blocks
 from master.config import MasterConfig
 from master.datanodes import DatanodeReports
 from master.deletes import Deletes
@@ -39,7 +40,7 @@ from master.wal import MemoryWal, Wal
 
 log = logging.getLogger(__name__)
 
-# The largest request the master takes: an alloc of 10,000 items with 256-character keys is
+# The largest request the master takes: an enqueue of 10,000 items with 256-character keys is
 # under 3 MiB; the master never sees payloads.
 MAX_REQUEST_BYTES = 8 * 1024 * 1024
 
@@ -70,20 +71,23 @@ class MasterServer:
         self.deletes = Deletes()
         self.ids = ItemIds(self.state, self.log_record, config.id_block)
         self.repair = Repairer(self.state, self.membership, config.replication)
-        self.enqueues = Enqueues(config, self.state, self.log_record, self.ids, self.membership,
-                                 self.safe_mode, self.deletes)
+        self.blocks = Blocks(config, self.ids, self.membership, self.safe_mode, self.deletes,
+                             self._settled)
+        self.enqueues = Enqueues(config, self.state, self.log_record, self.blocks, self.deletes)
         self.leases = Leases(config, self.state, self.log_record, self.deletes, self.membership)
         self.admin = QueueAdmin(config, self.state, self.log_record, self.deletes, self.enqueues,
                                 self.leases, self.membership, self.repair)
         self.datanodes = DatanodeReports(config, self.state, self.log_record, self.membership,
                                          self.repair, self.deletes, self.safe_mode,
-                                         self.enqueues.pending)
+                                         self.enqueues)
         self.router = router if router is not None else \
             RouterServer(self.ctx, config.bind, max_frame_bytes=MAX_REQUEST_BYTES)
         self._replies: list[tuple[bytes, int, Any]] = []
         self._stopping = False
         self.handlers: dict[type, Handler] = {
-            p.Alloc: self.enqueues.alloc,
+            p.Place: self.blocks.place,
+            p.Enqueue: self.enqueues.enqueue,
+            p.PutReport: self.blocks.report,
             p.Commit: self.enqueues.commit,
             p.Lease: self.leases.lease_request,
             p.Ack: self.leases.ack,
@@ -101,6 +105,10 @@ class MasterServer:
             p.Inventory: self.datanodes.inventory,
             p.BadReplica: self.datanodes.bad_replica,
         }
+
+    def _settled(self, item_id: int) -> bool:
+        """The master tracks this id already (staged or an item): its blob is no stray."""
+        return item_id in self.enqueues.pending or item_id in self.state.items
 
     # -- durable state -----------------------------------------------------------------------
 
@@ -221,9 +229,9 @@ class MasterServer:
             reply = self.handle(peer, rid, msg, now, mono)
             if reply is None:
                 continue
-            if type(msg) is p.Alloc and self.wal.records_appended == logged \
+            if type(msg) is p.Place and self.wal.records_appended == logged \
                     and self.ids.all_durable():
-                # An alloc that logged nothing, whose ids lie below a reservation already on
+                # A placement that logged nothing, whose ids lie below a reservation already on
                 # disk, reveals nothing the fsync could still lose. (Not heartbeats: their
                 # delete orders may stem from acks not yet durable.)
                 self.router.reply(peer, rid, reply)
@@ -258,5 +266,6 @@ class MasterServer:
     def tick(self, now: float, mono: float) -> None:
         self.leases.expire(now)
         self.enqueues.expire(mono)
+        self._replies += self.enqueues.serve_waiting(now, mono)
         self._replies += self.leases.serve_waiters(now, mono)
         self.datanodes.watch(mono)

@@ -13,10 +13,11 @@ from blizzard.harness import free_port
 from blizzard.transport import HEARTBEAT_IVL_MS, bind_router, raise_if_error
 from datanode.server import MAX_PEERS, DatanodeConfig, DatanodeServer
 from datanode.store import MemoryStore
-from master import deletes as deletes_mod, enqueue, membership as membership_mod
+from master import blocks, deletes as deletes_mod, enqueue, membership as membership_mod
 from master.deletes import Deletes
 from master.membership import Membership
-from tests.test_master_requests import alloc, call, in_process_master
+from tests.test_master_requests import (alloc, call, enqueue_msg, in_process_master, place, report,
+                                        waiting_replies)
 
 
 def test_the_decoder_refuses_shapes_no_message_has():
@@ -30,22 +31,47 @@ def test_the_decoder_refuses_shapes_no_message_has():
     assert p.peek_request_id(p.encode(2**63, p.Status())) is None
 
 
-def test_pending_items_are_capped_per_connection_and_in_all(monkeypatch):
+def test_ids_held_are_capped_per_connection_and_in_all(monkeypatch):
+    master = in_process_master(replication=1)
+    monkeypatch.setattr(blocks, "MAX_HELD_PER_PEER", 15)
+    monkeypatch.setattr(blocks, "MAX_HELD", 25)
+    place(master, 10)
+    with pytest.raises(TooManyItems, match="this connection"):
+        place(master, 10)
+    place(master, 10, peer=b"other")
+    with pytest.raises(TooManyItems, match="at most 25"):
+        place(master, 10, peer=b"third")
+    master.enqueues.expire(time.monotonic() + master.config.pending_timeout_s + 1)
+    assert master.blocks.by_id == {} and master.blocks.by_peer == {}
+    place(master, 10)  # room again
+
+
+def test_staged_items_are_capped_per_connection_and_in_all(monkeypatch):
     master = in_process_master(replication=1)
     monkeypatch.setattr(enqueue, "MAX_PENDING_PER_PEER", 15)
     monkeypatch.setattr(enqueue, "MAX_PENDING", 25)
     alloc(master, 10)
     with pytest.raises(TooManyItems, match="this connection"):
         alloc(master, 10)
-    call(master, p.Alloc("q", [1] * 10, [0] * 10, [0] * 10, [0.0] * 10, [""] * 10, False, []),
-         peer=b"other")
+    alloc(master, 10, peer=b"other")
     with pytest.raises(TooManyItems, match="at most 25"):
-        call(master, p.Alloc("q", [1] * 10, [0] * 10, [0] * 10, [0.0] * 10, [""] * 10, False, []),
-             peer=b"third")
+        alloc(master, 10, peer=b"third")
     assert len(master.enqueues.pending) == 20 and master.enqueues.count("q") == 20
     master.enqueues.expire(time.monotonic() + master.config.pending_timeout_s + 1)
     assert master.enqueues.count("q") == 0 and master.enqueues.by_peer == {}
     alloc(master, 10)  # room again
+
+
+def test_enqueues_waiting_for_reports_are_capped_per_connection(monkeypatch):
+    master = in_process_master(replication=1)
+    monkeypatch.setattr(enqueue, "MAX_WAITING_PER_PEER", 2)
+    placement = place(master, 3)
+    for k in range(2):
+        assert call(master, enqueue_msg(placement.ids[k:k + 1], request=f"w{k}")) is None
+    with pytest.raises(TooManyItems, match="waiting"):
+        call(master, enqueue_msg(placement.ids[2:], request="w2"))
+    report(master, placement.ids)
+    assert len(waiting_replies(master)) == 2 and master.enqueues.waiting_by_peer == {}
 
 
 def test_pending_counts_per_queue_follow_commits_without_a_scan():

@@ -70,7 +70,7 @@ def test_expired_lease_returns_the_item_with_one_more_attempt(cluster):
         again = c.dequeue("jobs", lease_s=30, wait_s=5)
         assert again is not None and again.id == first.id and again.attempts == 1
         with pytest.raises(LeaseExpired):
-            first.ack()
+            first.ack(wait=True)
         again.ack()
 
 
@@ -157,7 +157,7 @@ def test_malformed_frames_get_error_replies_and_the_server_keeps_serving(cluster
         with pytest.raises(InvalidArgument):  # a well-formed message this server does not serve
             call(ep, p.Get([1]) if target == "master" else p.Status(), 5)
         with pytest.raises(InvalidArgument):
-            call(ep, p.Put([1], [b"x"], [12345], [], 1, "") if target == "datanode"
+            call(ep, p.Put([1], [b"x"], [12345], [], 1, "", False) if target == "datanode"
                  else p.Commit([], [], ""), 5)
         ep.close()
     finally:
@@ -172,16 +172,17 @@ def test_uncommitted_enqueue_expires_and_its_blobs_are_deleted(cluster_factory):
                          master_args=["--pending-timeout-s", "0.5"])
     ctx = zmq.Context.instance()
     master = Endpoint(ctx, cl.master_addr)
-    placement = call(master, p.Alloc("jobs", [3], [0x352441C2], [0], [0.0], [""], False, []), 5)
+    placement = call(master, p.Place(1, []), 5)
     node = Endpoint(ctx, placement.nodes[0].addr)
-    call(node, p.Put(placement.ids, [b"abc"], [0x352441C2], [], 1, ""), 5)
+    node.send(p.Put(placement.ids, [b"abc"], [0x352441C2], [], 1, "", True))
     with Client(cl.master_addr, timeout_s=5) as c:
         wait_for(lambda: c.status().nodes[0].items == 1, what="the blob to be counted")
         wait_for(lambda: c.status().nodes[0].items == 0, what="the orphan blob to be deleted")
         assert c.stats("jobs")["ready"] == 0
     from blizzard.errors import UnknownItem
     with pytest.raises(UnknownItem):
-        call(master, p.Commit(placement.ids, [placement.nodes[0].node_id], "c1"), 5)
+        call(master, p.Enqueue("jobs", placement.ids, [3], [0x352441C2], [0], [0.0], [""], False,
+                               "e1", False, 1.0), 5)
     master.close()
     node.close()
 
@@ -264,12 +265,12 @@ def test_a_dead_data_node_costs_a_producer_one_stall_not_one_per_call(cluster_fa
     cluster.nodes[0].kill()
     with Client(cluster.master_addr, timeout_s=30) as c:
         placed: list[set[str]] = []
-        put_request = c.datanodes.put_request
+        put_reported = c.datanodes.put_reported
 
-        def recording(placement, blobs, crcs):
+        def recording(placement, ids, blobs, crcs):
             placed.append({n.node_id for n in placement.nodes})
-            return put_request(placement, blobs, crcs)
-        c.datanodes.put_request = recording
+            return put_reported(placement, ids, blobs, crcs)
+        c.datanodes.put_reported = recording
         for i in range(6):  # round-robin placement puts the dead node in the first few
             c.enqueue_many("dn", [b"%d" % i] * 10)
         assert dead in c.suspected()

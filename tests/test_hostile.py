@@ -105,7 +105,7 @@ def test_a_deeply_nested_field_gets_an_error_from_every_server(hostile, client, 
     body(p.VERSION, 42, 1, [-1]),  # Get([-1])
     body(p.VERSION, 44, 1, [-1]),  # Delete([-1])
     body(p.VERSION, 42, 1, [2**64 - 1] * 9),  # Get past the key format
-    body(p.VERSION, 40, 1, [-1], [b"x"], [0x8CDC1683], [], 1, ""),  # Put(ids=[-1])
+    body(p.VERSION, 40, 1, [-1], [b"x"], [0x8CDC1683], [], 1, "", False),  # Put(ids=[-1])
 ], ids=["get-negative", "delete-negative", "get-2**64-1", "put-negative"])
 def test_out_of_range_ids_are_refused_by_data_nodes(hostile, client, frame):
     for node in hostile.nodes:
@@ -118,7 +118,7 @@ def test_out_of_range_ids_are_refused_by_data_nodes(hostile, client, frame):
 @pytest.mark.parametrize("addr", ["tcp://x", "ipc:///tmp/x", "tcp://nonexistent.invalid:5"])
 def test_a_put_forwarding_to_a_bad_address_kills_nothing(hostile, client, addr):
     item_id = 2**40 + 17
-    put = p.Put([item_id], [b"x"], [0x8CDC1683], [p.NodeRef("fake", addr)], 1, "")
+    put = p.Put([item_id], [b"x"], [0x8CDC1683], [p.NodeRef("fake", addr)], 1, "", False)
     reply = ask(hostile.nodes[0].addr, put)
     if addr.count(":") < 2 or not addr.startswith("tcp://"):
         assert error_code(reply) == "invalid_argument"
@@ -166,17 +166,26 @@ def test_a_request_with_several_body_frames_is_refused(hostile, client):
 # -- acknowledged enqueues -------------------------------------------------------------------
 
 
-def test_a_commit_with_an_oversized_request_id_changes_nothing(hostile, client):
-    placement = ask(hostile.master_addr, p.Alloc("big", [1], [0xE8B7BE43], [0], [0.0], [""],
-                                                   False, []))
-    assert isinstance(placement, p.Placement)
-    first, rest = placement.nodes[0], placement.nodes[1:]
-    stored = ask(first.addr, p.Put(placement.ids, [b"a"], [0xE8B7BE43], rest, 2, first.node_id))
-    assert isinstance(stored, p.Stored) and len(stored.nodes) == 2
-    reply = ask(hostile.master_addr, p.Commit(placement.ids, stored.nodes, "r" * 1_000_000))
-    assert error_code(reply) == "invalid_argument"
-    assert client.stats("big")["ready"] == 0 and client.stats("big")["pending"] == 1
-    assert ask(hostile.master_addr, p.Commit(placement.ids, stored.nodes, "ok-1")).count == 1
+def tell(addr: str, msg) -> None:
+    """Send one request that gets no reply (a reported put), making sure it leaves."""
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.connect(addr)
+    sock.send(p.encode(7, msg))
+    sock.close(linger=5000)
+
+
+def test_an_enqueue_with_an_oversized_request_id_changes_nothing(hostile, client):
+    placement = ask(hostile.master_addr, p.Place(1, []))
+    assert isinstance(placement, p.Placement) and len(placement.nodes) == 2
+    for ref in placement.nodes:
+        tell(ref.addr, p.Put(placement.ids, [b"a"], [0xE8B7BE43], [], 1, ref.node_id, True))
+
+    def enqueue(request: str) -> p.Enqueue:
+        return p.Enqueue("big", placement.ids, [1], [0xE8B7BE43], [0], [0.0], [""], False,
+                         request, False, 5.0)
+    assert error_code(ask(hostile.master_addr, enqueue("r" * 1_000_000))) == "invalid_argument"
+    assert client.stats("big")["ready"] == 0
+    assert ask(hostile.master_addr, enqueue("ok-1")) == p.Committed(1)
     hostile.master.kill()
     hostile.restart_master()
     msg = client.dequeue("big", wait_s=5)
@@ -276,7 +285,7 @@ def test_long_polls_are_capped_per_connection(hostile, client):
     assert_healthy(hostile, client)
 
 
-def test_pending_enqueues_are_capped_per_connection(hostile, client):
+def test_ids_held_without_enqueue_are_capped_per_connection(hostile, client):
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     sock.connect(hostile.master_addr)
@@ -284,17 +293,15 @@ def test_pending_enqueues_are_capped_per_connection(hostile, client):
     before = rss_bytes(hostile.master.popen.pid)
     try:
         codes = []
-        for rid in range(1, 101):  # 1,000,000 items asked for, never committed
-            sock.send(p.encode(rid, p.Alloc("hoard", [1] * n, [0] * n, [0] * n, [0.0] * n,
-                                            ["k" * 200] * n, False, [])))
+        for rid in range(1, 101):  # 1,000,000 ids asked for, never enqueued
+            sock.send(p.encode(rid, p.Place(n, [])))
             assert sock.poll(10_000, zmq.POLLIN)
             reply = p.decode(sock.recv())[1]
             codes.append("ok" if isinstance(reply, p.Placement) else reply.code)
     finally:
         sock.close(linger=0)
     assert codes.count("ok") == 20 and codes.count("too_many_items") == 80
-    # 200,000 pending items with 200-character keys (the keys are shared, as they arrive)
-    assert rss_bytes(hostile.master.popen.pid) - before < 96 * MiB
+    assert rss_bytes(hostile.master.popen.pid) - before < 64 * MiB  # 200,000 ids held
     assert_healthy(hostile, client)
 
 
@@ -303,7 +310,7 @@ def test_puts_naming_many_replica_addresses_keep_peer_sockets_bounded(hostile, c
     before = rss_bytes(node.popen.pid)
     for port in range(1, 1501):  # libzmq's default limit is 1,023 sockets
         ref = p.NodeRef("fake", f"tcp://127.0.0.1:{port}")
-        reply = ask(node.addr, p.Put([2**41 + port], [b"x"], [0x8CDC1683], [ref], 1, ""))
+        reply = ask(node.addr, p.Put([2**41 + port], [b"x"], [0x8CDC1683], [ref], 1, "", False))
         assert isinstance(reply, p.Stored)
     ask(node.addr, p.Delete([2**41 + port for port in range(1, 1501)]))
     assert rss_bytes(node.popen.pid) - before < 64 * MiB

@@ -1,4 +1,4 @@
-"""The master's enqueue requests in-process: alloc checks, commits of whole, partial and mixed allocs.
+"""The master's enqueue requests in-process: place, put reports, enqueue, staged commits.
 
 A real ``MasterServer`` over an in-memory WAL and a stand-in router, its requests handled in
 process, with data nodes that exist only as heartbeats, so each rule is shown without a cluster.
@@ -60,10 +60,39 @@ def call(master: MasterServer, msg, peer: bytes = b"peer"):
     return raise_if_error(reply)
 
 
+def place(master: MasterServer, n: int, peer: bytes = b"peer") -> p.Placement:
+    return call(master, p.Place(n, []), peer)
+
+
+def report(master: MasterServer, ids: list[int], node: str = "dn-a", failed=(), error="") -> None:
+    """``node`` tells the master it stored ``ids`` (and refused ``failed``)."""
+    assert call(master, p.PutReport(node, list(ids), list(failed), error), node.encode()) is None
+
+
+def enqueue_msg(ids: list[int], *, queue: str = "q", sizes=None, crcs=None, priorities=None,
+                delays=None, keys=None, request: str = "r", hold: bool = False,
+                wait_s: float = 5.0) -> p.Enqueue:
+    n = len(ids)
+    return p.Enqueue(queue, list(ids), sizes or [10] * n, crcs or [7] * n, priorities or [0] * n,
+                     delays or [0.0] * n, keys or [""] * n, False, request, hold, wait_s)
+
+
+def waiting_replies(master: MasterServer, mono: float | None = None) -> list:
+    """Replies for parked enqueues, as the loop's timers hand them out."""
+    return [reply for _, _, reply in master.enqueues.serve_waiting(
+        time.time(), mono if mono is not None else time.monotonic())]
+
+
 def alloc(master: MasterServer, n: int, *, queue: str = "q", sizes=None, crcs=None,
-          priorities=None, delays=None, keys=None) -> p.Placement:
-    return call(master, p.Alloc(queue, sizes or [10] * n, crcs or [7] * n, priorities or [0] * n,
-                                delays or [0.0] * n, keys or [""] * n, False, []))
+          priorities=None, delays=None, keys=None, peer: bytes = b"peer") -> p.Placement:
+    """Stage ``n`` items (placed, reported stored, held pending): what a later Commit needs."""
+    placement = place(master, n, peer)
+    report(master, placement.ids)
+    stored = call(master, enqueue_msg(placement.ids, queue=queue, sizes=sizes, crcs=crcs,
+                                      priorities=priorities, delays=delays, keys=keys,
+                                      request=f"stage-{placement.first}", hold=True), peer)
+    assert stored == p.Stored(["dn-a"])
+    return placement
 
 
 @pytest.mark.parametrize("field, value, error, words", [
@@ -77,18 +106,94 @@ def alloc(master: MasterServer, n: int, *, queue: str = "q", sizes=None, crcs=No
     ("delays", -0.5, InvalidArgument, "delay_s"),
     ("keys", "k" * 257, InvalidArgument, "at most 256"),
 ])
-def test_one_bad_item_refuses_the_whole_alloc(master, field, value, error, words):
+def test_one_bad_item_refuses_the_whole_enqueue(master, field, value, error, words):
+    placement = place(master, 5)
+    report(master, placement.ids)
     good = {"sizes": [10] * 5, "crcs": [7] * 5, "priorities": [0] * 5, "delays": [0.0] * 5,
             "keys": [""] * 5}
     good[field][3] = value
-    before = master.ids.next
     with pytest.raises(error, match=words):
-        call(master, p.Alloc("q", good["sizes"], good["crcs"], good["priorities"],
-                             good["delays"], good["keys"], False, []))
-    assert master.enqueues.pending == {} and master.ids.next == before
+        call(master, enqueue_msg(placement.ids, **good))
+    assert master.state.items == {} and master.enqueues.waiting == {}
+    assert all(master.blocks.holds(i) for i in placement.ids)  # still the producer's to use
 
 
-def test_a_whole_alloc_commits_with_each_items_own_metadata(master):
+def test_an_enqueue_waits_for_its_reports_then_commits_each_items_metadata(master):
+    placement = place(master, 3)
+    msg = enqueue_msg(placement.ids, sizes=[1, 2, 3], priorities=[2, 0, 1], keys=["a", "", "c"])
+    assert call(master, msg) is None  # parked: no node reported yet
+    assert waiting_replies(master) == [] and master.state.items == {}
+    report(master, placement.ids[:2])
+    assert waiting_replies(master) == [] and master.state.items == {}
+    report(master, placement.ids[2:])
+    assert waiting_replies(master) == [p.Committed(3)]
+    items = [master.state.items[i] for i in placement.ids]
+    assert [(i.size, i.priority, i.key, i.nodes) for i in items] == \
+        [(1, 2, "a", ("dn-a",)), (2, 0, "", ("dn-a",)), (3, 1, "c", ("dn-a",))]
+    assert master.enqueues.waiting == {} and not master.blocks.holds(placement.ids[0])
+
+
+def test_reports_that_come_first_commit_the_enqueue_at_once(master):
+    placement = place(master, 2)
+    report(master, placement.ids)
+    assert call(master, enqueue_msg(placement.ids)) == p.Committed(2)
+    assert sorted(master.state.items) == placement.ids
+
+
+def test_a_retried_enqueue_is_answered_once_and_never_applied_twice(master):
+    placement = place(master, 1)
+    assert master.handle(b"peer", 1, enqueue_msg(placement.ids, request="e1"), time.time(),
+                         time.monotonic()) is None
+    # the producer timed out and sent it again: the one answer goes to the retry
+    assert master.handle(b"peer", 2, enqueue_msg(placement.ids, request="e1"), time.time(),
+                         time.monotonic()) is None
+    report(master, placement.ids)
+    assert [(rid, reply) for _, rid, reply in master.enqueues.serve_waiting(
+        time.time(), time.monotonic())] == [(2, p.Committed(1))]
+    assert call(master, enqueue_msg(placement.ids, request="e1")) == p.Committed(1)
+    assert len(master.state.items) == 1
+
+
+def test_a_refused_put_fails_the_enqueue_at_once_and_names_the_node(master):
+    placement = place(master, 2)
+    assert call(master, enqueue_msg(placement.ids)) is None
+    report(master, placement.ids[:1], failed=placement.ids[1:], error="disk full")
+    assert waiting_replies(master) == [p.Unstored(["dn-a"], "disk full")]
+    assert master.state.items == {} and master.enqueues.waiting == {}
+
+
+def test_an_enqueue_whose_nodes_stay_silent_is_unstored_after_its_wait(master):
+    placement = place(master, 1)
+    assert call(master, enqueue_msg(placement.ids, wait_s=0.5)) is None
+    assert waiting_replies(master) == []
+    [reply] = waiting_replies(master, time.monotonic() + 1)
+    assert isinstance(reply, p.Unstored) and reply.nodes == ["dn-a"]
+    assert master.state.items == {}
+
+
+def test_ids_never_handed_out_are_refused_and_their_blobs_deleted(master):
+    placement = place(master, 1)
+    stranger = placement.first + 10_000
+    with pytest.raises(UnknownItem, match="not handed out"):
+        call(master, enqueue_msg([stranger]))
+    report(master, [stranger])  # a node stored it anyway: the blob is a stray
+    assert master.deletes.take("dn-a") == [stranger]
+    with pytest.raises(InvalidArgument, match="not a data node"):
+        call(master, p.PutReport("dn-nobody", [placement.first], [], ""))
+
+
+def test_ids_stored_but_never_enqueued_are_deleted_when_their_block_expires(master):
+    placement = place(master, 3)
+    report(master, placement.ids[:2])
+    call(master, enqueue_msg(placement.ids[:1]))
+    master.enqueues.expire(time.monotonic() + master.config.pending_timeout_s + 1)
+    assert master.deletes.take("dn-a") == placement.ids[1:2]
+    assert list(master.state.items) == placement.ids[:1]
+    with pytest.raises(UnknownItem):
+        call(master, enqueue_msg(placement.ids[2:], request="late"))
+
+
+def test_a_whole_staged_batch_commits_with_each_items_own_metadata(master):
     placement = alloc(master, 3, sizes=[1, 2, 3], crcs=[11, 12, 13], priorities=[2, 0, 1],
                       keys=["a", "", "c"])
     call(master, p.Commit(placement.ids, ["dn-a"], "r1"))
@@ -100,7 +205,7 @@ def test_a_whole_alloc_commits_with_each_items_own_metadata(master):
                                                       placement.ids[0]]
 
 
-def test_parts_of_allocs_commit_in_any_order_and_across_allocs(master):
+def test_parts_of_staged_batches_commit_in_any_order_and_across_batches(master):
     first = alloc(master, 4, sizes=[1, 2, 3, 4])
     second = alloc(master, 2, sizes=[5, 6])
     call(master, p.Commit([first.ids[3], second.ids[0], first.ids[1]], ["dn-a"], "r1"))
@@ -124,7 +229,7 @@ def test_a_retried_commit_succeeds_and_an_unknown_id_is_refused(master):
     call(master, p.Commit(placement.ids, ["dn-a"], "r1"))
     assert call(master, p.Commit(placement.ids, ["dn-a"], "r1")).count == 2
     assert call(master, p.Commit(placement.ids, ["dn-a"], "r-other")).count == 2
-    with pytest.raises(UnknownItem, match="not pending"):
+    with pytest.raises(UnknownItem, match="not staged"):
         call(master, p.Commit([placement.ids[-1] + 1000], ["dn-a"], "r3"))
 
 
@@ -137,10 +242,10 @@ def test_an_uncommitted_rest_expires_and_its_blobs_are_deleted(master):
     assert list(master.state.items) == placement.ids[:1]
 
 
-def test_an_alloc_is_answered_before_the_fsync_only_if_its_ids_are_reserved_on_disk(
+def test_a_place_is_answered_before_the_fsync_only_if_its_ids_are_reserved_on_disk(
         master, monkeypatch):
-    def alloc_msg(n: int) -> p.Alloc:
-        return p.Alloc("q", [1] * n, [0] * n, [0] * n, [0.0] * n, [""] * n, False, [])
+    def alloc_msg(n: int) -> p.Place:
+        return p.Place(n, [])
 
     events: list[tuple] = []
     monkeypatch.setattr(master.router, "reply", lambda peer, rid, msg: events.append(("reply", rid)))
@@ -154,7 +259,7 @@ def test_an_alloc_is_answered_before_the_fsync_only_if_its_ids_are_reserved_on_d
     passes = [[(b"c", 1, alloc_msg(5)), (b"c", 2, alloc_msg(5))], [(b"c", 3, alloc_msg(3))]]
     monkeypatch.setattr(master.router, "receive", lambda timeout_ms: passes.pop(0))
 
-    master.run_once(0)  # the first alloc reserves ids; the second uses that reservation
+    master.run_once(0)  # the first place reserves ids; the second uses that reservation
     assert events == [("fsync",), ("reply", 1), ("reply", 2)]
     events.clear()
     master.run_once(0)  # the reservation is on disk now: no need to wait for a sync

@@ -94,7 +94,7 @@ def test_expired_lease_counts_and_late_ack_is_refused(cluster):
         second = c.dequeue("e", wait_s=5)
         assert second.id == first.id and second.attempts == 1
         with pytest.raises(LeaseExpired):
-            first.ack()
+            first.ack(wait=True)
         second.ack()
 
 
@@ -192,7 +192,7 @@ def test_a_stale_ack_after_another_consumer_acked_is_refused(cluster):
         second.ack()
         second.ack()  # a retry of one's own ack is fine
         with pytest.raises(LeaseExpired):
-            first.ack()
+            first.ack(wait=True)
 
 
 def test_dead_letters_stay_in_the_dead_letter_queue(cluster):

@@ -1,0 +1,181 @@
+"""Ids handed out ahead of their enqueue, and which data nodes reported their payloads stored.
+
+A producer asks for a block of ids with a placement (``Place``) and may hold it for up to
+``pending_timeout_s``: a one-item ``enqueue`` takes the next id of its block, so it needs no
+round trip to the master before the payload goes out. The producer sends the payload to
+every placed node (``Put`` with ``report``) and, at the same time, its ``Enqueue`` to the
+master; each node tells the master what it stored (``PutReport``, once per loop pass), and
+the enqueue completes when ``min_copies`` nodes have reported every id (``Enqueues``).
+
+This table is memory only, like pending enqueues: a restart forgets it, the producer's
+``Enqueue`` is then refused as unknown and done again under fresh ids. A block that expires
+orders its stored but never enqueued blobs deleted; a report of an id no block holds (the
+master restarted, or the block expired) orders that blob deleted at once.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from blizzard import protocol as p
+from blizzard.errors import InvalidArgument, MasterStarting, NotEnoughDatanodes, TooManyItems
+from master import checks
+from master.config import MasterConfig
+from master.deletes import Deletes
+from master.ids import ItemIds
+from master.membership import Membership
+from master.safe_mode import SafeMode
+
+MAX_HELD = 1_000_000  # ids handed out and not yet enqueued, all producers together
+MAX_HELD_PER_PEER = 200_000  # ... one connection's share
+
+
+@dataclass(slots=True, eq=False)
+class Block:
+    """Ids ``first .. first + n - 1``, placed on ``nodes``, held by the connection ``peer``."""
+
+    first: int
+    n: int
+    nodes: tuple[str, ...]
+    peer: bytes
+    left: int  # ids neither enqueued nor dropped yet
+
+
+class Blocks:
+    """Place requests, put reports, and the ids between them."""
+
+    def __init__(self, config: MasterConfig, ids: ItemIds, membership: Membership,
+                 safe_mode: SafeMode, deletes: Deletes, settled: Callable[[int], bool]) -> None:
+        self.config = config
+        self.ids = ids
+        self.membership = membership
+        self.safe_mode = safe_mode
+        self.deletes = deletes
+        self.settled = settled  # True for an id the master already tracks (pending or an item)
+        self.by_id: dict[int, Block] = {}
+        self.stored: dict[int, list[str]] = {}  # id -> nodes that reported its payload durable
+        self.refused: dict[int, tuple[str, str]] = {}  # id -> (node, why) of the last refusal
+        self.expiry: list[tuple[float, int, Block]] = []
+        self.by_peer: dict[bytes, int] = {}
+        self.touched: set[int] = set()  # ids with news since ``take_news``
+
+    def holds(self, item_id: int) -> bool:
+        return item_id in self.by_id
+
+    # -- place -------------------------------------------------------------------------------
+
+    def place(self, msg: p.Place, now: float, mono: float, peer: bytes, rid: int) -> p.Placement:
+        checks.batch(msg.n, "ids")
+        checks.node_ids(msg.exclude, "exclude")
+        n = msg.n
+        if len(self.by_id) + n > MAX_HELD:
+            raise TooManyItems(f"{len(self.by_id)} ids are handed out and not enqueued; the "
+                               f"master holds at most {MAX_HELD} (enqueue or retry later)")
+        if self.by_peer.get(peer, 0) + n > MAX_HELD_PER_PEER:
+            raise TooManyItems(f"this connection holds {self.by_peer[peer]} ids not enqueued; "
+                               f"at most {MAX_HELD_PER_PEER}")
+        nodes = self.membership.place(self.config.replication, set(msg.exclude), mono)
+        quorum = self.config.write_quorum
+        if len(nodes) < quorum and self.safe_mode.on:
+            raise MasterStarting("the master is starting and waits for data nodes to report")
+        if len(nodes) < quorum:
+            raise NotEnoughDatanodes(f"{len(nodes)} live data nodes can take the write; "
+                                     f"{quorum} needed")
+        first = self.ids.take(n)
+        block = Block(first, n, tuple(node.node_id for node in nodes), peer, n)
+        self.by_id.update(dict.fromkeys(range(first, first + n), block))
+        self.by_peer[peer] = self.by_peer.get(peer, 0) + n
+        heapq.heappush(self.expiry, (mono + self.config.pending_timeout_s, first, block))
+        return p.Placement(first, n, [p.NodeRef(node.node_id, node.addr) for node in nodes],
+                           quorum, self.config.pending_timeout_s)
+
+    # -- reports -----------------------------------------------------------------------------
+
+    def report(self, msg: p.PutReport, now: float, mono: float, *_: Any) -> None:
+        """A data node stored (or refused) ids: note it; blobs of unknown ids are dropped.
+
+        A report gets no reply (None): the node has nothing to do with one, and the master
+        saves a send per pass of each node. A refused report is answered with the error.
+        """
+        node = checks.node_id(msg.node_id)
+        if not self.membership.knows(node):
+            raise InvalidArgument(f"{node[:64]!r} is not a data node of this master")
+        checks.batch(len(msg.ids) + len(msg.failed), "ids")
+        stray = []
+        for item_id in msg.ids:
+            block = self.by_id.get(item_id)
+            if block is None or node not in block.nodes:
+                if not self.settled(item_id):
+                    stray.append(item_id)
+                continue  # (a copy beyond the quorum of an enqueued item is left to repair)
+            holders = self.stored.get(item_id)
+            if holders is None:
+                self.stored[item_id] = [node]
+            elif node not in holders:
+                holders.append(node)
+            self.touched.add(item_id)
+        if msg.failed:
+            why = msg.error[:200] or "refused"
+            for item_id in msg.failed:
+                block = self.by_id.get(item_id)
+                if block is not None and node in block.nodes:
+                    self.refused[item_id] = (node, why)
+                    self.touched.add(item_id)
+        if stray:
+            self.deletes.order(node, stray)
+        return None
+
+    def take_news(self) -> set[int]:
+        """Ids reported stored or refused since the last call."""
+        news, self.touched = self.touched, set()
+        return news
+
+    def nodes_of(self, item_id: int) -> tuple[str, ...]:
+        block = self.by_id.get(item_id)
+        return block.nodes if block is not None else ()
+
+    def holders(self, item_id: int) -> list[str]:
+        return self.stored.get(item_id, [])
+
+    def possible(self, item_id: int) -> int:
+        """How many placed nodes may still store this id (those that did not refuse it)."""
+        refused = self.refused.get(item_id)
+        nodes = self.nodes_of(item_id)
+        return len(nodes) - (1 if refused is not None and refused[0] not in self.holders(item_id)
+                             else 0)
+
+    # -- leaving the table -------------------------------------------------------------------
+
+    def release(self, ids: list[int]) -> None:
+        """These ids were enqueued (or staged): the table forgets them, their blobs stay."""
+        for item_id in ids:
+            block = self.by_id.pop(item_id, None)
+            self.stored.pop(item_id, None)
+            self.refused.pop(item_id, None)
+            if block is not None:
+                self._settle(block)
+
+    def expire(self, mono: float) -> None:
+        """Blocks past their time: stored but never enqueued blobs are deleted."""
+        while self.expiry and self.expiry[0][0] <= mono:
+            _, first, block = heapq.heappop(self.expiry)
+            if not block.left:
+                continue
+            for item_id in range(first, first + block.n):
+                if self.by_id.get(item_id) is block:
+                    del self.by_id[item_id]
+                    self.refused.pop(item_id, None)
+                    holders = self.stored.pop(item_id, None)
+                    if holders:
+                        self.deletes.drop_blobs(item_id, holders)
+                    self._settle(block)
+
+    def _settle(self, block: Block) -> None:
+        block.left -= 1
+        left = self.by_peer[block.peer] - 1
+        if left:
+            self.by_peer[block.peer] = left
+        else:
+            del self.by_peer[block.peer]
