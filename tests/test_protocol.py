@@ -92,11 +92,11 @@ def test_a_wrong_element_deep_in_a_long_list_is_named(bad, named):
 
 
 def test_float_lists_take_integers_but_not_booleans():
-    alloc = [p.VERSION, 10, 1, "q", [1], [2], [0], [3], [""], False, []]
-    assert p.decode(_body(*alloc))[1].delays == [3]
-    alloc[7] = [True]
+    enqueue = [p.VERSION, 45, 1, "q", [5], [1], [2], [0], [3], [""], False, "r", False, 1]
+    assert p.decode(_body(*enqueue))[1].delays == [3]
+    enqueue[8] = [True]
     with pytest.raises(ProtocolError, match="number elements, got bool"):
-        p.decode(_body(*alloc))
+        p.decode(_body(*enqueue))
 
 
 def test_float_fields_accept_integers():
