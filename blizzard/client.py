@@ -218,8 +218,9 @@ class Client:
     def configure_queue(self, queue: str, **options: Any) -> dict[str, Any]:
         """Change some settings of a queue (creating it if new); returns all its settings.
 
-        Options: lease_s, max_attempts (0: unlimited), dead_letter, backoff_base_s,
-        backoff_cap_s, rate_per_s (0: unlimited), burst.
+        Options are the fields of ``blizzard.queue_settings.Settings`` (lease_s, max_attempts,
+        dead_letter, backoff_base_s, backoff_cap_s, rate_per_s, burst); an unknown one or a
+        bad value raises ``InvalidArgument`` and changes nothing.
         """
         return self.admin.configure(queue, False, options)
 
