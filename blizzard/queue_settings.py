@@ -56,6 +56,7 @@ class Settings:
 
     @classmethod
     def option_names(cls) -> list[str]:
+        """The settings' names in their fixed order (the master's checkpoint rows use it)."""
         return list(NAMES)
 
     def validate(self) -> Self:
@@ -65,8 +66,8 @@ class Settings:
         return self
 
     def as_dict(self) -> dict[str, Any]:
+        """Name -> value, in order: what a message or record built from these settings takes."""
         return {name: getattr(self, name) for name in NAMES}
-
 
 
 @dataclass(frozen=True)
