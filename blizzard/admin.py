@@ -6,7 +6,7 @@ import dataclasses
 from typing import Any
 
 from blizzard import protocol as p
-from blizzard.errors import InvalidArgument, ProtocolError
+from blizzard import queue_settings
 from blizzard.master_link import MasterLink
 
 
@@ -23,23 +23,14 @@ class QueueAdmin:
         return dataclasses.asdict(self.master.call(p.Stats(queue)).settings)
 
     def configure(self, queue: str, create: bool, options: dict[str, Any]) -> dict[str, Any]:
-        """Create (``create``) or change a queue with ``options``; all its settings after."""
-        names = [f.name for f in dataclasses.fields(p.QueueSettings)]
-        unknown = sorted(set(options) - set(names))
-        if unknown:
-            raise InvalidArgument(f"unknown queue option(s) {', '.join(unknown)}; "
-                                  f"known: {', '.join(names)}")
-        kinds = {f.name: f.type for f in dataclasses.fields(p.QueueSettings)}
-        values = []
-        for name in names:
-            v = options.get(name)
-            if v is not None and kinds[name] == "float" and type(v) is int:
-                v = float(v)
-            values.append(v)
-        try:
-            reply = self.master.call(p.Configure(queue, create, *values))
-        except ProtocolError as exc:
-            raise InvalidArgument(f"a queue option has the wrong type: {exc.message}") from None
+        """Create (``create``) or change a queue with ``options``; all its settings after.
+
+        The options are checked here first (``queue_settings.check_changes``), so a bad one
+        is refused with ``InvalidArgument`` before anything is sent.
+        """
+        changes = queue_settings.check_changes(options)
+        reply = self.master.call(p.Configure(queue, create, **{name: changes.get(name)
+                                                               for name in queue_settings.NAMES}))
         return dataclasses.asdict(reply.settings)
 
     def queues(self) -> list[dict[str, Any]]:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Any, Callable
 
 import click
 
 from blizzard.cli_common import EXIT_EMPTY, master_opt, timeout_opt
+from blizzard.queue_settings import SETTINGS, Setting
 
 
 @click.command()
@@ -85,21 +86,24 @@ def status(master: str, timeout_s: float) -> None:
         click.echo(f"  {q.queue:<24} {q.ready:>9} {q.delayed:>9} {q.leased:>9} {q.pending:>9}")
 
 
+def _setting_option(s: Setting) -> Callable[[Any], Any]:
+    """``s`` as a click option (``lease_s`` -> ``--lease-s``), bounds and help included."""
+    kind: click.ParamType
+    if s.kind is int:
+        kind = click.IntRange(int(s.low), int(s.high))
+    elif s.kind is float:
+        kind = click.FloatRange(s.low, s.high)
+    else:
+        kind = click.STRING
+    default = f" Default: {s.default:g}." if s.kind is not str else ""
+    return click.option("--" + s.name.replace("_", "-"), s.name, type=kind,
+                        help=s.help + default)
+
+
 def queue_options(f: Any) -> Any:
-    opts = [
-        click.option("--lease-s", type=click.FloatRange(0.001), help="Default lease length."),
-        click.option("--max-attempts", type=click.IntRange(0),
-                     help="Deliveries before an item is dead-lettered (0: unlimited; default 10)."),
-        click.option("--dead-letter", help="Dead-letter queue name (default: QUEUE.dead)."),
-        click.option("--backoff-base-s", type=click.FloatRange(0),
-                     help="Retry delay after the first failure, doubling per attempt (0: none)."),
-        click.option("--backoff-cap-s", type=click.FloatRange(0), help="Longest retry delay."),
-        click.option("--rate-per-s", type=click.FloatRange(0),
-                     help="Leases granted per second over all consumers (0: unlimited)."),
-        click.option("--burst", type=click.IntRange(0), help="Leases granted at once after idling."),
-    ]
-    for opt in reversed(opts):
-        f = opt(f)
+    """Add one option per queue setting (``blizzard/queue_settings.py``); unset ones are None."""
+    for s in reversed(SETTINGS):
+        f = _setting_option(s)(f)
     return f
 
 

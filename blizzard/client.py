@@ -20,10 +20,10 @@ import zmq
 from blizzard import protocol as p
 from blizzard.admin import QueueAdmin
 from blizzard.consumer import Consumer
-from blizzard.datanodes import DatanodePool
+from blizzard.datanodes import DatanodePool, Reads
 from blizzard.defaults import DEFAULT_MASTER
 from blizzard.enqueue_options import EnqueueOptions
-from blizzard.errors import ClusterError, DatanodeUnavailable, InvalidArgument
+from blizzard.errors import ClusterError, InvalidArgument
 from blizzard.leases import Leases
 from blizzard.master_link import MasterLink
 from blizzard.message import LeasedItem, Message, leased_items
@@ -136,15 +136,15 @@ class Client:
         items = self.lease(queue, n, lease_s=lease_s, wait_s=wait_s, ack=ack)
         if not items:
             return []
-        payloads, failed = self.fetch(items)
+        reads = self._read(items)
+        payloads, failed = reads.payloads, reads.failed
         if failed:
             log.warning("%d leased items could not be read from any replica; releasing them",
                         len(failed))
             self.master.call(p.Nack([i.id for i in failed], [i.lease for i in failed], 1.0,
                                     "no replica could be read"))
             if not payloads:
-                raise DatanodeUnavailable(f"no replica of items {[i.id for i in failed][:5]} "
-                                          "could be read")
+                raise reads.unreadable()  # DataCorrupt if every replica answered with a bad copy
         return self._messages(queue, items, payloads)
 
     def lease(self, queue: str, n: int, *, lease_s: float | None = None, wait_s: float = 0.0,
@@ -162,13 +162,17 @@ class Client:
         Replicas that answered without a good copy are reported to the master, which copies a
         good one over them.
         """
+        reads = self._read(items)
+        return reads.payloads, reads.failed
+
+    def _read(self, items: list[LeasedItem]) -> Reads:
         reads = self.datanodes.read(items)
         if reads.bad:
             try:  # a courtesy: the master re-replicates from a good copy
                 self.master.call(p.BadReplica([b[0] for b in reads.bad], [b[1] for b in reads.bad]))
             except ClusterError as exc:
                 log.warning("could not report %d bad replicas: %s", len(reads.bad), exc)
-        return reads.payloads, reads.failed
+        return reads
 
     def peek(self, queue: str, n: int = 1) -> list[Message]:
         """The head items with payloads, without leasing them (their ``ack`` is a no-op error)."""
@@ -225,8 +229,9 @@ class Client:
     def configure_queue(self, queue: str, **options: Any) -> dict[str, Any]:
         """Change some settings of a queue (creating it if new); returns all its settings.
 
-        Options: lease_s, max_attempts (0: unlimited), dead_letter, backoff_base_s,
-        backoff_cap_s, rate_per_s (0: unlimited), burst.
+        Options are the fields of ``blizzard.queue_settings.Settings`` (lease_s, max_attempts,
+        dead_letter, backoff_base_s, backoff_cap_s, rate_per_s, burst); an unknown one or a
+        bad value raises ``InvalidArgument`` and changes nothing.
         """
         return self.admin.configure(queue, False, options)
 

@@ -20,6 +20,7 @@ from typing import Iterable
 import zmq
 
 from blizzard import protocol as p
+from blizzard.errors import ClusterError, DataCorrupt, DatanodeUnavailable
 from blizzard.message import LeasedItem
 from blizzard.transport import Endpoint, call_many
 
@@ -35,6 +36,26 @@ class Reads:
     payloads: dict[int, bytes]
     failed: list[LeasedItem]
     bad: list[tuple[int, str]]  # (item id, node id) of replicas that answered without it
+
+    def corrupt(self) -> list[LeasedItem]:
+        """Failed items every replica of which answered, none with a good copy.
+
+        Their data is damaged or gone (P5: a bad copy is never served): asking again will not
+        help. A failed item with a replica that did not answer may still be read later.
+        """
+        bad_on: dict[int, set[str]] = defaultdict(set)
+        for item_id, node_id in self.bad:
+            bad_on[item_id].add(node_id)
+        return [item for item in self.failed
+                if item.nodes and all(n.node_id in bad_on[item.id] for n in item.nodes)]
+
+    def unreadable(self) -> ClusterError:
+        """The error for a read that got none of its payloads: ``DataCorrupt`` if every failed
+        item is corrupt (see ``corrupt``), else ``DatanodeUnavailable``."""
+        ids = [item.id for item in self.failed][:5]
+        if len(self.corrupt()) == len(self.failed):
+            return DataCorrupt(f"every replica of items {ids} failed its checksum or is missing")
+        return DatanodeUnavailable(f"no replica of items {ids} could be read")
 
 
 class DatanodePool:

@@ -84,7 +84,14 @@ class StorageError(ClusterError):
 
 
 class DataCorrupt(ClusterError):
-    """Raised when every replica of an item failed its checksum or is missing."""
+    """Raised when every replica of an item answered without a good copy (bad checksum, missing).
+
+    A dequeue raises it when it could read none of the items it leased and each of them is
+    damaged or gone on every replica, so asking again will not help (where a replica merely
+    did not answer, the error is ``DatanodeUnavailable``). The items are given back with an
+    attempt counted; past their queue's ``max_attempts`` they move to its dead-letter queue.
+    ``Client.fetch`` does not raise it: it returns the items it could not read.
+    """
 
     code = "data_corrupt"
 

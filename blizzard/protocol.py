@@ -8,6 +8,7 @@ master's WAL records (``master/records.py``) are a family of their own (op codes
 
 from __future__ import annotations
 
+from blizzard.queue_settings import with_settings
 from blizzard.wire import (MAX_BATCH, MAX_FRAME_BYTES, MAX_ID, MAX_ITEM_BYTES, VERSION, Id, _BY_OP, _OP_OF, decode, dumps,
                            encode, iter_loads, loads, message, op_name, pack, peek_request_id,
                            unpack)
@@ -214,16 +215,9 @@ class Stats:
 
 
 @message(26)
+@with_settings()
 class QueueSettings:
-    """A queue's configuration (see ``master/queues.py`` for meanings and defaults)."""
-
-    lease_s: float
-    max_attempts: int
-    dead_letter: str
-    backoff_base_s: float
-    backoff_cap_s: float
-    rate_per_s: float
-    burst: int
+    """A queue's whole configuration: the fields of ``queue_settings.Settings``, in its order."""
 
 
 @message(21)
@@ -241,18 +235,15 @@ class QueueStats:
 
 
 @message(27)
+@with_settings(optional=True)
 class Configure:
-    """Create a queue (``create``: refuse if it exists) or change some of its settings."""
+    """Create a queue (``create``: refuse if it exists) or change the settings that are not None.
+
+    After ``queue`` and ``create`` come the fields of ``queue_settings.Settings``, in its order.
+    """
 
     queue: str
     create: bool
-    lease_s: float | None
-    max_attempts: int | None
-    dead_letter: str | None
-    backoff_base_s: float | None
-    backoff_cap_s: float | None
-    rate_per_s: float | None
-    burst: int | None
 
 
 @message(28)

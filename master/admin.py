@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import fields
+import dataclasses
 from typing import Any, Callable
 
 from blizzard import protocol as p
 from blizzard.errors import QueueExists
+from blizzard.queue_settings import NAMES
 from master import checks
 from master.config import MasterConfig
 from master.deletes import Deletes
 from master.enqueue import Enqueues
 from master.leases import Leases
 from master.membership import Membership
-from master.queues import QueueConfig
 from master.records import AckItems, ConfigureQueue, RedriveItems
 from master.repair import Repairer
 from master.state import LEASED, State
@@ -37,7 +37,7 @@ class QueueAdmin:
     def queue_stats(self, name: str, now: float) -> p.QueueStats:
         q = self.state.queues.get(name)
         config = self.state.config(name)
-        settings = p.QueueSettings(*[getattr(config, f.name) for f in fields(QueueConfig)])
+        settings = p.QueueSettings(**config.as_dict())
         pending = self.enqueues.count(name)
         dead_q = self.state.queues.get(config.dead_letter_queue(name))
         dead = dead_q.n_ready + dead_q.n_delayed + dead_q.n_leased if dead_q is not None else 0
@@ -63,14 +63,12 @@ class QueueAdmin:
         if msg.create and msg.queue in self.state.queues:
             raise QueueExists(f"queue {msg.queue!r} exists; change it with configure")
         current = self.state.config(msg.queue)
-        changes = {f.name: getattr(msg, f.name) for f in fields(QueueConfig)
-                   if getattr(msg, f.name) is not None}
-        values = {f.name: getattr(current, f.name) for f in fields(QueueConfig)} | changes
-        new = QueueConfig(**values).validate()
+        changes = {name: getattr(msg, name) for name in NAMES if getattr(msg, name) is not None}
+        new = dataclasses.replace(current, **changes).validate()
         if new.dead_letter:
-            checks.queue_name(new.dead_letter)
+            checks.queue_name(new.dead_letter, "queue option dead_letter")
         if new != current or msg.queue not in self.state.queues:
-            self.log(ConfigureQueue(msg.queue, **values))
+            self.log(ConfigureQueue(msg.queue, **new.as_dict()))
             self.leases.buckets.pop(msg.queue, None)
         return self.queue_stats(msg.queue, now)
 

@@ -3,50 +3,21 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
-from blizzard.errors import InvalidArgument
-
-MAX_ATTEMPTS_LIMIT = 1_000_000
+from blizzard.queue_settings import Settings
 
 
 @dataclass(frozen=True)
-class QueueConfig:
-    """How one named queue behaves; every queue starts with these defaults."""
+class QueueConfig(Settings):
+    """How one named queue behaves, with the policies its settings imply.
 
-    lease_s: float = 30.0  # lease length when a consumer does not name one
-    max_attempts: int = 10  # deliveries before an item is dead-lettered; 0 = unlimited
-    dead_letter: str = ""  # where dead items go; "" = "<queue>.dead"
-    backoff_base_s: float = 0.0  # retry delay after attempt 1, doubling per attempt; 0 = none
-    backoff_cap_s: float = 300.0  # the longest retry delay
-    rate_per_s: float = 0.0  # leases granted per second across all consumers; 0 = unlimited
-    burst: int = 0  # leases that may be granted at once after idling; 0 = max(1, rate)
-
-    @classmethod
-    def option_names(cls) -> list[str]:
-        return [f.name for f in fields(cls)]
+    The settings themselves (names, types, defaults, bounds) are ``Settings``'s, in
+    ``blizzard/queue_settings.py``; this class adds only behaviour.
+    """
 
     def dead_letter_queue(self, queue: str) -> str:
         return self.dead_letter or f"{queue}.dead"
-
-    def validate(self) -> "QueueConfig":
-        def finite(name: str, value: float, low: float, high: float) -> None:
-            if not (isinstance(value, (int, float)) and not isinstance(value, bool)
-                    and math.isfinite(value) and low <= value <= high):
-                raise InvalidArgument(f"queue option {name} must be a number in [{low:g}, {high:g}], "
-                                      f"got {value!r}")
-        finite("lease_s", self.lease_s, 0.001, 12 * 3600.0)
-        finite("backoff_base_s", self.backoff_base_s, 0.0, 86400.0)
-        finite("backoff_cap_s", self.backoff_cap_s, 0.0, 7 * 86400.0)
-        finite("rate_per_s", self.rate_per_s, 0.0, 1e7)
-        for name in ("max_attempts", "burst"):
-            value = getattr(self, name)
-            if type(value) is not int or not 0 <= value <= MAX_ATTEMPTS_LIMIT:
-                raise InvalidArgument(f"queue option {name} must be an integer in "
-                                      f"[0, {MAX_ATTEMPTS_LIMIT}], got {value!r}")
-        if not isinstance(self.dead_letter, str) or len(self.dead_letter) > 200:
-            raise InvalidArgument("queue option dead_letter must be a queue name")
-        return self
 
     def backoff_s(self, attempts: int) -> float:
         """Delay before an item that has failed ``attempts`` times is visible again."""

@@ -8,6 +8,7 @@ On disk a record is the msgpack array ``[code, field_1, ..., field_n]``.
 
 from __future__ import annotations
 
+from blizzard.queue_settings import with_settings
 from blizzard.wire import Registry, pack
 
 RECORDS = Registry("WAL record")
@@ -103,17 +104,14 @@ class DropReplicas:
 
 
 @message(108)
+@with_settings()
 class ConfigureQueue:
-    """A queue's whole configuration (creating the queue if it is new)."""
+    """A queue's whole configuration (creating the queue if it is new).
+
+    After ``queue`` come the fields of ``blizzard.queue_settings.Settings``, in its order.
+    """
 
     queue: str
-    lease_s: float
-    max_attempts: int  # 0: unlimited
-    dead_letter: str  # "": "<queue>.dead"
-    backoff_base_s: float  # 0: retry at once
-    backoff_cap_s: float
-    rate_per_s: float  # 0: unlimited
-    burst: int
 
 
 @message(109)

@@ -1,4 +1,4 @@
-"""The master's enqueue requests in-process: place, put reports, enqueue, staged commits.
+"""The master's requests in-process: place, put reports, enqueue, staged commits, configure.
 
 A real ``MasterServer`` over an in-memory WAL and a stand-in router, its requests handled in
 process, with data nodes that exist only as heartbeats, so each rule is shown without a cluster.
@@ -264,3 +264,17 @@ def test_a_place_is_answered_before_the_fsync_only_if_its_ids_are_reserved_on_di
     events.clear()
     master.run_once(0)  # the reservation is on disk now: no need to wait for a sync
     assert events == [("reply", 3)]
+
+
+def test_a_configure_out_of_bounds_is_refused_and_logs_nothing(master):
+    """The client checks settings first, but the master must not rely on it (P7)."""
+    unset = dict.fromkeys(p.Configure.__dataclass_fields__) | {"queue": "q", "create": False}
+    call(master, p.Configure(**unset | {"max_attempts": 2}))
+    logged = len(master.wal.records)
+    before = master.state.config("q")
+    for bad in ({"lease_s": 0.0}, {"burst": -1}, {"dead_letter": " spaced "},
+                {"backoff_cap_s": math.inf}):
+        with pytest.raises(InvalidArgument, match=next(iter(bad))):
+            call(master, p.Configure(**unset | bad))
+    assert master.state.config("q") == before and before.max_attempts == 2
+    assert len(master.wal.records) == logged

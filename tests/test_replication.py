@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from blizzard import Client
-from blizzard.errors import BlizzardError, NotEnoughDatanodes
+from blizzard.errors import BlizzardError, DataCorrupt, NotEnoughDatanodes
 from datanode.store import LevelDbStore
 from conftest import wait_for
 
@@ -114,6 +114,27 @@ def test_a_corrupt_replica_is_never_served(cluster_factory):
         wait_for(lambda: all(n.alive for n in c.status().nodes), what="the node to come back")
         assert [m.data for m in drain(c, "jobs")] == data
 
+
+
+def test_an_item_corrupt_on_every_replica_raises_data_corrupt_and_is_dead_lettered(
+        cluster_factory):
+    cl = cluster_factory(datanodes=1, replication=1, **FAST)
+    with Client(cl.master_addr, timeout_s=5) as c:
+        c.configure_queue("jobs", max_attempts=1)
+        item_id = c.enqueue("jobs", b"precious")
+    cl.nodes[0].kill()
+    store = LevelDbStore(os.path.join(cl.base_dir, "datanode0", "blobs"))
+    store.corrupt_for_test(item_id)
+    store.close()
+    cl.restart_node(0)
+    with Client(cl.master_addr, timeout_s=5) as c:
+        wait_for(lambda: all(n.alive for n in c.status().nodes), what="the node to come back")
+        with pytest.raises(DataCorrupt, match=str(item_id)):
+            c.dequeue("jobs")
+        # Given back with its attempt counted: past max_attempts, it waits in the dead-letter
+        # queue, kept (its only replica is never dropped) rather than delivered again and again.
+        assert (c.stats("jobs")["ready"], c.stats("jobs")["dead"]) == (0, 1)
+        assert c.dequeue("jobs") is None
 
 def test_fewer_live_nodes_than_the_write_quorum_refuses_the_enqueue(cluster_factory):
     cl = cluster_factory(datanodes=2, replication=3, **FAST)
