@@ -9,7 +9,7 @@ import click
 
 from blizzard.cli_common import (ADDRESS, config_defaults, log_level, master_opt, serve,
                                  server_command, setup_logging)
-from datanode.server import DatanodeConfig
+from datanode.config import DatanodeConfig
 
 _DEFAULT = config_defaults(DatanodeConfig)
 

@@ -23,10 +23,10 @@ import plyvel
 import zmq
 
 from blizzard import protocol as p
-from blizzard.defaults import DEFAULT_DATANODE, DEFAULT_MASTER
 from blizzard.errors import (BlizzardError, InvalidArgument, PayloadTooLarge, StorageError,
                              WrongNode)
 from blizzard.transport import Endpoint, RouterServer, check_addr, error_reply
+from datanode.config import DatanodeConfig
 from datanode.store import BlobStore, LevelDbStore
 
 log = logging.getLogger(__name__)
@@ -36,27 +36,6 @@ MAX_REPLY_BYTES = 20 * 1024 * 1024  # blob bytes in one Get reply (plus at most 
 GET_SLICE = 256  # ids read from the store at a time while filling a reply
 MAX_PEERS = 64  # connections to other data nodes kept open; the least recently used goes
 MAX_FORWARD = 16  # replicas one put may name
-
-
-@dataclass(frozen=True, kw_only=True)
-class DatanodeConfig:
-    """A data node's settings."""
-
-    data_dir: str
-    bind: str = DEFAULT_DATANODE
-    master: str = DEFAULT_MASTER
-    advertise: str | None = None  # the address others use to reach this node; default: bind
-    heartbeat_s: float = 1.0
-    max_item_bytes: int = 8 * 1024 * 1024
-
-    def validate(self) -> "DatanodeConfig":
-        if self.heartbeat_s <= 0:
-            raise InvalidArgument("heartbeat-s must be positive")
-        if not 0 < self.max_item_bytes <= p.MAX_ITEM_BYTES:
-            raise InvalidArgument(f"max-item-bytes must be between 1 and {p.MAX_ITEM_BYTES}")
-        if ":0" == self.bind[-2:] and self.advertise is None:
-            raise InvalidArgument("binding port 0 needs --advertise")
-        return self
 
 
 @dataclass

@@ -11,7 +11,8 @@ from blizzard import protocol as p
 from blizzard.errors import InvalidArgument, ProtocolError, TooManyItems
 from blizzard.harness import free_port
 from blizzard.transport import HEARTBEAT_IVL_MS, bind_router, raise_if_error
-from datanode.server import MAX_PEERS, DatanodeConfig, DatanodeServer
+from datanode.config import DatanodeConfig
+from datanode.server import MAX_PEERS, DatanodeServer
 from datanode.store import MemoryStore
 from master import blocks, deletes as deletes_mod, enqueue, membership as membership_mod
 from master.deletes import Deletes

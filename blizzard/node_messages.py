@@ -1,0 +1,142 @@
+"""The messages of data nodes: to the master (reports) and from clients and peers (blobs).
+
+Part of the protocol (``blizzard.protocol`` re-exports every name here); kept apart only so
+each file stays short. ``NodeRef`` lives here because placements and replica lists use it too.
+"""
+
+from __future__ import annotations
+
+from blizzard.wire import Id, message
+
+
+@message(3)
+class NodeRef:
+    """Where a data node is: its stable id and the address clients and peers connect to."""
+
+    node_id: str
+    addr: str
+
+
+# ---------------------------------------------------------------------------------------------
+# Data node -> master
+
+
+@message(30)
+class Heartbeat:
+    """A data node's periodic report; the first one registers it."""
+
+    node_id: str
+    addr: str
+    items: int
+    bytes_used: int
+    free_bytes: int
+
+
+@message(31)
+class HeartbeatReply:
+    """The master's commands for a data node: blobs to delete, blobs to copy, send inventory."""
+
+    delete: list[Id]
+    copies: list[CopyOrder]
+    inventory: bool  # the master wants this node's full list of blob ids
+
+
+@message(32)
+class CopyOrder:
+    """Copy these blobs to ``target`` (re-replication), then report with ``Replicated``."""
+
+    target: NodeRef
+    ids: list[Id]
+
+
+@message(33)
+class Replicated:
+    """A data node copied ``ids`` to ``target``; ``missing`` were absent or corrupt at the source."""
+
+    node_id: str
+    target: str
+    ids: list[Id]
+    missing: list[Id]
+
+
+@message(34)
+class Inventory:
+    """A chunk of a data node's blob ids; ``done`` marks the last chunk."""
+
+    node_id: str
+    ids: list[Id]
+    done: bool
+
+
+@message(39)
+class PutReport:
+    """A data node stored ``ids`` durably (puts sent with ``report``); ``failed`` it refused.
+
+    Sent once per loop pass after the pass's write is synced; ``error`` says why the failed
+    ones were refused.
+    """
+
+    node_id: str
+    ids: list[Id]
+    failed: list[Id]
+    error: str
+
+
+@message(35)
+class BadReplica:
+    """A client found these replicas missing or failing their checksum (parallel lists)."""
+
+    ids: list[Id]
+    node_ids: list[str]
+
+
+# ---------------------------------------------------------------------------------------------
+# Client -> data node
+
+
+@message(40)
+class Put:
+    """Phase 2 of an enqueue: store these blobs durably (checksums are CRC-32 of each blob)."""
+
+    ids: list[Id]
+    blobs: list[bytes]
+    crcs: list[int]
+    forward: list[NodeRef]  # other replicas this node passes the blobs to
+    min_copies: int  # reply only when this many nodes (this one included) hold every blob
+    node_id: str  # the node meant to store them: a new node at a dead one's address refuses
+    report: bool  # tell the master (``PutReport``), not the sender: a client's ``Enqueue`` waits on it
+
+
+@message(41)
+class Stored:
+    """Reply to Put: the node ids that durably hold every blob (fewer than asked if replicas failed)."""
+
+    nodes: list[str]
+
+
+@message(42)
+class Get:
+    """Read blobs by id."""
+
+    ids: list[Id]
+
+
+@message(43)
+class Blobs:
+    """Reply to Get: blobs found intact, in request order; ``missing`` lists ids absent or corrupt.
+
+    A reply carries at most about 20 MiB of blobs: an id in neither list was not reached and
+    must be asked for again.
+    """
+
+    ids: list[Id]
+    blobs: list[bytes]
+    crcs: list[int]
+    missing: list[Id]
+
+
+@message(44)
+class Delete:
+    """Drop blobs by id (unknown ids are ignored)."""
+
+    ids: list[Id]
