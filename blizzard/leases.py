@@ -7,8 +7,6 @@ lost and the call raises ``LeaseExpired``.
 
 from __future__ import annotations
 
-import logging
-import time
 from typing import Any, Callable, Sequence
 
 from blizzard import protocol as p
@@ -16,25 +14,18 @@ from blizzard.errors import InvalidArgument, LeaseExpired
 from blizzard.master_link import MasterLink
 from blizzard.message import LeasedItem, leased_items
 
-log = logging.getLogger(__name__)
-
-UNAWAITED_S = 60.0  # an ack sent unawaited whose answer never came is forgotten after this
-MAX_UNAWAITED = 10_000
-
 
 class Leases:
     """Lease, ack, nack and extend through the master link."""
 
     def __init__(self, master: MasterLink) -> None:
         self.master = master
-        self.unawaited: dict[int, tuple[list[int], float]] = {}  # request id -> (ids, sent at)
 
     def lease(self, queue: str, n: int, *, lease_s: float | None = None, wait_s: float = 0.0,
               ack: Sequence[Any] = ()) -> list[LeasedItem]:
         """Up to ``n`` head items of ``queue``, leased; ``ack`` settles a previous batch first."""
         if type(n) is not int:
             raise InvalidArgument("n must be an integer")
-        self.collect()
         if lease_s is None:
             lease_s = 0.0  # the master applies the queue's default
         elif not isinstance(lease_s, bool) and isinstance(lease_s, (int, float)) and lease_s <= 0:
@@ -58,47 +49,20 @@ class Leases:
         self._settle(msgs, lambda ids, leases: p.Extend(ids, leases, float(lease_s)))
 
     def ack_many(self, msgs: Sequence[Any]) -> None:
-        self._settle(msgs, lambda ids, leases: p.Ack(ids, leases))
+        self._settle(msgs, lambda ids, leases: p.Ack(ids, leases, False))
 
     def ack_unawaited(self, msgs: Sequence[Any]) -> None:
-        """Send acks without waiting; their answers are collected by later calls (``collect``)."""
-        self.collect()
-        if len(msgs) > p.MAX_BATCH or len(self.unawaited) >= MAX_UNAWAITED:
+        """Send acks the master applies without replying (``Message.ack()``): nothing to wait for.
+
+        A lost lease is only logged by the master; the item was (or will be) delivered again.
+        """
+        if len(msgs) > p.MAX_BATCH:
             self.ack_many(msgs)
             return
         try:
-            rid = self.master.endpoint.send(p.Ack([m.id for m in msgs], [m.lease for m in msgs]))
+            self.master.endpoint.send(p.Ack([m.id for m in msgs], [m.lease for m in msgs], True))
         except TimeoutError:  # the send queue is full: the slow way, with retries
             self.ack_many(msgs)
-            return
-        self.unawaited[rid] = ([m.id for m in msgs], time.monotonic())
-
-    def collect(self, wait_s: float = 0.0) -> None:
-        """Take the answers to unawaited acks that came in (waiting up to ``wait_s`` for all).
-
-        A lease that had run out is logged: the item was (or will be) delivered again.
-        """
-        if not self.unawaited:
-            return
-        ep = self.master.endpoint
-        deadline = time.monotonic() + wait_s
-        while True:
-            ep.read_ready()
-            now = time.monotonic()
-            for rid, (ids, sent) in list(self.unawaited.items()):
-                reply = ep.take(rid)
-                if reply is None and now - sent < UNAWAITED_S:
-                    continue
-                del self.unawaited[rid]
-                if isinstance(reply, p.Acked) and reply.lost:
-                    log.warning("the lease on items %s ran out before their ack; they are "
-                                "delivered again", reply.lost[:10])
-                elif not isinstance(reply, p.Acked):
-                    log.warning("ack of items %s not confirmed (%s); if it was lost they are "
-                                "delivered again", ids[:10], reply)
-            left_ms = int((deadline - now) * 1000)
-            if not self.unawaited or left_ms <= 0 or not ep.wait(left_ms):
-                return
 
     def nack_many(self, msgs: Sequence[Any], *, delay_s: float | None = None,
                   error: str = "") -> None:

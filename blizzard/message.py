@@ -67,12 +67,12 @@ class Message:
     def ack(self, wait: bool = False) -> None:
         """The item is done: the master drops it and its blobs.
 
-        By default the ack is sent and not waited for (as RabbitMQ's ``basic.ack``): the next
-        call of this client, or its ``close``, collects the answer, and a lease that had
-        already run out is logged, not raised. ``wait=True`` returns once the ack is durable
-        on the master and raises ``LeaseExpired`` if the lease was lost. Either way delivery
-        stays at least once: an ack that never lands lets the item come back when its lease
-        runs out.
+        By default the ack is sent and not waited for, and the master sends no answer (as
+        RabbitMQ's ``basic.ack``); ``Client.close`` gives queued acks up to 2 s to leave. A
+        lease that had already run out is only logged by the master. ``wait=True`` returns once
+        the ack is durable on the master and raises ``LeaseExpired`` if the lease was lost.
+        Either way delivery stays at least once: an ack that never lands lets the item come
+        back when its lease runs out.
         """
         if wait:
             self._leases.ack_many([self])

@@ -168,10 +168,15 @@ class Leased:
 
 @message(17)
 class Ack:
-    """Finish leased items: they are gone for good."""
+    """Finish leased items: they are gone for good.
+
+    ``quiet``: the master sends no reply (``Message.ack()``, which does not wait); a lease that
+    had run out is then only logged by the master.
+    """
 
     ids: list[Id]
     leases: list[int]
+    quiet: bool
 
 
 @message(18)

@@ -69,7 +69,7 @@ class Leases:
                                f"at most {MAX_WAITERS_PER_PEER} per connection, {MAX_WAITERS} in all")
         lost: list[int] = []
         if msg.ack_ids:
-            lost = self.ack(p.Ack(msg.ack_ids, msg.ack_leases)).lost
+            lost = self._ack(msg.ack_ids, msg.ack_leases).lost
         if msg.request in self.state.recent_leases:  # a retry: the same items again
             return self.describe(msg.queue, self.state.leased_by(msg.request), lost)
         ids = self._take(msg, now, mono)
@@ -140,8 +140,18 @@ class Leases:
                 lost.append(item_id)
         return held, lost, gone
 
-    def ack(self, msg: p.Ack, *_: Any) -> p.Acked:
-        held, lost, gone = self._settle(msg.ids, msg.leases)
+    def ack(self, msg: p.Ack, *_: Any) -> p.Acked | None:
+        """Settle for good; a quiet ack gets no reply (None), its lost leases are only logged."""
+        acked = self._ack(msg.ids, msg.leases)
+        if not msg.quiet:
+            return acked
+        if acked.lost:
+            log.info("quiet ack of %d items whose lease had run out, e.g. %s", len(acked.lost),
+                     acked.lost[:5])
+        return None
+
+    def _ack(self, ids: list[int], leases: list[int]) -> p.Acked:
+        held, lost, gone = self._settle(ids, leases)
         if held:
             holders = [self.state.items[i].nodes for i in held]
             self.log(AckItems(ids=held))

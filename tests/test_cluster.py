@@ -272,11 +272,11 @@ def test_a_dead_data_node_costs_a_producer_one_stall_not_one_per_call(cluster_fa
             return put_reported(placement, ids, blobs, crcs)
         c.datanodes.put_reported = recording
         for i in range(6):  # round-robin placement puts the dead node in the first few
-            c.enqueue_many("dn", [b"%d" % i] * 10)
+            c.enqueue_many("dn", [b"%d" % i] * 100)  # a placement of its own each time
         assert dead in c.suspected()
         assert sum(dead in nodes for nodes in placed) == 1  # placed there once, then avoided
-        assert c.stats("dn")["ready"] == 60
-        assert len(c.dequeue_many("dn", 60)) == 60
+        assert c.stats("dn")["ready"] == 600
+        assert len(c.dequeue_many("dn", 600)) == 600
 
 
 def test_a_dead_replica_costs_a_consumer_one_timeout_not_one_per_read(cluster_factory,
