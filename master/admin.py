@@ -46,7 +46,7 @@ class QueueAdmin:
         self.state.promote_due(q, now)
         oldest = 0.0
         for entry in q.ready[:1]:
-            item = self.state.items.get(entry[2])
+            item = self.state.items.get(entry.id)
             if item is not None:
                 oldest = max(0.0, now - item.enqueued_at)
         return p.QueueStats(name, q.n_ready, q.n_delayed, q.n_leased, pending, dead, oldest, settings)
@@ -93,10 +93,11 @@ class QueueAdmin:
         checks.queue_name(msg.queue)
         checks.batch(msg.n)
         dead_q = self.state.config(msg.queue).dead_letter_queue(msg.queue)
-        ids = sorted(i.id for i in self.state.items.values()
-                     if i.origin and i.status != LEASED
-                     and (i.queue == msg.queue or (i.queue == dead_q and i.origin == msg.queue)))
-        ids = ids[:msg.n]
+        items = self.state.items
+        ids = sorted(item_id for item_id, origin in self.state.origins.items()  # the dead ones
+                     if items[item_id].status != LEASED
+                     and (items[item_id].queue == msg.queue
+                          or (items[item_id].queue == dead_q and origin == msg.queue)))[:msg.n]
         if ids:
             self.log(RedriveItems(ids=ids))
         return p.Acked(done=len(ids), lost=[])

@@ -19,7 +19,7 @@ from master.deletes import Deletes
 from master.membership import Membership
 from master.queues import TokenBucket
 from master.records import AckItems, LeaseItems, ReleaseItems
-from master.state import LEASED, State
+from master.state import State
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ class Leases:
             if k is None:
                 k = set_index[item.nodes] = len(set_index)
             replica_set.append(k)
-        leases = [i.lease if i.status == LEASED else 0 for i in items]
+        leases = [self.state.lease_of(i) or 0 for i in ids]
         addrs = self.state.node_addrs
         return p.Leased(queue, ids, leases, [i.size for i in items], [i.crc for i in items],
                         [i.attempts for i in items], [i.priority for i in items],
@@ -134,7 +134,7 @@ class Leases:
                     gone += 1  # acked under this very lease: a retry
                 else:
                     lost.append(item_id)  # another consumer's delivery was acked
-            elif item.status == LEASED and item.lease == lease:
+            elif self.state.lease_of(item_id) == lease:
                 held.append(item_id)
             else:
                 lost.append(item_id)
@@ -182,7 +182,7 @@ class Leases:
         held, lost, gone = self._settle(msg.ids, msg.leases)
         lost += [i for i in msg.ids if i not in self.state.items]  # gone: nothing to extend
         if held:
-            self.log(LeaseItems(ids=held, leases=[self.state.items[i].lease for i in held],
+            self.log(LeaseItems(ids=held, leases=[self.state.lease_of(i) for i in held],
                                 deadline=now + msg.lease_s, request=""))
         return p.Acked(done=len(held), lost=lost)
 

@@ -6,16 +6,19 @@ depend on time (what is due, what has expired) take ``now`` as an argument.
 
 Order within a queue: lowest priority first, then FIFO by ``order`` (the id, or for a
 coalesced item the place in line it inherited). Items sharing a key are never leased at
-the same time. Heaps use lazy deletion: each entry carries the generation the item had when
-it was pushed, and entries whose item has moved on are dropped when they reach the top.
+the same time. Heaps hold the item records themselves and use lazy deletion: a change
+stores a new record, and an entry that is no longer its item's record is dropped when it
+reaches the top.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections import OrderedDict
-from typing import Iterable, Iterator
+from dataclasses import asdict
+from typing import Any, Iterable, Iterator
 
+from master import checkpoint_schema as schema
 from master.item import DELAYED, LEASED, READY, Item, QueueState
 from master.queues import QueueConfig
 from master.records import (AckItems, AddReplicas, CommitItems, ConfigureQueue, DropReplicas,
@@ -34,11 +37,16 @@ class State:
         self.lease_seq = 0
         self.items: dict[int, Item] = {}
         self.queues: dict[str, QueueState] = {}
+        self.held: dict[int, tuple[int, float]] = {}  # leased id -> (lease token, deadline)
+        self.delays: dict[int, float] = {}  # delayed id -> not-before time
+        self.origins: dict[int, str] = {}  # dead id -> the queue it died in
+        self.errors: dict[int, str] = {}  # id -> the last error a consumer gave
         self.expiries: list = []  # heap of (lease_deadline, id, lease)
         self.node_addrs: dict[str, str] = {}
         self.recent_leases: OrderedDict[str, tuple[list[int], list[int]]] = OrderedDict()
         self.recent_commits: OrderedDict[str, None] = OrderedDict()
         self.recent_acks: OrderedDict[int, int] = OrderedDict()  # id -> lease it was acked under
+        self._replica_sets: dict[tuple[str, ...], tuple[str, ...]] = {}
 
     # -- applying records -------------------------------------------------------------------
 
@@ -54,19 +62,20 @@ class State:
             if len(self.recent_commits) > RECENT_COMMITS:
                 self.recent_commits.popitem(last=False)
         q = self.queue(rec.queue)
-        nodes = tuple(rec.nodes)
+        nodes = self.replica_set(rec.nodes)
+        make = tuple.__new__  # Item(...) without the keyword handling: this runs per item
         for i, item_id in enumerate(rec.ids):
             if item_id in self.items:
                 continue
-            item = Item(item_id, rec.queue, rec.sizes[i], rec.crcs[i], rec.priorities[i], nodes,
-                        rec.at, rec.keys[i])
-            if rec.coalesce and item.key:
-                for old in self.waiting_with_key(rec.queue, item.key):
-                    item.priority = min(item.priority, old.priority)
-                    item.order = min(item.order, old.order)
+            priority, order, key = rec.priorities[i], item_id, rec.keys[i]
+            if rec.coalesce and key:
+                for old in self.waiting_with_key(rec.queue, key):
+                    priority = min(priority, old.priority)
+                    order = min(order, old.order)
                     self._forget(old)
-            self.items[item_id] = item
-            self._place(q, item, rec.not_befores[i])
+            item = make(Item, (priority, order, item_id, q.name, rec.sizes[i], rec.crcs[i], key,
+                               nodes, rec.at, 0, DELAYED if rec.not_befores[i] > 0 else READY))
+            self._enter(q, item, rec.not_befores[i])
             self.id_hi = max(self.id_hi, item_id + 1)
 
     def _apply_lease(self, rec: LeaseItems) -> None:
@@ -74,9 +83,9 @@ class State:
             item = self.items[item_id]
             q = self.queues[item.queue]
             self._leave(q, item)
-            item.status = LEASED
-            item.lease = lease
-            item.lease_deadline = rec.deadline
+            if item.status != LEASED:  # else an extension: the record stays as it is
+                self.items[item_id] = item = item.with_status(LEASED)
+            self.held[item_id] = (lease, rec.deadline)
             q.n_leased += 1
             if item.key:
                 q.active.add(item.key)
@@ -92,7 +101,7 @@ class State:
             item = self.items.get(item_id)
             if item is not None:
                 if item.status == LEASED:
-                    self.recent_acks[item_id] = item.lease
+                    self.recent_acks[item_id] = self.held[item_id][0]
                     if len(self.recent_acks) > RECENT_ACKS:
                         self.recent_acks.popitem(last=False)
                 self._forget(item)
@@ -102,29 +111,29 @@ class State:
             item = self.items[item_id]
             q = self.queues[item.queue]
             self._leave(q, item)
-            item.attempts += 1
-            item.lease = 0
+            attempts = item.attempts + 1
             if rec.error:
-                item.error = rec.error
+                self.errors[item_id] = rec.error
             limit = q.config.max_attempts
-            if limit and item.attempts >= limit and not item.origin:  # dead items stay put
-                self._unindex(q, item)
-                item.origin = item.queue
-                item.queue = q.config.dead_letter_queue(q.name)
-                self._place(self.queue(item.queue), item, 0.0)
+            if limit and attempts >= limit and item_id not in self.origins:  # dead items stay put
+                q.unindex(item)
+                self.origins[item_id] = item.queue
+                dead = self.queue(q.config.dead_letter_queue(q.name))
+                self._place(dead, item, 0.0, queue=dead.name, attempts=attempts)
             else:
-                self._place(q, item, not_before)
+                self._place(q, item, not_before, attempts=attempts)
 
     def _apply_redrive(self, rec: RedriveItems) -> None:
         for item_id in rec.ids:
             item = self.items.get(item_id)
-            if item is None or not item.origin or item.status == LEASED:
+            if item is None or item_id not in self.origins or item.status == LEASED:
                 continue
             q = self.queues[item.queue]
             self._leave(q, item)
-            self._unindex(q, item)
-            item.queue, item.origin, item.attempts, item.error = item.origin, "", 0, ""
-            self._place(self.queue(item.queue), item, 0.0)
+            q.unindex(item)
+            home = self.queue(self.origins.pop(item_id))
+            self.errors.pop(item_id, None)
+            self._place(home, item, 0.0, queue=home.name, attempts=0)
 
     def _apply_configure(self, rec: ConfigureQueue) -> None:
         self.queue(rec.queue).config = QueueConfig(
@@ -137,13 +146,13 @@ class State:
         for item_id in rec.ids:
             item = self.items.get(item_id)
             if item is not None and rec.node not in item.nodes:
-                item.nodes = item.nodes + (rec.node,)
+                self._set_nodes(item, item.nodes + (rec.node,))
 
     def _apply_drop_replicas(self, rec: DropReplicas) -> None:
         for item_id in rec.ids:
             item = self.items.get(item_id)
             if item is not None and rec.node in item.nodes:
-                item.nodes = tuple(n for n in item.nodes if n != rec.node)
+                self._set_nodes(item, tuple(n for n in item.nodes if n != rec.node))
 
     _APPLY = {
         Reserve: _apply_reserve,
@@ -170,50 +179,66 @@ class State:
         q = self.queues.get(name)
         return q.config if q is not None else QueueConfig()
 
-    def _place(self, q: QueueState, item: Item, not_before: float) -> None:
-        """Put an item in line: ready now, or delayed until ``not_before``."""
-        item.gen += 1
-        self._index(q, item)
-        if not_before > 0:
-            item.status = DELAYED
-            item.not_before = not_before
+    def replica_set(self, nodes: Iterable[str]) -> tuple[str, ...]:
+        """One shared tuple per distinct replica set, not one per commit or per item."""
+        nodes = tuple(nodes)
+        return self._replica_sets.setdefault(nodes, nodes)
+
+    def lease_of(self, item_id: int) -> int | None:
+        """The token an item is leased under, or None if it is not leased."""
+        held = self.held.get(item_id)
+        return held[0] if held is not None else None
+
+    def _enter(self, q: QueueState, item: Item, not_before: float) -> None:
+        """Put a new record in line: ready now, or (status DELAYED) until ``not_before``."""
+        self.items[item.id] = item
+        q.index(item)
+        if item.status == DELAYED:
+            self.delays[item.id] = not_before
             q.n_delayed += 1
-            heapq.heappush(q.delayed, (not_before, item.id, item.gen))
+            heapq.heappush(q.delayed, (not_before, item))
         else:
-            item.status = READY
             q.n_ready += 1
-            heapq.heappush(q.ready, (item.priority, item.order, item.id, item.gen))
+            heapq.heappush(q.ready, item)
 
-    def _index(self, q: QueueState, item: Item) -> None:
-        if item.key:
-            q.keyed.setdefault(item.key, set()).add(item.id)
+    def _place(self, q: QueueState, item: Item, not_before: float, **changes: object) -> None:
+        """Put an item back in line (a new record, so its old heap entries go stale)."""
+        status = DELAYED if not_before > 0 else READY
+        self._enter(q, item._replace(status=status, **changes), not_before)
 
-    def _unindex(self, q: QueueState, item: Item) -> None:
-        if item.key:
-            ids = q.keyed.get(item.key)
-            if ids is not None:
-                ids.discard(item.id)
-                if not ids:
-                    del q.keyed[item.key]
+    def _set_nodes(self, item: Item, nodes: tuple[str, ...]) -> None:
+        """A new record with other replicas; a waiting item is pushed again under it."""
+        new = item._replace(nodes=self.replica_set(nodes))
+        self.items[item.id] = new
+        q = self.queues[item.queue]
+        if new.status == READY:
+            heapq.heappush(q.ready, new)
+        elif new.status == DELAYED:
+            heapq.heappush(q.delayed, (self.delays[item.id], new))
 
     def _leave(self, q: QueueState, item: Item) -> None:
-        """Take the item out of whatever counter its status puts it in."""
+        """Take the item out of whatever counter its status puts it in.
+
+        The caller stores a new record or forgets the item, which makes its heap entries stale.
+        """
         if item.status == READY:
             q.n_ready -= 1
         elif item.status == DELAYED:
             q.n_delayed -= 1
+            del self.delays[item.id]
         else:
             q.n_leased -= 1
+            del self.held[item.id]
             if item.key:
                 q.active.discard(item.key)
-        item.status = READY  # provisional: the caller places it again or forgets it
-        item.gen += 1  # invalidates its heap entries
 
     def _forget(self, item: Item) -> None:
         q = self.queues[item.queue]
         self._leave(q, item)
-        self._unindex(q, item)
+        q.unindex(item)
         del self.items[item.id]
+        self.origins.pop(item.id, None)
+        self.errors.pop(item.id, None)
 
     # -- pure queries (time is passed in) ----------------------------------------------------
 
@@ -226,20 +251,20 @@ class State:
 
     def promote_due(self, q: QueueState, now: float) -> None:
         """Move delayed items whose time has come into the ready heap."""
+        items = self.items
         while q.delayed:
-            not_before, item_id, gen = q.delayed[0]
-            item = self.items.get(item_id)
-            if item is None or item.gen != gen:
+            not_before, item = q.delayed[0]
+            if items.get(item.id) is not item:
                 heapq.heappop(q.delayed)
                 continue
             if not_before > now:
                 break
             heapq.heappop(q.delayed)
             q.n_delayed -= 1
-            item.gen += 1
-            item.status = READY
+            del self.delays[item.id]
+            items[item.id] = item = item.with_status(READY)
             q.n_ready += 1
-            heapq.heappush(q.ready, (item.priority, item.order, item.id, item.gen))
+            heapq.heappush(q.ready, item)
 
     def head(self, name: str, n: int, now: float) -> list[int]:
         """The ids a lease of ``n`` would take right now, in serving order.
@@ -250,23 +275,22 @@ class State:
         if q is None:
             return []
         self.promote_due(q, now)
-        heap = q.ready
-        popped: list[tuple] = []
+        heap, items = q.ready, self.items
+        popped: list[Item] = []
         taken: list[int] = []
         keys: set[str] = set()
         while heap and len(taken) < n:
-            entry = heapq.heappop(heap)
-            item = self.items.get(entry[2])
-            if item is None or item.gen != entry[3]:
-                continue
-            popped.append(entry)
+            item = heapq.heappop(heap)
+            if items.get(item.id) is not item:
+                continue  # stale: leased, moved or forgotten since it was pushed
+            popped.append(item)
             if item.key:
                 if item.key in q.active or item.key in keys:
                     continue
                 keys.add(item.key)
             taken.append(item.id)
-        for entry in popped:  # a query must not change the heap's contents
-            heapq.heappush(heap, entry)
+        for item in popped:  # a query must not change the heap's contents
+            heapq.heappush(heap, item)
         return taken
 
     def expired(self, now: float, limit: int = 10_000) -> list[int]:
@@ -275,9 +299,7 @@ class State:
         heap = self.expiries
         while heap and len(out) < limit:
             deadline, item_id, lease = heap[0]
-            item = self.items.get(item_id)
-            if item is None or item.status != LEASED or item.lease != lease \
-                    or item.lease_deadline != deadline:  # settled, re-leased or extended
+            if self.held.get(item_id) != (lease, deadline):  # settled, re-leased or extended
                 heapq.heappop(heap)
                 continue
             if deadline > now:
@@ -289,62 +311,79 @@ class State:
     def leased_by(self, request: str) -> list[int]:
         """Items a lease call with this request id obtained and still holds (for retries)."""
         ids, leases = self.recent_leases.get(request, ((), ()))
-        out = []
-        for item_id, lease in zip(ids, leases):
-            item = self.items.get(item_id)
-            if item is not None and item.status == LEASED and item.lease == lease:
-                out.append(item_id)
-        return out
+        return [item_id for item_id, lease in zip(ids, leases) if self.lease_of(item_id) == lease]
 
-    # -- checkpoints -------------------------------------------------------------------------
+    # -- checkpoints (the layout is master.checkpoint_schema's) ------------------------------
 
-    def export_parts(self) -> Iterator[list]:
-        """Everything durable as plain lists (msgpack-able), for a checkpoint: a header, then
-        one row per item, so neither writing nor reading needs it all in memory at once."""
-        configs = [[q.name, *[getattr(q.config, f) for f in QueueConfig.option_names()]]
-                   for q in self.queues.values()]
-        yield [self.id_hi, self.lease_seq, self.node_addrs,
-               [[k, list(v[0]), list(v[1])] for k, v in self.recent_leases.items()],
-               list(self.recent_commits), configs, list(self.recent_acks.items()), len(self.items)]
+    def export_parts(self) -> Iterator[Any]:
+        """Everything durable as plain data (msgpack-able), for a checkpoint: a header of named
+        values, then one row per item, so neither writing nor reading needs it all at once."""
+        yield {"version": schema.VERSION, "id_hi": self.id_hi, "lease_seq": self.lease_seq,
+               "node_addrs": self.node_addrs,
+               "recent_leases": [[k, list(v[0]), list(v[1])] for k, v in self.recent_leases.items()],
+               "recent_commits": list(self.recent_commits),
+               "queues": [{"name": q.name, **asdict(q.config)} for q in self.queues.values()],
+               "recent_acks": list(self.recent_acks.items()), "items": len(self.items),
+               "item_fields": list(schema.ITEM_FIELDS)}
         for item in self.items.values():
-            yield item.export()
+            yield self._row(item)
+
+    def _row(self, item: Item) -> list:
+        """An item's checkpoint row, in ``ITEM_FIELDS`` order."""
+        lease, deadline = self.held.get(item.id, (0, 0.0))
+        return [item.id, item.queue, item.size, item.crc, item.priority, item.order, item.key,
+                list(item.nodes), item.attempts, item.enqueued_at, item.status, lease, deadline,
+                self.delays.get(item.id, 0.0), self.origins.get(item.id, ""),
+                self.errors.get(item.id, "")]
 
     @classmethod
-    def restore(cls, parts: Iterable[list]) -> "State":
-        """Rebuild a state from ``export_parts()``; heaps are rebuilt in one pass each."""
+    def restore(cls, parts: Iterable[Any]) -> "State":
+        """Rebuild a state from ``export_parts()`` (or an older checkpoint's parts); heaps are
+        rebuilt in one pass each."""
         s = cls()
         parts = iter(parts)
-        s.id_hi, s.lease_seq, s.node_addrs, recent, commits, configs, acks, count = next(parts)
-        s.recent_acks = OrderedDict((i, lease) for i, lease in acks)
-        s.recent_leases = OrderedDict((k, (ids, leases)) for k, ids, leases in recent)
-        s.recent_commits = OrderedDict.fromkeys(commits)
-        for name, *values in configs:
-            s.queue(name).config = QueueConfig(*values)
-        shared: dict = {}  # one copy of each queue name and replica tuple, not one per item
-        for row in parts:
-            row[1] = shared.setdefault(row[1], row[1])
-            row[7] = shared.setdefault(tuple(row[7]), tuple(row[7]))
-            item = Item.restore(row)
-            s.items[item.id] = item
-            q = s.queue(item.queue)
-            s._index(q, item)
-            if item.status == READY:
+        head = schema.read_header(next(parts))
+        s.id_hi, s.lease_seq, s.node_addrs = head["id_hi"], head["lease_seq"], head["node_addrs"]
+        s.recent_acks = OrderedDict((i, lease) for i, lease in head["recent_acks"])
+        s.recent_leases = OrderedDict((k, (ids, leases)) for k, ids, leases in head["recent_leases"])
+        s.recent_commits = OrderedDict.fromkeys(head["recent_commits"])
+        names = QueueConfig.option_names()
+        for settings in head["queues"]:
+            s.queue(settings["name"]).config = QueueConfig(
+                **{name: settings[name] for name in names if name in settings})
+        read_row = schema.row_reader(head["item_fields"])
+        for row in map(read_row, parts):
+            (item_id, queue, size, crc, priority, order, key, nodes, attempts, enqueued_at,
+             status, lease, deadline, not_before, origin, error) = row
+            q = s.queue(queue)
+            item = Item(priority, order, item_id, q.name, size, crc, key, s.replica_set(nodes),
+                        enqueued_at, attempts, status)
+            s.items[item_id] = item
+            q.index(item)
+            if origin:
+                s.origins[item_id] = origin
+            if error:
+                s.errors[item_id] = error
+            if status == READY:
                 q.n_ready += 1
-                q.ready.append((item.priority, item.order, item.id, 0))
-            elif item.status == DELAYED:
+                q.ready.append(item)
+            elif status == DELAYED:
                 q.n_delayed += 1
-                q.delayed.append((item.not_before, item.id, 0))
+                s.delays[item_id] = not_before
+                q.delayed.append((not_before, item))
             else:
                 q.n_leased += 1
-                if item.key:
-                    q.active.add(item.key)
-                s.expiries.append((item.lease_deadline, item.id, item.lease))
+                if key:
+                    q.active.add(key)
+                s.held[item_id] = (lease, deadline)
+                s.expiries.append((deadline, item_id, lease))
         for q in s.queues.values():
             heapq.heapify(q.ready)
             heapq.heapify(q.delayed)
         heapq.heapify(s.expiries)
-        if len(s.items) != count:
-            raise ValueError(f"checkpoint holds {len(s.items)} items, its header says {count}")
+        if len(s.items) != head["items"]:
+            raise ValueError(f"checkpoint holds {len(s.items)} items, its header says "
+                             f"{head['items']}")
         return s
 
     def snapshot(self) -> tuple:
@@ -352,7 +391,7 @@ class State:
         return (self.id_hi, self.lease_seq, sorted(self.node_addrs.items()),
                 list(self.recent_leases.items()), list(self.recent_commits),
                 list(self.recent_acks.items()),
-                sorted(i.export() for i in self.items.values()),
+                sorted(self._row(i) for i in self.items.values()),
                 sorted((q.name, q.config, q.n_ready, q.n_delayed, q.n_leased, sorted(q.active),
                         sorted((k, sorted(v)) for k, v in q.keyed.items()))
                        for q in self.queues.values()))
