@@ -329,7 +329,8 @@ class Enqueues:
         """``n`` of a batch's items left the pending table (committed or expired)."""
         batch.left -= n
         if not batch.left:  # its expiry entry lingers until the deadline; its columns need not
-            batch.ids = batch.sizes = batch.crcs = batch.priorities = batch.not_befores = batch.keys = []
+            batch.ids = batch.sizes = batch.crcs = batch.priorities = []
+            batch.not_befores, batch.keys = [], []
         left = self.by_queue[batch.queue] - n
         if left:
             self.by_queue[batch.queue] = left
