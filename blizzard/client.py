@@ -34,7 +34,7 @@ __all__ = ["Client", "Consumer", "EnqueueOptions", "LeasedItem", "Message", "Pro
 
 log = logging.getLogger(__name__)
 
-CLOSE_LINGER_S = 2.0  # how long close() lets queued requests (acks not awaited) leave
+CLOSE_WAIT_S = 2.0  # how long close() waits for acks sent without waiting to be durable
 
 
 class Client:
@@ -63,8 +63,12 @@ class Client:
         self.close()
 
     def close(self) -> None:
-        """Drop the connections, giving acks still queued up to 2 s to leave."""
-        self.master.close(linger_s=min(self.timeout_s, CLOSE_LINGER_S))
+        """Drop the connections, first waiting up to 2 s for acks not awaited to be durable."""
+        try:
+            self.leases.flush(min(self.timeout_s, CLOSE_WAIT_S))
+        except Exception as exc:  # closing never fails; at worst those items come back later
+            log.warning("acks sent without waiting may not have reached the master: %s", exc)
+        self.master.close()
         self.datanodes.close()
 
     # -- enqueue -----------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from blizzard import protocol as p
 from blizzard.errors import InvalidArgument, LeaseExpired
 from blizzard.master_link import MasterLink
 from blizzard.message import LeasedItem, leased_items
+from blizzard.transport import call
 
 
 class Leases:
@@ -20,6 +21,7 @@ class Leases:
 
     def __init__(self, master: MasterLink) -> None:
         self.master = master
+        self.quiet_sent = False  # quiet acks sent since the last flush
 
     def lease(self, queue: str, n: int, *, lease_s: float | None = None, wait_s: float = 0.0,
               ack: Sequence[Any] = ()) -> list[LeasedItem]:
@@ -61,8 +63,19 @@ class Leases:
             return
         try:
             self.master.endpoint.send(p.Ack([m.id for m in msgs], [m.lease for m in msgs], True))
+            self.quiet_sent = True
         except TimeoutError:  # the send queue is full: the slow way, with retries
             self.ack_many(msgs)
+
+    def flush(self, timeout_s: float) -> None:
+        """Wait (up to ``timeout_s``) until the quiet acks sent so far are durable on the master.
+
+        The master handles a connection's requests in order and answers only after its fsync,
+        so the answer to a ``Ping`` sent after them says they are applied and on disk.
+        """
+        if self.quiet_sent:
+            call(self.master.endpoint, p.Ping(), timeout_s)
+            self.quiet_sent = False
 
     def nack_many(self, msgs: Sequence[Any], *, delay_s: float | None = None,
                   error: str = "") -> None:

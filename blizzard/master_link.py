@@ -73,9 +73,8 @@ class MasterLink:
         """One request (see ``call_many``); raises the reply's ``BlizzardError``."""
         return self.call_many([msg], extra_s, since=since)[0]
 
-    def close(self, linger_s: float = 0.0) -> None:
-        """Drop the connection; ``linger_s``: how long requests still queued may take to leave."""
-        self.endpoint.close(linger_s)
+    def close(self) -> None:
+        self.endpoint.close()
 
 
 def is_retryable(reply: Any) -> bool:

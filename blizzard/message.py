@@ -68,7 +68,7 @@ class Message:
         """The item is done: the master drops it and its blobs.
 
         By default the ack is sent and not waited for, and the master sends no answer (as
-        RabbitMQ's ``basic.ack``); ``Client.close`` gives queued acks up to 2 s to leave. A
+        RabbitMQ's ``basic.ack``); ``Client.close`` waits up to 2 s until they are durable. A
         lease that had already run out is only logged by the master. ``wait=True`` returns once
         the ack is durable on the master and raises ``LeaseExpired`` if the lease was lost.
         Either way delivery stays at least once: an ack that never lands lets the item come

@@ -179,6 +179,11 @@ class Ack:
     quiet: bool
 
 
+@message(47)
+class Ping:
+    """Answered ``Ok`` after the requests sent before it on the same connection are durable."""
+
+
 @message(18)
 class Nack:
     """Give leased items back to their queue (counts as an attempt).

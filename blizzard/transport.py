@@ -144,11 +144,7 @@ class Endpoint:
             self.poller = None
         self._early.clear()
 
-    def close(self, linger_s: float = 0.0) -> None:
-        """Drop the connection; ``linger_s``: how long queued requests may take to leave first."""
-        if self.sock is not None and linger_s > 0:
-            self.sock.close(linger=int(linger_s * 1000))
-            self.sock = self.poller = None
+    def close(self) -> None:
         self.reset()
 
 

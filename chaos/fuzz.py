@@ -42,7 +42,7 @@ def templates(rng: random.Random) -> list[Any]:
         p.Commit(ids, ["fz-node"], "fz-req"),
         p.Lease("fz-q", 2, 1.0, 0.0, "fz-lease", ids[:1], [5]),
         p.Ack(ids, [1, 2, 3], False), p.Ack(ids, [1, 2, 3], True), p.Nack(ids[:1], [1], 0.5, "boom"), p.Extend(ids[:1], [1], 2.0),
-        p.Stats("fz-q"), p.ListQueues(), p.Status(), p.Peek("fz-q", 3), p.Redrive("fz-q", 1),
+        p.Stats("fz-q"), p.Ping(), p.ListQueues(), p.Status(), p.Peek("fz-q", 3), p.Redrive("fz-q", 1),
         p.Configure("fz-q", False, 2.0, 3, "", 0.0, 1.0, 0.0, 0), p.Purge("fz-q"),
         p.Heartbeat("fz-node", "tcp://127.0.0.1:9", 1, 2, 3),
         p.Replicated("fz-node", "fz-other", ids, ids[:1]), p.Inventory("fz-node", ids, True),

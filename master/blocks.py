@@ -47,16 +47,18 @@ class Blocks:
     """Place requests, put reports, and the ids between them."""
 
     def __init__(self, config: MasterConfig, ids: ItemIds, membership: Membership,
-                 safe_mode: SafeMode, deletes: Deletes, settled: Callable[[int], bool]) -> None:
+                 safe_mode: SafeMode, deletes: Deletes, settled: Callable[[int], bool],
+                 replicas: Callable[[int], tuple[str, ...] | None]) -> None:
         self.config = config
         self.ids = ids
         self.membership = membership
         self.safe_mode = safe_mode
         self.deletes = deletes
         self.settled = settled  # True for an id the master already tracks (pending or an item)
+        self.replicas = replicas  # an item's replica nodes (None: not an item)
         self.by_id: dict[int, Block] = {}
         self.stored: dict[int, list[str]] = {}  # id -> nodes that reported its payload durable
-        self.refused: dict[int, tuple[str, str]] = {}  # id -> (node, why) of the last refusal
+        self.refused: dict[int, dict[str, str]] = {}  # id -> {node: why} for nodes that refused it
         self.expiry: list[tuple[float, int, Block]] = []
         self.by_peer: dict[bytes, int] = {}
         self.touched: set[int] = set()  # ids with news since ``take_news``
@@ -93,23 +95,28 @@ class Blocks:
 
     # -- reports -----------------------------------------------------------------------------
 
-    def report(self, msg: p.PutReport, now: float, mono: float, *_: Any) -> None:
+    def report(self, msg: p.PutReport, now: float, mono: float, peer: bytes = b"",
+               *_: Any) -> None:
         """A data node stored (or refused) ids: note it; blobs of unknown ids are dropped.
 
         A report gets no reply (None): the node has nothing to do with one, and the master
         saves a send per pass of each node. A refused report is answered with the error.
         """
         node = checks.node_id(msg.node_id)
-        if not self.membership.knows(node):
-            raise InvalidArgument(f"{node[:64]!r} is not a data node of this master")
+        if not self.membership.speaks_for(node, peer):
+            raise InvalidArgument(f"put reports for {node[:64]!r} come only from that data "
+                                  "node's own connection")
         checks.batch(len(msg.ids) + len(msg.failed), "ids")
         stray = []
         for item_id in msg.ids:
             block = self.by_id.get(item_id)
             if block is None or node not in block.nodes:
-                if not self.settled(item_id):
+                replicas = self.replicas(item_id)
+                if replicas is not None and node not in replicas:
+                    stray.append(item_id)  # late, after the quorum: repair makes copies anyway
+                elif replicas is None and not self.settled(item_id):
                     stray.append(item_id)
-                continue  # (a copy beyond the quorum of an enqueued item is left to repair)
+                continue
             holders = self.stored.get(item_id)
             if holders is None:
                 self.stored[item_id] = [node]
@@ -121,7 +128,7 @@ class Blocks:
             for item_id in msg.failed:
                 block = self.by_id.get(item_id)
                 if block is not None and node in block.nodes:
-                    self.refused[item_id] = (node, why)
+                    self.refused.setdefault(item_id, {})[node] = why
                     self.touched.add(item_id)
         if stray:
             self.deletes.order(node, stray)
@@ -141,10 +148,12 @@ class Blocks:
 
     def possible(self, item_id: int) -> int:
         """How many placed nodes may still store this id (those that did not refuse it)."""
-        refused = self.refused.get(item_id)
-        nodes = self.nodes_of(item_id)
-        return len(nodes) - (1 if refused is not None and refused[0] not in self.holders(item_id)
-                             else 0)
+        refused = self.refused.get(item_id, {})
+        holders = self.holders(item_id)
+        return sum(1 for n in self.nodes_of(item_id) if n in holders or n not in refused)
+
+    def why_refused(self, item_id: int) -> str:
+        return "; ".join(f"{node}: {why}" for node, why in self.refused.get(item_id, {}).items())
 
     # -- leaving the table -------------------------------------------------------------------
 
@@ -157,20 +166,26 @@ class Blocks:
             if block is not None:
                 self._settle(block)
 
+    def drop(self, ids: list[int]) -> None:
+        """These ids will never be enqueued (a failed enqueue, an expired block): forget them
+        and delete their blobs on every placed node, reported or not (a report may be lost)."""
+        for item_id in ids:
+            block = self.by_id.pop(item_id, None)
+            if block is None:
+                continue
+            self.stored.pop(item_id, None)
+            self.refused.pop(item_id, None)
+            self.deletes.drop_blobs(item_id, block.nodes)
+            self.touched.add(item_id)  # an enqueue still waiting on it learns it is gone
+            self._settle(block)
+
     def expire(self, mono: float) -> None:
-        """Blocks past their time: stored but never enqueued blobs are deleted."""
+        """Blocks past their time: their ids not enqueued are dropped (see ``drop``)."""
         while self.expiry and self.expiry[0][0] <= mono:
             _, first, block = heapq.heappop(self.expiry)
-            if not block.left:
-                continue
-            for item_id in range(first, first + block.n):
-                if self.by_id.get(item_id) is block:
-                    del self.by_id[item_id]
-                    self.refused.pop(item_id, None)
-                    holders = self.stored.pop(item_id, None)
-                    if holders:
-                        self.deletes.drop_blobs(item_id, holders)
-                    self._settle(block)
+            if block.left:
+                self.drop([i for i in range(first, first + block.n)
+                           if self.by_id.get(i) is block])
 
     def _settle(self, block: Block) -> None:
         block.left -= 1

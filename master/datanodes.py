@@ -41,13 +41,14 @@ class DatanodeReports:
         self.pending = pending  # ids handed out or staged: their blobs are not stray
         self.live: set[str] = set()
 
-    def heartbeat(self, msg: p.Heartbeat, now: float, mono: float, *_: Any) -> p.HeartbeatReply:
+    def heartbeat(self, msg: p.Heartbeat, now: float, mono: float, peer: bytes = b"",
+                  *_: Any) -> p.HeartbeatReply:
         checks.node_id(msg.node_id)
         check_addr(msg.addr)
         if msg.node_id not in self.state.node_addrs and len(self.state.node_addrs) >= MAX_NODES:
             raise InvalidArgument(f"the master knows {MAX_NODES} data nodes; no more join")
         fresh = self.membership.heartbeat(msg.node_id, msg.addr, msg.items, msg.bytes_used,
-                                          msg.free_bytes, mono)
+                                          msg.free_bytes, mono, peer)
         if self.state.node_addrs.get(msg.node_id) != msg.addr:
             self.log(NodeSeen(msg.node_id, msg.addr))
         if fresh:

@@ -115,10 +115,15 @@ class Enqueues:
             return p.Committed(count=n)  # a retry of an enqueue that landed
         parked = self.waiting.get(msg.request)
         if parked is not None:  # a retry while the first is still waiting: answer the retry
+            self._count_waiting(parked.peer, -1)
+            self._count_waiting(peer, 1)
             parked.peer, parked.rid = peer, rid
             return None
         if len(set(msg.ids)) != n:
             raise InvalidArgument("an enqueue lists an id more than once")
+        landed = self._landed(msg)  # a retry whose request id the master no longer remembers
+        if landed is not None:
+            return landed
         unknown = [i for i in msg.ids if not self.blocks.holds(i)]
         if unknown:
             raise UnknownItem(f"{len(unknown)} ids are not handed out (expired, or the master "
@@ -135,12 +140,35 @@ class Enqueues:
         parked = Waiting(msg, not_befores, peer, rid, mono + msg.wait_s)
         reply = self._try(parked, now, mono)
         if reply is not None:
+            self._forget_if_failed(msg, reply)
             return reply
         self.waiting[msg.request] = parked
         self.waiting_ids.update(dict.fromkeys(msg.ids, parked))
-        self.waiting_by_peer[peer] = self.waiting_by_peer.get(peer, 0) + 1
+        self._count_waiting(peer, 1)
         heapq.heappush(self.timeouts, (parked.until, next(self._seq), parked))
         return None
+
+    def _landed(self, msg: p.Enqueue) -> p.Committed | p.Stored | None:
+        """The answer to a retry of an enqueue that already landed, found by its ids."""
+        if msg.hold:
+            batches = [self.pending.get(i) for i in msg.ids]
+            if all(batches):
+                return p.Stored(sorted({n for b in batches if b is not None for n in b.nodes}))
+            return None
+        items = self.state.items
+        return p.Committed(count=len(msg.ids)) if all(i in items for i in msg.ids) else None
+
+    def _forget_if_failed(self, msg: p.Enqueue, reply: Any) -> None:
+        """A failed enqueue's ids are dropped for good, so it can never land later (P3)."""
+        if isinstance(reply, (p.Unstored, p.Error)):
+            self.blocks.drop(msg.ids)
+
+    def _count_waiting(self, peer: bytes, n: int) -> None:
+        left = self.waiting_by_peer.get(peer, 0) + n
+        if left > 0:
+            self.waiting_by_peer[peer] = left
+        else:
+            self.waiting_by_peer.pop(peer, None)
 
     def serve_waiting(self, now: float, mono: float) -> list[tuple[bytes, int, Any]]:
         """Replies for parked enqueues whose reports came in, or whose time ran out."""
@@ -163,11 +191,8 @@ class Enqueues:
         del self.waiting[parked.msg.request]
         for item_id in parked.msg.ids:
             self.waiting_ids.pop(item_id, None)
-        left = self.waiting_by_peer[parked.peer] - 1
-        if left:
-            self.waiting_by_peer[parked.peer] = left
-        else:
-            del self.waiting_by_peer[parked.peer]
+        self._count_waiting(parked.peer, -1)
+        self._forget_if_failed(parked.msg, reply)
         return parked.peer, parked.rid, reply
 
     def _try(self, parked: Waiting, now: float, mono: float) -> Any:
@@ -179,7 +204,7 @@ class Enqueues:
                     return error_reply(UnknownItem(f"id {item_id} expired while its enqueue "
                                                    "waited; the enqueue must be redone"))
                 if blocks.possible(item_id) < quorum:
-                    return self._unstored(msg, blocks.refused[item_id][1])
+                    return self._unstored(msg, blocks.why_refused(item_id))
                 return None
         try:
             return self._settle_stored(parked, now, mono)
@@ -202,10 +227,11 @@ class Enqueues:
         groups: dict[tuple[str, ...], list[int]] = {}  # holders -> positions in the request
         for k, item_id in enumerate(msg.ids):
             groups.setdefault(tuple(self.blocks.holders(item_id)), []).append(k)
-        if msg.hold:
-            nodes = min(groups, key=len)
-            self._stage(msg, parked.not_befores, nodes, parked.peer, mono)
-            return p.Stored(list(nodes))
+        if msg.hold:  # one staged batch per set of holders, so each item keeps its own
+            for nodes, at in groups.items():
+                self._stage(msg, parked.not_befores, at, nodes, parked.peer, mono)
+            self.blocks.release(msg.ids)
+            return p.Stored(sorted({n for nodes in groups for n in nodes}))
         whole = len(groups) == 1
         for nodes, at in groups.items():
             cols = [msg.ids, msg.sizes, msg.crcs, msg.priorities, parked.not_befores, msg.keys]
@@ -215,13 +241,15 @@ class Enqueues:
         self.blocks.release(msg.ids)
         return p.Committed(count=len(msg.ids))
 
-    def _stage(self, msg: p.Enqueue, not_befores: list[float], nodes: tuple[str, ...],
-               peer: bytes, mono: float) -> None:
-        n = len(msg.ids)
-        batch = Pending(msg.queue, msg.ids, msg.sizes, msg.crcs, msg.priorities, not_befores,
-                        msg.keys, msg.coalesce, nodes, n, peer)
-        self.blocks.release(msg.ids)
-        self.pending.update(dict.fromkeys(msg.ids, batch))
+    def _stage(self, msg: p.Enqueue, not_befores: list[float], at: list[int],
+               nodes: tuple[str, ...], peer: bytes, mono: float) -> None:
+        """Keep the items at positions ``at`` of ``msg`` pending, held by ``nodes``."""
+        n = len(at)
+        cols = [msg.ids, msg.sizes, msg.crcs, msg.priorities, not_befores, msg.keys]
+        if n != len(msg.ids):
+            cols = [[col[k] for k in at] for col in cols]
+        batch = Pending(msg.queue, *cols, msg.coalesce, nodes, n, peer)
+        self.pending.update(dict.fromkeys(batch.ids, batch))
         self.by_queue[msg.queue] = self.by_queue.get(msg.queue, 0) + n
         self.by_peer[peer] = self.by_peer.get(peer, 0) + n
         heapq.heappush(self.expiry, (mono + self.config.pending_timeout_s, next(self._seq), batch))

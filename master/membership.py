@@ -22,6 +22,7 @@ class NodeInfo:
     items: int = 0
     bytes_used: int = 0
     free_bytes: int = 0
+    peer: bytes = b""  # the connection its heartbeats come from: only it may report puts
 
 
 class Membership:
@@ -33,7 +34,7 @@ class Membership:
         self._turn = 0
 
     def heartbeat(self, node_id: str, addr: str, items: int, bytes_used: int,
-                  free_bytes: int, now: float) -> bool:
+                  free_bytes: int, now: float, peer: bytes = b"") -> bool:
         """Record a heartbeat; return True if the node is new (or was dead) until now.
 
         A live node keeps its address: a heartbeat naming a live node's id from another
@@ -52,12 +53,15 @@ class Membership:
                 raise InvalidArgument(f"the master knows {MAX_NODES} data nodes; no more join")
             node = self.nodes[node_id] = NodeInfo(node_id, addr, now)
         node.addr = addr
+        node.peer = peer
         node.last_seen = now
         node.items, node.bytes_used, node.free_bytes = items, bytes_used, free_bytes
         return fresh
 
-    def knows(self, node_id: str) -> bool:
-        return node_id in self.nodes
+    def speaks_for(self, node_id: str, peer: bytes) -> bool:
+        """True if ``peer`` is the connection ``node_id`` heartbeats from (a report is its own)."""
+        node = self.nodes.get(node_id)
+        return node is not None and node.peer == peer
 
     def _forget_one_dead(self, now: float) -> None:
         dead = [n for n in self.nodes.values() if not self.is_alive(n, now)]

@@ -72,7 +72,7 @@ class MasterServer:
         self.ids = ItemIds(self.state, self.log_record, config.id_block)
         self.repair = Repairer(self.state, self.membership, config.replication)
         self.blocks = Blocks(config, self.ids, self.membership, self.safe_mode, self.deletes,
-                             self._settled)
+                             self._settled, self._replicas)
         self.enqueues = Enqueues(config, self.state, self.log_record, self.blocks, self.deletes)
         self.leases = Leases(config, self.state, self.log_record, self.deletes, self.membership)
         self.admin = QueueAdmin(config, self.state, self.log_record, self.deletes, self.enqueues,
@@ -100,11 +100,16 @@ class MasterServer:
             p.Peek: self.admin.peek,
             p.Redrive: self.admin.redrive,
             p.Status: self.admin.status,
+            p.Ping: lambda *_: p.Ok(),  # answered after the pass's fsync, like every reply
             p.Heartbeat: self.datanodes.heartbeat,
             p.Replicated: self.datanodes.replicated,
             p.Inventory: self.datanodes.inventory,
             p.BadReplica: self.datanodes.bad_replica,
         }
+
+    def _replicas(self, item_id: int) -> tuple[str, ...] | None:
+        item = self.state.items.get(item_id)
+        return item.nodes if item is not None else None
 
     def _settled(self, item_id: int) -> bool:
         """The master tracks this id already (staged or an item): its blob is no stray."""

@@ -63,6 +63,18 @@ def test_context_manager_gives_the_item_back_on_error(cluster):
         assert (again.id, again.attempts) == (msg.id, 1)
 
 
+def test_acks_not_awaited_are_durable_once_the_client_closes(cluster):
+    with Client(cluster.master_addr, timeout_s=5) as c:
+        c.enqueue_many("quiet", [b"%d" % i for i in range(20)])
+        for _ in range(20):
+            c.dequeue("quiet", lease_s=60).ack()  # sent, no answer awaited
+    cluster.master.kill()  # no clean shutdown: only what the WAL holds survives
+    cluster.restart_master()
+    with Client(cluster.master_addr, timeout_s=5) as c:
+        stats = c.stats("quiet")
+        assert (stats["ready"], stats["leased"]) == (0, 0)
+
+
 def test_expired_lease_returns_the_item_with_one_more_attempt(cluster):
     with Client(cluster.master_addr, timeout_s=5) as c:
         c.enqueue("jobs", b"slow job")

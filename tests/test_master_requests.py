@@ -35,12 +35,17 @@ class NoRouter:
         pass
 
 
+def join(server: MasterServer, node: str, port: int = 1) -> None:
+    """Data node ``node`` heartbeats from its own connection (named after it)."""
+    server.datanodes.heartbeat(p.Heartbeat(node, f"tcp://127.0.0.1:{port}", 0, 0, 10**12),
+                               time.time(), time.monotonic(), node.encode())
+
+
 def in_process_master(**config) -> MasterServer:
     """A master with one data node ``dn-a`` that has reported, out of safe mode."""
     server = MasterServer(MasterConfig(data_dir="unused", **config), wal=MemoryWal(),
                           router=NoRouter())
-    server.datanodes.heartbeat(p.Heartbeat("dn-a", "tcp://127.0.0.1:1", 0, 0, 10**12),
-                               time.time(), time.monotonic())
+    join(server, "dn-a")
     server.tick(time.time(), time.monotonic())
     assert not server.safe_mode.on
     return server
@@ -158,7 +163,7 @@ def test_a_refused_put_fails_the_enqueue_at_once_and_names_the_node(master):
     placement = place(master, 2)
     assert call(master, enqueue_msg(placement.ids)) is None
     report(master, placement.ids[:1], failed=placement.ids[1:], error="disk full")
-    assert waiting_replies(master) == [p.Unstored(["dn-a"], "disk full")]
+    assert waiting_replies(master) == [p.Unstored(["dn-a"], "dn-a: disk full")]
     assert master.state.items == {} and master.enqueues.waiting == {}
 
 
@@ -178,19 +183,79 @@ def test_ids_never_handed_out_are_refused_and_their_blobs_deleted(master):
         call(master, enqueue_msg([stranger]))
     report(master, [stranger])  # a node stored it anyway: the blob is a stray
     assert master.deletes.take("dn-a") == [stranger]
-    with pytest.raises(InvalidArgument, match="not a data node"):
+    with pytest.raises(InvalidArgument, match="own connection"):
         call(master, p.PutReport("dn-nobody", [placement.first], [], ""))
 
 
-def test_ids_stored_but_never_enqueued_are_deleted_when_their_block_expires(master):
+def test_ids_not_enqueued_are_deleted_on_every_placed_node_when_their_block_expires(master):
     placement = place(master, 3)
     report(master, placement.ids[:2])
     call(master, enqueue_msg(placement.ids[:1]))
     master.enqueues.expire(time.monotonic() + master.config.pending_timeout_s + 1)
-    assert master.deletes.take("dn-a") == placement.ids[1:2]
+    # reported or not (a report can be lost on the way), the node is told to drop them
+    assert master.deletes.take("dn-a") == placement.ids[1:]
     assert list(master.state.items) == placement.ids[:1]
     with pytest.raises(UnknownItem):
         call(master, enqueue_msg(placement.ids[2:], request="late"))
+
+
+def test_a_failed_enqueue_never_lands_later(master):
+    placement = place(master, 2)
+    assert call(master, enqueue_msg(placement.ids, request="e1", wait_s=0.5)) is None
+    [reply] = waiting_replies(master, time.monotonic() + 1)
+    assert isinstance(reply, p.Unstored)
+    report(master, placement.ids)  # the slow node's report comes in after all
+    for request in ("e1", "e2"):  # a stale copy of the same enqueue, or another naming the ids
+        with pytest.raises(UnknownItem):
+            call(master, enqueue_msg(placement.ids, request=request))
+    assert master.state.items == {}
+    assert sorted(master.deletes.take("dn-a")) == sorted(placement.ids * 2)  # failure, late report
+
+
+def test_a_retry_from_another_connection_takes_over_the_wait_and_its_count(master):
+    a, b = place(master, 1), place(master, 1)
+    assert call(master, enqueue_msg(a.ids, request="ra", wait_s=0.5), b"p1") is None
+    assert call(master, enqueue_msg(b.ids, request="rb", wait_s=0.5), b"p2") is None
+    assert call(master, enqueue_msg(a.ids, request="ra", wait_s=0.5), b"p2") is None
+    assert master.enqueues.waiting_by_peer == {b"p2": 2}
+    assert len(waiting_replies(master, time.monotonic() + 1)) == 2
+    assert master.enqueues.waiting_by_peer == {} and master.enqueues.waiting == {}
+
+
+def test_a_retry_the_master_no_longer_remembers_is_answered_from_its_items(master):
+    placement = place(master, 2)
+    report(master, placement.ids)
+    assert call(master, enqueue_msg(placement.ids, request="old")) == p.Committed(2)
+    master.state.recent_commits.clear()  # as after many other enqueues
+    assert call(master, enqueue_msg(placement.ids, request="old")) == p.Committed(2)
+    assert len(master.state.items) == 2
+
+
+def test_put_reports_are_taken_only_from_the_nodes_own_connection(master):
+    placement = place(master, 1)
+    assert call(master, enqueue_msg(placement.ids)) is None
+    with pytest.raises(InvalidArgument, match="own connection"):
+        call(master, p.PutReport("dn-a", placement.ids, [], ""), b"a-client")
+    assert waiting_replies(master) == [] and master.state.items == {}
+
+
+def test_staged_items_keep_the_holders_each_one_reported(master_w1_of_2):
+    m = master_w1_of_2
+    placement = place(m, 2)
+    report(m, placement.ids[:1], node="dn-a")
+    report(m, placement.ids[1:], node="dn-b")
+    stored = call(m, enqueue_msg(placement.ids, request="s1", hold=True))
+    assert stored == p.Stored(["dn-a", "dn-b"])
+    call(m, p.Commit(placement.ids, stored.nodes, "c1"))
+    assert [m.state.items[i].nodes for i in placement.ids] == [("dn-a",), ("dn-b",)]
+
+
+@pytest.fixture
+def master_w1_of_2():
+    server = in_process_master(replication=2, min_replicas=1)
+    join(server, "dn-b", port=2)
+    yield server
+    server.close()
 
 
 def test_a_whole_staged_batch_commits_with_each_items_own_metadata(master):
