@@ -295,8 +295,8 @@ def test_a_dead_replica_costs_a_consumer_one_timeout_not_one_per_read(cluster_fa
                                                                        monkeypatch):
     cluster = cluster_factory(datanodes=3, replication=2, heartbeat_s=0.2, dead_after_s=60)
     with Client(cluster.master_addr, timeout_s=30, node_timeout_s=1) as c:
-        for i in range(6):
-            c.enqueue_many("dr", [b"%d" % i] * 10)
+        for i in range(6):  # a placement of its own each time, so node 0 holds some
+            c.enqueue_many("dr", [b"%d" % i] * 100)
         cluster.nodes[0].kill()
         asked: list[str] = []
         real = nodes_module.call_many
@@ -306,6 +306,6 @@ def test_a_dead_replica_costs_a_consumer_one_timeout_not_one_per_read(cluster_fa
             asked.extend(ep.addr for ep, msg in calls if isinstance(msg, p.Get))
             return real(calls, timeout_s)
         monkeypatch.setattr(nodes_module, "call_many", recording)
-        got = [m.data for _ in range(6) for m in c.dequeue_many("dr", 10)]
-        assert len(got) == 60
+        got = [m.data for _ in range(6) for m in c.dequeue_many("dr", 100)]
+        assert len(got) == 600
         assert asked.count(cluster.nodes[0].addr) == 1  # then its items are read elsewhere

@@ -331,6 +331,33 @@ def test_a_place_is_answered_before_the_fsync_only_if_its_ids_are_reserved_on_di
     assert events == [("reply", 3)]
 
 
+def test_a_lease_is_answered_before_the_fsync_unless_acks_ride_on_it(master, monkeypatch):
+    placement = place(master, 2)
+    report(master, placement.ids)
+    call(master, enqueue_msg(placement.ids))
+    events: list[tuple] = []
+    monkeypatch.setattr(master.router, "reply", lambda peer, rid, msg: events.append(("reply", rid)))
+    real_flush = master.wal.flush
+
+    def flush() -> None:
+        if master.wal.dirty:
+            events.append(("fsync",))
+        real_flush()
+    monkeypatch.setattr(master.wal, "flush", flush)
+    first = p.Lease("q", 1, 30.0, 0.0, "l1", [], [])
+    passes = [[(b"c", 1, first)]]
+    monkeypatch.setattr(master.router, "receive", lambda timeout_ms: passes.pop(0))
+    master.run_once(0)  # losing this lease in a crash only delivers the item again
+    assert events == [("reply", 1), ("fsync",)]
+    leased = master.state.leased_by("l1")
+    lease = master.state.items[leased[0]]
+    events.clear()
+    tokens = [master.leases.describe("q", leased, []).leases[0]]
+    passes.append([(b"c", 2, p.Lease("q", 1, 30.0, 0.0, "l2", leased, tokens))])
+    master.run_once(0)  # this one confirms an ack: not before it is on disk
+    assert events == [("fsync",), ("reply", 2)] and lease.id not in master.state.items
+
+
 def test_a_configure_out_of_bounds_is_refused_and_logs_nothing(master):
     """The client checks settings first, but the master must not rely on it (P7)."""
     unset = dict.fromkeys(p.Configure.__dataclass_fields__) | {"queue": "q", "create": False}
