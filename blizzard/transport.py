@@ -25,6 +25,7 @@ HANDSHAKE_IVL_MS = 10_000  # a connection that has not finished the ZMTP greetin
 RECEIVE_HWM = 256  # frames queued per peer before ZeroMQ stops reading its socket
 PASS_BYTES = 64 * 1024 * 1024  # request bytes a server takes in one loop pass
 MAX_UNCLAIMED = 4096  # replies an endpoint keeps for requests not yet collected
+_EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)  # plain ints: enum operators cost a call
 
 _ADDR = re.compile(r"tcp://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]{1,253}):([0-9]{1,5})")
 
@@ -123,7 +124,7 @@ class Endpoint:
         ``zmq.Again`` at the end of every batch.
         """
         sock = self._socket()
-        while self.sock is sock and sock.get(zmq.EVENTS) & zmq.POLLIN:
+        while self.sock is sock and sock.get(_EVENTS) & _POLLIN:
             self._keep(sock.recv(zmq.NOBLOCK, copy=True))
 
     def _keep(self, body: bytes) -> None:
@@ -241,11 +242,11 @@ class RouterServer:
         """
         out: list[tuple[bytes, int, Any]] = []
         sock = self.sock
-        if not sock.get(zmq.EVENTS) & zmq.POLLIN and not self.poller.poll(timeout_ms):
+        if not sock.get(_EVENTS) & _POLLIN and not self.poller.poll(timeout_ms):
             return out
         taken = 0
         while len(out) < self.max_batch and taken < PASS_BYTES \
-                and sock.get(zmq.EVENTS) & zmq.POLLIN:
+                and sock.get(_EVENTS) & _POLLIN:
             frames = sock.recv_multipart(zmq.NOBLOCK, copy=True)
             if len(frames) != 2:
                 if len(frames) > 2:
