@@ -1,9 +1,10 @@
 """The enqueue pipeline: chunks of items through place -> put + enqueue, several in flight.
 
 ``Client.enqueue``/``enqueue_many``, ``Client.stage`` and ``Producer`` all drive it. A chunk
-(at most ``CHUNK_ITEMS`` items and about ``CHUNK_BYTES``) needs ids and a placement: small
-chunks take them from a block the client holds (``BLOCK_IDS`` ids asked for at once, used for
-a third of the master's deadline), larger ones ask the master (``Place``). Then the payloads go
+(at most ``CHUNK_ITEMS`` items and about ``CHUNK_BYTES``) needs ids and a placement: it takes
+them from the block of ids the client holds, used for a third of the master's deadline, and
+asks the master (``Place``) for a new block, enough for a few chunks like it, when that one
+is used up. Then the payloads go
 to every placed data node (``Put`` with ``report``: the node tells the master, not us) and, at
 the same time, the ``Enqueue`` to the master, which answers once enough nodes reported the
 payloads durable and the items are logged (P1). A one-item enqueue with a block in hand is
@@ -46,7 +47,9 @@ CHUNK_ITEMS = 1000  # items per place/put/enqueue
 CHUNK_BYTES = 16 * 1024 * 1024
 PUT_ATTEMPTS = 4
 ENQUEUE_WINDOW = 8  # chunks in flight for one enqueue_many or stage call
-BLOCK_IDS = 64  # ids a client asks for at once for small chunks
+BLOCK_IDS = 64  # ids a client asks for at least, for small chunks
+BLOCK_CHUNKS = 4  # ... and enough for this many chunks of the size at hand
+BLOCK_MAX = 4000  # ... but no more than this
 
 PLACE, ENQUEUE, DONE = range(3)
 
@@ -154,13 +157,13 @@ class EnqueuePipeline:
     def start(self, c: Chunk) -> None:
         """Ids and a placement for the chunk: from the block in hand, else from the master."""
         n = len(c.blobs)
-        ids = self.block.take(n, time.monotonic(), self.nodes.suspected()) \
-            if self.block is not None and n < BLOCK_IDS else None
-        if ids is not None:
-            assert self.block is not None
-            self._send(c, self.block.placement, ids)
+        block = self.block
+        ids = block.take(n, time.monotonic(), self.nodes.suspected()) if block else None
+        if block is not None and ids is not None:
+            self._send(c, block.placement, ids)
             return
-        c.place_msg = p.Place(BLOCK_IDS if n < BLOCK_IDS else n, self.nodes.suspected())
+        want = max(n, min(max(BLOCK_IDS, BLOCK_CHUNKS * n), BLOCK_MAX))
+        c.place_msg = p.Place(want, self.nodes.suspected())
         c.step = PLACE
         self._ask_master(c, c.place_msg)
 

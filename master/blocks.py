@@ -180,12 +180,17 @@ class Blocks:
             self._settle(block)
 
     def expire(self, mono: float) -> None:
-        """Blocks past their time: their ids not enqueued are dropped (see ``drop``)."""
+        """Blocks past their time: ids some node reported are dropped (see ``drop``); ids no
+        node ever mentioned were most likely never used, and are just forgotten."""
         while self.expiry and self.expiry[0][0] <= mono:
             _, first, block = heapq.heappop(self.expiry)
-            if block.left:
-                self.drop([i for i in range(first, first + block.n)
-                           if self.by_id.get(i) is block])
+            if not block.left:
+                continue
+            mine = [i for i in range(first, first + block.n) if self.by_id.get(i) is block]
+            self.drop([i for i in mine if i in self.stored or i in self.refused])
+            for item_id in mine:
+                if self.by_id.pop(item_id, None) is not None:
+                    self._settle(block)
 
     def _settle(self, block: Block) -> None:
         block.left -= 1

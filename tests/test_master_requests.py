@@ -187,13 +187,16 @@ def test_ids_never_handed_out_are_refused_and_their_blobs_deleted(master):
         call(master, p.PutReport("dn-nobody", [placement.first], [], ""))
 
 
-def test_ids_not_enqueued_are_deleted_on_every_placed_node_when_their_block_expires(master):
+def test_ids_stored_but_never_enqueued_are_deleted_when_their_block_expires(master_w1_of_2):
+    master = master_w1_of_2
     placement = place(master, 3)
     report(master, placement.ids[:2])
     call(master, enqueue_msg(placement.ids[:1]))
     master.enqueues.expire(time.monotonic() + master.config.pending_timeout_s + 1)
-    # reported or not (a report can be lost on the way), the node is told to drop them
-    assert master.deletes.take("dn-a") == placement.ids[1:]
+    # on every placed node, whether it reported or not (a report can be lost on the way)
+    assert master.deletes.take("dn-a") == placement.ids[1:2]
+    assert master.deletes.take("dn-b") == placement.ids[1:2]
+    assert not master.blocks.holds(placement.ids[2])  # never used: forgotten, nothing to delete
     assert list(master.state.items) == placement.ids[:1]
     with pytest.raises(UnknownItem):
         call(master, enqueue_msg(placement.ids[2:], request="late"))
