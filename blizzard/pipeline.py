@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+import weakref
 import zlib
 from dataclasses import dataclass
 from typing import Any, Iterable
@@ -119,6 +120,9 @@ class EnqueuePipeline:
         self.master = master
         self.nodes = nodes
         self.block: Block | None = None
+        # chunks waiting for a placement: while one is, no other asks for spare ids (only one
+        # block's spares can be kept, so more would sit unused at the master until they expire)
+        self.placing: weakref.WeakSet[Chunk] = weakref.WeakSet()
 
     def chunks(self, queue: str, items: Iterable[Any], opts: EnqueueOptions, *,
                commit: bool = True) -> list[Chunk]:
@@ -162,7 +166,8 @@ class EnqueuePipeline:
         if block is not None and ids is not None:
             self._send(c, block.placement, ids)
             return
-        want = max(n, min(max(BLOCK_IDS, BLOCK_CHUNKS * n), BLOCK_MAX))
+        want = n if self.placing else max(n, min(max(BLOCK_IDS, BLOCK_CHUNKS * n), BLOCK_MAX))
+        self.placing.add(c)
         c.place_msg = p.Place(want, self.nodes.suspected())
         c.step = PLACE
         self._ask_master(c, c.place_msg)
@@ -188,6 +193,7 @@ class EnqueuePipeline:
         """The next step after ``reply`` (None: none came in time)."""
         if c.step == PLACE:
             placement = reply if isinstance(reply, p.Placement) else self._place(c, reply)
+            self.placing.discard(c)
             n = len(c.blobs)
             if placement.n > n:  # the rest of the ids serve the next small chunks
                 self.block = Block(placement, placement.first + n,
