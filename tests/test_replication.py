@@ -7,7 +7,8 @@ import threading
 
 import pytest
 
-from blizzard import Client
+from blizzard import Client, protocol as p
+from blizzard.message import leased_items
 from blizzard.errors import BlizzardError, DataCorrupt, NotEnoughDatanodes
 from datanode.store import LevelDbStore
 from conftest import wait_for
@@ -102,14 +103,17 @@ def test_a_corrupt_replica_is_never_served(cluster_factory):
     with Client(cl.master_addr, timeout_s=5) as c:
         ids = [c.enqueue("jobs", blob) for blob in data]
         wait_for(lambda: replicas_total(c) == 60, what="two copies of every item")
-    cl.nodes[0].kill()  # stopped, so its LevelDB can be opened and damaged directly
-    store = LevelDbStore(os.path.join(cl.base_dir, "datanode0", "blobs"))
+        # a node holding the items (a client's ids come in blocks, all on one placement)
+        addr = leased_items(c.master.call(p.Peek("jobs", 1)))[0].nodes[0].addr
+        k = next(i for i, node in enumerate(cl.nodes) if node.addr == addr)
+    cl.nodes[k].kill()  # stopped, so its LevelDB can be opened and damaged directly
+    store = LevelDbStore(os.path.join(cl.base_dir, f"datanode{k}", "blobs"))
     damaged = [i for i in ids if store.get_many([i])[0] is not None]
     for item_id in damaged:
         store.corrupt_for_test(item_id)
     store.close()
     assert damaged
-    cl.restart_node(0)
+    cl.restart_node(k)
     with Client(cl.master_addr, timeout_s=5) as c:
         wait_for(lambda: all(n.alive for n in c.status().nodes), what="the node to come back")
         assert [m.data for m in drain(c, "jobs")] == data
@@ -148,7 +152,6 @@ def test_fewer_live_nodes_than_the_write_quorum_refuses_the_enqueue(cluster_fact
 
 def test_a_node_replaced_at_the_same_address_refuses_puts_meant_for_the_old_one(cluster_factory):
     import zmq
-    from blizzard import protocol as p
     from blizzard.errors import WrongNode
     from blizzard.transport import Endpoint, call
     cl = cluster_factory(datanodes=1, replication=1, **FAST)
