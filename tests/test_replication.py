@@ -32,15 +32,22 @@ def replicas_total(c: Client) -> int:
     return sum(n.items for n in c.status().nodes if n.alive)
 
 
+def holder_of_first(c: Client, cl, queue: str) -> int:
+    """The index of a data node holding the queue's head item: a client's ids come in blocks
+    placed together, so a node chosen blindly may hold none of a test's items."""
+    addr = leased_items(c.master.call(p.Peek(queue, 1)))[0].nodes[0].addr
+    return next(i for i, node in enumerate(cl.nodes) if node.addr == addr)
+
+
 def test_losing_a_node_loses_nothing_and_repair_restores_r_copies(cluster_factory):
     cl = cluster_factory(datanodes=3, replication=2, **FAST)
     data = payloads(400)
     with Client(cl.master_addr, timeout_s=5) as c:
         c.enqueue_many("jobs", data[:200])
-        for blob in data[200:]:  # one call each: placements rotate over all nodes
+        for blob in data[200:]:  # one call each
             c.enqueue("jobs", blob)
         wait_for(lambda: replicas_total(c) == 800, what="two copies of every item")
-        cl.nodes[0].kill()
+        cl.nodes[holder_of_first(c, cl, "jobs")].kill()
         wait_for(lambda: sum(n.alive for n in c.status().nodes) == 2, timeout_s=10,
                  what="the node to be declared dead")
         wait_for(lambda: c.status().under_replicated == 0 and replicas_total(c) == 800,
@@ -103,9 +110,7 @@ def test_a_corrupt_replica_is_never_served(cluster_factory):
     with Client(cl.master_addr, timeout_s=5) as c:
         ids = [c.enqueue("jobs", blob) for blob in data]
         wait_for(lambda: replicas_total(c) == 60, what="two copies of every item")
-        # a node holding the items (a client's ids come in blocks, all on one placement)
-        addr = leased_items(c.master.call(p.Peek("jobs", 1)))[0].nodes[0].addr
-        k = next(i for i, node in enumerate(cl.nodes) if node.addr == addr)
+        k = holder_of_first(c, cl, "jobs")
     cl.nodes[k].kill()  # stopped, so its LevelDB can be opened and damaged directly
     store = LevelDbStore(os.path.join(cl.base_dir, f"datanode{k}", "blobs"))
     damaged = [i for i in ids if store.get_many([i])[0] is not None]
