@@ -1,4 +1,4 @@
-"""The Python client: enqueue (alloc -> put -> commit) and dequeue (lease -> get -> ack).
+"""The Python client: enqueue (place -> put + enqueue) and dequeue (lease -> get -> ack).
 
 ``Client`` is a facade over collaborators, each in its own file: the master link
 (``master_link.py``: requests retried until ``timeout_s``), the data-node pool
@@ -90,8 +90,8 @@ class Client:
                      coalesce: bool = False) -> list[int]:
         """Add items in order; returns their ids once all are durable and visible.
 
-        A chunk whose pending enqueue the master forgot (it restarted between alloc and
-        commit) is staged and committed again: nothing of it was visible, so nothing doubles.
+        A chunk whose ids the master forgot (it restarted before the enqueue landed) is
+        enqueued again under fresh ids: nothing of it was visible, so nothing doubles.
         """
         opts = EnqueueOptions.make(priority, delay_s, not_before, key, coalesce)
         return self.pipeline.enqueue(queue, items, opts)

@@ -1,7 +1,7 @@
 """The client's connection to the master: requests retried with back-off until a deadline.
 
-Retrying is safe: allocs are cheap to repeat, commits and acks are idempotent, and a lease
-carries a request id so its retry returns the same items. A master that restarts answers
+Retrying is safe: places are cheap to repeat; enqueues, commits and acks are idempotent; and a
+lease carries a request id so its retry returns the same items. A master that restarts answers
 ``master_starting`` until it has replayed its log; that, like silence, is waited out.
 """
 

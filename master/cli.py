@@ -24,7 +24,8 @@ _DEFAULT = config_defaults(MasterConfig)
               type=click.FloatRange(0.05), help="A data node silent this long is dead.")
 @click.option("--pending-timeout-s", default=_DEFAULT["pending_timeout_s"], show_default=True,
               type=click.FloatRange(0.1),
-              help="An enqueue not committed within this is dropped and its blobs deleted.")
+              help="Ids handed out and not enqueued, or items staged and not committed, "
+                   "within this are dropped and their blobs deleted.")
 @click.option("--max-item-bytes", default=_DEFAULT["max_item_bytes"], show_default=True,
               type=click.IntRange(1), help="Largest payload accepted.")
 @click.option("--checkpoint-records", default=_DEFAULT["checkpoint_records"], show_default=True,

@@ -21,10 +21,10 @@ class MasterConfig:
     min_replicas: int | None = None  # copies that must be durable before an enqueue is acked (W); None = R
     heartbeat_s: float = 1.0  # data nodes are told to heartbeat this often
     dead_after_s: float = 5.0  # a node silent this long is dead
-    pending_timeout_s: float = 30.0  # an alloc not committed within this is dropped
+    pending_timeout_s: float = 30.0  # ids handed out, or items staged, past this are dropped
     max_item_bytes: int = 8 * MiB
     max_lease_s: float = 12 * 3600.0
-    id_block: int = 100_000  # ids reserved per WAL record, so most allocs need no fsync
+    id_block: int = 100_000  # ids reserved per WAL record, so most places need no fsync
     segment_bytes: int = 64 * MiB
     checkpoint_records: int = 500_000  # WAL records between checkpoints
 

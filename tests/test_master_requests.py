@@ -373,3 +373,14 @@ def test_a_configure_out_of_bounds_is_refused_and_logs_nothing(master):
             call(master, p.Configure(**unset | bad))
     assert master.state.config("q") == before and before.max_attempts == 2
     assert len(master.wal.records) == logged
+
+
+def test_a_quiet_ack_is_applied_and_answered_by_nobody(master):
+    placement = place(master, 2)
+    report(master, placement.ids)
+    call(master, enqueue_msg(placement.ids))
+    leased = call(master, p.Lease("q", 2, 30.0, 0.0, "l1", [], []))
+    assert call(master, p.Ack(leased.ids[:1], leased.leases[:1], True)) is None
+    assert call(master, p.Ack(leased.ids[1:], [leased.leases[1] + 99], True)) is None  # stale
+    assert leased.ids[0] not in master.state.items and leased.ids[1] in master.state.items
+    assert call(master, p.Ping()) == p.Ok()
