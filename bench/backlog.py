@@ -22,12 +22,11 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import statistics
 import sys
 from typing import Any
 
-from bench.common import parser, start
+from bench.common import on_clusters, parser, start
 from bench.throughput import HDR, CpuMeter, consume, produce, run_workers
 from blizzard.harness import LocalCluster
 
@@ -132,10 +131,9 @@ def main(argv: list[str] | None = None) -> int:
     clusters = {label: LocalCluster(os.path.join(base, label), datanodes=args.datanodes,
                                     replication=args.replication)
                 for label in ("empty", "backlog")}
-    rc = 0
-    try:
+
+    def body() -> int:
         for cluster in clusters.values():
-            cluster.start()
             pipeline(cluster, "warm-up", args)  # first runs are slower (caches, LevelDB's files)
         log.info("filling a backlog of %d items", args.backlog)
         filled = fill(clusters["backlog"], "backlog", args.backlog, args)
@@ -148,20 +146,8 @@ def main(argv: list[str] | None = None) -> int:
                 results[label].append(measure(clusters[label], label, i, args))
         print(json.dumps(summarize(args, filled, results["empty"], results["backlog"])),
               flush=True)
-    except KeyboardInterrupt:
-        rc = 130
-    except Exception:
-        log.exception("benchmark failed; cluster logs:\n%s",
-                      "\n".join(c.logs() for c in clusters.values()))
-        rc = 1
-    finally:
-        for cluster in clusters.values():
-            cluster.stop()
-        if rc in (0, 130):
-            shutil.rmtree(base, ignore_errors=True)
-        else:
-            log.info("cluster logs kept in %s", base)
-    return rc
+        return 0
+    return on_clusters(base, list(clusters.values()), body)
 
 
 if __name__ == "__main__":

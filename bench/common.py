@@ -1,13 +1,19 @@
-"""What the benchmarks share: progress logging on stderr, SIGTERM as an exit, a scratch dir."""
+"""What the benchmarks share: progress logging on stderr, SIGTERM as an exit, a scratch dir,
+and running a measurement on clusters that are stopped (their logs kept on failure) after."""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import shutil
 import signal
 import sys
 import tempfile
-from typing import Any
+from typing import Any, Callable, Sequence
+
+from blizzard.harness import LocalCluster
+
+log = logging.getLogger(__name__)
 
 
 def parser(prog: str, doc: str | None) -> argparse.ArgumentParser:
@@ -32,3 +38,30 @@ def start(tag: str) -> str:
 
     signal.signal(signal.SIGTERM, term)
     return tempfile.mkdtemp(prefix=f"blizzard-{tag}-", dir="/tmp")
+
+
+def on_clusters(base: str, clusters: Sequence[LocalCluster], body: Callable[[], int]) -> int:
+    """Start ``clusters``, run ``body`` (it returns an exit code), stop them whatever happens.
+
+    Ctrl-C gives 130; an exception is logged with the clusters' logs and gives 1. The scratch
+    dir ``base`` is removed after a clean run and kept, with the logs, after a failure.
+    """
+    rc = 0
+    try:
+        for cluster in clusters:
+            cluster.start()
+        rc = body()
+    except KeyboardInterrupt:
+        log.info("interrupted; stopping the cluster")
+        rc = 130
+    except Exception:
+        log.exception("benchmark failed; cluster logs:\n%s", "\n".join(c.logs() for c in clusters))
+        rc = 1
+    finally:
+        for cluster in clusters:
+            cluster.stop()
+        if rc in (0, 130):
+            shutil.rmtree(base, ignore_errors=True)
+        else:
+            log.info("cluster logs kept in %s", base)
+    return rc

@@ -19,7 +19,6 @@ import multiprocessing as mp
 import os
 import random
 import resource
-import shutil
 import signal
 import struct
 import sys
@@ -28,7 +27,7 @@ from typing import Any, Callable
 
 from blizzard.client import Client
 from blizzard.harness import LocalCluster
-from bench.common import int_list, parser, start
+from bench.common import int_list, on_clusters, parser, start
 
 log = logging.getLogger(__name__)
 
@@ -314,9 +313,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     base = start("bench")
     cluster = LocalCluster(base, datanodes=args.datanodes, replication=args.replication)
-    rc = 0
-    try:
-        cluster.start()
+
+    def body() -> int:
+        rc = 0
         log.info("cluster up: master %s, %d data nodes, R=%d, dir %s", cluster.master_addr,
                  args.datanodes, args.replication, base)
         for size in args.sizes:
@@ -327,19 +326,8 @@ def main(argv: list[str] | None = None) -> int:
                 except RuntimeError as exc:
                     rc = 1
                     log.error("size %d batch %d failed: %s\n%s", size, batch, exc, cluster.logs())
-    except KeyboardInterrupt:
-        log.info("interrupted; stopping the cluster")
-        rc = 130
-    except Exception:
-        log.exception("benchmark failed; cluster logs:\n%s", cluster.logs())
-        rc = 1
-    finally:
-        cluster.stop()
-        if rc in (0, 130):
-            shutil.rmtree(base, ignore_errors=True)
-        else:
-            log.info("cluster logs kept in %s", base)
-    return rc
+        return rc
+    return on_clusters(base, [cluster], body)
 
 
 if __name__ == "__main__":

@@ -16,13 +16,12 @@ import json
 import logging
 import multiprocessing as mp
 import os
-import shutil
 import signal
 import sys
 import time
 from typing import Any
 
-from bench.common import parser, start
+from bench.common import on_clusters, parser, start
 from bench.throughput import machine_cpu, own_cpu_s, percentile, proc_cpu_s
 from blizzard.client import Client
 from blizzard.harness import LocalCluster
@@ -135,25 +134,12 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--replication must be between 1 and --datanodes")
     base = start("bench")
     cluster = LocalCluster(base, datanodes=args.datanodes, replication=args.replication)
-    rc = 0
-    try:
-        cluster.start()
-        for _ in range(args.repeat):
-            line = run(cluster, producers, consumers, args.size, args.seconds)
-            if line["errors"]:
-                rc = 1
-    except KeyboardInterrupt:
-        rc = 130
-    except Exception:
-        log.exception("benchmark failed; cluster logs:\n%s", cluster.logs())
-        rc = 1
-    finally:
-        cluster.stop()
-        if rc in (0, 130):
-            shutil.rmtree(base, ignore_errors=True)
-        else:
-            log.info("cluster logs kept in %s", base)
-    return rc
+
+    def body() -> int:
+        lines = [run(cluster, producers, consumers, args.size, args.seconds)
+                 for _ in range(args.repeat)]
+        return 1 if any(line["errors"] for line in lines) else 0
+    return on_clusters(base, [cluster], body)
 
 
 if __name__ == "__main__":

@@ -310,11 +310,9 @@ def test_an_uncommitted_rest_expires_and_its_blobs_are_deleted(master):
     assert list(master.state.items) == placement.ids[:1]
 
 
-def test_a_place_is_answered_before_the_fsync_only_if_its_ids_are_reserved_on_disk(
-        master, monkeypatch):
-    def alloc_msg(n: int) -> p.Place:
-        return p.Place(n, [])
-
+def replies_and_fsyncs(master: MasterServer, monkeypatch, passes: list[list]) -> list[tuple]:
+    """Feed ``passes`` of requests to the loop; the list it returns records replies and fsyncs
+    in the order they happen."""
     events: list[tuple] = []
     monkeypatch.setattr(master.router, "reply", lambda peer, rid, msg: events.append(("reply", rid)))
     real_flush = master.wal.flush
@@ -324,8 +322,17 @@ def test_a_place_is_answered_before_the_fsync_only_if_its_ids_are_reserved_on_di
             events.append(("fsync",))
         real_flush()
     monkeypatch.setattr(master.wal, "flush", flush)
-    passes = [[(b"c", 1, alloc_msg(5)), (b"c", 2, alloc_msg(5))], [(b"c", 3, alloc_msg(3))]]
     monkeypatch.setattr(master.router, "receive", lambda timeout_ms: passes.pop(0))
+    return events
+
+
+def test_a_place_is_answered_before_the_fsync_only_if_its_ids_are_reserved_on_disk(
+        master, monkeypatch):
+    def alloc_msg(n: int) -> p.Place:
+        return p.Place(n, [])
+
+    passes = [[(b"c", 1, alloc_msg(5)), (b"c", 2, alloc_msg(5))], [(b"c", 3, alloc_msg(3))]]
+    events = replies_and_fsyncs(master, monkeypatch, passes)
 
     master.run_once(0)  # the first place reserves ids; the second uses that reservation
     assert events == [("fsync",), ("reply", 1), ("reply", 2)]
@@ -338,18 +345,8 @@ def test_a_lease_is_answered_before_the_fsync_unless_acks_ride_on_it(master, mon
     placement = place(master, 2)
     report(master, placement.ids)
     call(master, enqueue_msg(placement.ids))
-    events: list[tuple] = []
-    monkeypatch.setattr(master.router, "reply", lambda peer, rid, msg: events.append(("reply", rid)))
-    real_flush = master.wal.flush
-
-    def flush() -> None:
-        if master.wal.dirty:
-            events.append(("fsync",))
-        real_flush()
-    monkeypatch.setattr(master.wal, "flush", flush)
-    first = p.Lease("q", 1, 30.0, 0.0, "l1", [], [])
-    passes = [[(b"c", 1, first)]]
-    monkeypatch.setattr(master.router, "receive", lambda timeout_ms: passes.pop(0))
+    passes = [[(b"c", 1, p.Lease("q", 1, 30.0, 0.0, "l1", [], []))]]
+    events = replies_and_fsyncs(master, monkeypatch, passes)
     master.run_once(0)  # losing this lease in a crash only delivers the item again
     assert events == [("reply", 1), ("fsync",)]
     leased = master.state.leased_by("l1")
