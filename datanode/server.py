@@ -184,8 +184,9 @@ class DatanodeServer:
                 self.router.reply(peer, rid, p.Error("internal", f"internal error: "
                                                      f"{type(exc).__name__}: {str(exc)[:200]}"))
         if puts:
-            self._write(puts, refused)
-        self._send_report([], refused)
+            self._write(puts, refused)  # reports the pass's puts, refused ones included
+        else:
+            self._send_report([], refused)
 
     def _check_put(self, msg: p.Put) -> None:
         if msg.node_id and msg.node_id != self.node_id:

@@ -47,15 +47,14 @@ class Blocks:
     """Place requests, put reports, and the ids between them."""
 
     def __init__(self, config: MasterConfig, ids: ItemIds, membership: Membership,
-                 safe_mode: SafeMode, deletes: Deletes, settled: Callable[[int], bool],
-                 replicas: Callable[[int], tuple[str, ...] | None]) -> None:
+                 safe_mode: SafeMode, deletes: Deletes,
+                 kept_on: Callable[[int], tuple[str, ...] | None]) -> None:
         self.config = config
         self.ids = ids
         self.membership = membership
         self.safe_mode = safe_mode
         self.deletes = deletes
-        self.settled = settled  # True for an id the master already tracks (pending or an item)
-        self.replicas = replicas  # an item's replica nodes (None: not an item)
+        self.kept_on = kept_on  # where the master keeps an enqueued or staged id (None: nowhere)
         self.by_id: dict[int, Block] = {}
         self.stored: dict[int, list[str]] = {}  # id -> nodes that reported its payload durable
         self.refused: dict[int, dict[str, str]] = {}  # id -> {node: why} for nodes that refused it
@@ -111,10 +110,10 @@ class Blocks:
         for item_id in msg.ids:
             block = self.by_id.get(item_id)
             if block is None or node not in block.nodes:
-                replicas = self.replicas(item_id)
-                if replicas is not None and node not in replicas:
-                    stray.append(item_id)  # late, after the quorum: repair makes copies anyway
-                elif replicas is None and not self.settled(item_id):
+                # no producer holds it, or a report came late, after the quorum (repair makes
+                # the copies an item still lacks): unless the master keeps it there, a stray
+                kept = self.kept_on(item_id)
+                if kept is None or node not in kept:
                     stray.append(item_id)
                 continue
             holders = self.stored.get(item_id)

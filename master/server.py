@@ -72,7 +72,7 @@ class MasterServer:
         self.ids = ItemIds(self.state, self.log_record, config.id_block)
         self.repair = Repairer(self.state, self.membership, config.replication)
         self.blocks = Blocks(config, self.ids, self.membership, self.safe_mode, self.deletes,
-                             self._settled, self._replicas)
+                             self._kept_on)
         self.enqueues = Enqueues(config, self.state, self.log_record, self.blocks, self.deletes)
         self.leases = Leases(config, self.state, self.log_record, self.deletes, self.membership)
         self.admin = QueueAdmin(config, self.state, self.log_record, self.deletes, self.enqueues,
@@ -107,13 +107,14 @@ class MasterServer:
             p.BadReplica: self.datanodes.bad_replica,
         }
 
-    def _replicas(self, item_id: int) -> tuple[str, ...] | None:
+    def _kept_on(self, item_id: int) -> tuple[str, ...] | None:
+        """The nodes the master counts an id's blob on: an item's replicas, a staged item's
+        holders; None for an id it keeps nowhere."""
         item = self.state.items.get(item_id)
-        return item.nodes if item is not None else None
-
-    def _settled(self, item_id: int) -> bool:
-        """The master tracks this id already (staged or an item): its blob is no stray."""
-        return item_id in self.enqueues.pending or item_id in self.state.items
+        if item is not None:
+            return item.nodes
+        batch = self.enqueues.pending.get(item_id)
+        return batch.nodes if batch is not None else None
 
     # -- durable state -----------------------------------------------------------------------
 
