@@ -96,6 +96,29 @@ class DataCorrupt(ClusterError):
     code = "data_corrupt"
 
 
+# -- security: who may talk to the cluster, and what they may do ---------------------------
+
+
+class SecurityError(BlizzardError):
+    """Raised when the cluster's security refuses a connection or a request."""
+
+    code = "security"
+
+
+class AuthenticationFailed(SecurityError):
+    """Raised when a server refuses this process's key (missing, unknown or of the wrong kind),
+    or the server is not the one whose public key this process was given."""
+
+    code = "authentication_failed"
+
+
+class Forbidden(SecurityError):
+    """Raised when an authenticated peer asks for something its role or capability does not allow
+    (a client key acting as a data node, a forged or expired capability)."""
+
+    code = "forbidden"
+
+
 # -- request: the request was well formed but cannot be honoured -----------------------------
 
 

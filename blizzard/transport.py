@@ -268,6 +268,11 @@ class RouterServer:
             out.append((peer, rid, msg))
         return out
 
+    def role_of(self, peer: bytes) -> str | None:
+        """The role (``node``, ``client``, ``admin``) of the key ``peer`` authenticated with;
+        None when the server runs without security (every peer may do everything)."""
+        return None
+
     def reply(self, peer: bytes, rid: int, msg: Any) -> None:
         try:
             body = protocol.encode(rid, msg)

@@ -19,6 +19,7 @@ class DatanodeConfig:
     advertise: str | None = None  # the address others use to reach this node; default: bind
     heartbeat_s: float = 1.0
     max_item_bytes: int = 8 * 1024 * 1024
+    keys: str | None = None  # key directory (``blizzard keys generate``); None: insecure
 
     def validate(self) -> "DatanodeConfig":
         if self.heartbeat_s <= 0:
