@@ -15,7 +15,8 @@ from typing import Any
 import click
 
 from blizzard import cli_queue
-from blizzard.cli_common import EXIT_ERROR, EXIT_USAGE, master_opt, timeout_opt
+from blizzard.cli_keys import keys_group
+from blizzard.cli_common import EXIT_ERROR, EXIT_USAGE, keys_opt, master_opt, timeout_opt
 from blizzard.defaults import DATANODE_PORT, LOOPBACK, MASTER_PORT
 from blizzard.errors import BlizzardError
 from datanode.cli import datanode_command
@@ -44,12 +45,19 @@ def cli() -> None:
 @click.option("--node-port", default=DATANODE_PORT, show_default=True,
               type=click.IntRange(1, 65535),
               help=f"First data node port on {LOOPBACK}; the others follow ({DATANODE_PORT + 1}, ...).")
-def cluster(data_dir: str, datanodes: int, replication: int, port: int, node_port: int) -> None:
-    """Run a master and data nodes on 127.0.0.1 in the foreground; Ctrl-C stops them all."""
+@click.option("--insecure", is_flag=True, help="Run without keys (no encryption, no "
+              "authentication).")
+def cluster(data_dir: str, datanodes: int, replication: int, port: int, node_port: int,
+            insecure: bool) -> None:
+    """Run a master and data nodes on 127.0.0.1 in the foreground; Ctrl-C stops them all.
+
+    Secure by default: the key pairs are made in DATA_DIR/keys on first start.
+    """
     from blizzard.harness import LocalCluster
 
+    keys = None if insecure else os.path.join(os.path.abspath(data_dir), "keys")
     local = LocalCluster(os.path.abspath(data_dir), datanodes=datanodes, replication=replication,
-                         master_port=port, node_base_port=node_port)
+                         master_port=port, node_base_port=node_port, keys=keys)
     stopping = False
 
     def stop(signum: int, frame: Any) -> None:
@@ -62,6 +70,8 @@ def cluster(data_dir: str, datanodes: int, replication: int, port: int, node_por
         click.echo(f"master {local.master_addr}, {datanodes} data nodes, data in {data_dir}; "
                    "Ctrl-C stops")
         click.echo(f"export BLIZZARD_MASTER={local.master_addr}")
+        if keys is not None:
+            click.echo(f"export BLIZZARD_KEYS={keys}")
         while not stopping:
             time.sleep(0.2)
             dead = [p.name for p in [local.master, *local.nodes] if p is not None and not p.alive]
@@ -79,6 +89,7 @@ def cluster(data_dir: str, datanodes: int, replication: int, port: int, node_por
 @click.option("--format", "fmt", default="parquet", show_default=True,
               type=click.Choice(["parquet", "json"]), help="Output file format.")
 @master_opt
+@keys_opt
 @timeout_opt
 @click.option("--batch", default=100_000, show_default=True, type=click.IntRange(1, 1_000_000),
               help="Items per Spark micro-batch at most (batches also stop near 64 MiB).")
@@ -140,7 +151,7 @@ def wal_check(data_dir: str) -> None:
 
 
 for _command in (master_command, datanode_command, cli_queue.enqueue, cli_queue.dequeue,
-                 cli_queue.status, cli_queue.queue):
+                 cli_queue.status, cli_queue.queue, keys_group):
     cli.add_command(_command)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import signal
 from typing import Any, Callable
 
@@ -17,6 +18,7 @@ EXIT_USAGE = 2  # bad arguments
 EXIT_EMPTY = 3  # ``dequeue`` found the queue empty
 
 MASTER_HELP = "Master address (env BLIZZARD_MASTER)."
+KEYS_ENV = "BLIZZARD_KEYS"
 
 
 class Address(click.ParamType):
@@ -48,14 +50,32 @@ def config_defaults(config: type) -> dict[str, Any]:
 
 def server_command(name: str, data_dir_help: str,
                    bind_default: str) -> Callable[[Callable[..., Any]], click.Command]:
-    """A server's click command with the options every server has: ``--data-dir``, ``--bind``."""
+    """A server's click command with the options every server has: ``--data-dir``, ``--bind``,
+    ``--keys`` / ``--insecure`` (the callback gets ``keys``: a directory, or None)."""
     def decorate(f: Callable[..., Any]) -> click.Command:
+        f = click.option("--insecure", is_flag=True, default=False,
+                         help="Run without security: no encryption, and anyone who reaches "
+                              "the port may do anything. Only for a trusted network.")(f)
+        f = click.option("--keys", type=click.Path(file_okay=False), envvar=KEYS_ENV,
+                         default=None, help="Key directory made by `blizzard keys generate` "
+                         f"(env {KEYS_ENV}). Required unless --insecure.")(f)
         f = click.option("--bind", type=ADDRESS, default=bind_default, show_default=True,
                          help="Address to listen on.")(f)
         f = click.option("--data-dir", required=True, type=click.Path(file_okay=False),
                          help=data_dir_help)(f)
         return click.command(name, context_settings={"help_option_names": ["-h", "--help"]})(f)
     return decorate
+
+
+def security(keys: str | None, insecure: bool) -> str | None:
+    """The key directory a server runs with (None: insecure); a usage error unless exactly
+    one of ``--keys`` and ``--insecure`` was given."""
+    if keys and insecure:
+        raise click.UsageError("give either --keys or --insecure, not both")
+    if not keys and not insecure:
+        raise click.UsageError("security needs keys: pass --keys DIR (make them with "
+                               "`blizzard keys generate DIR`), or --insecure to run without")
+    return keys or None
 
 
 def serve(server: Any) -> None:
@@ -75,6 +95,17 @@ log_level = click.option("--log-level", default="info", show_default=True,
                          help="Logging verbosity.")
 master_opt = click.option("--master", "master", type=ADDRESS, envvar="BLIZZARD_MASTER",
                           default=DEFAULT_MASTER, show_default=True, help=MASTER_HELP)
+
+
+def _keys_to_env(ctx: Any, param: Any, value: str | None) -> None:
+    if value:
+        os.environ[KEYS_ENV] = value  # the client reads it (and so do its child processes)
+
+
+keys_opt = click.option("--keys", type=click.Path(file_okay=False), envvar=KEYS_ENV,
+                        expose_value=False, callback=_keys_to_env,
+                        help=f"Key directory (env {KEYS_ENV}); the admin key is used for "
+                             "purge, redrive and configure.")
 timeout_opt = click.option("--timeout-s", default=10.0, show_default=True,
                            type=click.FloatRange(0.1), help="Give up on an unresponsive master "
                            "after this long (requests are retried meanwhile).")

@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 import click
 
-from blizzard.cli_common import EXIT_EMPTY, master_opt, timeout_opt
+from blizzard.cli_common import EXIT_EMPTY, keys_opt, master_opt, timeout_opt
 from blizzard.queue_settings import SETTINGS, Setting
 
 
@@ -15,6 +15,7 @@ from blizzard.queue_settings import SETTINGS, Setting
 @click.argument("queue")
 @click.argument("data", nargs=-1, required=True)
 @master_opt
+@keys_opt
 @timeout_opt
 @click.option("--priority", default=0, show_default=True, type=int,
               help="Lower is served first; equal priorities are FIFO.")
@@ -37,6 +38,7 @@ def enqueue(queue: str, data: tuple[str, ...], master: str, timeout_s: float, pr
 @click.command()
 @click.argument("queue")
 @master_opt
+@keys_opt
 @timeout_opt
 @click.option("--n", default=1, show_default=True, type=click.IntRange(1, 10000),
               help="How many items to take at most.")
@@ -65,6 +67,7 @@ def dequeue(queue: str, master: str, timeout_s: float, n: int, ack: bool, lease_
 
 @click.command()
 @master_opt
+@keys_opt
 @timeout_opt
 def status(master: str, timeout_s: float) -> None:
     """Show data nodes (alive, items, bytes) and queues (ready, leased)."""
@@ -72,6 +75,8 @@ def status(master: str, timeout_s: float) -> None:
 
     with Client(master, timeout_s=timeout_s) as c:
         st = c.status()
+    click.echo("security: on (CURVE keys, capabilities)" if st.secure else
+               "security: OFF (servers started with --insecure)")
     click.echo(f"data nodes (replication {st.replication}, under-replicated items "
                f"{st.under_replicated}):")
     click.echo(f"  {'node':<16} {'address':<24} {'state':<6} {'hb age':>7} {'items':>9} "
@@ -120,6 +125,7 @@ def queue() -> None:
 @queue.command("create")
 @click.argument("name")
 @master_opt
+@keys_opt
 @timeout_opt
 @queue_options
 def queue_create(name: str, master: str, timeout_s: float, **options: Any) -> None:
@@ -133,6 +139,7 @@ def queue_create(name: str, master: str, timeout_s: float, **options: Any) -> No
 @queue.command("config")
 @click.argument("name")
 @master_opt
+@keys_opt
 @timeout_opt
 @queue_options
 def queue_config(name: str, master: str, timeout_s: float, **options: Any) -> None:
@@ -140,12 +147,13 @@ def queue_config(name: str, master: str, timeout_s: float, **options: Any) -> No
     from blizzard.client import Client
 
     changes = {k: v for k, v in options.items() if v is not None}
-    with Client(master, timeout_s=timeout_s) as c:
+    with Client(master, timeout_s=timeout_s, admin=bool(changes)) as c:
         _print_settings(c.configure_queue(name, **changes) if changes else c.queue_config(name))
 
 
 @queue.command("list")
 @master_opt
+@keys_opt
 @timeout_opt
 def queue_list(master: str, timeout_s: float) -> None:
     """Every queue with its counters."""
@@ -162,6 +170,7 @@ def queue_list(master: str, timeout_s: float) -> None:
 @queue.command("stats")
 @click.argument("name")
 @master_opt
+@keys_opt
 @timeout_opt
 def queue_stats(name: str, master: str, timeout_s: float) -> None:
     """Queue NAME's counters: ready, delayed, leased, pending, dead, oldest item age."""
@@ -174,6 +183,7 @@ def queue_stats(name: str, master: str, timeout_s: float) -> None:
 @queue.command("purge")
 @click.argument("name")
 @master_opt
+@keys_opt
 @timeout_opt
 @click.confirmation_option(prompt="Drop every waiting item of this queue?",
                            help="Do not ask for confirmation.")
@@ -181,13 +191,14 @@ def queue_purge(name: str, master: str, timeout_s: float) -> None:
     """Drop every waiting (ready or delayed) item of queue NAME; leased items stay."""
     from blizzard.client import Client
 
-    with Client(master, timeout_s=timeout_s) as c:
+    with Client(master, timeout_s=timeout_s, admin=True) as c:
         click.echo(f"purged {c.purge(name)} items")
 
 
 @queue.command("peek")
 @click.argument("name")
 @master_opt
+@keys_opt
 @timeout_opt
 @click.option("--n", default=1, show_default=True, type=click.IntRange(1, 10000),
               help="How many head items to show.")
@@ -204,6 +215,7 @@ def queue_peek(name: str, master: str, timeout_s: float, n: int) -> None:
 @queue.command("redrive")
 @click.argument("name")
 @master_opt
+@keys_opt
 @timeout_opt
 @click.option("--n", default=10000, show_default=True, type=click.IntRange(1, 10000),
               help="How many dead items to move back at most.")
@@ -211,7 +223,7 @@ def queue_redrive(name: str, master: str, timeout_s: float, n: int) -> None:
     """Move dead items of queue NAME (or of dead-letter queue NAME) back, attempts reset."""
     from blizzard.client import Client
 
-    with Client(master, timeout_s=timeout_s) as c:
+    with Client(master, timeout_s=timeout_s, admin=True) as c:
         click.echo(f"redrove {c.redrive(name, n)} items")
 
 

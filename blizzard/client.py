@@ -24,6 +24,8 @@ from blizzard.datanodes import DatanodePool, Reads
 from blizzard.defaults import DEFAULT_MASTER
 from blizzard.enqueue_options import EnqueueOptions
 from blizzard.errors import ClusterError, InvalidArgument
+from blizzard.keys import ClientKeys
+from blizzard.keys import resolve as resolve_keys
 from blizzard.leases import Leases
 from blizzard.master_link import MasterLink
 from blizzard.message import LeasedItem, Message, leased_items
@@ -41,17 +43,25 @@ class Client:
     """A connection to one Blizzard cluster, addressed by its master."""
 
     def __init__(self, master: str = DEFAULT_MASTER, *, timeout_s: float = 30.0,
-                 node_timeout_s: float = 5.0, ctx: zmq.Context | None = None) -> None:
+                 node_timeout_s: float = 5.0, keys: str | ClientKeys | None = None,
+                 admin: bool = False, ctx: zmq.Context | None = None) -> None:
         """``timeout_s`` bounds each call: master requests are retried with back-off until then,
         so a master restart is ridden through; past it, ``MasterUnavailable``.
-        ``node_timeout_s`` is how long one data node may take before another replica is tried."""
+        ``node_timeout_s`` is how long one data node may take before another replica is tried.
+
+        ``keys``: a key directory (``blizzard keys generate``; default ``BLIZZARD_KEYS``), or
+        a ``ClientKeys``; without either the client connects without security, which a secure
+        cluster refuses with ``AuthenticationFailed``. ``admin`` uses the directory's admin key
+        (needed to purge, redrive or configure queues)."""
         if timeout_s <= 0 or node_timeout_s <= 0:
             raise InvalidArgument("timeout_s and node_timeout_s must be positive")
         self.ctx = ctx or zmq.Context.instance()
         self.timeout_s = timeout_s
         self.node_timeout_s = min(node_timeout_s, timeout_s)
-        self.master = MasterLink(self.ctx, master, timeout_s=timeout_s)
-        self.datanodes = DatanodePool(self.ctx, node_timeout_s=self.node_timeout_s)
+        self.keys = resolve_keys(keys, "admin" if admin else "client")
+        self.master = MasterLink(self.ctx, master, timeout_s=timeout_s, keys=self.keys)
+        self.datanodes = DatanodePool(self.ctx, node_timeout_s=self.node_timeout_s,
+                                      keys=self.keys, node_key=self.master.node_key)
         self.pipeline = EnqueuePipeline(self.master, self.datanodes)
         self.leases = Leases(self.master)
         self.admin = QueueAdmin(self.master)

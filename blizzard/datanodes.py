@@ -15,12 +15,13 @@ import time
 import zlib
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Callable, Iterable
 
 import zmq
 
 from blizzard import protocol as p
 from blizzard.errors import ClusterError, DataCorrupt, DatanodeUnavailable
+from blizzard.keys import ClientKeys
 from blizzard.message import LeasedItem
 from blizzard.transport import Endpoint, call_many
 
@@ -61,8 +62,12 @@ class Reads:
 class DatanodePool:
     """Connections to data nodes (opened on first use) and the nodes this client avoids."""
 
-    def __init__(self, ctx: zmq.Context, *, node_timeout_s: float) -> None:
+    def __init__(self, ctx: zmq.Context, *, node_timeout_s: float,
+                 keys: ClientKeys | None = None,
+                 node_key: Callable[[], bytes | None] = lambda: None) -> None:
         self.ctx = ctx
+        self.keys = keys
+        self.node_key = node_key  # the data nodes' public key, looked up on first use
         self.node_timeout_s = node_timeout_s
         self.endpoints: dict[str, Endpoint] = {}
         self._suspects: dict[str, float] = {}  # node id -> monotonic time it is trusted again
@@ -70,7 +75,8 @@ class DatanodePool:
     def endpoint(self, addr: str) -> Endpoint:
         ep = self.endpoints.get(addr)
         if ep is None:
-            ep = self.endpoints[addr] = Endpoint(self.ctx, addr)
+            ep = self.endpoints[addr] = Endpoint(self.ctx, addr, self.keys,
+                                                 self.node_key() if self.keys else None)
         return ep
 
     def close(self) -> None:

@@ -12,17 +12,34 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
 import zmq
 
+from blizzard import keys as k
 from blizzard import protocol as p
 from blizzard.defaults import LOOPBACK
+from blizzard.secure import connect_curve
 from blizzard.transport import Endpoint, call
 
-__all__ = ["LOOPBACK", "LocalCluster", "Proc", "free_port"]
+__all__ = ["AUTO_KEYS", "LOOPBACK", "LocalCluster", "Proc", "free_port", "process_keys"]
+
+AUTO_KEYS = "auto"
+
+
+def process_keys() -> str:
+    """The key directory this process's clusters and clients share: ``BLIZZARD_KEYS`` if set,
+    else one made now in a fresh temporary directory and put in ``BLIZZARD_KEYS`` so clients
+    here and in child processes find it."""
+    directory = os.environ.get(k.ENV)
+    if not directory:
+        directory = os.path.join(tempfile.mkdtemp(prefix="blizzard-keys-"), "keys")
+        os.environ[k.ENV] = directory
+    k.generate(directory)
+    return directory
 
 
 def free_port() -> int:
@@ -114,8 +131,19 @@ class LocalCluster:
     master_port: int | None = None  # None: a free port
     node_base_port: int | None = None  # data node i listens on base + i; None: free ports
     python: str = sys.executable
+    keys: str | None = AUTO_KEYS  # a key directory (made if missing); None: --insecure;
+    # AUTO_KEYS: ``process_keys()``
     master: Proc | None = None
     nodes: list[Proc] = field(default_factory=list)
+
+    def _security(self) -> list[str]:
+        if self.keys is None:
+            return ["--insecure"]
+        if self.keys == AUTO_KEYS:
+            self.keys = process_keys()
+        else:
+            k.generate(self.keys)
+        return ["--keys", self.keys]
 
     @property
     def master_addr(self) -> str:
@@ -149,7 +177,7 @@ class LocalCluster:
         argv = [self.python, "-m", "master", "--data-dir", os.path.join(self.base_dir, "master"),
                 "--bind", addr, "--replication", str(self.replication),
                 "--heartbeat-s", str(self.heartbeat_s), "--dead-after-s", str(self.dead_after_s),
-                *self.master_args]
+                *self._security(), *self.master_args]
         if self.min_replicas is not None:
             argv += ["--min-replicas", str(self.min_replicas)]
         return Proc("master", argv, os.path.join(self.base_dir, "master.log"), addr)
@@ -157,7 +185,8 @@ class LocalCluster:
     def _node_proc(self, i: int, addr: str) -> Proc:
         argv = [self.python, "-m", "datanode", "--data-dir",
                 os.path.join(self.base_dir, f"datanode{i}"), "--bind", addr,
-                "--master", self.master_addr, "--heartbeat-s", str(self.heartbeat_s)]
+                "--master", self.master_addr, "--heartbeat-s", str(self.heartbeat_s),
+                *self._security()]
         return Proc(f"datanode{i}", argv, os.path.join(self.base_dir, f"datanode{i}.log"), addr)
 
     def restart_master(self, timeout_s: float = 30.0) -> None:
@@ -174,12 +203,39 @@ class LocalCluster:
         self.nodes[i] = Proc(old.name, old.argv, old.log_path, old.addr).start()
 
     def status(self, timeout_s: float = 2.0) -> p.ClusterStatus:
-        ctx = zmq.Context.instance()
-        ep = Endpoint(ctx, self.master_addr)
+        ep = self.endpoint(self.master_addr, "admin")
         try:
             return call(ep, p.Status(), timeout_s)
         finally:
             ep.close()
+
+    def client_keys(self, name: str = "client") -> k.ClientKeys | None:
+        """The keys a client of this cluster uses (None when it runs insecure)."""
+        if self.keys is None:
+            return None
+        self._security()
+        assert self.keys is not None
+        return k.ClientKeys.from_dir(self.keys, name)
+
+    def endpoint(self, addr: str, name: str = "client") -> Endpoint:
+        """An ``Endpoint`` to one of this cluster's servers, with key ``name`` if secure."""
+        mine = self.client_keys(name)
+        server = None if mine is None else \
+            mine.master if addr == self.master_addr else mine.datanode
+        return Endpoint(zmq.Context.instance(), addr, mine, server)
+
+    def dealer(self, addr: str, name: str = "client") -> zmq.Socket:
+        """A bare DEALER socket connected to one of this cluster's servers (for raw frames),
+        with key ``name`` if secure."""
+        sock = zmq.Context.instance().socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        mine = self.client_keys(name)
+        if mine is not None:
+            server = mine.master if addr == self.master_addr else mine.datanode
+            assert server is not None
+            connect_curve(sock, mine, server)
+        sock.connect(addr)
+        return sock
 
     def wait_ready(self, timeout_s: float = 30.0, nodes: int | None = None) -> p.ClusterStatus:
         """Poll until the master answers and ``nodes`` data nodes (default: all running) are alive."""

@@ -16,6 +16,7 @@ import zmq
 
 from blizzard import protocol as p
 from blizzard.errors import MasterUnavailable
+from blizzard.keys import ClientKeys
 from blizzard.transport import Endpoint, call_many, raise_if_error
 
 ATTEMPT_S = 2.0  # one try at a master request before it is sent again (a restart loses it)
@@ -25,14 +26,25 @@ RETRYABLE = {"master_starting"}
 class MasterLink:
     """Requests to one master, each retried until ``timeout_s`` after it was first sent."""
 
-    def __init__(self, ctx: zmq.Context, addr: str, *, timeout_s: float) -> None:
-        self.endpoint = Endpoint(ctx, addr)
+    def __init__(self, ctx: zmq.Context, addr: str, *, timeout_s: float,
+                 keys: ClientKeys | None = None) -> None:
+        self.endpoint = Endpoint(ctx, addr, keys, keys.master if keys else None)
+        self.keys = keys
+        self._node_key = keys.datanode if keys else None
         self.timeout_s = timeout_s
         self._call_ids = (f"{uuid.uuid4().hex[:16]}-{n}" for n in itertools.count())
 
     @property
     def addr(self) -> str:
         return self.endpoint.addr
+
+    def node_key(self) -> bytes | None:
+        """The data nodes' public key (asked of the master once if the keys did not hold it);
+        None when this client runs without keys."""
+        if self.keys is not None and self._node_key is None:
+            welcome = self.call(p.Hello())
+            self._node_key = welcome.node_key or None
+        return self._node_key
 
     def call_id(self) -> str:
         """A fresh id for a request the master must apply at most once (commit, lease)."""

@@ -315,3 +315,18 @@ class ClusterStatus:
     queues: list[QueueStats]
     under_replicated: int
     replication: int
+    secure: bool  # CURVE keys on every socket; False: started with --insecure
+
+
+@message(55)
+class Hello:
+    """Ask what a client must know before it talks to data nodes."""
+
+
+@message(56)
+class Welcome:
+    """Reply to Hello."""
+
+    secure: bool
+    node_key: bytes  # the data nodes' CURVE public key (z85); empty when insecure
+    role: str  # the role this connection's key has ("" when insecure)

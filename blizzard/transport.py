@@ -12,6 +12,8 @@ import zmq
 
 from blizzard import protocol
 from blizzard.errors import BlizzardError, InvalidArgument, ProtocolError, from_code
+from blizzard.keys import ClientKeys, ServerKeys
+from blizzard.secure import HandshakeWatch, connect_curve, serve_curve
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +27,7 @@ HANDSHAKE_IVL_MS = 10_000  # a connection that has not finished the ZMTP greetin
 RECEIVE_HWM = 256  # frames queued per peer before ZeroMQ stops reading its socket
 PASS_BYTES = 64 * 1024 * 1024  # request bytes a server takes in one loop pass
 MAX_UNCLAIMED = 4096  # replies an endpoint keeps for requests not yet collected
+MAX_ROLES = 65_536  # connections whose role a secure server remembers
 _EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)  # plain ints: enum operators cost a call
 
 _ADDR = re.compile(r"tcp://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]{1,253}):([0-9]{1,5})")
@@ -50,11 +53,14 @@ def _harden(sock: zmq.Socket, max_frame_bytes: int) -> None:
     sock.setsockopt(zmq.TCP_KEEPALIVE_INTVL, 10)
 
 
-def bind_router(ctx: zmq.Context, addr: str,
-                max_frame_bytes: int = protocol.MAX_FRAME_BYTES) -> zmq.Socket:
-    """A server's ROUTER socket, bounded in message size and queue, bound to ``addr``."""
+def bind_router(ctx: zmq.Context, addr: str, max_frame_bytes: int = protocol.MAX_FRAME_BYTES,
+                keys: ServerKeys | None = None) -> zmq.Socket:
+    """A server's ROUTER socket, bounded in message size and queue, bound to ``addr``;
+    a CURVE server admitting only the keys of ``keys.directory`` when ``keys`` is given."""
     sock = ctx.socket(zmq.ROUTER)
     _harden(sock, max_frame_bytes)
+    if keys is not None:
+        serve_curve(sock, keys)
     sock.setsockopt(zmq.RCVHWM, RECEIVE_HWM)
     sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
     sock.bind(addr)
@@ -62,13 +68,24 @@ def bind_router(ctx: zmq.Context, addr: str,
 
 
 class Endpoint:
-    """A DEALER connection to one server; many requests may be in flight, matched by id."""
+    """A DEALER connection to one server; many requests may be in flight, matched by id.
 
-    def __init__(self, ctx: zmq.Context, addr: str) -> None:
+    With ``keys`` the connection is CURVE-encrypted and talks only to the holder of
+    ``server_key``; a refused handshake raises ``AuthenticationFailed`` from ``wait`` (and
+    from ``call`` when its time is up), instead of a silent timeout.
+    """
+
+    def __init__(self, ctx: zmq.Context, addr: str, keys: ClientKeys | None = None,
+                 server_key: bytes | None = None) -> None:
         self.ctx = ctx
         self.addr = check_addr(addr)
+        if keys is not None and server_key is None:
+            raise InvalidArgument(f"no server key for {addr}")
+        self.keys = keys
+        self.server_key = server_key
         self.sock: zmq.Socket | None = None
-        self.poller: zmq.Poller | None = None  # polls ``sock`` alone, made once per socket
+        self.poller: zmq.Poller | None = None  # polls ``sock`` and its handshake watch
+        self.watch: HandshakeWatch | None = None
         self._early: dict[int, Any] = {}
 
     def _socket(self) -> zmq.Socket:
@@ -77,15 +94,31 @@ class Endpoint:
             _harden(sock, protocol.MAX_FRAME_BYTES)
             sock.setsockopt(zmq.RECONNECT_IVL, 50)
             sock.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
+            if self.keys is not None:
+                assert self.server_key is not None
+                connect_curve(sock, self.keys, self.server_key)
+            watch = HandshakeWatch(sock, self.addr, self.keys is not None)
             try:
                 sock.connect(self.addr)
             except zmq.ZMQError as exc:  # e.g. a host name that does not resolve
-                sock.close(linger=0)
+                self._close(sock, watch)
                 raise InvalidArgument(f"cannot connect to {self.addr}: {exc}") from None
-            self.sock = sock
+            self.sock, self.watch = sock, watch
             self.poller = zmq.Poller()
             self.poller.register(sock, zmq.POLLIN)
+            self.poller.register(watch.monitor, zmq.POLLIN)
         return self.sock
+
+    @staticmethod
+    def _close(sock: zmq.Socket, watch: HandshakeWatch) -> None:
+        sock.disable_monitor()
+        watch.close()
+        sock.close(linger=0)
+
+    def check_handshake(self) -> None:
+        """Raise ``AuthenticationFailed`` if the server refused this connection's handshake."""
+        if self.watch is not None:
+            self.watch.check()
 
     def send(self, msg: Any) -> int:
         """Queue a request; raises ``TimeoutError`` if the socket's send queue is full."""
@@ -112,10 +145,19 @@ class Endpoint:
         self._early.clear()
 
     def wait(self, timeout_ms: int) -> bool:
-        """Wait up to ``timeout_ms`` for a reply to arrive; True if one is there to read."""
-        self._socket()
+        """Wait up to ``timeout_ms`` for a reply to arrive; True if one is there to read.
+
+        Raises ``AuthenticationFailed`` if the server refused the handshake meanwhile.
+        """
+        sock = self._socket()
         assert self.poller is not None
-        return bool(self.poller.poll(timeout_ms))
+        ready = self.poller.poll(timeout_ms)
+        if len(ready) == 1 and ready[0][0] is sock:
+            return True
+        if ready:
+            self.check_handshake()
+            return sock.get(_EVENTS) & _POLLIN != 0
+        return False
 
     def read_ready(self) -> None:
         """Read every reply waiting now into the early-reply table, without blocking.
@@ -140,8 +182,10 @@ class Endpoint:
     def reset(self) -> None:
         """Drop the socket (and every request queued on it) after a timeout."""
         if self.sock is not None:
-            self.sock.close(linger=0)
+            assert self.watch is not None
+            self._close(self.sock, self.watch)
             self.sock = None
+            self.watch = None
             self.poller = None
         self._early.clear()
 
@@ -165,6 +209,8 @@ class Replies:
             self.poller = zmq.Poller()
             for ep in self.endpoints:
                 self.poller.register(ep._socket(), zmq.POLLIN)
+                assert ep.watch is not None
+                self.poller.register(ep.watch.monitor, zmq.POLLIN)
 
     def read(self, timeout_ms: int) -> None:
         """Wait up to ``timeout_ms`` for a reply on any endpoint, then read all that are there."""
@@ -175,6 +221,8 @@ class Replies:
             return
         ready = {sock for sock, _ in self.poller.poll(timeout_ms)}
         for ep in self.endpoints:
+            if ep.watch is not None and ep.watch.monitor in ready:
+                ep.check_handshake()
             if ep.sock in ready:
                 ep.read_ready()
 
@@ -208,6 +256,7 @@ def call_many(calls: Iterable[tuple[Endpoint, Any]], timeout_s: float) -> list[A
             break
         replies.read(left_ms)
     for i, (ep, _) in waiting.items():
+        ep.check_handshake()
         results[i] = TimeoutError(f"no reply from {ep.addr} within {timeout_s:g}s")
         ep.reset()
     return results
@@ -229,8 +278,11 @@ class RouterServer:
     """The receive side of a server: drains a ROUTER socket in batches and sends replies."""
 
     def __init__(self, ctx: zmq.Context, addr: str, max_batch: int = 512,
-                 max_frame_bytes: int = protocol.MAX_FRAME_BYTES) -> None:
-        self.sock = bind_router(ctx, addr, max_frame_bytes)
+                 max_frame_bytes: int = protocol.MAX_FRAME_BYTES,
+                 keys: ServerKeys | None = None) -> None:
+        self.sock = bind_router(ctx, addr, max_frame_bytes, keys)
+        self.secure = keys is not None
+        self.roles: dict[bytes, str] = {}  # connection -> its key's role (secure servers)
         self.poller = zmq.Poller()  # made once: ``Socket.poll`` would build one per call
         self.poller.register(self.sock, zmq.POLLIN)
         self.max_batch = max_batch
@@ -247,7 +299,7 @@ class RouterServer:
         taken = 0
         while len(out) < self.max_batch and taken < PASS_BYTES \
                 and sock.get(_EVENTS) & _POLLIN:
-            frames = sock.recv_multipart(zmq.NOBLOCK, copy=True)
+            frames = self._frames() if self.secure else sock.recv_multipart(zmq.NOBLOCK)
             if len(frames) != 2:
                 if len(frames) > 2:
                     self.reply(frames[0], 0, protocol.Error(
@@ -268,10 +320,23 @@ class RouterServer:
             out.append((peer, rid, msg))
         return out
 
+    def _frames(self) -> list[bytes]:
+        """One message's frames, noting the role its connection authenticated with."""
+        first = self.sock.recv(zmq.NOBLOCK, copy=False)
+        peer = first.bytes
+        if peer not in self.roles:
+            if len(self.roles) >= MAX_ROLES:  # connections come and go: forget the oldest
+                del self.roles[next(iter(self.roles))]
+            self.roles[peer] = first.get("User-Id")
+        frames = [peer]
+        while self.sock.get(zmq.RCVMORE):
+            frames.append(self.sock.recv(zmq.NOBLOCK))
+        return frames
+
     def role_of(self, peer: bytes) -> str | None:
         """The role (``node``, ``client``, ``admin``) of the key ``peer`` authenticated with;
         None when the server runs without security (every peer may do everything)."""
-        return None
+        return self.roles.get(peer, "") if self.secure else None
 
     def reply(self, peer: bytes, rid: int, msg: Any) -> None:
         try:

@@ -17,7 +17,7 @@ import math
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import msgpack
 import zmq
@@ -181,17 +181,21 @@ class FuzzResult:
 
 
 def fuzz(addr: str, n: int, *, seed: int = 0, check_every: int = 250,
-         check: Any = p.Status(), timeout_s: float = 5.0) -> FuzzResult:
+         check: Any = p.Status(), timeout_s: float = 5.0,
+         connect: Callable[[str], zmq.Socket] | None = None) -> FuzzResult:
     """Send ``n`` hostile messages to ``addr``; a round trip every ``check_every`` must succeed.
 
-    Raises ``AssertionError`` if the server stops answering its pacing check.
+    ``connect`` makes the connected DEALER (with a key, for a secure server); default a
+    plain one. Raises ``AssertionError`` if the server stops answering its pacing check.
     """
     rng = random.Random(seed)
-    ctx = zmq.Context.instance()
-    sock = ctx.socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
+    if connect is None:
+        sock = zmq.Context.instance().socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect(addr)
+    else:
+        sock = connect(addr)
     sock.setsockopt(zmq.SNDHWM, 100_000)
-    sock.connect(addr)
     result = FuzzResult()
     started = time.monotonic()
     gen = frames(rng)

@@ -39,7 +39,9 @@ def main(frames: int, seed: int, items: int) -> None:
         failed = False
         for k, (name, addr, check) in enumerate(targets):
             rss = {proc.name: _rss_mib(proc.popen.pid) for proc in procs}
-            result = fuzz(addr, frames, seed=seed + k, check=check)
+            key = "client" if addr == cluster.master_addr else "datanode"
+            result = fuzz(addr, frames, seed=seed + k, check=check,
+                          connect=lambda a: cluster.dealer(a, key))
             alive = all(proc.alive for proc in procs)
             print(json.dumps({
                 "target": name, "frames": result.sent, "answered": result.answered,

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import click
 
-from blizzard.cli_common import (ADDRESS, config_defaults, log_level, master_opt, serve,
-                                 server_command, setup_logging)
+from blizzard.cli_common import (ADDRESS, config_defaults, log_level, master_opt, security,
+                                 serve, server_command, setup_logging)
 from datanode.config import DatanodeConfig
 
 _DEFAULT = config_defaults(DatanodeConfig)
@@ -25,11 +25,21 @@ _DEFAULT = config_defaults(DatanodeConfig)
               type=click.IntRange(1), help="Largest blob accepted.")
 @log_level
 def datanode_command(data_dir: str, bind: str, advertise: str | None, master: str,
-                     heartbeat_s: float, max_item_bytes: int, log_level: str) -> None:
-    """Run a data node: stores payload blobs in LevelDB."""
+                     heartbeat_s: float, max_item_bytes: int, keys: str | None, insecure: bool,
+                     log_level: str) -> None:
+    """Run a data node: stores payload blobs in LevelDB.
+
+    Security: give the key directory (--keys, made by `blizzard keys generate`) or --insecure.
+    """
+    from blizzard.errors import AuthenticationFailed
     from datanode.server import DatanodeServer
 
     setup_logging(log_level)
     config = DatanodeConfig(data_dir=data_dir, bind=bind, master=master, advertise=advertise,
-                            heartbeat_s=heartbeat_s, max_item_bytes=max_item_bytes)
-    serve(DatanodeServer(config))
+                            heartbeat_s=heartbeat_s, max_item_bytes=max_item_bytes,
+                            keys=security(keys, insecure))
+    try:
+        server = DatanodeServer(config)
+    except AuthenticationFailed as exc:
+        raise click.ClickException(str(exc)) from None
+    serve(server)

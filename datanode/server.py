@@ -22,8 +22,9 @@ from typing import Any
 import plyvel
 import zmq
 
+from blizzard import keys as k
 from blizzard import protocol as p
-from blizzard.errors import (BlizzardError, InvalidArgument, PayloadTooLarge, StorageError,
+from blizzard.errors import (AuthenticationFailed, BlizzardError, InvalidArgument, PayloadTooLarge, StorageError,
                              WrongNode)
 from blizzard.transport import Endpoint, RouterServer, check_addr, error_reply
 from datanode.config import DatanodeConfig
@@ -90,8 +91,15 @@ class DatanodeServer:
         self.addr = config.advertise or config.bind
         self.store = store if store is not None else \
             LevelDbStore(os.path.join(config.data_dir, "blobs"))
-        self.router = RouterServer(self.ctx, config.bind)
-        self.master = Endpoint(self.ctx, config.master)
+        self.keys: k.ClientKeys | None = None  # this node's pair, as a client of others
+        server_keys = None
+        if config.keys is not None:
+            server_keys = k.ServerKeys.from_dir(config.keys, "datanode")
+            self.keys = k.ClientKeys(server_keys.public, server_keys.secret,
+                                     k.load_public(config.keys, "master"), server_keys.public)
+        self.router = RouterServer(self.ctx, config.bind, keys=server_keys)
+        self.master = Endpoint(self.ctx, config.master, self.keys,
+                               self.keys.master if self.keys else None)
         self.peers: dict[str, Endpoint] = {}
         self._polled: tuple[zmq.Poller, dict[zmq.Socket, Endpoint]] = (zmq.Poller(), {})
         self.jobs: dict[int, PutJob] = {}  # forward request id -> job
@@ -104,6 +112,9 @@ class DatanodeServer:
     def serve_forever(self) -> None:
         log.info("data node %s serving on %s (master %s)", self.node_id, self.addr,
                  self.config.master)
+        if self.keys is None:
+            log.warning("SECURITY IS OFF (--insecure): anyone who reaches %s may read and "
+                        "write blobs", self.addr)
         while not self._stopping:
             self.run_once(50)
 
@@ -272,7 +283,7 @@ class DatanodeServer:
             if len(self.peers) >= MAX_PEERS:
                 oldest = next(iter(self.peers))
                 self.peers.pop(oldest).close()  # its forwards still waiting time out
-            ep = Endpoint(self.ctx, addr)
+            ep = Endpoint(self.ctx, addr, self.keys, self.keys.datanode if self.keys else None)
         self.peers[addr] = ep  # (re)inserted last: dicts keep insertion order
         return ep
 
@@ -377,6 +388,10 @@ class DatanodeServer:
     def _heartbeat(self, now: float) -> None:
         self.next_heartbeat = now + self.config.heartbeat_s
         if self.heartbeat_rid is not None:  # the last one went unanswered: master gone?
+            try:
+                self.master.check_handshake()
+            except AuthenticationFailed as exc:
+                log.error("the master refuses this node: %s", exc)
             self.master.reset()
             self.heartbeat_rid = None
         free = shutil.disk_usage(self.config.data_dir).free

@@ -108,4 +108,5 @@ class QueueAdmin:
                  for n in sorted(self.membership.nodes.values(), key=lambda n: n.node_id)]
         queues = [self.queue_stats(name, now) for name in sorted(self.state.queues)]
         under = self.repair.under_replicated(mono)
-        return p.ClusterStatus(nodes, queues, under, self.config.replication)
+        return p.ClusterStatus(nodes, queues, under, self.config.replication,
+                               self.config.keys is not None)

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import click
 
-from blizzard.cli_common import config_defaults, log_level, serve, server_command, setup_logging
+from blizzard.cli_common import (config_defaults, log_level, security, serve, server_command,
+                                 setup_logging)
 from master.config import MasterConfig
 
 _DEFAULT = config_defaults(MasterConfig)
@@ -34,8 +35,13 @@ _DEFAULT = config_defaults(MasterConfig)
 @log_level
 def master_command(data_dir: str, bind: str, replication: int, min_replicas: int | None,
                    heartbeat_s: float, dead_after_s: float, pending_timeout_s: float,
-                   max_item_bytes: int, checkpoint_records: int, log_level: str) -> None:
-    """Run the master: queue metadata, ids, placement, leases, WAL."""
+                   max_item_bytes: int, checkpoint_records: int, keys: str | None,
+                   insecure: bool, log_level: str) -> None:
+    """Run the master: queue metadata, ids, placement, leases, WAL.
+
+    Security: give the key directory (--keys, made by `blizzard keys generate`) or --insecure.
+    """
+    from blizzard.errors import AuthenticationFailed
     from master.server import MasterServer
     from master.wal import WalCorrupt
 
@@ -43,9 +49,10 @@ def master_command(data_dir: str, bind: str, replication: int, min_replicas: int
     config = MasterConfig(data_dir=data_dir, bind=bind, replication=replication,
                           min_replicas=min_replicas, heartbeat_s=heartbeat_s,
                           dead_after_s=dead_after_s, pending_timeout_s=pending_timeout_s,
-                          max_item_bytes=max_item_bytes, checkpoint_records=checkpoint_records)
+                          max_item_bytes=max_item_bytes, checkpoint_records=checkpoint_records,
+                          keys=security(keys, insecure))
     try:
         server = MasterServer(config)
-    except WalCorrupt as exc:
+    except (WalCorrupt, AuthenticationFailed) as exc:
         raise click.ClickException(str(exc)) from None
     serve(server)

@@ -20,8 +20,9 @@ from typing import Any, Callable
 
 import zmq
 
+from blizzard import keys as k
 from blizzard import protocol as p
-from blizzard.errors import BlizzardError, InvalidArgument
+from blizzard.errors import BlizzardError, Forbidden, InvalidArgument
 from blizzard.transport import RouterServer, error_reply
 from master import checkpoint, records
 from master.admin import QueueAdmin
@@ -45,6 +46,12 @@ log = logging.getLogger(__name__)
 MAX_REQUEST_BYTES = 8 * 1024 * 1024
 
 Handler = Callable[[Any, float, float, bytes, int], Any]
+
+# Who may ask what, when security is on (a connection's role is its CURVE key's).
+NODE_OPS = frozenset({p.Heartbeat, p.PutReport, p.Replicated, p.Inventory})
+# (BadReplica comes from clients too: a reader that found a damaged copy reports it.)
+ADMIN_OPS = frozenset({p.Configure, p.Purge, p.Redrive})
+ANY_OPS = frozenset({p.Ping, p.Hello, p.Status, p.BadReplica})
 
 
 class MasterServer:
@@ -80,8 +87,13 @@ class MasterServer:
         self.datanodes = DatanodeReports(config, self.state, self.log_record, self.membership,
                                          self.repair, self.deletes, self.safe_mode,
                                          self.enqueues)
+        self.node_key = b""
+        keys = None
+        if config.keys is not None:
+            keys = k.ServerKeys.from_dir(config.keys, "master")
+            self.node_key = k.load_public(config.keys, "datanode")
         self.router = router if router is not None else \
-            RouterServer(self.ctx, config.bind, max_frame_bytes=MAX_REQUEST_BYTES)
+            RouterServer(self.ctx, config.bind, max_frame_bytes=MAX_REQUEST_BYTES, keys=keys)
         self._replies: list[tuple[bytes, int, Any]] = []
         self._stopping = False
         self.handlers: dict[type, Handler] = {
@@ -101,11 +113,34 @@ class MasterServer:
             p.Redrive: self.admin.redrive,
             p.Status: self.admin.status,
             p.Ping: lambda *_: p.Ok(),  # answered after the pass's fsync, like every reply
+            p.Hello: self.hello,
             p.Heartbeat: self.datanodes.heartbeat,
             p.Replicated: self.datanodes.replicated,
             p.Inventory: self.datanodes.inventory,
             p.BadReplica: self.datanodes.bad_replica,
         }
+
+    def hello(self, msg: p.Hello, now: float, mono: float, peer: bytes, rid: int) -> p.Welcome:
+        return p.Welcome(self.config.keys is not None, self.node_key,
+                         self.router.role_of(peer) or "")
+
+    def _allowed(self, role: str | None, msg: Any) -> None:
+        """Forbidden unless a peer of ``role`` may send ``msg`` (None: security is off).
+
+        Creating a queue is a client's right (as enqueueing to a new one is); changing one is
+        an admin's.
+        """
+        kind = type(msg)
+        if role is None or kind in ANY_OPS or (kind is p.Configure and msg.create
+                                               and role != "node"):
+            return
+        if kind in NODE_OPS:
+            if role != "node":
+                raise Forbidden(f"only data nodes may send {kind.__name__}; this key is "
+                                f"a {role or 'unknown'} key")
+        elif role == "node" or (kind in ADMIN_OPS and role != "admin"):
+            raise Forbidden(f"a {role or 'unknown'} key may not send {kind.__name__}"
+                            + ("; it needs an admin key" if kind in ADMIN_OPS else ""))
 
     def _kept_on(self, item_id: int) -> tuple[str, ...] | None:
         """The nodes the master counts an id's blob on: an item's replicas, a staged item's
@@ -209,6 +244,11 @@ class MasterServer:
     def serve_forever(self) -> None:
         log.info("master serving on %s (data dir %s, R=%d, W=%d)", self.config.bind,
                  self.config.data_dir, self.config.replication, self.config.write_quorum)
+        if self.config.keys is None:
+            log.warning("SECURITY IS OFF (--insecure): anyone who reaches %s may do anything",
+                        self.config.bind)
+        else:
+            log.info("security on: CURVE keys from %s", self.config.keys)
         while not self._stopping:
             self.run_once(50)
 
@@ -270,6 +310,7 @@ class MasterServer:
         try:
             if handler is None:
                 raise InvalidArgument(f"the master does not serve {p.op_name(msg)}")
+            self._allowed(self.router.role_of(peer), msg)
             return handler(msg, now, mono, peer, rid)
         except BlizzardError as exc:
             return error_reply(exc)

@@ -8,7 +8,9 @@ from typing import Callable, Iterator
 
 import pytest
 
-from blizzard.harness import LocalCluster
+from blizzard.harness import LocalCluster, process_keys
+
+process_keys()  # one key directory for every cluster and client of the session (BLIZZARD_KEYS)
 
 
 @pytest.fixture

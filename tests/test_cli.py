@@ -62,7 +62,9 @@ def test_cluster_command_runs_everything_and_stops_on_ctrl_c(tmp_path):
                             text=True)
     try:
         addr = f"tcp://127.0.0.1:{port}"
-        with Client(addr, timeout_s=2) as c:
+        keys = tmp_path / "keys"  # made by the command: secure without extra steps
+        wait_for(lambda: (keys / "client.key_secret").exists(), what="the cluster's keys")
+        with Client(addr, timeout_s=2, keys=str(keys)) as c:
             def ready():
                 try:
                     return sum(n.alive for n in c.status().nodes) == 2
@@ -73,7 +75,7 @@ def test_cluster_command_runs_everything_and_stops_on_ctrl_c(tmp_path):
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=30)
         assert proc.returncode == 0, out
-        assert "stopped" in out
+        assert "stopped" in out and f"export BLIZZARD_KEYS={keys}" in out
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -153,9 +153,7 @@ def test_bad_arguments_get_clear_errors_and_change_nothing(cluster):
 def test_malformed_frames_get_error_replies_and_the_server_keeps_serving(cluster, target):
     addr = cluster.master_addr if target == "master" else cluster.nodes[0].addr
     ctx = zmq.Context.instance()
-    raw = ctx.socket(zmq.DEALER)
-    raw.setsockopt(zmq.LINGER, 0)
-    raw.connect(addr)
+    raw = cluster.dealer(addr)
     try:
         for body in [b"\xc1not msgpack", b"\x93\x01\xcd\x27\x0f\x05", b"\x91\x01"]:
             raw.send(body)
@@ -165,7 +163,7 @@ def test_malformed_frames_get_error_replies_and_the_server_keeps_serving(cluster
         raw.send_multipart([b"two", b"frames"])
         assert raw.poll(5000)
         assert isinstance(p.decode(raw.recv())[1], p.Error)
-        ep = Endpoint(ctx, addr)
+        ep = cluster.endpoint(addr)
         with pytest.raises(InvalidArgument):  # a well-formed message this server does not serve
             call(ep, p.Get([1]) if target == "master" else p.Status(), 5)
         with pytest.raises(InvalidArgument):
@@ -183,9 +181,9 @@ def test_uncommitted_enqueue_expires_and_its_blobs_are_deleted(cluster_factory):
     cl = cluster_factory(datanodes=1, replication=1, heartbeat_s=0.2, dead_after_s=1.5,
                          master_args=["--pending-timeout-s", "0.5"])
     ctx = zmq.Context.instance()
-    master = Endpoint(ctx, cl.master_addr)
+    master = cl.endpoint(cl.master_addr)
     placement = call(master, p.Place(1, []), 5)
-    node = Endpoint(ctx, placement.nodes[0].addr)
+    node = cl.endpoint(placement.nodes[0].addr)
     node.send(p.Put(placement.ids, [b"abc"], [0x352441C2], [], 1, "", True))
     with Client(cl.master_addr, timeout_s=5) as c:
         wait_for(lambda: c.status().nodes[0].items == 1, what="the blob to be counted")

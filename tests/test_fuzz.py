@@ -21,7 +21,9 @@ def test_fuzzed_frames_kill_no_server_and_lose_no_item(cluster_factory):
         targets = [(cluster.master_addr, p.Status()),
                    *((node.addr, p.Get([min(kept)])) for node in cluster.nodes)]
         for seed, (addr, check) in enumerate(targets):
-            result = fuzz(addr, FRAMES, seed=seed, check=check)
+            key = "client" if addr == cluster.master_addr else "datanode"
+            result = fuzz(addr, FRAMES, seed=seed, check=check,
+                          connect=lambda a: cluster.dealer(a, key))
             assert result.sent == FRAMES and set(result.by_category) == set(CATEGORIES)
             assert result.answered > FRAMES // 2  # most frames get an answer, all of them errors or replies
         for proc in [cluster.master, *cluster.nodes]:

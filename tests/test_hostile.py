@@ -18,7 +18,11 @@ import zmq
 from blizzard import Client
 from blizzard import protocol as p
 from blizzard.harness import LocalCluster
+from master.server import NODE_OPS
 from tests.conftest import wait_for
+
+
+CLUSTER: list[LocalCluster] = []  # the module's cluster, for sockets with its keys
 
 
 @pytest.fixture(scope="module")
@@ -26,10 +30,19 @@ def hostile(tmp_path_factory):
     c = LocalCluster(str(tmp_path_factory.mktemp("hostile")), datanodes=2, replication=2,
                      heartbeat_s=0.2, dead_after_s=1.5)
     c.start()
+    CLUSTER[:] = [c]
     try:
         yield c
     finally:
         c.stop()
+
+
+def dealer(addr: str, name: str | None = None) -> zmq.Socket:
+    """A raw socket to one of the module cluster's servers. These probes test what a server
+    does with what its peers may send, so by default the key is a peer's: a data node's
+    towards data nodes, a client's towards the master."""
+    cluster = CLUSTER[0]
+    return cluster.dealer(addr, name or ("client" if addr == cluster.master_addr else "datanode"))
 
 
 @pytest.fixture(scope="module")
@@ -38,11 +51,9 @@ def client(hostile):
         yield c
 
 
-def send(addr: str, *frames: bytes, timeout_s: float = 5.0):
+def send(addr: str, *frames: bytes, timeout_s: float = 5.0, name: str | None = None):
     """Send raw frames from a fresh DEALER; the decoded (request id, reply), or None if none."""
-    sock = zmq.Context.instance().socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.connect(addr)
+    sock = dealer(addr, name)
     try:
         sock.send_multipart(list(frames))
         if not sock.poll(int(timeout_s * 1000), zmq.POLLIN):
@@ -54,7 +65,7 @@ def send(addr: str, *frames: bytes, timeout_s: float = 5.0):
 
 def ask(addr: str, msg) -> object:
     """One encoded request (no client-side checks), its reply."""
-    got = send(addr, p.encode(7, msg))
+    got = send(addr, p.encode(7, msg), name="datanode" if type(msg) in NODE_OPS else None)
     assert got is not None, f"no reply to {msg!r}"
     return got[1]
 
@@ -130,7 +141,8 @@ def test_a_put_forwarding_to_a_bad_address_kills_nothing(hostile, client, addr):
 
 def test_an_inventory_with_negative_ids_is_refused_and_no_delete_order_follows(hostile, client):
     node = nodes(hostile)[0]
-    reply = send(hostile.master_addr, body(p.VERSION, 33, 1, node.node_id, [-7], True))[1]
+    reply = send(hostile.master_addr, body(p.VERSION, 33, 1, node.node_id, [-7], True),
+                 name="datanode")[1]
     assert error_code(reply) == "protocol"
     probe_at = time.monotonic()
     # the node would have died on the delete order in its next heartbeat reply
@@ -168,8 +180,7 @@ def test_a_request_with_several_body_frames_is_refused(hostile, client):
 
 def tell(addr: str, msg) -> None:
     """Send one request that gets no reply (a reported put), making sure it leaves."""
-    sock = zmq.Context.instance().socket(zmq.DEALER)
-    sock.connect(addr)
+    sock = dealer(addr)
     sock.send(p.encode(7, msg))
     sock.close(linger=5000)
 
@@ -265,9 +276,7 @@ def test_a_get_repeating_one_id_gets_it_once_and_a_reply_is_capped(hostile, clie
 
 
 def test_long_polls_are_capped_per_connection(hostile, client):
-    sock = zmq.Context.instance().socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.connect(hostile.master_addr)
+    sock = dealer(hostile.master_addr)
     before = rss_bytes(hostile.master.popen.pid)
     try:
         for rid in range(1, 1001):
@@ -286,9 +295,7 @@ def test_long_polls_are_capped_per_connection(hostile, client):
 
 
 def test_ids_held_without_enqueue_are_capped_per_connection(hostile, client):
-    sock = zmq.Context.instance().socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.connect(hostile.master_addr)
+    sock = dealer(hostile.master_addr)
     n = p.MAX_BATCH
     before = rss_bytes(hostile.master.popen.pid)
     try:

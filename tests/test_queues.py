@@ -65,7 +65,7 @@ def test_coalescing_keeps_the_latest_data_and_the_best_priority(cluster):
 
 
 def test_nack_retry_backoff_and_dead_letters_with_history(cluster):
-    with Client(cluster.master_addr, timeout_s=10) as c:
+    with Client(cluster.master_addr, timeout_s=10, admin=True) as c:
         c.create_queue("r", max_attempts=3, backoff_base_s=0.2, backoff_cap_s=0.3)
         with pytest.raises(QueueExists):
             c.create_queue("r")
@@ -87,7 +87,7 @@ def test_nack_retry_backoff_and_dead_letters_with_history(cluster):
 
 
 def test_expired_lease_counts_and_late_ack_is_refused(cluster):
-    with Client(cluster.master_addr, timeout_s=10) as c:
+    with Client(cluster.master_addr, timeout_s=10, admin=True) as c:
         c.configure_queue("e", lease_s=0.3)
         c.enqueue("e", b"slow")
         first = c.dequeue("e")  # the queue's default lease
@@ -99,7 +99,7 @@ def test_expired_lease_counts_and_late_ack_is_refused(cluster):
 
 
 def test_rate_limit_is_global_across_consumers(cluster):
-    with Client(cluster.master_addr, timeout_s=10) as c:
+    with Client(cluster.master_addr, timeout_s=10, admin=True) as c:
         c.configure_queue("rl", rate_per_s=20.0, burst=5)
         c.enqueue_many("rl", [b"x"] * 200)
     granted: list[float] = []
@@ -125,7 +125,7 @@ def test_rate_limit_is_global_across_consumers(cluster):
 
 
 def test_settings_and_semantics_survive_a_master_restart(cluster):
-    with Client(cluster.master_addr, timeout_s=10) as c:
+    with Client(cluster.master_addr, timeout_s=10, admin=True) as c:
         c.configure_queue("d", max_attempts=2, rate_per_s=1000.0, lease_s=60.0)
         c.enqueue("d", b"delayed", delay_s=1.0)
         c.enqueue("d", b"failing")
@@ -144,7 +144,7 @@ def test_settings_and_semantics_survive_a_master_restart(cluster):
 
 
 def test_bad_input_is_refused_and_changes_nothing(cluster):
-    with Client(cluster.master_addr, timeout_s=10) as c:
+    with Client(cluster.master_addr, timeout_s=10, admin=True) as c:
         c.enqueue("b", b"keep")
         before = c.queue_config("b")
         with pytest.raises(InvalidArgument, match="lease_s"):
@@ -196,7 +196,7 @@ def test_a_stale_ack_after_another_consumer_acked_is_refused(cluster):
 
 
 def test_dead_letters_stay_in_the_dead_letter_queue(cluster):
-    with Client(cluster.master_addr, timeout_s=10) as c:
+    with Client(cluster.master_addr, timeout_s=10, admin=True) as c:
         c.configure_queue("dl", max_attempts=1)
         c.enqueue("dl", b"x")
         c.dequeue("dl").nack(delay_s=0)

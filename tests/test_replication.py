@@ -128,7 +128,7 @@ def test_a_corrupt_replica_is_never_served(cluster_factory):
 def test_an_item_corrupt_on_every_replica_raises_data_corrupt_and_is_dead_lettered(
         cluster_factory):
     cl = cluster_factory(datanodes=1, replication=1, **FAST)
-    with Client(cl.master_addr, timeout_s=5) as c:
+    with Client(cl.master_addr, timeout_s=5, admin=True) as c:
         c.configure_queue("jobs", max_attempts=1)
         item_id = c.enqueue("jobs", b"precious")
     cl.nodes[0].kill()
@@ -160,7 +160,7 @@ def test_a_node_replaced_at_the_same_address_refuses_puts_meant_for_the_old_one(
     from blizzard.errors import WrongNode
     from blizzard.transport import Endpoint, call
     cl = cluster_factory(datanodes=1, replication=1, **FAST)
-    ep = Endpoint(zmq.Context.instance(), cl.nodes[0].addr)
+    ep = cl.endpoint(cl.nodes[0].addr, "datanode")
     try:
         with pytest.raises(WrongNode):
             call(ep, p.Put([10**9], [b"x"], [0x8CDC1683], [], 1, "dn-gone", False), 5)

@@ -1,0 +1,170 @@
+"""CURVE key pairs: making them, loading them, and who each public key speaks for.
+
+A key directory (``blizzard keys generate DIR``) holds one key pair per party, in ZeroMQ's
+certificate format (``NAME.key`` public, ``NAME.key_secret`` public and secret), every file
+mode 0600:
+
+========== ===================================================================
+``master``   the master's server key; clients and data nodes pin its public key
+``datanode`` the data nodes' key: their server key, and their key towards the master
+             and towards each other (role ``node``)
+``client``   producers and consumers (role ``client``)
+``admin``    operators: purge, redrive, configure, delete queues (role ``admin``)
+========== ===================================================================
+
+A server accepts every public key in the directory whose file name starts with a role's
+prefix (``datanode*.key``, ``client*.key``, ``admin*.key``), re-reading the directory when it
+changes. So a key rotates without a restart: ``blizzard keys rotate DIR client`` keeps the old
+public key valid as ``client.old.key`` next to the new pair, and ``blizzard keys retire DIR
+client`` drops it once every process uses the new one.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from dataclasses import dataclass
+
+import zmq
+import zmq.auth
+
+from blizzard.errors import AuthenticationFailed
+
+PARTIES = ("master", "datanode", "client", "admin")
+ROLE_OF_PREFIX = {"datanode": "node", "client": "client", "admin": "admin"}
+ZAP_DOMAIN = "blizzard"
+ENV = "BLIZZARD_KEYS"
+
+
+def _private(path: str) -> None:
+    os.chmod(path, 0o600)
+
+
+def _new_pair(directory: str, name: str) -> None:
+    public, secret = zmq.auth.create_certificates(directory, name)
+    _private(public)
+    _private(secret)
+
+
+def generate(directory: str, *, force: bool = False) -> list[str]:
+    """Make the four key pairs in ``directory`` (created 0700); the names of those made.
+
+    Existing pairs are kept unless ``force``: running it twice never locks anyone out.
+    """
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    os.chmod(directory, 0o700)
+    made = []
+    for name in PARTIES:
+        if force or not os.path.exists(os.path.join(directory, name + ".key_secret")):
+            _new_pair(directory, name)
+            made.append(name)
+    return made
+
+
+def rotate(directory: str, name: str) -> None:
+    """Replace ``name``'s pair; its old public key stays valid (``NAME.old.key``) until retired."""
+    if name not in ROLE_OF_PREFIX:
+        raise AuthenticationFailed(f"only {', '.join(ROLE_OF_PREFIX)} keys rotate live; "
+                                   "a server key changes with a restart of that server")
+    base = os.path.join(directory, name)
+    if os.path.exists(base + ".old.key"):
+        raise AuthenticationFailed(f"{name} is already rotating: retire the old key first")
+    os.replace(base + ".key", base + ".old.key")
+    os.replace(base + ".key_secret", base + ".old.key_secret")
+    _new_pair(directory, name)
+    os.utime(directory)  # servers notice the change by the directory's time
+
+
+def retire(directory: str, name: str) -> bool:
+    """Drop ``name``'s old key after a rotation; False if there was none."""
+    base = os.path.join(directory, name)
+    found = False
+    for path in (base + ".old.key", base + ".old.key_secret"):
+        if os.path.exists(path):
+            os.remove(path)
+            found = True
+    os.utime(directory)
+    return found
+
+
+def load_pair(directory: str, name: str) -> tuple[bytes, bytes]:
+    """``name``'s (public, secret) key, z85; AuthenticationFailed naming the missing file."""
+    path = os.path.join(directory, name + ".key_secret")
+    try:
+        public, secret = zmq.auth.load_certificate(path)
+    except (OSError, ValueError) as exc:
+        raise AuthenticationFailed(f"no {name} key pair in {directory} ({exc}); make one with "
+                                   "`blizzard keys generate DIR`") from None
+    if secret is None:
+        raise AuthenticationFailed(f"{path} holds no secret key")
+    return public, secret
+
+
+def load_public(directory: str, name: str) -> bytes:
+    """``name``'s public key, z85 (from ``NAME.key``, or the pair file if only that is there)."""
+    for path in (os.path.join(directory, name + ".key"),
+                 os.path.join(directory, name + ".key_secret")):
+        if os.path.exists(path):
+            try:
+                return zmq.auth.load_certificate(path)[0]
+            except (OSError, ValueError) as exc:
+                raise AuthenticationFailed(f"unreadable key file {path}: {exc}") from None
+    raise AuthenticationFailed(f"no {name} public key in {directory}; make the key directory "
+                               "with `blizzard keys generate DIR`")
+
+
+def authorized(directory: str) -> dict[bytes, str]:
+    """Every public key (z85) the directory lets in, with its role."""
+    keys: dict[bytes, str] = {}
+    for path in sorted(glob.glob(os.path.join(directory, "*.key"))):
+        name = os.path.basename(path)
+        for prefix, role in ROLE_OF_PREFIX.items():
+            if name.startswith(prefix):
+                try:
+                    keys[zmq.auth.load_certificate(path)[0]] = role
+                except (OSError, ValueError):
+                    continue  # a half-written file: read again when the directory changes
+    return keys
+
+
+@dataclass(frozen=True)
+class ClientKeys:
+    """What a connecting process needs: its own pair and the servers' public keys (all z85).
+
+    ``datanode`` may be None: the client then asks the master for it.
+    """
+
+    public: bytes
+    secret: bytes
+    master: bytes
+    datanode: bytes | None = None
+
+    @classmethod
+    def from_dir(cls, directory: str, name: str = "client") -> "ClientKeys":
+        public, secret = load_pair(directory, name)
+        datanode = None
+        if os.path.exists(os.path.join(directory, "datanode.key")):
+            datanode = load_public(directory, "datanode")
+        return cls(public, secret, load_public(directory, "master"), datanode)
+
+
+@dataclass(frozen=True)
+class ServerKeys:
+    """A server's own pair and the directory of keys it lets in."""
+
+    public: bytes
+    secret: bytes
+    directory: str
+
+    @classmethod
+    def from_dir(cls, directory: str, name: str) -> "ServerKeys":
+        public, secret = load_pair(directory, name)
+        return cls(public, secret, directory)
+
+
+def resolve(keys: "str | ClientKeys | None", name: str = "client") -> ClientKeys | None:
+    """A client's keys from a directory, given keys, or ``BLIZZARD_KEYS``; None: insecure."""
+    if isinstance(keys, ClientKeys):
+        return keys
+    directory = keys if keys is not None else os.environ.get(ENV) or None
+    return ClientKeys.from_dir(directory, name) if directory else None
