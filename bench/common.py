@@ -11,7 +11,7 @@ import sys
 import tempfile
 from typing import Any, Callable, Sequence
 
-from blizzard.harness import LocalCluster
+from blizzard.harness import AUTO_KEYS, LocalCluster
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +25,29 @@ def parser(prog: str, doc: str | None) -> argparse.ArgumentParser:
 def int_list(text: str) -> list[int]:
     """``"256,4096"`` -> ``[256, 4096]``."""
     return [int(x) for x in text.split(",") if x.strip()]
+
+
+def security_option(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--security", choices=["on", "off", "both"], default="on",
+                    help="CURVE keys on every socket (on, the default), --insecure (off), or "
+                         "both: two clusters measured in turn, each line tagged")
+
+
+def clusters_for(base: str, security: str, **kw: Any) -> list[LocalCluster]:
+    """One cluster per security setting asked for (``on`` first), each in its own dir."""
+    import os
+    settings = ["on", "off"] if security == "both" else [security]
+    return [LocalCluster(os.path.join(base, s), keys=None if s == "off" else AUTO_KEYS, **kw)
+            for s in settings]
+
+
+def client_keys(cluster: LocalCluster) -> str:
+    """What a worker passes as ``Client(keys=...)``: the directory, or "" for none."""
+    return cluster.keys or ""
+
+
+def security_of(cluster: LocalCluster) -> str:
+    return "off" if cluster.keys is None else "on"
 
 
 def start(tag: str) -> str:

@@ -27,7 +27,8 @@ from typing import Any, Callable
 
 from blizzard.client import Client
 from blizzard.harness import LocalCluster
-from bench.common import int_list, on_clusters, parser, start
+from bench.common import (client_keys, clusters_for, int_list, on_clusters, parser,
+                          security_of, security_option, start)
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +116,7 @@ def _us(ns: int | None) -> float | None:
 
 # -- workers (run in child processes; each builds its own Client after the process starts) --
 
-def produce(master: str, queue: str, size: int, n: int, batch: int, max_s: float, window: int,
+def produce(master: str, keys: str, queue: str, size: int, n: int, batch: int, max_s: float, window: int,
             barrier: Any, out: Any) -> None:
     """Enqueue ``n`` items in calls of ``batch``; report count, times and per-call latencies.
 
@@ -124,7 +125,7 @@ def produce(master: str, queue: str, size: int, n: int, batch: int, max_s: float
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it terminates us
     try:
         pay = Payloads(size)
-        with Client(master, timeout_s=30.0) as client:
+        with Client(master, timeout_s=30.0, keys=keys) as client:
             client.stats(queue)  # connect before the clock starts
             barrier.wait(60)
             cpu0 = own_cpu_s()
@@ -150,12 +151,12 @@ def produce(master: str, queue: str, size: int, n: int, batch: int, max_s: float
         out.put(("producer", {"error": repr(exc)}))
 
 
-def consume(master: str, queue: str, n: int, batch: int, max_s: float,
+def consume(master: str, keys: str, queue: str, n: int, batch: int, max_s: float,
             barrier: Any, out: Any) -> None:
     """Dequeue and ack until ``n`` items are acked or ``max_s`` passes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        with Client(master, timeout_s=30.0) as client:
+        with Client(master, timeout_s=30.0, keys=keys) as client:
             client.stats(queue)
             barrier.wait(60)
             cpu0, machine0 = own_cpu_s(), machine_cpu()
@@ -247,16 +248,18 @@ def measure(cluster: LocalCluster, size: int, batch: int, n: int,
             args: argparse.Namespace) -> None:
     """Enqueue-only, then dequeue+ack of what was enqueued, then a fresh concurrent pipeline."""
     master = cluster.master_addr
-    common = {"size": size, "batch": batch, "replication": args.replication}
+    keys = client_keys(cluster)
+    common = {"size": size, "batch": batch, "replication": args.replication,
+              "security": security_of(cluster)}
     queue = f"bench-{size}-{batch}"
     log.info("enqueue: %d items of %d B, batch %d", n, size, batch)
-    prod = run_workers({"producer": (produce, (master, queue, size, n, batch, args.max_seconds, 1))},
+    prod = run_workers({"producer": (produce, (master, keys, queue, size, n, batch, args.max_seconds, 1))},
                        args.max_seconds)["producer"]
     emit("enqueue", prod["done"], n, elapsed_ns=prod["t1"] - prod["t0"], lats_ns=prod["lats"],
          **common)
 
     log.info("dequeue+ack: %d items, batch %d", prod["done"], batch)
-    cons = run_workers({"consumer": (consume, (master, queue, prod["done"], batch,
+    cons = run_workers({"consumer": (consume, (master, keys, queue, prod["done"], batch,
                                                args.max_seconds))}, args.max_seconds)["consumer"]
     emit("dequeue_ack", cons["got"], prod["done"], elapsed_ns=cons["t_last"] - cons["t0"],
          lats_ns=cons["lats"], **common)
@@ -268,8 +271,8 @@ def measure(cluster: LocalCluster, size: int, batch: int, n: int,
                  "together", n, batch, window)
         meter = CpuMeter(cluster)
         res = run_workers({
-            "consumer": (consume, (master, queue, n, batch, args.max_seconds)),
-            "producer": (produce, (master, queue, size, n, batch, args.max_seconds, window)),
+            "consumer": (consume, (master, keys, queue, n, batch, args.max_seconds)),
+            "producer": (produce, (master, keys, queue, size, n, batch, args.max_seconds, window)),
         }, args.max_seconds)
         prod, cons = res["producer"], res["consumer"]
         cpu = meter.report(cons["got"], res)
@@ -298,6 +301,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="also run the pipeline with this many producer batches in flight "
                          "(Client.producer); 1 to skip")
     ap.add_argument("--quick", action="store_true", help="smoke run: 500 items per measurement")
+    security_option(ap)
     args = ap.parse_args(argv)
     if args.quick:
         args.n = args.n_unbatched = 500
@@ -312,22 +316,25 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     base = start("bench")
-    cluster = LocalCluster(base, datanodes=args.datanodes, replication=args.replication)
+    clusters = clusters_for(base, args.security, datanodes=args.datanodes,
+                            replication=args.replication)
 
     def body() -> int:
         rc = 0
-        log.info("cluster up: master %s, %d data nodes, R=%d, dir %s", cluster.master_addr,
+        log.info("%d cluster(s) up: %d data nodes each, R=%d, dir %s", len(clusters),
                  args.datanodes, args.replication, base)
         for size in args.sizes:
             for batch in args.batches:
                 n = args.n if batch > 1 else args.n_unbatched
-                try:
-                    measure(cluster, size, batch, n, args)
-                except RuntimeError as exc:
-                    rc = 1
-                    log.error("size %d batch %d failed: %s\n%s", size, batch, exc, cluster.logs())
+                for cluster in clusters:  # with --security both, side by side
+                    try:
+                        measure(cluster, size, batch, n, args)
+                    except RuntimeError as exc:
+                        rc = 1
+                        log.error("size %d batch %d failed: %s\n%s", size, batch, exc,
+                                  cluster.logs())
         return rc
-    return on_clusters(base, [cluster], body)
+    return on_clusters(base, clusters, body)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,8 @@ import sys
 import time
 from typing import Any
 
-from bench.common import on_clusters, parser, start
+from bench.common import (client_keys, clusters_for, on_clusters, parser, security_of,
+                          security_option, start)
 from bench.throughput import machine_cpu, own_cpu_s, percentile, proc_cpu_s
 from blizzard.client import Client
 from blizzard.harness import LocalCluster
@@ -32,12 +33,12 @@ MP = mp.get_context("spawn")
 QUEUE = "w"
 
 
-def worker(role: str, master: str, size: int, seconds: float, barrier: Any, out: Any) -> None:
+def worker(role: str, master: str, keys: str, size: int, seconds: float, barrier: Any, out: Any) -> None:
     """One producer (``role`` "p") or consumer ("c") loop, bounded by ``seconds``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         body = os.urandom(size)
-        with Client(master, timeout_s=30.0) as client:
+        with Client(master, timeout_s=30.0, keys=keys) as client:
             client.stats(QUEUE)  # connected before the clock starts
             barrier.wait(60)
             cpu0 = own_cpu_s()
@@ -65,7 +66,8 @@ def run(cluster: LocalCluster, producers: int, consumers: int, size: int,
     out = MP.Queue()
     barrier = MP.Barrier(producers + consumers + 1)
     roles = ["p"] * producers + ["c"] * consumers
-    procs = [MP.Process(target=worker, args=(r, cluster.master_addr, size, seconds, barrier, out),
+    procs = [MP.Process(target=worker, args=(r, cluster.master_addr, client_keys(cluster), size,
+                                                     seconds, barrier, out),
                         daemon=True) for r in roles]
     for proc in procs:
         proc.start()
@@ -98,7 +100,7 @@ def run(cluster: LocalCluster, producers: int, consumers: int, size: int,
     cpu_us["clients"] = round(client_cpu * 1e6 / max(1, acked), 1)
     line: dict[str, Any] = {
         "system": "blizzard", "op": "workers", "producers": producers, "consumers": consumers,
-        "size": size, "replication": cluster.replication,
+        "size": size, "replication": cluster.replication, "security": security_of(cluster),
         "enqueued_per_s": round(counts["p"] / elapsed), "acked_per_s": round(acked / elapsed),
         "seconds": round(elapsed, 1), "cpu_us_per_acked_item": cpu_us, "errors": errors[:3]}
     for role, name in (("p", "enqueue"), ("c", "dequeue_ack")):
@@ -126,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--replication", type=int, default=2, help="replicas per item (R)")
     ap.add_argument("--datanodes", type=int, default=2, help="data nodes to start")
     ap.add_argument("--repeat", type=int, default=1, help="measurements on the same cluster")
+    security_option(ap)
     args = ap.parse_args(argv)
     producers, consumers = args.workers
     if producers < 1 or consumers < 1 or not 0 < args.seconds <= 600 or args.size < 1:
@@ -133,13 +136,14 @@ def main(argv: list[str] | None = None) -> int:
     if not 1 <= args.replication <= args.datanodes:
         ap.error("--replication must be between 1 and --datanodes")
     base = start("bench")
-    cluster = LocalCluster(base, datanodes=args.datanodes, replication=args.replication)
+    clusters = clusters_for(base, args.security, datanodes=args.datanodes,
+                            replication=args.replication)
 
     def body() -> int:
         lines = [run(cluster, producers, consumers, args.size, args.seconds)
-                 for _ in range(args.repeat)]
+                 for _ in range(args.repeat) for cluster in clusters]
         return 1 if any(line["errors"] for line in lines) else 0
-    return on_clusters(base, [cluster], body)
+    return on_clusters(base, clusters, body)
 
 
 if __name__ == "__main__":

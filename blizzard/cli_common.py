@@ -71,7 +71,10 @@ def security(keys: str | None, insecure: bool) -> str | None:
     """The key directory a server runs with (None: insecure); a usage error unless exactly
     one of ``--keys`` and ``--insecure`` was given."""
     if keys and insecure:
-        raise click.UsageError("give either --keys or --insecure, not both")
+        source = click.get_current_context().get_parameter_source("keys")
+        if source is not click.core.ParameterSource.ENVIRONMENT:
+            raise click.UsageError("give either --keys or --insecure, not both")
+        keys = None  # an explicit --insecure outranks BLIZZARD_KEYS in the environment
     if not keys and not insecure:
         raise click.UsageError("security needs keys: pass --keys DIR (make them with "
                                "`blizzard keys generate DIR`), or --insecure to run without")

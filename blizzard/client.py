@@ -49,9 +49,9 @@ class Client:
         so a master restart is ridden through; past it, ``MasterUnavailable``.
         ``node_timeout_s`` is how long one data node may take before another replica is tried.
 
-        ``keys``: a key directory (``blizzard keys generate``; default ``BLIZZARD_KEYS``), or
-        a ``ClientKeys``; without either the client connects without security, which a secure
-        cluster refuses with ``AuthenticationFailed``. ``admin`` uses the directory's admin key
+        ``keys``: a key directory (``blizzard keys generate``; default ``BLIZZARD_KEYS``), a
+        ``ClientKeys``, or "" for none; without keys the client connects without security,
+        which a secure cluster refuses with ``AuthenticationFailed``. ``admin`` uses the directory's admin key
         (needed to purge, redrive or configure queues)."""
         if timeout_s <= 0 or node_timeout_s <= 0:
             raise InvalidArgument("timeout_s and node_timeout_s must be positive")
