@@ -29,7 +29,7 @@ def generate(directory: str, force: bool) -> None:
 
 @keys_group.command("rotate")
 @click.argument("directory", type=click.Path(file_okay=False, exists=True))
-@click.argument("name", type=click.Choice(sorted(k.ROLE_OF_PREFIX)))
+@click.argument("name", type=click.Choice(k.ROTATING))
 def rotate(directory: str, name: str) -> None:
     """Give NAME a new pair; the old public key stays valid until `keys retire`.
 
@@ -43,7 +43,7 @@ def rotate(directory: str, name: str) -> None:
 
 @keys_group.command("retire")
 @click.argument("directory", type=click.Path(file_okay=False, exists=True))
-@click.argument("name", type=click.Choice(sorted(k.ROLE_OF_PREFIX)))
+@click.argument("name", type=click.Choice(k.ROTATING))
 def retire(directory: str, name: str) -> None:
     """Stop accepting NAME's old key (new connections with it are refused)."""
     if not k.retire(directory, name):

@@ -32,6 +32,7 @@ from blizzard.errors import AuthenticationFailed
 
 PARTIES = ("master", "datanode", "client", "admin")
 ROLE_OF_PREFIX = {"datanode": "node", "client": "client", "admin": "admin"}
+ROTATING = ("client", "admin")  # the datanode and master pairs are server keys others pin
 ZAP_DOMAIN = "blizzard"
 ENV = "BLIZZARD_KEYS"
 
@@ -63,9 +64,10 @@ def generate(directory: str, *, force: bool = False) -> list[str]:
 
 def rotate(directory: str, name: str) -> None:
     """Replace ``name``'s pair; its old public key stays valid (``NAME.old.key``) until retired."""
-    if name not in ROLE_OF_PREFIX:
-        raise AuthenticationFailed(f"only {', '.join(ROLE_OF_PREFIX)} keys rotate live; "
-                                   "a server key changes with a restart of that server")
+    if name not in ROTATING:
+        raise AuthenticationFailed(f"only {' and '.join(ROTATING)} keys rotate live; a server "
+                                   "key (master, datanode) changes with a restart of the "
+                                   "servers and of every process that pins it")
     base = os.path.join(directory, name)
     if os.path.exists(base + ".old.key"):
         raise AuthenticationFailed(f"{name} is already rotating: retire the old key first")

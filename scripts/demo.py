@@ -36,7 +36,8 @@ def main(items: int, batch: int, datanodes: int, replication: int) -> None:
     with tempfile.TemporaryDirectory(prefix="blizzard-demo-") as base:
         click.echo(f"starting 1 master + {datanodes} data nodes (R={replication}) under {base}")
         with LocalCluster(base, datanodes=datanodes, replication=replication) as cluster:
-            click.echo(f"master at {cluster.master_addr}")
+            click.echo(f"master at {cluster.master_addr}; security on (CURVE keys in "
+                       f"{cluster.keys})")
             produced: list[int] = []
             errors: list[BaseException] = []
 

@@ -164,3 +164,20 @@ def test_the_client_learns_the_data_node_key_from_the_master(cluster):
         got = c.dequeue("q", wait_s=1)
         assert got is not None and (got.id, got.data) == (item, b"hello")
         got.ack(wait=True)
+
+
+def test_the_keys_command_generates_rotates_and_retires(tmp_path):
+    directory = str(tmp_path / "keys")
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "blizzard.cli", "keys", *args],
+                              capture_output=True, text=True, timeout=30)
+    assert run("generate", directory).returncode == 0
+    assert run("rotate", directory, "client").returncode == 0
+    listed = run("list", directory).stdout
+    assert listed.count("client ") == 2 and "client.old.key" in listed
+    assert run("rotate", directory, "client").returncode == 1  # retire the old one first
+    assert run("rotate", directory, "datanode").returncode == 2  # a server key: not live
+    assert run("retire", directory, "client").returncode == 0
+    assert run("list", directory).stdout.count("client ") == 1
+    assert run("retire", directory, "client").returncode == 1
