@@ -6,6 +6,8 @@ sent. A producer's Put carries ``report``: its ids go to the master in one ``Put
 per pass (the master completes the producer's enqueue), and the producer gets no reply. A
 Put that names replicas (a copy the master ordered) is answered once ``min_copies`` nodes,
 this one included, hold every blob.
+
+A secure node serves only requests with the master's grant, or relays (``datanode/grants.py``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from blizzard.errors import (BlizzardError, InvalidArgument, PayloadTooLarge, St
                              WrongNode)
 from blizzard.transport import Endpoint, RouterServer, check_addr, error_reply
 from datanode.config import DatanodeConfig
+from datanode.grants import Gate
 from datanode.store import BlobStore, LevelDbStore
 
 log = logging.getLogger(__name__)
@@ -91,6 +94,7 @@ class DatanodeServer:
         self.store = store if store is not None else \
             LevelDbStore(os.path.join(config.data_dir, "blobs"))
         self.router = RouterServer(self.ctx, config.bind)
+        self.gate = Gate(self.node_id, self.router.role_of) if config.keys is not None else None
         self.master = Endpoint(self.ctx, config.master)
         self.peers: dict[str, Endpoint] = {}
         self._polled: tuple[zmq.Poller, dict[zmq.Socket, Endpoint]] = (zmq.Poller(), {})
@@ -161,7 +165,7 @@ class DatanodeServer:
             try:
                 if isinstance(msg, p.Put):
                     try:
-                        self._check_put(msg)
+                        self._check_put(msg, peer)
                     except BlizzardError as exc:
                         if not msg.report or len(msg.ids) > p.MAX_BATCH:
                             raise
@@ -169,10 +173,12 @@ class DatanodeServer:
                         continue
                     puts.append((peer, rid, msg))
                 elif isinstance(msg, p.Get):
-                    self.router.reply(peer, rid, self._get(msg))
+                    self.router.reply(peer, rid, self._get(msg, peer))
                 elif isinstance(msg, p.Delete):
                     if len(msg.ids) > p.MAX_BATCH:
                         raise InvalidArgument("a delete takes at most 10000 ids")
+                    if self.gate is not None:
+                        self.gate.check_delete(msg, peer)
                     self.store.delete_many(msg.ids)
                     self.router.reply(peer, rid, p.Ok())
                 else:
@@ -188,7 +194,7 @@ class DatanodeServer:
         else:
             self._send_report([], refused)
 
-    def _check_put(self, msg: p.Put) -> None:
+    def _check_put(self, msg: p.Put, peer: bytes) -> None:
         if msg.node_id and msg.node_id != self.node_id:
             raise WrongNode(f"this is {self.node_id}, not {msg.node_id} (a node that was "
                             "replaced at the same address)")
@@ -203,6 +209,8 @@ class DatanodeServer:
             raise InvalidArgument("min_copies must be between 1 and the number of replicas")
         for ref in msg.forward:
             check_addr(ref.addr)
+        if self.gate is not None:
+            self.gate.check_put(msg, peer)
         for blob, crc in zip(msg.blobs, msg.crcs):
             if len(blob) > self.config.max_item_bytes:
                 raise PayloadTooLarge(f"a blob of {len(blob)} bytes exceeds max-item-bytes "
@@ -255,7 +263,7 @@ class DatanodeServer:
 
     def _forward(self, job: PutJob, put: p.Put, targets: list[p.NodeRef]) -> None:
         for ref in targets:
-            relay = p.Put(put.ids, put.blobs, put.crcs, [], 1, ref.node_id, False)
+            relay = p.Put(put.ids, put.blobs, put.crcs, [], 1, ref.node_id, False, None)
             try:
                 fid = self._peer(ref.addr).send(relay)
             except (TimeoutError, InvalidArgument) as exc:
@@ -295,7 +303,9 @@ class DatanodeServer:
                     self._obey(reply)
 
     def _obey(self, reply: p.HeartbeatReply) -> None:
-        """Carry out the master's commands from a heartbeat reply."""
+        """Carry out the master's commands from a heartbeat reply; learn its capability keys."""
+        if self.gate is not None:
+            self.gate.learn(reply.keys)
         if reply.delete:
             self.store.delete_many(reply.delete)
             log.debug("deleted %d blobs on the master's word", len(reply.delete))
@@ -319,7 +329,7 @@ class DatanodeServer:
         job = PutJob(None, 0, 2, time.monotonic() + FORWARD_TIMEOUT_S, [self.node_id],
                      copy=report)
         relay = p.Put(ids, [f[0] for f in found if f is not None],
-                      [f[1] for f in found if f is not None], [], 1, "", False)
+                      [f[1] for f in found if f is not None], [], 1, "", False, None)
         self._forward(job, relay, [order.target])
 
     def _report(self, msg: object) -> None:
@@ -348,13 +358,15 @@ class DatanodeServer:
                 job.waiting.discard(fid)
                 self._maybe_finish(job, timed_out=True)
 
-    def _get(self, msg: p.Get) -> p.Blobs:
+    def _get(self, msg: p.Get, peer: bytes) -> p.Blobs:
         """The blobs asked for, each id once, up to ``MAX_REPLY_BYTES``.
 
         Ids past the cap are in neither ``ids`` nor ``missing``: the client asks again.
         """
         if not 1 <= len(msg.ids) <= p.MAX_BATCH:
             raise InvalidArgument("a get needs 1..10000 ids")
+        if self.gate is not None:
+            self.gate.check_get(msg, peer)
         wanted = list(dict.fromkeys(msg.ids))  # a repeated id is served once
         ids, blobs, crcs, missing = [], [], [], []
         size = 0

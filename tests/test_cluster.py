@@ -167,9 +167,9 @@ def test_malformed_frames_get_error_replies_and_the_server_keeps_serving(cluster
         assert isinstance(p.decode(raw.recv())[1], p.Error)
         ep = Endpoint(ctx, addr)
         with pytest.raises(InvalidArgument):  # a well-formed message this server does not serve
-            call(ep, p.Get([1]) if target == "master" else p.Status(), 5)
+            call(ep, p.Get([1], None) if target == "master" else p.Status(), 5)
         with pytest.raises(InvalidArgument):
-            call(ep, p.Put([1], [b"x"], [12345], [], 1, "", False) if target == "datanode"
+            call(ep, p.Put([1], [b"x"], [12345], [], 1, "", False, None) if target == "datanode"
                  else p.Commit([], [], ""), 5)
         ep.close()
     finally:
@@ -186,7 +186,8 @@ def test_uncommitted_enqueue_expires_and_its_blobs_are_deleted(cluster_factory):
     master = Endpoint(ctx, cl.master_addr)
     placement = call(master, p.Place(1, []), 5)
     node = Endpoint(ctx, placement.nodes[0].addr)
-    node.send(p.Put(placement.ids, [b"abc"], [0x352441C2], [], 1, "", True))
+    node.send(p.Put(placement.ids, [b"abc"], [0x352441C2], [], 1, "", True,
+                    placement.grant))
     with Client(cl.master_addr, timeout_s=5) as c:
         wait_for(lambda: c.status().nodes[0].items == 1, what="the blob to be counted")
         wait_for(lambda: c.status().nodes[0].items == 0, what="the orphan blob to be deleted")

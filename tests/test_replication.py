@@ -163,6 +163,6 @@ def test_a_node_replaced_at_the_same_address_refuses_puts_meant_for_the_old_one(
     ep = Endpoint(zmq.Context.instance(), cl.nodes[0].addr)
     try:
         with pytest.raises(WrongNode):
-            call(ep, p.Put([10**9], [b"x"], [0x8CDC1683], [], 1, "dn-gone", False), 5)
+            call(ep, p.Put([10**9], [b"x"], [0x8CDC1683], [], 1, "dn-gone", False, None), 5)
     finally:
         ep.close()
