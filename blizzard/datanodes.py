@@ -2,11 +2,13 @@
 
 Payload bytes go between the client and data nodes only. A put goes to every node of a
 placement, each of which reports it to the master; a read tries an item's replicas in turn and
-checks size and CRC-32 (P5). Puts carry the placement's grant, reads their lease's (a secure
-data node serves nothing without one); a read a node refused as ``Forbidden`` tries the other
-replicas and, if none serves it, fails with that error: asking again would not help. A data node that fails a put or times out on a read is avoided
+checks size and CRC-32 (P5). A data node that fails a put or times out on a read is avoided
 for ``SUSPECT_S``: the master declares a node dead only after its ``dead_after_s`` and until
 then still places items there and lists it first among replicas.
+
+Puts carry their placement's grant, reads their lease's (a secure data node serves nothing
+without one). A read a node refused as ``Forbidden`` tries the other replicas and, if none
+serves it, fails with that error.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Iterable
 import zmq
 
 from blizzard import protocol as p
-from blizzard.errors import BlizzardError, ClusterError, DataCorrupt, DatanodeUnavailable, Forbidden
+from blizzard.errors import BlizzardError, DataCorrupt, DatanodeUnavailable, Forbidden
 from blizzard.message import LeasedItem
 from blizzard.transport import Endpoint, call_many
 
