@@ -7,6 +7,7 @@ sockets while the capability keys rotate every second.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 import zlib
@@ -176,8 +177,9 @@ class Running:
             s.close()
 
 
-def test_keys_rotate_while_items_flow_and_nothing_is_lost(tmp_path):
-    # Given a master rotating its capability key every second and two secure data nodes
+@pytest.fixture
+def secure_cluster(tmp_path):
+    """A master rotating its capability key every second, two secure data nodes, a client."""
     master_addr = f"tcp://127.0.0.1:{free_port()}"
     master = MasterServer(MasterConfig(
         data_dir=str(tmp_path / "master"), bind=master_addr, heartbeat_s=0.1, dead_after_s=1.0,
@@ -190,32 +192,57 @@ def test_keys_rotate_while_items_flow_and_nothing_is_lost(tmp_path):
     client = Client(master_addr, timeout_s=10.0, node_timeout_s=2.0)
     try:
         wait_for(lambda: sum(n.alive for n in client.status().nodes) == 2, what="data nodes")
-        first_key = master.capabilities.keys()[1].key_id
-        sent: dict[int, bytes] = {}
-        got: dict[int, bytes] = {}
-        # When items are enqueued and dequeued through four rotations
-        deadline = time.monotonic() + 20
-        batch = 0
-        while master.capabilities.keys()[1].key_id < first_key + 4:
-            assert time.monotonic() < deadline, "the keys did not rotate"
-            payloads = [f"item {batch}.{i}".encode() for i in range(20)]
-            sent.update(zip(client.enqueue_many("rot", payloads), payloads))
-            msgs = client.dequeue_many("rot", 15)
-            got.update((m.id, m.data) for m in msgs)
-            client.ack_many(msgs)
-            batch += 1
-            time.sleep(0.05)
-        while msgs := client.dequeue_many("rot", 100):
-            got.update((m.id, m.data) for m in msgs)
-            client.ack_many(msgs)
-        # Then every item came out once with its payload, and the nodes did check grants
-        assert got == sent
-        ep = Endpoint(client.ctx, nodes[0].addr)
-        try:
-            with pytest.raises(Forbidden):
-                call(ep, p.Get(list(sent)[:1], None), 5)
-        finally:
-            ep.close()
+        yield master, nodes, client
     finally:
         client.close()
         running.stop()
+
+
+def test_keys_rotate_while_items_flow_and_nothing_is_lost(secure_cluster):
+    master, nodes, client = secure_cluster
+    first_key = master.capabilities.keys()[1].key_id
+    sent: dict[int, bytes] = {}
+    got: dict[int, bytes] = {}
+    # When items are enqueued and dequeued through four rotations
+    deadline = time.monotonic() + 20
+    batch = 0
+    while master.capabilities.keys()[1].key_id < first_key + 4:
+        assert time.monotonic() < deadline, "the keys did not rotate"
+        payloads = [f"item {batch}.{i}".encode() for i in range(20)]
+        sent.update(zip(client.enqueue_many("rot", payloads), payloads))
+        msgs = client.dequeue_many("rot", 15)
+        got.update((m.id, m.data) for m in msgs)
+        client.ack_many(msgs)
+        batch += 1
+        time.sleep(0.05)
+    while msgs := client.dequeue_many("rot", 100):
+        got.update((m.id, m.data) for m in msgs)
+        client.ack_many(msgs)
+    # Then every item came out with its payload, and the nodes did check grants
+    assert got == sent
+    ep = Endpoint(client.ctx, nodes[0].addr)
+    try:
+        with pytest.raises(Forbidden):
+            call(ep, p.Get(list(sent)[:1], None), 5)
+    finally:
+        ep.close()
+
+
+def test_a_client_with_a_bad_grant_hears_why(secure_cluster):
+    master, nodes, client = secure_cluster
+    # A put under a forged grant: the nodes refuse it to the master, the enqueue is unstored
+    placement = call(client.master.endpoint, p.Place(1, []), 5)
+    forged = dataclasses.replace(placement.grant, mac=bytes(16))
+    client.datanodes.put_reported(dataclasses.replace(placement, grant=forged), placement.ids,
+                                  [BLOB], [CRC])
+    reply = call(client.master.endpoint, p.Enqueue("bad", placement.ids, [len(BLOB)], [CRC], [0],
+                                                   [0.0], [""], False, "bad-1", False, 5.0), 10)
+    assert isinstance(reply, p.Unstored) and "signature" in reply.error
+    # A read under a forged grant: every replica refuses it, and the client says so
+    client.enqueue("bad", BLOB)
+    (item,) = client.lease("bad", 1)
+    item.grant = dataclasses.replace(item.grant, mac=bytes(16))
+    reads = client.datanodes.read([item])
+    assert reads.failed == [item] and not reads.bad
+    error = reads.unreadable()
+    assert isinstance(error, Forbidden) and "signature" in error.message
