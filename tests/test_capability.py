@@ -13,8 +13,9 @@ import pytest
 
 from blizzard import protocol as p
 from blizzard.capability import KeyRing
-from blizzard.errors import Forbidden, ProtocolError
+from blizzard.errors import Forbidden, InvalidArgument, ProtocolError
 from master.capabilities import GET_GRANT_S, CapabilityKeys
+from master.config import MasterConfig
 
 NOW = 1_700_000_000.0
 
@@ -170,3 +171,8 @@ def test_a_rotation_that_cannot_be_written_changes_nothing(tmp_path):
     with pytest.raises(OSError):
         keys.rotate(NOW + 600)
     assert keys.keys() == before and keys.rotated_at == NOW
+
+
+def test_a_key_period_no_heartbeat_could_keep_up_with_is_refused():
+    with pytest.raises(InvalidArgument, match="capability-key-s"):
+        MasterConfig(data_dir="unused", heartbeat_s=1.0, capability_key_s=1.0).validate()
