@@ -5,6 +5,10 @@ placement, each of which reports it to the master; a read tries an item's replic
 checks size and CRC-32 (P5). A data node that fails a put or times out on a read is avoided
 for ``SUSPECT_S``: the master declares a node dead only after its ``dead_after_s`` and until
 then still places items there and lists it first among replicas.
+
+Puts carry their placement's grant, reads their lease's (a secure data node serves nothing
+without one). A read a node refused as ``Forbidden`` tries the other replicas and, if none
+serves it, fails with that error.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from typing import Callable, Iterable
 import zmq
 
 from blizzard import protocol as p
-from blizzard.errors import ClusterError, DataCorrupt, DatanodeUnavailable
+from blizzard.errors import BlizzardError, DataCorrupt, DatanodeUnavailable, Forbidden
 from blizzard.keys import ClientKeys
 from blizzard.message import LeasedItem
 from blizzard.transport import Endpoint, call_many
@@ -37,6 +41,7 @@ class Reads:
     payloads: dict[int, bytes]
     failed: list[LeasedItem]
     bad: list[tuple[int, str]]  # (item id, node id) of replicas that answered without it
+    forbidden: str = ""  # why a data node refused a read's grant, if one did
 
     def corrupt(self) -> list[LeasedItem]:
         """Failed items every replica of which answered, none with a good copy.
@@ -50,10 +55,13 @@ class Reads:
         return [item for item in self.failed
                 if item.nodes and all(n.node_id in bad_on[item.id] for n in item.nodes)]
 
-    def unreadable(self) -> ClusterError:
-        """The error for a read that got none of its payloads: ``DataCorrupt`` if every failed
-        item is corrupt (see ``corrupt``), else ``DatanodeUnavailable``."""
+    def unreadable(self) -> BlizzardError:
+        """The error for a read that got none of its payloads: ``Forbidden`` if a node refused
+        the grant, ``DataCorrupt`` if every failed item is corrupt (see ``corrupt``), else
+        ``DatanodeUnavailable``."""
         ids = [item.id for item in self.failed][:5]
+        if self.forbidden:
+            return Forbidden(f"data nodes refused to serve items {ids}: {self.forbidden}")
         if len(self.corrupt()) == len(self.failed):
             return DataCorrupt(f"every replica of items {ids} failed its checksum or is missing")
         return DatanodeUnavailable(f"no replica of items {ids} could be read")
@@ -115,7 +123,8 @@ class DatanodePool:
         failed = []
         for ref in pl.nodes:
             try:
-                self.endpoint(ref.addr).send(p.Put(ids, blobs, crcs, [], 1, ref.node_id, True))
+                self.endpoint(ref.addr).send(p.Put(ids, blobs, crcs, [], 1, ref.node_id, True,
+                                                   pl.grant))
             except TimeoutError:
                 failed.append(ref.node_id)
         return failed
@@ -127,25 +136,29 @@ class DatanodePool:
         got: dict[int, bytes] = {}
         failed: list[LeasedItem] = []
         bad: list[tuple[int, str]] = []
+        forbidden = ""
         avoid = set(self.suspected())
         if avoid:  # replicas not suspected first (the list is the master's: live nodes first)
             items = [dataclasses.replace(i, nodes=sorted(i.nodes, key=lambda n: n.node_id in avoid))
                      for i in items]
         todo = [(item, 0) for item in items]  # (item, index of the replica to try)
         while todo:
-            by_addr: dict[str, list[tuple[LeasedItem, int]]] = defaultdict(list)
+            # one Get per node and grant (items of one lease share theirs): (addr, MAC) -> items
+            by_addr: dict[tuple[str, bytes], list[tuple[LeasedItem, int]]] = defaultdict(list)
             for item, k in todo:
                 nodes = item.nodes
                 while k < len(nodes) and not nodes[k].addr:
                     k += 1
                 if k < len(nodes):
-                    by_addr[nodes[k].addr].append((item, k))
+                    mac = item.grant.mac if item.grant is not None else b""
+                    by_addr[nodes[k].addr, mac].append((item, k))
                 else:
                     failed.append(item)
-            calls = [(self.endpoint(a), p.Get([i.id for i, _ in group]))
-                     for a, group in by_addr.items()]
+            calls = [(self.endpoint(a), p.Get([i.id for i, _ in group], group[0][0].grant))
+                     for (a, _), group in by_addr.items()]
             todo = []
-            for (addr, group), reply in zip(by_addr.items(), call_many(calls, self.node_timeout_s)):
+            for ((addr, _), group), reply in zip(by_addr.items(),
+                                                 call_many(calls, self.node_timeout_s)):
                 answered = isinstance(reply, p.Blobs)
                 unreached: set[int] = set()
                 if answered:
@@ -157,6 +170,8 @@ class DatanodePool:
                     log.warning("read from %s failed: %s", addr, reply)
                     if isinstance(reply, TimeoutError):
                         self.suspect({item.nodes[k].node_id for item, k in group})
+                    elif isinstance(reply, p.Error) and reply.code == Forbidden.code:
+                        forbidden = reply.message
                 crc32 = zlib.crc32
                 for item, k in group:
                     if item.id in unreached:
@@ -171,4 +186,4 @@ class DatanodePool:
                     todo.append((item, k + 1))
                     if answered:
                         bad.append((item.id, item.nodes[k].node_id))
-        return Reads(got, failed, bad)
+        return Reads(got, failed, bad, forbidden)

@@ -164,6 +164,13 @@ class ServerKeys:
         return cls(public, secret, directory)
 
 
+def node_keys(directory: str) -> tuple[ServerKeys, ClientKeys]:
+    """A data node's keys: its server side, and its side towards the master and other nodes."""
+    server = ServerKeys.from_dir(directory, "datanode")
+    return server, ClientKeys(server.public, server.secret, load_public(directory, "master"),
+                              server.public)
+
+
 def resolve(keys: "str | ClientKeys | None", name: str = "client") -> ClientKeys | None:
     """A client's keys from a directory, given keys, or ``BLIZZARD_KEYS``; None: insecure."""
     if isinstance(keys, ClientKeys):

@@ -16,7 +16,8 @@ from blizzard import protocol as p
 class LeasedItem:
     """A leased item as the master described it: where its replicas are, what to check.
 
-    Picklable, so a driver can lease and hand items to workers that ``fetch`` them.
+    Picklable, so a driver can lease and hand items to workers that ``fetch`` them. ``grant``
+    is the capability to read it (and the other items of its lease) from its replicas.
     """
 
     id: int
@@ -28,13 +29,15 @@ class LeasedItem:
     enqueued_at: float
     nodes: list[p.NodeRef]
     key: str = ""  # "": none
+    grant: p.GetGrant | None = None  # None: read without one (a data node without security)
 
 
 def leased_items(leased: p.Leased) -> list[LeasedItem]:
     """The items of a ``Leased`` reply (to a lease or a peek), one object each."""
     return [LeasedItem(leased.ids[i], leased.leases[i], leased.sizes[i], leased.crcs[i],
                        leased.attempts[i], leased.priorities[i], leased.enqueued_at[i],
-                       leased.replica_sets[leased.replica_set[i]].nodes, leased.keys[i])
+                       leased.replica_sets[leased.replica_set[i]].nodes, leased.keys[i],
+                       leased.grant)
             for i in range(len(leased.ids))]
 
 

@@ -1,7 +1,9 @@
 """The messages of data nodes: to the master (reports) and from clients and peers (blobs).
 
 Part of the protocol (``blizzard.protocol`` re-exports every name here); kept apart only so
-each file stays short. ``NodeRef`` lives here because placements and replica lists use it too.
+each file stays short. ``NodeRef`` lives here because placements and replica lists use it too;
+so do the capabilities (``PutGrant``, ``GetGrant``): the master issues them with placements
+and leases, data nodes check them (``blizzard/capability.py``).
 """
 
 from __future__ import annotations
@@ -34,11 +36,54 @@ class Heartbeat:
 
 @message(31)
 class HeartbeatReply:
-    """The master's commands for a data node: blobs to delete, blobs to copy, send inventory."""
+    """The master's commands for a data node: blobs to delete, blobs to copy, send inventory.
+
+    ``keys`` are the capability keys the node checks grants with (the previous, the current
+    and the next one): a secure node replaces its key ring with them on every reply.
+    """
 
     delete: list[Id]
     copies: list[CopyOrder]
     inventory: bool  # the master wants this node's full list of blob ids
+    keys: list[CapabilityKey]
+
+
+@message(50)
+class CapabilityKey:
+    """One of the master's capability signing keys (32 random bytes), by its id."""
+
+    key_id: int
+    key: bytes
+
+
+@message(48)
+class PutGrant:
+    """A capability to write ids ``first .. first + n - 1`` on ``nodes`` until ``expiry``.
+
+    Issued with a ``Placement``; ``mac`` is the master's HMAC over the other fields
+    (``capability.sign_put``) with key ``key_id``. Also lets its holder delete those ids.
+    """
+
+    first: Id
+    n: int
+    nodes: list[str]  # node ids, sorted
+    key_id: int
+    expiry: float  # unix time: wall clocks of master and nodes must roughly agree
+    mac: bytes
+
+
+@message(49)
+class GetGrant:
+    """A capability to read ``ids`` from ``nodes`` until ``expiry``: issued with a ``Leased``.
+
+    ``mac`` is the master's HMAC over the other fields (``capability.sign_get``).
+    """
+
+    ids: list[Id]
+    nodes: list[str]  # node ids holding them, sorted
+    key_id: int
+    expiry: float  # unix time
+    mac: bytes
 
 
 @message(32)
@@ -105,6 +150,7 @@ class Put:
     min_copies: int  # reply only when this many nodes (this one included) hold every blob
     node_id: str  # the node meant to store them: a new node at a dead one's address refuses
     report: bool  # tell the master (``PutReport``), not the sender: a client's ``Enqueue`` waits on it
+    grant: PutGrant | None  # None: a relay or copy between data nodes (their key proves who they are)
 
 
 @message(41)
@@ -116,9 +162,10 @@ class Stored:
 
 @message(42)
 class Get:
-    """Read blobs by id."""
+    """Read blobs by id; ``ids`` must lie within the grant's."""
 
     ids: list[Id]
+    grant: GetGrant | None
 
 
 @message(43)
@@ -137,6 +184,11 @@ class Blobs:
 
 @message(44)
 class Delete:
-    """Drop blobs by id (unknown ids are ignored)."""
+    """Drop blobs by id (unknown ids are ignored).
+
+    A secure node takes it from a data node or admin key, or with the put grant of the ids
+    (a client cleaning up ids it never enqueued).
+    """
 
     ids: list[Id]
+    grant: PutGrant | None

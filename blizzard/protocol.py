@@ -9,9 +9,9 @@ master's WAL records (``master/records.py``) are a family of their own (op codes
 
 from __future__ import annotations
 
-from blizzard.node_messages import (BadReplica, Blobs, CopyOrder, Delete, Get, Heartbeat,
-                                    HeartbeatReply, Inventory, NodeRef, Put, PutReport,
-                                    Replicated, Stored)
+from blizzard.node_messages import (BadReplica, Blobs, CapabilityKey, CopyOrder, Delete, Get,
+                                    GetGrant, Heartbeat, HeartbeatReply, Inventory, NodeRef, Put,
+                                    PutGrant, PutReport, Replicated, Stored)
 from blizzard.queue_settings import with_settings
 from blizzard.wire import (MAX_BATCH, MAX_FRAME_BYTES, MAX_ID, MAX_ITEM_BYTES, VERSION, Id, _BY_OP, _OP_OF, decode, dumps,
                            encode, iter_loads, loads, message, op_name, pack, peek_request_id,
@@ -19,8 +19,9 @@ from blizzard.wire import (MAX_BATCH, MAX_FRAME_BYTES, MAX_ID, MAX_ITEM_BYTES, V
 
 __all__ = ["MAX_BATCH", "MAX_FRAME_BYTES", "MAX_ID", "MAX_ITEM_BYTES", "VERSION", "Id", "decode", "dumps", "encode", "iter_loads",
            "loads", "message", "op_name", "pack", "peek_request_id", "unpack", "_BY_OP", "_OP_OF",
-           "BadReplica", "Blobs", "CopyOrder", "Delete", "Get", "Heartbeat", "HeartbeatReply",
-           "Inventory", "NodeRef", "Put", "PutReport", "Replicated", "Stored"]
+           "BadReplica", "Blobs", "CapabilityKey", "CopyOrder", "Delete", "Get", "GetGrant",
+           "Heartbeat", "HeartbeatReply", "Inventory", "NodeRef", "Put", "PutGrant", "PutReport",
+           "Replicated", "Stored"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -58,13 +59,17 @@ class Place:
 
 @message(11)
 class Placement:
-    """Reply to Place: ids ``first .. first + n - 1`` and the nodes to store all of them on."""
+    """Reply to Place: ids ``first .. first + n - 1`` and the nodes to store all of them on.
+
+    ``grant`` lets the client put those ids on those nodes (each ``Put`` carries it).
+    """
 
     first: Id
     n: int
     nodes: list[NodeRef]
     min_copies: int
     deadline_s: float  # seconds the client has to enqueue before the ids are dropped
+    grant: PutGrant
 
     @property
     def ids(self) -> list[int]:
@@ -149,7 +154,7 @@ class Leased:
     """Reply to Lease, one column per field (cheap to encode): item i is ids[i], leases[i], ...
 
     ``replica_set[i]`` indexes ``replica_sets``; ``lost`` lists piggybacked acks whose lease
-    had already been lost.
+    had already been lost. ``grant`` lets the client read these ids from these replicas.
     """
 
     queue: str
@@ -164,6 +169,7 @@ class Leased:
     replica_set: list[int]
     replica_sets: list[ReplicaSet]
     lost: list[Id]
+    grant: GetGrant
 
 
 @message(17)

@@ -34,6 +34,8 @@ def templates(rng: random.Random) -> list[Any]:
     """One well-formed message of every kind, with harmless values."""
     ids = [FAR + rng.randrange(10**6) for _ in range(3)]
     ref = p.NodeRef("fz-node", "tcp://127.0.0.1:9")
+    put_grant = p.PutGrant(ids[0], 3, ["fz-node"], 1, 2e9, b"m" * 16)  # forged
+    get_grant = p.GetGrant(ids, ["fz-node"], 1, 2e9, b"m" * 16)
     return [
         p.Place(2, []),
         p.Enqueue("fz-q", ids[:2], [3, 4], [1, 2], [0, 1], [0.0, 1.0], ["", "k"], False, "fz-enq",
@@ -47,12 +49,13 @@ def templates(rng: random.Random) -> list[Any]:
         p.Heartbeat("fz-node", "tcp://127.0.0.1:9", 1, 2, 3),
         p.Replicated("fz-node", "fz-other", ids, ids[:1]), p.Inventory("fz-node", ids, True),
         p.BadReplica(ids[:2], ["fz-node", "fz-other"]),
-        p.Put(ids[:2], [b"ab", b"cd"], [0x9E83486D, 0x3F8B7BCA], [ref], 1, "", False),
-        p.Put(ids[:2], [b"ab", b"cd"], [0x9E83486D, 0x3F8B7BCA], [], 1, "", True),
-        p.Get(ids), p.Delete(ids), p.Ok(), p.Error("x", "y"), p.Stored(["fz-node"]),
-        p.Placement(ids[0], 3, [ref], 1, 1.0), p.Unstored(["fz-node"], "x"), p.Committed(3),
-        p.Acked(1, []),
-        p.HeartbeatReply(ids, [p.CopyOrder(ref, ids)], True),
+        p.Put(ids[:2], [b"ab", b"cd"], [0x9E83486D, 0x3F8B7BCA], [ref], 1, "", False, None),
+        p.Put(ids[:2], [b"ab", b"cd"], [0x9E83486D, 0x3F8B7BCA], [], 1, "", True, put_grant),
+        p.Get(ids, None), p.Get(ids, get_grant), p.Delete(ids, None), p.Delete(ids, put_grant),
+        p.Ok(), p.Error("x", "y"), p.Stored(["fz-node"]),
+        p.Placement(ids[0], 3, [ref], 1, 1.0, put_grant), p.Unstored(["fz-node"], "x"),
+        p.Committed(3), p.Acked(1, []),
+        p.HeartbeatReply(ids, [p.CopyOrder(ref, ids)], True, [p.CapabilityKey(1, b"k" * 32)]),
     ]
 
 

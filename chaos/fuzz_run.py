@@ -35,7 +35,7 @@ def main(frames: int, seed: int, items: int) -> None:
         kept = {c.enqueue("keep", f"item-{i}".encode()): f"item-{i}".encode() for i in range(items)}
         procs = [cluster.master, *cluster.nodes]
         targets = [("master", cluster.master_addr, p.Status())]
-        targets += [(n.name, n.addr, p.Get([min(kept)])) for n in cluster.nodes]
+        targets += [(n.name, n.addr, p.Get([min(kept)], None)) for n in cluster.nodes]
         failed = False
         for k, (name, addr, check) in enumerate(targets):
             rss = {proc.name: _rss_mib(proc.popen.pid) for proc in procs}

@@ -1,7 +1,9 @@
-"""A data node's settings: one frozen dataclass with documented defaults."""
+"""A data node's settings (one frozen dataclass with documented defaults) and its identity."""
 
 from __future__ import annotations
 
+import os
+import uuid
 from dataclasses import dataclass
 
 from blizzard import protocol as p
@@ -29,3 +31,19 @@ class DatanodeConfig:
         if ":0" == self.bind[-2:] and self.advertise is None:
             raise InvalidArgument("binding port 0 needs --advertise")
         return self
+
+
+def load_node_id(data_dir: str) -> str:
+    """The node's stable id, created on first start; a wiped disk makes a new node."""
+    path = os.path.join(data_dir, "node_id")
+    if os.path.exists(path):
+        with open(path) as f:
+            return f.read().strip()
+    node_id = "dn-" + uuid.uuid4().hex[:12]
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(node_id)
+        f.flush()
+        os.fsync(f.fileno())
+    os.rename(tmp, path)
+    return node_id

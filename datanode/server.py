@@ -6,6 +6,8 @@ sent. A producer's Put carries ``report``: its ids go to the master in one ``Put
 per pass (the master completes the producer's enqueue), and the producer gets no reply. A
 Put that names replicas (a copy the master ordered) is answered once ``min_copies`` nodes,
 this one included, hold every blob.
+
+A secure node serves only requests with the master's grant, or relays (``datanode/grants.py``).
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ import logging
 import os
 import shutil
 import time
-import uuid
 import zlib
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,7 +28,8 @@ from blizzard import protocol as p
 from blizzard.errors import (AuthenticationFailed, BlizzardError, InvalidArgument, PayloadTooLarge, StorageError,
                              WrongNode)
 from blizzard.transport import Endpoint, RouterServer, check_addr, error_reply
-from datanode.config import DatanodeConfig
+from datanode.config import DatanodeConfig, load_node_id
+from datanode.grants import Gate
 from datanode.store import BlobStore, LevelDbStore
 
 log = logging.getLogger(__name__)
@@ -63,22 +65,6 @@ class PutJob:
     done: bool = False
 
 
-def load_node_id(data_dir: str) -> str:
-    """The node's stable id, created on first start; a wiped disk makes a new node."""
-    path = os.path.join(data_dir, "node_id")
-    if os.path.exists(path):
-        with open(path) as f:
-            return f.read().strip()
-    node_id = "dn-" + uuid.uuid4().hex[:12]
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(node_id)
-        f.flush()
-        os.fsync(f.fileno())
-    os.rename(tmp, path)
-    return node_id
-
-
 class DatanodeServer:
     """One data node process; ``store`` may be given (e.g. a ``MemoryStore`` in tests)."""
 
@@ -91,15 +77,11 @@ class DatanodeServer:
         self.addr = config.advertise or config.bind
         self.store = store if store is not None else \
             LevelDbStore(os.path.join(config.data_dir, "blobs"))
-        self.keys: k.ClientKeys | None = None  # this node's pair, as a client of others
-        server_keys = None
-        if config.keys is not None:
-            server_keys = k.ServerKeys.from_dir(config.keys, "datanode")
-            self.keys = k.ClientKeys(server_keys.public, server_keys.secret,
-                                     k.load_public(config.keys, "master"), server_keys.public)
+        server_keys, self.keys = k.node_keys(config.keys) if config.keys else (None, None)
         self.router = RouterServer(self.ctx, config.bind, keys=server_keys)
         self.master = Endpoint(self.ctx, config.master, self.keys,
                                self.keys.master if self.keys else None)
+        self.gate = Gate(self.node_id, self.router.role_of) if config.keys is not None else None
         self.peers: dict[str, Endpoint] = {}
         self._polled: tuple[zmq.Poller, dict[zmq.Socket, Endpoint]] = (zmq.Poller(), {})
         self.jobs: dict[int, PutJob] = {}  # forward request id -> job
@@ -172,7 +154,7 @@ class DatanodeServer:
             try:
                 if isinstance(msg, p.Put):
                     try:
-                        self._check_put(msg)
+                        self._check_put(msg, peer)
                     except BlizzardError as exc:
                         if not msg.report or len(msg.ids) > p.MAX_BATCH:
                             raise
@@ -180,10 +162,12 @@ class DatanodeServer:
                         continue
                     puts.append((peer, rid, msg))
                 elif isinstance(msg, p.Get):
-                    self.router.reply(peer, rid, self._get(msg))
+                    self.router.reply(peer, rid, self._get(msg, peer))
                 elif isinstance(msg, p.Delete):
                     if len(msg.ids) > p.MAX_BATCH:
                         raise InvalidArgument("a delete takes at most 10000 ids")
+                    if self.gate is not None:
+                        self.gate.check_delete(msg, peer)
                     self.store.delete_many(msg.ids)
                     self.router.reply(peer, rid, p.Ok())
                 else:
@@ -199,7 +183,7 @@ class DatanodeServer:
         else:
             self._send_report([], refused)
 
-    def _check_put(self, msg: p.Put) -> None:
+    def _check_put(self, msg: p.Put, peer: bytes) -> None:
         if msg.node_id and msg.node_id != self.node_id:
             raise WrongNode(f"this is {self.node_id}, not {msg.node_id} (a node that was "
                             "replaced at the same address)")
@@ -214,6 +198,8 @@ class DatanodeServer:
             raise InvalidArgument("min_copies must be between 1 and the number of replicas")
         for ref in msg.forward:
             check_addr(ref.addr)
+        if self.gate is not None:
+            self.gate.check_put(msg, peer)
         for blob, crc in zip(msg.blobs, msg.crcs):
             if len(blob) > self.config.max_item_bytes:
                 raise PayloadTooLarge(f"a blob of {len(blob)} bytes exceeds max-item-bytes "
@@ -266,7 +252,7 @@ class DatanodeServer:
 
     def _forward(self, job: PutJob, put: p.Put, targets: list[p.NodeRef]) -> None:
         for ref in targets:
-            relay = p.Put(put.ids, put.blobs, put.crcs, [], 1, ref.node_id, False)
+            relay = p.Put(put.ids, put.blobs, put.crcs, [], 1, ref.node_id, False, None)
             try:
                 fid = self._peer(ref.addr).send(relay)
             except (TimeoutError, InvalidArgument) as exc:
@@ -306,7 +292,9 @@ class DatanodeServer:
                     self._obey(reply)
 
     def _obey(self, reply: p.HeartbeatReply) -> None:
-        """Carry out the master's commands from a heartbeat reply."""
+        """Carry out the master's commands from a heartbeat reply; learn its capability keys."""
+        if self.gate is not None:
+            self.gate.learn(reply.keys)
         if reply.delete:
             self.store.delete_many(reply.delete)
             log.debug("deleted %d blobs on the master's word", len(reply.delete))
@@ -330,7 +318,7 @@ class DatanodeServer:
         job = PutJob(None, 0, 2, time.monotonic() + FORWARD_TIMEOUT_S, [self.node_id],
                      copy=report)
         relay = p.Put(ids, [f[0] for f in found if f is not None],
-                      [f[1] for f in found if f is not None], [], 1, "", False)
+                      [f[1] for f in found if f is not None], [], 1, "", False, None)
         self._forward(job, relay, [order.target])
 
     def _report(self, msg: object) -> None:
@@ -359,13 +347,15 @@ class DatanodeServer:
                 job.waiting.discard(fid)
                 self._maybe_finish(job, timed_out=True)
 
-    def _get(self, msg: p.Get) -> p.Blobs:
+    def _get(self, msg: p.Get, peer: bytes) -> p.Blobs:
         """The blobs asked for, each id once, up to ``MAX_REPLY_BYTES``.
 
         Ids past the cap are in neither ``ids`` nor ``missing``: the client asks again.
         """
         if not 1 <= len(msg.ids) <= p.MAX_BATCH:
             raise InvalidArgument("a get needs 1..10000 ids")
+        if self.gate is not None:
+            self.gate.check_get(msg, peer)
         wanted = list(dict.fromkeys(msg.ids))  # a repeated id is served once
         ids, blobs, crcs, missing = [], [], [], []
         size = 0

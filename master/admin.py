@@ -87,7 +87,7 @@ class QueueAdmin:
     def peek(self, msg: p.Peek, now: float, *_: Any) -> p.Leased:
         checks.queue_name(msg.queue)
         checks.batch(msg.n)
-        return self.leases.describe(msg.queue, self.state.head(msg.queue, msg.n, now), [])
+        return self.leases.describe(msg.queue, self.state.head(msg.queue, msg.n, now), [], now)
 
     def redrive(self, msg: p.Redrive, now: float, *_: Any) -> p.Acked:
         checks.queue_name(msg.queue)

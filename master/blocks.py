@@ -22,6 +22,7 @@ from typing import Any, Callable
 from blizzard import protocol as p
 from blizzard.errors import InvalidArgument, MasterStarting, NotEnoughDatanodes, TooManyItems
 from master import checks
+from master.capabilities import CapabilityKeys
 from master.config import MasterConfig
 from master.deletes import Deletes
 from master.ids import ItemIds
@@ -47,13 +48,14 @@ class Blocks:
     """Place requests, put reports, and the ids between them."""
 
     def __init__(self, config: MasterConfig, ids: ItemIds, membership: Membership,
-                 safe_mode: SafeMode, deletes: Deletes,
+                 safe_mode: SafeMode, deletes: Deletes, capabilities: CapabilityKeys,
                  kept_on: Callable[[int], tuple[str, ...] | None]) -> None:
         self.config = config
         self.ids = ids
         self.membership = membership
         self.safe_mode = safe_mode
         self.deletes = deletes
+        self.capabilities = capabilities
         self.kept_on = kept_on  # where the master keeps an enqueued or staged id (None: nowhere)
         self.by_id: dict[int, Block] = {}
         self.stored: dict[int, list[str]] = {}  # id -> nodes that reported its payload durable
@@ -88,9 +90,11 @@ class Blocks:
         block = Block(first, n, tuple(node.node_id for node in nodes), peer, n)
         self.by_id.update(dict.fromkeys(range(first, first + n), block))
         self.by_peer[peer] = self.by_peer.get(peer, 0) + n
-        heapq.heappush(self.expiry, (mono + self.config.pending_timeout_s, first, block))
+        deadline_s = self.config.pending_timeout_s
+        heapq.heappush(self.expiry, (mono + deadline_s, first, block))
+        grant = self.capabilities.put_grant(first, n, list(block.nodes), now + deadline_s)
         return p.Placement(first, n, [p.NodeRef(node.node_id, node.addr) for node in nodes],
-                           quorum, self.config.pending_timeout_s)
+                           quorum, deadline_s, grant)
 
     # -- reports -----------------------------------------------------------------------------
 

@@ -43,6 +43,8 @@ class MasterConfig:
             raise InvalidArgument("need 0 < heartbeat-s < dead-after-s")
         if self.pending_timeout_s <= 0:
             raise InvalidArgument("pending-timeout-s must be positive")
+        if self.capability_key_s <= self.heartbeat_s:  # nodes must hear of a key before it signs
+            raise InvalidArgument("capability-key-s must be longer than heartbeat-s")
         if not 0 < self.max_item_bytes <= MAX_ITEM_BYTES:
             raise InvalidArgument(f"max-item-bytes must be between 1 and {MAX_ITEM_BYTES}")
         return self

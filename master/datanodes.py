@@ -14,6 +14,7 @@ from blizzard import protocol as p
 from blizzard.errors import InvalidArgument
 from blizzard.transport import check_addr
 from master import checks
+from master.capabilities import CapabilityKeys
 from master.config import MasterConfig
 from master.deletes import Deletes
 from master.membership import MAX_NODES, Membership
@@ -30,7 +31,8 @@ class DatanodeReports:
 
     def __init__(self, config: MasterConfig, state: State, log_record: Callable[[Any], None],
                  membership: Membership, repair: Repairer, deletes: Deletes,
-                 safe_mode: SafeMode, pending: Container[int]) -> None:
+                 safe_mode: SafeMode, pending: Container[int],
+                 capabilities: CapabilityKeys) -> None:
         self.config = config
         self.state = state
         self.log = log_record
@@ -39,6 +41,7 @@ class DatanodeReports:
         self.deletes = deletes
         self.safe_mode = safe_mode
         self.pending = pending  # ids handed out or staged: their blobs are not stray
+        self.capabilities = capabilities
         self.live: set[str] = set()
 
     def heartbeat(self, msg: p.Heartbeat, now: float, mono: float, peer: bytes = b"",
@@ -56,7 +59,8 @@ class DatanodeReports:
             self.repair.start_inventory(msg.node_id)
             self.repair.rescan()
         return p.HeartbeatReply(delete=self.deletes.take(msg.node_id),
-                                copies=self.repair.take_orders(msg.node_id), inventory=fresh)
+                                copies=self.repair.take_orders(msg.node_id), inventory=fresh,
+                                keys=self.capabilities.keys())
 
     def replicated(self, msg: p.Replicated, now: float, mono: float, *_: Any) -> p.Ok:
         records, stale = self.repair.replicated(msg, mono)

@@ -14,6 +14,7 @@ from typing import Any, Callable
 from blizzard import protocol as p
 from blizzard.errors import TooManyItems
 from master import checks
+from master.capabilities import CapabilityKeys
 from master.config import MasterConfig
 from master.deletes import Deletes
 from master.membership import Membership
@@ -44,12 +45,13 @@ class Leases:
     """Lease, ack, nack, extend and expiry; long-poll waiters; rate limits."""
 
     def __init__(self, config: MasterConfig, state: State, log_record: Callable[[Any], None],
-                 deletes: Deletes, membership: Membership) -> None:
+                 deletes: Deletes, membership: Membership, capabilities: CapabilityKeys) -> None:
         self.config = config
         self.state = state
         self.log = log_record
         self.deletes = deletes
         self.membership = membership
+        self.capabilities = capabilities
         self.waiters: list[Waiter] = []
         self.waiting_by_peer: dict[bytes, int] = {}
         self.buckets: dict[str, TokenBucket] = {}  # queue -> rate limiter (soft state)
@@ -71,10 +73,10 @@ class Leases:
         if msg.ack_ids:
             lost = self._ack(msg.ack_ids, msg.ack_leases).lost
         if msg.request in self.state.recent_leases:  # a retry: the same items again
-            return self.describe(msg.queue, self.state.leased_by(msg.request), lost)
+            return self.describe(msg.queue, self.state.leased_by(msg.request), lost, now)
         ids = self._take(msg, now, mono)
         if ids or msg.wait_s == 0 or lost:  # lost acks are news the caller must get now
-            return self.describe(msg.queue, ids, lost)
+            return self.describe(msg.queue, ids, lost, now)
         # parked without its acks (settled above): a waiter holds only what it needs later
         self.waiters.append(Waiter(peer, rid, replace(msg, ack_ids=[], ack_leases=[]),
                                    mono + msg.wait_s))
@@ -99,8 +101,11 @@ class Leases:
                                 deadline=now + lease_s, request=msg.request))
         return ids
 
-    def describe(self, queue: str, ids: list[int], lost: list[int]) -> p.Leased:
-        """Describe items column by column; replica sets are shared between items."""
+    def describe(self, queue: str, ids: list[int], lost: list[int], now: float) -> p.Leased:
+        """Describe items column by column; replica sets are shared between items.
+
+        With a grant to read them from the nodes named (the reply to a lease or a peek).
+        """
         items = [self.state.items[i] for i in ids]
         set_index: dict[tuple[str, ...], int] = {}
         replica_set = []
@@ -111,11 +116,12 @@ class Leases:
             replica_set.append(k)
         leases = [self.state.lease_of(i) or 0 for i in ids]
         addrs = self.state.node_addrs
+        holders = {node for nodes in set_index for node in nodes}
         return p.Leased(queue, ids, leases, [i.size for i in items], [i.crc for i in items],
                         [i.attempts for i in items], [i.priority for i in items],
                         [i.enqueued_at for i in items], [i.key for i in items], replica_set,
                         [p.ReplicaSet(self.membership.refs(nodes, addrs)) for nodes in set_index],
-                        lost)
+                        lost, self.capabilities.get_grant(ids, list(holders), now))
 
     # -- settling ----------------------------------------------------------------------------
 
@@ -207,7 +213,7 @@ class Leases:
         for w in self.waiters:
             ids = self._take(w.msg, now, mono)
             if ids or w.until <= mono:
-                replies.append((w.peer, w.rid, self.describe(w.msg.queue, ids, [])))
+                replies.append((w.peer, w.rid, self.describe(w.msg.queue, ids, [], now)))
                 left = self.waiting_by_peer[w.peer] - 1
                 if left:
                     self.waiting_by_peer[w.peer] = left

@@ -7,7 +7,8 @@ durable with one fsync and only then sends the replies (group commit).
 
 The concepts live in collaborators: ``ItemIds`` (ids), ``Blocks`` (ids handed out, put reports), ``Enqueues`` (enqueue, commit, staged),
 ``Leases`` (lease, ack, nack, extend, waiters, expiry), ``QueueAdmin``, ``DatanodeReports``,
-``Deletes`` and ``SafeMode``; each gets ``log_record`` to change durable state.
+``Deletes``, ``SafeMode`` and ``CapabilityKeys`` (the grants' signing keys); each gets
+``log_record`` to change durable state.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from blizzard.transport import RouterServer, error_reply
 from master import checkpoint, records
 from master.admin import QueueAdmin
 from master.blocks import Blocks
+from master.capabilities import CapabilityKeys
 from master.config import MasterConfig
 from master.datanodes import DatanodeReports
 from master.deletes import Deletes
@@ -76,17 +78,20 @@ class MasterServer:
         self.membership = Membership(config.dead_after_s)
         self.safe_mode = SafeMode(time.monotonic() + config.dead_after_s)
         self.deletes = Deletes()
+        self.capabilities = CapabilityKeys(config.data_dir if wal.directory is not None else None,
+                                           config.capability_key_s, time.time())
         self.ids = ItemIds(self.state, self.log_record, config.id_block)
         self.repair = Repairer(self.state, self.membership, config.replication)
         self.blocks = Blocks(config, self.ids, self.membership, self.safe_mode, self.deletes,
-                             self._kept_on)
+                             self.capabilities, self._kept_on)
         self.enqueues = Enqueues(config, self.state, self.log_record, self.blocks, self.deletes)
-        self.leases = Leases(config, self.state, self.log_record, self.deletes, self.membership)
+        self.leases = Leases(config, self.state, self.log_record, self.deletes, self.membership,
+                             self.capabilities)
         self.admin = QueueAdmin(config, self.state, self.log_record, self.deletes, self.enqueues,
                                 self.leases, self.membership, self.repair)
         self.datanodes = DatanodeReports(config, self.state, self.log_record, self.membership,
                                          self.repair, self.deletes, self.safe_mode,
-                                         self.enqueues)
+                                         self.enqueues, self.capabilities)
         self.node_key = b""
         keys = None
         if config.keys is not None:
@@ -326,3 +331,4 @@ class MasterServer:
         self._replies += self.enqueues.serve_waiting(now, mono)
         self._replies += self.leases.serve_waiters(now, mono)
         self.datanodes.watch(mono)
+        self.capabilities.tick(now)

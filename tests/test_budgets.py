@@ -28,7 +28,7 @@ def test_the_decoder_refuses_shapes_no_message_has():
         with pytest.raises(ProtocolError):
             p.decode(frame)
     with pytest.raises(ProtocolError, match="item id"):
-        p.decode(p.encode(1, p.Get([p.MAX_ID + 1])))
+        p.decode(p.encode(1, p.Get([p.MAX_ID + 1], None)))
     assert p.peek_request_id(p.encode(2**63, p.Status())) is None
 
 
@@ -172,7 +172,7 @@ def test_a_data_node_answers_any_broken_request_and_goes_on(tmp_path, monkeypatc
         raise RuntimeError("a bug")
     monkeypatch.setattr(server.store, "get_many", broken)
     try:
-        server._handle([(b"c", 1, p.Get([1])), (b"c", 2, p.Delete([1]))])
+        server._handle([(b"c", 1, p.Get([1], None)), (b"c", 2, p.Delete([1], None))])
         assert [type(r) for r in replies] == [p.Error, p.Ok]
         assert replies[0].code == "internal"
         with pytest.raises(Exception, match="internal"):

@@ -12,7 +12,7 @@ from blizzard import datanodes as nodes_module
 from blizzard.errors import (InvalidArgument, LeaseExpired, MasterUnavailable, PayloadTooLarge,
                              ProtocolError, UnknownOp)
 from blizzard.harness import LOOPBACK, free_port
-from blizzard.transport import Endpoint, call
+from blizzard.transport import call
 from conftest import wait_for
 
 
@@ -152,7 +152,6 @@ def test_bad_arguments_get_clear_errors_and_change_nothing(cluster):
 @pytest.mark.parametrize("target", ["master", "datanode"])
 def test_malformed_frames_get_error_replies_and_the_server_keeps_serving(cluster, target):
     addr = cluster.master_addr if target == "master" else cluster.nodes[0].addr
-    ctx = zmq.Context.instance()
     raw = cluster.dealer(addr)
     try:
         for body in [b"\xc1not msgpack", b"\x93\x01\xcd\x27\x0f\x05", b"\x91\x01"]:
@@ -165,9 +164,9 @@ def test_malformed_frames_get_error_replies_and_the_server_keeps_serving(cluster
         assert isinstance(p.decode(raw.recv())[1], p.Error)
         ep = cluster.endpoint(addr)
         with pytest.raises(InvalidArgument):  # a well-formed message this server does not serve
-            call(ep, p.Get([1]) if target == "master" else p.Status(), 5)
+            call(ep, p.Get([1], None) if target == "master" else p.Status(), 5)
         with pytest.raises(InvalidArgument):
-            call(ep, p.Put([1], [b"x"], [12345], [], 1, "", False) if target == "datanode"
+            call(ep, p.Put([1], [b"x"], [12345], [], 1, "", False, None) if target == "datanode"
                  else p.Commit([], [], ""), 5)
         ep.close()
     finally:
@@ -180,11 +179,11 @@ def test_malformed_frames_get_error_replies_and_the_server_keeps_serving(cluster
 def test_uncommitted_enqueue_expires_and_its_blobs_are_deleted(cluster_factory):
     cl = cluster_factory(datanodes=1, replication=1, heartbeat_s=0.2, dead_after_s=1.5,
                          master_args=["--pending-timeout-s", "0.5"])
-    ctx = zmq.Context.instance()
     master = cl.endpoint(cl.master_addr)
     placement = call(master, p.Place(1, []), 5)
     node = cl.endpoint(placement.nodes[0].addr)
-    node.send(p.Put(placement.ids, [b"abc"], [0x352441C2], [], 1, "", True))
+    node.send(p.Put(placement.ids, [b"abc"], [0x352441C2], [], 1, "", True,
+                    placement.grant))
     with Client(cl.master_addr, timeout_s=5) as c:
         wait_for(lambda: c.status().nodes[0].items == 1, what="the blob to be counted")
         wait_for(lambda: c.status().nodes[0].items == 0, what="the orphan blob to be deleted")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from blizzard.datanodes import Reads
-from blizzard.errors import DataCorrupt, DatanodeUnavailable
+from blizzard.errors import DataCorrupt, DatanodeUnavailable, Forbidden
 from blizzard.message import LeasedItem
 from blizzard.protocol import NodeRef
 
@@ -32,3 +32,9 @@ def test_an_item_without_replicas_is_not_called_corrupt():
     reads = Reads({}, [item(1)], bad=[])
     assert reads.corrupt() == []
     assert type(reads.unreadable()) is DatanodeUnavailable
+
+
+def test_a_read_a_data_node_refused_as_forbidden_fails_with_that_reason():
+    reads = Reads({}, [item(1, "a")], bad=[], forbidden="the grant expired 3.0s ago")
+    error = reads.unreadable()
+    assert isinstance(error, Forbidden) and "expired" in error.message

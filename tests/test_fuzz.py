@@ -19,7 +19,7 @@ def test_fuzzed_frames_kill_no_server_and_lose_no_item(cluster_factory):
         kept = {c.enqueue("keep", f"item-{i}".encode()): f"item-{i}".encode() for i in range(50)}
         before = c.stats("keep")
         targets = [(cluster.master_addr, p.Status()),
-                   *((node.addr, p.Get([min(kept)])) for node in cluster.nodes)]
+                   *((node.addr, p.Get([min(kept)], None)) for node in cluster.nodes)]
         for seed, (addr, check) in enumerate(targets):
             key = "client" if addr == cluster.master_addr else "datanode"
             result = fuzz(addr, FRAMES, seed=seed, check=check,

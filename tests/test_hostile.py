@@ -113,10 +113,10 @@ def test_a_deeply_nested_field_gets_an_error_from_every_server(hostile, client, 
 
 
 @pytest.mark.parametrize("frame", [
-    body(p.VERSION, 42, 1, [-1]),  # Get([-1])
-    body(p.VERSION, 44, 1, [-1]),  # Delete([-1])
-    body(p.VERSION, 42, 1, [2**64 - 1] * 9),  # Get past the key format
-    body(p.VERSION, 40, 1, [-1], [b"x"], [0x8CDC1683], [], 1, "", False),  # Put(ids=[-1])
+    body(p.VERSION, 42, 1, [-1], None),  # Get([-1])
+    body(p.VERSION, 44, 1, [-1], None),  # Delete([-1])
+    body(p.VERSION, 42, 1, [2**64 - 1] * 9, None),  # Get past the key format
+    body(p.VERSION, 40, 1, [-1], [b"x"], [0x8CDC1683], [], 1, "", False, None),  # Put(ids=[-1])
 ], ids=["get-negative", "delete-negative", "get-2**64-1", "put-negative"])
 def test_out_of_range_ids_are_refused_by_data_nodes(hostile, client, frame):
     for node in hostile.nodes:
@@ -129,13 +129,14 @@ def test_out_of_range_ids_are_refused_by_data_nodes(hostile, client, frame):
 @pytest.mark.parametrize("addr", ["tcp://x", "ipc:///tmp/x", "tcp://nonexistent.invalid:5"])
 def test_a_put_forwarding_to_a_bad_address_kills_nothing(hostile, client, addr):
     item_id = 2**40 + 17
-    put = p.Put([item_id], [b"x"], [0x8CDC1683], [p.NodeRef("fake", addr)], 1, "", False)
+    put = p.Put([item_id], [b"x"], [0x8CDC1683], [p.NodeRef("fake", addr)], 1, "", False,
+                None)
     reply = ask(hostile.nodes[0].addr, put)
     if addr.count(":") < 2 or not addr.startswith("tcp://"):
         assert error_code(reply) == "invalid_argument"
     else:  # well-formed but unreachable: stored here, the forward simply failed
         assert isinstance(reply, p.Stored) and len(reply.nodes) == 1
-    ask(hostile.nodes[0].addr, p.Delete([item_id]))
+    ask(hostile.nodes[0].addr, p.Delete([item_id], None))
     assert_healthy(hostile, client)
 
 
@@ -189,7 +190,8 @@ def test_an_enqueue_with_an_oversized_request_id_changes_nothing(hostile, client
     placement = ask(hostile.master_addr, p.Place(1, []))
     assert isinstance(placement, p.Placement) and len(placement.nodes) == 2
     for ref in placement.nodes:
-        tell(ref.addr, p.Put(placement.ids, [b"a"], [0xE8B7BE43], [], 1, ref.node_id, True))
+        tell(ref.addr, p.Put(placement.ids, [b"a"], [0xE8B7BE43], [], 1, ref.node_id, True,
+                             placement.grant))
 
     def enqueue(request: str) -> p.Enqueue:
         return p.Enqueue("big", placement.ids, [1], [0xE8B7BE43], [0], [0.0], [""], False,
@@ -262,9 +264,9 @@ def test_a_get_repeating_one_id_gets_it_once_and_a_reply_is_capped(hostile, clie
     ids = client.enqueue_many("wide", [blob] * 400)  # 25 MiB in all: more than one reply holds
     node = hostile.nodes[0]
     before = rss_bytes(node.popen.pid)
-    reply = ask(node.addr, p.Get([ids[0]] * 10_000))
+    reply = ask(node.addr, p.Get([ids[0]] * 10_000, None))
     assert reply.ids == [ids[0]] and reply.blobs == [blob]
-    reply = ask(node.addr, p.Get(ids))
+    reply = ask(node.addr, p.Get(ids, None))
     assert 0 < len(reply.ids) < len(ids) and sum(map(len, reply.blobs)) <= 21 * MiB
     assert not reply.missing
     assert rss_bytes(node.popen.pid) - before < 2 * p.MAX_FRAME_BYTES + 32 * MiB
@@ -317,8 +319,9 @@ def test_puts_naming_many_replica_addresses_keep_peer_sockets_bounded(hostile, c
     before = rss_bytes(node.popen.pid)
     for port in range(1, 1501):  # libzmq's default limit is 1,023 sockets
         ref = p.NodeRef("fake", f"tcp://127.0.0.1:{port}")
-        reply = ask(node.addr, p.Put([2**41 + port], [b"x"], [0x8CDC1683], [ref], 1, "", False))
+        put = p.Put([2**41 + port], [b"x"], [0x8CDC1683], [ref], 1, "", False, None)
+        reply = ask(node.addr, put)
         assert isinstance(reply, p.Stored)
-    ask(node.addr, p.Delete([2**41 + port for port in range(1, 1501)]))
+    ask(node.addr, p.Delete([2**41 + port for port in range(1, 1501)], None))
     assert rss_bytes(node.popen.pid) - before < 64 * MiB
     assert_healthy(hostile, client)

@@ -356,7 +356,7 @@ def test_a_lease_is_answered_before_the_fsync_unless_acks_ride_on_it(master, mon
     leased = master.state.leased_by("l1")
     lease = master.state.items[leased[0]]
     events.clear()
-    tokens = [master.leases.describe("q", leased, []).leases[0]]
+    tokens = [master.leases.describe("q", leased, [], time.time()).leases[0]]
     passes.append([(b"c", 2, p.Lease("q", 1, 30.0, 0.0, "l2", leased, tokens))])
     master.run_once(0)  # this one confirms an ack: not before it is on disk
     assert events == [("fsync",), ("reply", 2)] and lease.id not in master.state.items

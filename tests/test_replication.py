@@ -156,13 +156,12 @@ def test_fewer_live_nodes_than_the_write_quorum_refuses_the_enqueue(cluster_fact
 
 
 def test_a_node_replaced_at_the_same_address_refuses_puts_meant_for_the_old_one(cluster_factory):
-    import zmq
     from blizzard.errors import WrongNode
-    from blizzard.transport import Endpoint, call
+    from blizzard.transport import call
     cl = cluster_factory(datanodes=1, replication=1, **FAST)
     ep = cl.endpoint(cl.nodes[0].addr, "datanode")
     try:
         with pytest.raises(WrongNode):
-            call(ep, p.Put([10**9], [b"x"], [0x8CDC1683], [], 1, "dn-gone", False), 5)
+            call(ep, p.Put([10**9], [b"x"], [0x8CDC1683], [], 1, "dn-gone", False, None), 5)
     finally:
         ep.close()

@@ -1,0 +1,49 @@
+"""Who may put, get and delete on a secure data node: a grant from the master, or a node key.
+
+A client's request carries the grant the master gave it (``Placement``, ``Leased``); another
+data node's relay or copy carries none, and is taken because CURVE proved the peer holds a
+data node's key (``RouterServer.role_of``). Anything else gets ``Forbidden``. A node without
+security (no key directory) checks nothing: ``Gate`` is not used there.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from blizzard import protocol as p
+from blizzard.capability import KeyRing
+from blizzard.errors import Forbidden
+
+DELETERS = ("node", "admin")  # roles that may delete blobs without a grant
+
+
+class Gate:
+    """The grant checks of one secure data node, with the key ring the master sends it."""
+
+    def __init__(self, node_id: str, role_of: Callable[[bytes], str | None]) -> None:
+        self.node_id = node_id
+        self.role_of = role_of
+        self.ring = KeyRing()
+
+    def learn(self, keys: list[p.CapabilityKey]) -> None:
+        """The master's key ring from a heartbeat reply."""
+        self.ring.load(keys)
+
+    def check_put(self, msg: p.Put, peer: bytes) -> None:
+        if msg.grant is not None:
+            self.ring.check_put(msg.grant, msg.ids, self.node_id, time.time())
+        elif self.role_of(peer) != "node":
+            raise Forbidden("a put needs the master's grant (only data nodes relay without one)")
+
+    def check_get(self, msg: p.Get, peer: bytes) -> None:
+        if msg.grant is None:
+            raise Forbidden("a get needs the master's grant (from the lease)")
+        self.ring.check_get(msg.grant, msg.ids, self.node_id, time.time())
+
+    def check_delete(self, msg: p.Delete, peer: bytes) -> None:
+        if msg.grant is not None:
+            self.ring.check_put(msg.grant, msg.ids, self.node_id, time.time())
+        elif self.role_of(peer) not in DELETERS:
+            raise Forbidden("a delete needs the put grant of its ids, or a data node or "
+                            "admin key")

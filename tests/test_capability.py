@@ -1,0 +1,178 @@
+"""Grants as data nodes check them: what a forged, expired or replayed capability gets.
+
+Grants come from the master's ``CapabilityKeys`` (in memory), are checked by a node's
+``KeyRing`` holding the keys a heartbeat reply would carry; no sockets.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import pytest
+
+from blizzard import protocol as p
+from blizzard.capability import KeyRing
+from blizzard.errors import Forbidden, InvalidArgument, ProtocolError
+from master.capabilities import GET_GRANT_S, CapabilityKeys
+from master.config import MasterConfig
+
+NOW = 1_700_000_000.0
+
+
+@pytest.fixture
+def keys() -> CapabilityKeys:
+    return CapabilityKeys(None, 600.0, NOW)
+
+
+def ring_of(keys: CapabilityKeys) -> KeyRing:
+    """A data node's ring after a heartbeat reply from this master."""
+    ring = KeyRing()
+    ring.load(keys.keys())
+    return ring
+
+
+def test_a_put_grant_covers_its_ids_on_its_nodes(keys):
+    grant = keys.put_grant(100, 10, ["dn-b", "dn-a"], NOW + 30)
+    ring = ring_of(keys)
+    ring.check_put(grant, [100, 105, 109], "dn-a", NOW)
+    ring.check_put(grant, [109], "dn-b", NOW + 29)
+    assert grant.nodes == ["dn-a", "dn-b"]  # signed sorted
+
+
+def test_a_get_grant_covers_its_ids_on_its_nodes(keys):
+    grant = keys.get_grant([7, 3, 9], ["dn-a"], NOW)
+    ring = ring_of(keys)
+    ring.check_get(grant, [3, 9], "dn-a", NOW)
+    ring.check_get(grant, [9, 9, 7], "dn-a", NOW + GET_GRANT_S - 1)
+
+
+@pytest.mark.parametrize("change", [
+    {"mac": b"\x00" * 16}, {"mac": b""}, {"first": 50}, {"n": 1000}, {"nodes": ["dn-a", "dn-c"]},
+    {"expiry": NOW + 3600}, {"key_id": 3},
+], ids=lambda c: next(iter(c)))
+def test_a_forged_put_grant_is_refused(keys, change):
+    grant = dataclasses.replace(keys.put_grant(100, 10, ["dn-a", "dn-b"], NOW + 30), **change)
+    with pytest.raises(Forbidden):
+        ring_of(keys).check_put(grant, [100], "dn-a", NOW)
+
+
+@pytest.mark.parametrize("change", [
+    {"mac": b"\xff" * 16}, {"ids": [1, 2, 3, 4]}, {"nodes": ["dn-a", "dn-b"]},
+    {"expiry": NOW + 3600},
+], ids=lambda c: next(iter(c)))
+def test_a_forged_get_grant_is_refused(keys, change):
+    grant = dataclasses.replace(keys.get_grant([1, 2, 3], ["dn-a"], NOW), **change)
+    with pytest.raises(Forbidden):
+        ring_of(keys).check_get(grant, [1], "dn-a", NOW)
+
+
+def test_a_grant_signed_with_a_key_not_of_the_master_is_refused(keys):
+    other = CapabilityKeys(None, 600.0, NOW)  # another master: same key ids, other keys
+    with pytest.raises(Forbidden, match="signature"):
+        ring_of(keys).check_put(other.put_grant(1, 1, ["dn-a"], NOW + 30), [1], "dn-a", NOW)
+
+
+def test_an_expired_grant_is_refused(keys):
+    ring = ring_of(keys)
+    put = keys.put_grant(1, 5, ["dn-a"], NOW + 30)
+    get = keys.get_grant([1], ["dn-a"], NOW)
+    with pytest.raises(Forbidden, match="expired"):
+        ring.check_put(put, [1], "dn-a", NOW + 30)
+    with pytest.raises(Forbidden, match="expired"):
+        ring.check_get(get, [1], "dn-a", NOW + GET_GRANT_S + 0.001)
+
+
+def test_a_put_grant_replayed_as_a_get_grant_is_refused(keys):
+    put = keys.put_grant(1, 3, ["dn-a"], NOW + 30)
+    as_get = p.GetGrant([1, 2, 3], put.nodes, put.key_id, put.expiry, put.mac)
+    with pytest.raises(Forbidden, match="signature"):
+        ring_of(keys).check_get(as_get, [1], "dn-a", NOW)
+    get = keys.get_grant([1, 2, 3], ["dn-a"], NOW)
+    as_put = p.PutGrant(1, 3, get.nodes, get.key_id, get.expiry, get.mac)
+    with pytest.raises(Forbidden, match="signature"):
+        ring_of(keys).check_put(as_put, [1], "dn-a", NOW)
+    # nor does the wire let one kind stand in for the other
+    with pytest.raises(ProtocolError):
+        p.decode(p.encode(1, p.Get([1], put)))
+
+
+def test_a_grant_for_other_ids_is_refused(keys):
+    ring = ring_of(keys)
+    with pytest.raises(Forbidden, match="these ids"):
+        ring.check_put(keys.put_grant(100, 10, ["dn-a"], NOW + 30), [100, 110], "dn-a", NOW)
+    with pytest.raises(Forbidden, match="these ids"):
+        ring.check_put(keys.put_grant(100, 10, ["dn-a"], NOW + 30), [99], "dn-a", NOW)
+    with pytest.raises(Forbidden, match="these ids"):
+        ring.check_get(keys.get_grant([1, 3], ["dn-a"], NOW), [1, 2], "dn-a", NOW)
+
+
+def test_a_grant_for_another_node_is_refused(keys):
+    ring = ring_of(keys)
+    with pytest.raises(Forbidden, match="dn-c"):
+        ring.check_put(keys.put_grant(1, 1, ["dn-a", "dn-b"], NOW + 30), [1], "dn-c", NOW)
+    with pytest.raises(Forbidden, match="dn-c"):
+        ring.check_get(keys.get_grant([1], ["dn-a"], NOW), [1], "dn-c", NOW)
+
+
+def test_a_node_that_never_heard_from_the_master_refuses_every_grant(keys):
+    with pytest.raises(Forbidden, match="unknown"):
+        KeyRing().check_put(keys.put_grant(1, 1, ["dn-a"], NOW + 30), [1], "dn-a", NOW)
+
+
+def test_the_previous_key_still_works_and_one_retired_two_rotations_ago_does_not(keys):
+    old = keys.get_grant([1], ["dn-a"], NOW)
+    keys.rotate(NOW + 600)
+    previous = keys.get_grant([1], ["dn-a"], NOW + 600)
+    assert previous.key_id == old.key_id + 1
+    ring_of(keys).check_get(old, [1], "dn-a", NOW + 1)  # signed with the previous key
+    keys.rotate(NOW + 1200)
+    ring = ring_of(keys)
+    ring.check_get(previous, [1], "dn-a", NOW + 601)
+    with pytest.raises(Forbidden, match=f"key {old.key_id} is unknown"):
+        ring.check_get(old, [1], "dn-a", NOW + 1)
+
+
+def test_nodes_know_the_next_key_before_the_master_signs_with_it(keys):
+    ring = ring_of(keys)  # a node whose last heartbeat reply came before the rotation
+    keys.rotate(NOW + 600)
+    ring.check_put(keys.put_grant(1, 1, ["dn-a"], NOW + 630), [1], "dn-a", NOW + 600)
+
+
+def test_the_ring_rotates_each_period(keys):
+    first = [k.key_id for k in keys.keys()]
+    keys.tick(NOW + 599)
+    assert [k.key_id for k in keys.keys()] == first
+    keys.tick(NOW + 600)
+    assert [k.key_id for k in keys.keys()] == [i + 1 for i in first]
+    keys.tick(NOW + 1199)
+    assert [k.key_id for k in keys.keys()] == [i + 1 for i in first]
+
+
+def test_the_ring_survives_a_restart_in_a_private_file(tmp_path):
+    keys = CapabilityKeys(str(tmp_path), 600.0, NOW)
+    keys.rotate(NOW + 600)
+    grant = keys.put_grant(1, 1, ["dn-a"], NOW + 630)
+    assert (tmp_path / "capability_keys").stat().st_mode & 0o777 == 0o600
+    assert not list(tmp_path.glob("*.tmp"))
+    again = CapabilityKeys(str(tmp_path), 600.0, time.time())
+    assert again.keys() == keys.keys()
+    ring_of(again).check_put(grant, [1], "dn-a", NOW + 601)
+    again.tick(NOW + 1199)  # the period runs from the rotation before the restart
+    assert again.keys() == keys.keys()
+    again.tick(NOW + 1200)
+    assert again.keys()[0] == keys.keys()[1]
+
+
+def test_a_rotation_that_cannot_be_written_changes_nothing(tmp_path):
+    keys = CapabilityKeys(str(tmp_path), 600.0, NOW)
+    before = keys.keys()
+    (tmp_path / "capability_keys.tmp").mkdir()  # the temp file cannot be opened
+    with pytest.raises(OSError):
+        keys.rotate(NOW + 600)
+    assert keys.keys() == before and keys.rotated_at == NOW
+
+
+def test_a_key_period_no_heartbeat_could_keep_up_with_is_refused():
+    with pytest.raises(InvalidArgument, match="capability-key-s"):
+        MasterConfig(data_dir="unused", heartbeat_s=1.0, capability_key_s=1.0).validate()
