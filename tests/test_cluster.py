@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 
 import pytest
-import zmq
 
 from blizzard import Client, protocol as p
 from blizzard import datanodes as nodes_module
