@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import weakref
 from typing import Any
 
 import zmq
@@ -64,12 +65,12 @@ class Gatekeeper(ThreadAuthenticator):
         return self.keys.role(z85.encode(client_public_key)) or ""
 
 
-_gatekeepers: dict[int, Gatekeeper] = {}
+_gatekeepers: "weakref.WeakKeyDictionary[zmq.Context, Gatekeeper]" = weakref.WeakKeyDictionary()
 
 
 def guard(ctx: zmq.Context, directory: str) -> Gatekeeper:
     """Start (once per context) the ZAP handler that admits the keys in ``directory``."""
-    gate = _gatekeepers.get(id(ctx))
+    gate = _gatekeepers.get(ctx)
     if gate is not None:
         if os.path.realpath(gate.keys.directory) != os.path.realpath(directory):
             raise AuthenticationFailed("two key directories in one ZeroMQ context")
@@ -77,7 +78,7 @@ def guard(ctx: zmq.Context, directory: str) -> Gatekeeper:
     gate = Gatekeeper(ctx, directory)
     gate.start()
     gate.configure_curve_callback(k.ZAP_DOMAIN, credentials_provider=gate.keys)
-    _gatekeepers[id(ctx)] = gate
+    _gatekeepers[ctx] = gate
     return gate
 
 
@@ -117,15 +118,15 @@ class HandshakeWatch:
 
     def _why(self, event: dict[str, Any]) -> str:
         kind = event["event"]
+        if not self.secure:  # any failed handshake: the server speaks CURVE and we do not
+            return (f"{self.addr} requires keys (CURVE) and this process has none: pass "
+                    f"keys=DIR or set {k.ENV}")
         if kind == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
             return (f"{self.addr} refused this process's key (not in its key directory, or "
                     f"retired)")
         if kind == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:
-            if self.secure:
-                return (f"{self.addr} does not speak CURVE (a server started with --insecure?) "
-                        "but this process was given keys")
-            return (f"{self.addr} requires keys (CURVE) and this process has none: pass "
-                    f"keys=DIR or set {k.ENV}")
+            return (f"{self.addr} does not speak CURVE (a server started with --insecure?) "
+                    "but this process was given keys")
         return (f"handshake with {self.addr} failed: its public key is not the one this "
                 "process was given (wrong master or data-node key?)")
 

@@ -161,7 +161,7 @@ def test_malformed_frames_get_error_replies_and_the_server_keeps_serving(cluster
         raw.send_multipart([b"two", b"frames"])
         assert raw.poll(5000)
         assert isinstance(p.decode(raw.recv())[1], p.Error)
-        ep = cluster.endpoint(addr)
+        ep = cluster.endpoint(addr, "client" if target == "master" else "datanode")
         with pytest.raises(InvalidArgument):  # a well-formed message this server does not serve
             call(ep, p.Get([1], None) if target == "master" else p.Status(), 5)
         with pytest.raises(InvalidArgument):

@@ -13,7 +13,9 @@ import time
 import zlib
 
 import pytest
+import zmq
 
+from blizzard import keys as k
 from blizzard import protocol as p
 from blizzard.client import Client
 from blizzard.errors import Forbidden
@@ -35,9 +37,11 @@ class Node:
     """A secure data node in process: what it replied, what it reported to the master."""
 
     def __init__(self, tmp_path, keys: str | None = "keys") -> None:
+        if keys:
+            k.generate(str(tmp_path / keys))
         self.server = DatanodeServer(DatanodeConfig(
             data_dir=str(tmp_path), bind=f"tcp://127.0.0.1:{free_port()}",
-            keys=str(tmp_path / keys) if keys else None), store=MemoryStore())
+            keys=str(tmp_path / keys) if keys else None), zmq.Context(), store=MemoryStore())
         self.replies: list[object] = []
         self.reports: list[object] = []
         self.server.router.reply = lambda peer, rid, msg: self.replies.append(msg)
@@ -181,15 +185,18 @@ class Running:
 def secure_cluster(tmp_path):
     """A master rotating its capability key every second, two secure data nodes, a client."""
     master_addr = f"tcp://127.0.0.1:{free_port()}"
+    keys = str(tmp_path / "keys")
+    k.generate(keys)
+    ctx = zmq.Context()  # its own: one key directory per ZeroMQ context
     master = MasterServer(MasterConfig(
         data_dir=str(tmp_path / "master"), bind=master_addr, heartbeat_s=0.1, dead_after_s=1.0,
-        pending_timeout_s=3.0, capability_key_s=1.0))
+        pending_timeout_s=3.0, capability_key_s=1.0, keys=keys), ctx)
     nodes = [DatanodeServer(DatanodeConfig(
         data_dir=str(tmp_path / f"dn{i}"), bind=f"tcp://127.0.0.1:{free_port()}",
-        master=master_addr, heartbeat_s=0.1, keys=str(tmp_path / "keys")), store=MemoryStore())
+        master=master_addr, heartbeat_s=0.1, keys=keys), ctx, store=MemoryStore())
         for i in range(2)]
     running = Running([master, *nodes])
-    client = Client(master_addr, timeout_s=10.0, node_timeout_s=2.0)
+    client = Client(master_addr, timeout_s=10.0, node_timeout_s=2.0, keys=keys, ctx=ctx)
     try:
         wait_for(lambda: sum(n.alive for n in client.status().nodes) == 2, what="data nodes")
         yield master, nodes, client
@@ -220,7 +227,8 @@ def test_keys_rotate_while_items_flow_and_nothing_is_lost(secure_cluster):
         client.ack_many(msgs)
     # Then every item came out with its payload, and the nodes did check grants
     assert got == sent
-    ep = Endpoint(client.ctx, nodes[0].addr)
+    assert client.keys is not None
+    ep = Endpoint(client.ctx, nodes[0].addr, client.keys, client.keys.datanode)
     try:
         with pytest.raises(Forbidden):
             call(ep, p.Get(list(sent)[:1], None), 5)

@@ -262,18 +262,22 @@ def test_a_frame_over_the_size_limit_is_dropped(hostile, client):
 def test_a_get_repeating_one_id_gets_it_once_and_a_reply_is_capped(hostile, client):
     blob = os.urandom(64 * 1024)
     ids = client.enqueue_many("wide", [blob] * 400)  # 25 MiB in all: more than one reply holds
+    items = client.lease("wide", 400, wait_s=5)  # the lease brings the grant to read them
+    assert sorted(item.id for item in items) == sorted(ids)
+    grant = items[0].grant
     node = hostile.nodes[0]
     before = rss_bytes(node.popen.pid)
-    reply = ask(node.addr, p.Get([ids[0]] * 10_000, None))
+    reply = ask(node.addr, p.Get([ids[0]] * 10_000, grant))
     assert reply.ids == [ids[0]] and reply.blobs == [blob]
-    reply = ask(node.addr, p.Get(ids, None))
+    reply = ask(node.addr, p.Get(ids, grant))
     assert 0 < len(reply.ids) < len(ids) and sum(map(len, reply.blobs)) <= 21 * MiB
     assert not reply.missing
     assert rss_bytes(node.popen.pid) - before < 2 * p.MAX_FRAME_BYTES + 32 * MiB
-    got = client.dequeue_many("wide", 400, wait_s=5)  # the client asks again for the rest
-    assert sorted(m.id for m in got) == sorted(ids) and all(m.data == blob for m in got)
+    payloads, failed = client.fetch(items)  # the client asks again for the rest
+    assert not failed and sorted(payloads) == sorted(ids)
+    assert all(data == blob for data in payloads.values())
     assert hostile.status().under_replicated == 0  # no replica taken for bad on the way
-    client.ack_many(got)
+    client.ack_many(items)
     assert_healthy(hostile, client)
 
 
