@@ -25,10 +25,10 @@ HEARTBEAT_IVL_MS = 5_000
 HEARTBEAT_TIMEOUT_MS = 20_000
 HANDSHAKE_IVL_MS = 10_000  # a connection that has not finished the ZMTP greeting by then is cut
 RECEIVE_HWM = 256  # frames queued per peer before ZeroMQ stops reading its socket
-# Replies queued per peer before ZeroMQ drops more (a peer that never reads): libzmq's default
-# at the master, whose replies are small; fewer where replies carry payloads (data nodes).
+# Replies queued per peer before ZeroMQ drops more (a peer that never reads): libzmq's default.
+# A count, not bytes: fewer would bound a data node's payload replies, but a pass answers up to
+# 512 requests of one peer faster than ZeroMQ sends them, and the excess would be dropped.
 SEND_HWM = 1000
-BULK_SEND_HWM = 32
 PASS_BYTES = 64 * 1024 * 1024  # request bytes a server takes in one loop pass
 MAX_UNCLAIMED = 4096  # replies an endpoint keeps for requests not yet collected
 MAX_ROLES = 65_536  # connections whose role a secure server remembers

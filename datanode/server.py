@@ -26,7 +26,7 @@ from blizzard import keys as k
 from blizzard import protocol as p
 from blizzard.errors import (AuthenticationFailed, BlizzardError, InvalidArgument, PayloadTooLarge, StorageError,
                              WrongNode)
-from blizzard.transport import BULK_SEND_HWM, Endpoint, RouterServer, check_addr, error_reply
+from blizzard.transport import Endpoint, RouterServer, check_addr, error_reply
 from datanode.config import DatanodeConfig
 from datanode.store import BlobStore, LevelDbStore
 
@@ -97,7 +97,7 @@ class DatanodeServer:
             server_keys = k.ServerKeys.from_dir(config.keys, "datanode")
             self.keys = k.ClientKeys(server_keys.public, server_keys.secret,
                                      k.load_public(config.keys, "master"), server_keys.public)
-        self.router = RouterServer(self.ctx, config.bind, keys=server_keys, send_hwm=BULK_SEND_HWM)
+        self.router = RouterServer(self.ctx, config.bind, keys=server_keys)
         self.master = Endpoint(self.ctx, config.master, self.keys,
                                self.keys.master if self.keys else None)
         self.peers: dict[str, Endpoint] = {}
