@@ -25,6 +25,10 @@ HEARTBEAT_IVL_MS = 5_000
 HEARTBEAT_TIMEOUT_MS = 20_000
 HANDSHAKE_IVL_MS = 10_000  # a connection that has not finished the ZMTP greeting by then is cut
 RECEIVE_HWM = 256  # frames queued per peer before ZeroMQ stops reading its socket
+# Replies queued per peer before ZeroMQ drops more (a peer that never reads): libzmq's default.
+# A count, not bytes: fewer would bound a data node's payload replies, but a pass answers up to
+# 512 requests of one peer faster than ZeroMQ sends them, and the excess would be dropped.
+SEND_HWM = 1000
 PASS_BYTES = 64 * 1024 * 1024  # request bytes a server takes in one loop pass
 MAX_UNCLAIMED = 4096  # replies an endpoint keeps for requests not yet collected
 MAX_ROLES = 65_536  # connections whose role a secure server remembers
@@ -54,14 +58,19 @@ def _harden(sock: zmq.Socket, max_frame_bytes: int) -> None:
 
 
 def bind_router(ctx: zmq.Context, addr: str, max_frame_bytes: int = protocol.MAX_FRAME_BYTES,
-                keys: ServerKeys | None = None) -> zmq.Socket:
-    """A server's ROUTER socket, bounded in message size and queue, bound to ``addr``;
-    a CURVE server admitting only the keys of ``keys.directory`` when ``keys`` is given."""
+                keys: ServerKeys | None = None, send_hwm: int = SEND_HWM) -> zmq.Socket:
+    """A server's ROUTER socket, bounded in message size and queues, bound to ``addr``;
+    a CURVE server admitting only the keys of ``keys.directory`` when ``keys`` is given.
+
+    The bounds are per frame and per message: libzmq holds a message of many frames whole
+    until its last frame has come, and no socket option caps that (see ``receive``).
+    """
     sock = ctx.socket(zmq.ROUTER)
     _harden(sock, max_frame_bytes)
     if keys is not None:
         serve_curve(sock, keys)
     sock.setsockopt(zmq.RCVHWM, RECEIVE_HWM)
+    sock.setsockopt(zmq.SNDHWM, send_hwm)
     sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
     sock.bind(addr)
     return sock
@@ -279,8 +288,8 @@ class RouterServer:
 
     def __init__(self, ctx: zmq.Context, addr: str, max_batch: int = 512,
                  max_frame_bytes: int = protocol.MAX_FRAME_BYTES,
-                 keys: ServerKeys | None = None) -> None:
-        self.sock = bind_router(ctx, addr, max_frame_bytes, keys)
+                 keys: ServerKeys | None = None, send_hwm: int = SEND_HWM) -> None:
+        self.sock = bind_router(ctx, addr, max_frame_bytes, keys, send_hwm)
         self.secure = keys is not None
         self.roles: dict[bytes, str] = {}  # connection -> its key's role (secure servers)
         self.poller = zmq.Poller()  # made once: ``Socket.poll`` would build one per call
@@ -290,7 +299,9 @@ class RouterServer:
     def receive(self, timeout_ms: int) -> list[tuple[bytes, int, Any]]:
         """Up to ``max_batch`` decoded requests (``PASS_BYTES`` at most) as (peer, rid, message).
 
-        A request that fails to decode is answered with an error at once and not returned.
+        A request that fails to decode is answered with an error at once and not returned;
+        so is a message of more than one body frame, whose extra frames are dropped as they
+        are read, never kept.
         """
         out: list[tuple[bytes, int, Any]] = []
         sock = self.sock
@@ -299,13 +310,12 @@ class RouterServer:
         taken = 0
         while len(out) < self.max_batch and taken < PASS_BYTES \
                 and sock.get(_EVENTS) & _POLLIN:
-            frames = self._frames() if self.secure else sock.recv_multipart(zmq.NOBLOCK)
-            if len(frames) != 2:
-                if len(frames) > 2:
-                    self.reply(frames[0], 0, protocol.Error(
-                        "protocol", f"expected one body frame, got {len(frames) - 1}"))
+            peer, body, extra = self._frames()
+            if extra or body is None:
+                if extra:
+                    self.reply(peer, 0, protocol.Error(
+                        "protocol", f"expected one body frame, got {extra + 1}"))
                 continue
-            peer, body = frames
             taken += len(body)
             try:
                 rid, msg = protocol.decode(body)
@@ -320,18 +330,22 @@ class RouterServer:
             out.append((peer, rid, msg))
         return out
 
-    def _frames(self) -> list[bytes]:
-        """One message's frames, noting the role its connection authenticated with."""
+    def _frames(self) -> tuple[bytes, bytes | None, int]:
+        """One message: (peer, its first body frame, how many more it had), noting the role
+        its connection authenticated with. Frames past the first body are read and dropped."""
         first = self.sock.recv(zmq.NOBLOCK, copy=False)
         peer = first.bytes
-        if peer not in self.roles:
+        if self.secure and peer not in self.roles:
             if len(self.roles) >= MAX_ROLES:  # connections come and go: forget the oldest
                 del self.roles[next(iter(self.roles))]
             self.roles[peer] = first.get("User-Id")
-        frames = [peer]
+        body, extra = None, 0
+        if self.sock.get(zmq.RCVMORE):
+            body = self.sock.recv(zmq.NOBLOCK)
         while self.sock.get(zmq.RCVMORE):
-            frames.append(self.sock.recv(zmq.NOBLOCK))
-        return frames
+            self.sock.recv(zmq.NOBLOCK, copy=False)
+            extra += 1
+        return peer, body, extra
 
     def role_of(self, peer: bytes) -> str | None:
         """The role (``node``, ``client``, ``admin``) of the key ``peer`` authenticated with;

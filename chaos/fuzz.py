@@ -3,12 +3,15 @@
 ``frames(rng)`` yields (category, frames) pairs, each a ZeroMQ message a DEALER could send:
 usually one body, sometimes several frames or none. ``fuzz(addr, n)`` sends ``n`` of them to
 a server, pacing with a ``Status``/``Get`` round trip every ``check_every`` frames, and
-reports how many the server answered. Whether the server survived, and whether the queue's
-items did, is the caller's to check (``scripts/fuzz``, ``tests/test_fuzz.py``).
+reports how many the server answered. The hostile socket may be one the server refuses (no
+key, an unknown key): then the pacing goes over a second, admitted socket (``probe``).
+Whether the server survived, and whether the items did, is the caller's to check
+(``chaos/fuzz_campaign.py``).
 
 Templates use ids far above any a test allocates and node ids of their own, so a frame that
-happens to be a valid request cannot settle, delete or move a real item: what the fuzzer
-probes is parsing and validation, not the lack of authentication (the security issue).
+happens to be a valid request cannot settle, delete or move a real item; a mutated frame that
+would (``chaos/fuzz_guard.py``) is replaced by another. What the fuzzer probes is parsing and
+validation, not what a key may do.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import msgpack
 import zmq
 
 from blizzard import protocol as p
+from chaos.fuzz_guard import Protected
 
 FAR = 2**40  # template ids start here, above anything a test cluster hands out
 EXTREME_INTS = [-1, -2**31 - 1, -2**63, 2**31, 2**32, 2**63 - 1, 2**63, 2**64 - 1, 0]
@@ -166,17 +170,27 @@ def one_frame(rng: random.Random, category: str, base: list[Any]) -> list[bytes]
     return [_pack(fields + [_random_value(rng) for _ in range(rng.randrange(1, 4))])]
 
 
-def frames(rng: random.Random) -> Iterator[tuple[str, list[bytes]]]:
+def frames(rng: random.Random, protect: Protected | None = None
+           ) -> Iterator[tuple[str, list[bytes]]]:
+    """Hostile messages for ever; one that ``protect`` says names a real item or name comes
+    as ("spared", []) instead."""
     base = templates(rng)
     while True:
         category = rng.choice(CATEGORIES)
-        yield category, one_frame(rng, category, base)
+        msg = one_frame(rng, category, base)
+        if protect is not None and protect.touches(msg):
+            yield "spared", []
+        else:
+            yield category, msg
 
 
 @dataclass
 class FuzzResult:
     sent: int = 0
     answered: int = 0
+    spared: int = 0  # frames not sent: they named a protected id or name
+    unsent: int = 0  # frames the socket would not take (a refused socket's queue was full)
+    probe_max_ms: float = 0.0  # the slowest pacing round trip
     by_category: dict[str, int] = field(default_factory=dict)
     errors: dict[str, int] = field(default_factory=dict)  # error codes of the replies
     alive_checks: int = 0
@@ -185,11 +199,15 @@ class FuzzResult:
 
 def fuzz(addr: str, n: int, *, seed: int = 0, check_every: int = 250,
          check: Any = p.Status(), timeout_s: float = 5.0,
-         connect: Callable[[str], zmq.Socket] | None = None) -> FuzzResult:
+         connect: Callable[[str], zmq.Socket] | None = None,
+         probe: Callable[[str], zmq.Socket] | None = None,
+         protect: Protected | None = None) -> FuzzResult:
     """Send ``n`` hostile messages to ``addr``; a round trip every ``check_every`` must succeed.
 
-    ``connect`` makes the connected DEALER (with a key, for a secure server); default a
-    plain one. Raises ``AssertionError`` if the server stops answering its pacing check.
+    ``connect`` makes the connected DEALER the frames go over (with a key, for a secure
+    server); default a plain one. ``probe`` makes the socket the pacing round trips go over;
+    default the same one. Raises ``AssertionError`` if the server stops answering its pacing
+    check.
     """
     rng = random.Random(seed)
     if connect is None:
@@ -199,27 +217,40 @@ def fuzz(addr: str, n: int, *, seed: int = 0, check_every: int = 250,
     else:
         sock = connect(addr)
     sock.setsockopt(zmq.SNDHWM, 100_000)
+    checker = sock if probe is None else probe(addr)
     result = FuzzResult()
     started = time.monotonic()
-    gen = frames(rng)
+    gen = frames(rng, protect)
     try:
         while result.sent < n:
-            for _ in range(min(check_every, n - result.sent)):
+            batch_end = min(result.sent + check_every, n)
+            while result.sent < batch_end:
                 category, msg = next(gen)
+                if category == "spared":
+                    result.spared += 1
+                    continue
                 if msg:
-                    sock.send_multipart(msg)
+                    try:
+                        sock.send_multipart(msg, zmq.NOBLOCK)
+                    except zmq.Again:
+                        result.unsent += 1
                 result.sent += 1
                 result.by_category[category] = result.by_category.get(category, 0) + 1
             _drain(sock, result, 0)
             rid = 2**62 + result.sent
-            sock.send(p.encode(rid, check))
-            deadline = time.monotonic() + timeout_s
-            while not _drain(sock, result, 50, want=rid):
+            asked = time.monotonic()
+            checker.send(p.encode(rid, check))
+            deadline = asked + timeout_s
+            while not _drain(checker, result, 50, want=rid):
                 if time.monotonic() > deadline:
                     raise AssertionError(f"{addr} stopped answering after {result.sent} frames")
+            result.probe_max_ms = max(result.probe_max_ms, (time.monotonic() - asked) * 1000)
             result.alive_checks += 1
+            _drain(sock, result, 0)
     finally:
         sock.close(linger=0)
+        if checker is not sock:
+            checker.close(linger=0)
     result.seconds = time.monotonic() - started
     return result
 
@@ -231,9 +262,10 @@ def _drain(sock: zmq.Socket, result: FuzzResult, wait_ms: int, want: int | None 
         wait_ms = 0
         body = sock.recv()
         rid, reply = p.decode(body)  # every reply must decode: it may not echo a bad request id
+        if rid == want:  # the pacing check's: an answer or an error, both say "alive"
+            got = True
+            continue
         result.answered += 1
         if isinstance(reply, p.Error):
             result.errors[reply.code] = result.errors.get(reply.code, 0) + 1
-        if rid == want:
-            got = True
     return got

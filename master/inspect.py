@@ -25,19 +25,24 @@ class Report:
 
 def check(data_dir: str) -> Report:
     """Load the checkpoint and replay every segment in memory, changing nothing on disk."""
+    return recover(data_dir)[0]
+
+
+def recover(data_dir: str) -> tuple[Report, State]:
+    """``check``'s report and the state a restart would find (as far as it could be read)."""
     wal_dir = os.path.join(data_dir, "wal")
     report = Report()
+    state, start = State(), 0
     if not os.path.isdir(wal_dir):
         report.verdict = "empty"
         report.problems.append(f"{wal_dir} does not exist: a fresh master would start empty")
-        return report
-    state, start = State(), 0
+        return report, state
     try:
         found = checkpoint.load_latest(wal_dir)
     except WalCorrupt as exc:
         report.verdict = "corrupt"
         report.problems.append(str(exc))
-        return report
+        return report, state
     if found is not None:
         start, exported = found
         state = State.restore(exported)
@@ -58,4 +63,4 @@ def check(data_dir: str) -> Report:
     report.items = len(state.items)
     report.id_hi = state.id_hi
     report.queues = {q.name: (q.n_ready, q.n_delayed, q.n_leased) for q in state.queues.values()}
-    return report
+    return report, state
