@@ -206,7 +206,7 @@ def queue_peek(name: str, master: str, timeout_s: float, n: int) -> None:
     """Show the head items of queue NAME without leasing them."""
     from blizzard.client import Client
 
-    with Client(master, timeout_s=timeout_s) as c:
+    with Client(master, timeout_s=timeout_s, admin=True) as c:
         for m in c.peek(name, n):
             click.echo(f"{m.id}\tpriority={m.priority}\tattempts={m.attempts}\t"
                        f"{m.data.decode(errors='backslashreplace')}")

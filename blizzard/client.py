@@ -59,6 +59,8 @@ class Client:
         self.timeout_s = timeout_s
         self.node_timeout_s = min(node_timeout_s, timeout_s)
         self.keys = resolve_keys(keys, "admin" if admin else "client")
+        if admin and self.keys is None:
+            raise InvalidArgument("admin=True needs keys (keys=DIR or BLIZZARD_KEYS)")
         self.master = MasterLink(self.ctx, master, timeout_s=timeout_s, keys=self.keys)
         self.datanodes = DatanodePool(self.ctx, node_timeout_s=self.node_timeout_s,
                                       keys=self.keys, node_key=self.master.node_key)

@@ -24,7 +24,8 @@ from typing import Callable, Iterable
 import zmq
 
 from blizzard import protocol as p
-from blizzard.errors import BlizzardError, DataCorrupt, DatanodeUnavailable, Forbidden
+from blizzard.errors import (AuthenticationFailed, BlizzardError, DataCorrupt,
+                             DatanodeUnavailable, Forbidden)
 from blizzard.keys import ClientKeys
 from blizzard.message import LeasedItem
 from blizzard.transport import Endpoint, call_many
@@ -168,10 +169,12 @@ class DatanodePool:
                             set(reply.missing)
                 else:
                     log.warning("read from %s failed: %s", addr, reply)
-                    if isinstance(reply, TimeoutError):
+                    if isinstance(reply, (TimeoutError, AuthenticationFailed)):
                         self.suspect({item.nodes[k].node_id for item, k in group})
-                    elif isinstance(reply, p.Error) and reply.code == Forbidden.code:
-                        forbidden = reply.message
+                    if isinstance(reply, AuthenticationFailed) or \
+                            (isinstance(reply, p.Error) and reply.code == Forbidden.code):
+                        forbidden = str(reply) if isinstance(reply, AuthenticationFailed) \
+                            else reply.message
                 crc32 = zlib.crc32
                 for item, k in group:
                     if item.id in unreached:

@@ -15,7 +15,7 @@ from typing import Any
 import zmq
 
 from blizzard import protocol as p
-from blizzard.errors import MasterUnavailable
+from blizzard.errors import AuthenticationFailed, MasterUnavailable
 from blizzard.keys import ClientKeys
 from blizzard.transport import Endpoint, call_many, raise_if_error
 
@@ -66,6 +66,8 @@ class MasterLink:
             replies = call_many([(self.endpoint, msgs[i]) for i in todo], max(attempt_s, 0.01))
             again = []
             for i, reply in zip(todo, replies):
+                if isinstance(reply, AuthenticationFailed):
+                    raise reply  # no retry gets past a refused key
                 results[i] = reply
                 if isinstance(reply, TimeoutError) or is_retryable(reply):
                     again.append(i)

@@ -186,8 +186,8 @@ class EnqueuePipeline:
             reply = c.ep.take(c.rid) if c.ep is not None else None
             if reply is not None:
                 self._advance(c, reply)
-            elif c.until <= now:
-                self._advance(c, None)
+            elif c.until <= now or (c.ep is not None and c.ep.refused is not None):
+                self._advance(c, None)  # (a refused handshake: the slow path raises it)
 
     def _advance(self, c: Chunk, reply: Any) -> None:
         """The next step after ``reply`` (None: none came in time)."""
@@ -219,7 +219,8 @@ class EnqueuePipeline:
         n, o = len(ids), c.opts
         c.enqueue_msg = p.Enqueue(c.queue, ids, [len(b) for b in c.blobs], c.crcs,
                                   [o.priority] * n, [o.delay_s] * n, [o.key] * n, o.coalesce,
-                                  self.master.call_id(), not c.commit, self.nodes.node_timeout_s)
+                                  self.master.call_id(), not c.commit, self.nodes.node_timeout_s,
+                                  placement.grant)
         c.since = time.monotonic()
         self._send_to(c, self.master.endpoint, c.enqueue_msg,
                       c.since + self.nodes.node_timeout_s + ATTEMPT_S)

@@ -97,6 +97,7 @@ class Enqueue:
     request: str  # the caller's id: a retry is answered once, never applied twice
     hold: bool
     wait_s: float
+    grant: PutGrant | None  # the placement's: with security on, the ids must be the caller's
 
 
 @message(46)

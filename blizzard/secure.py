@@ -12,8 +12,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 import weakref
-from typing import Any
 
 import zmq
 from zmq.auth.thread import ThreadAuthenticator
@@ -29,21 +29,36 @@ HANDSHAKE_FAILED = (zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_F
 
 
 class _Directory:
-    """The ZAP handler's view of the key directory, re-read when the directory changes."""
+    """The ZAP handler's view of the key directory, re-read when it changes.
+
+    It is re-read when its modification time changes and, at most once a second, when an
+    unknown key knocks (a file system with coarse timestamps may not show a change). A
+    directory that cannot be read keeps the last keys read: the handler thread must never
+    die, or no connection would be admitted again.
+    """
+
+    RETRY_S = 1.0
 
     def __init__(self, directory: str) -> None:
         self.directory = directory
         self.stamp: tuple[int, int] | None = None
+        self.read_at = 0.0
         self.roles: dict[bytes, str] = {}
         self.lock = threading.Lock()
 
     def role(self, public: bytes) -> str | None:
-        st = os.stat(self.directory)
         with self.lock:
-            if (st.st_mtime_ns, st.st_ino) != self.stamp:
-                self.roles = k.authorized(self.directory)
-                self.stamp = (st.st_mtime_ns, st.st_ino)
-                log.info("%d keys allowed from %s", len(self.roles), self.directory)
+            try:
+                st = os.stat(self.directory)
+                stamp = (st.st_mtime_ns, st.st_ino)
+                now = time.monotonic()
+                if stamp != self.stamp or (public not in self.roles
+                                           and now - self.read_at >= self.RETRY_S):
+                    self.roles = k.authorized(self.directory)
+                    self.stamp, self.read_at = stamp, now
+                    log.info("%d keys allowed from %s", len(self.roles), self.directory)
+            except Exception as exc:  # keep serving with the keys read last
+                log.error("cannot read the key directory %s: %s", self.directory, exc)
             return self.roles.get(public)
 
     def callback(self, domain: str, public: bytes) -> bool:  # pyzmq's credentials provider
@@ -76,6 +91,7 @@ def guard(ctx: zmq.Context, directory: str) -> Gatekeeper:
             raise AuthenticationFailed("two key directories in one ZeroMQ context")
         return gate
     gate = Gatekeeper(ctx, directory)
+    gate.keys.role(b"")  # read the keys now: a directory gone later keeps these
     gate.start()
     gate.configure_curve_callback(k.ZAP_DOMAIN, credentials_provider=gate.keys)
     _gatekeepers[ctx] = gate
@@ -99,36 +115,55 @@ def connect_curve(sock: zmq.Socket, mine: k.ClientKeys, server_public: bytes) ->
 
 
 class HandshakeWatch:
-    """Watches one client socket for refused handshakes (a monitor socket, polled with it)."""
+    """Watches one client socket for refused handshakes (a monitor socket, polled with it).
+
+    A server that refuses the key (``FAILED_AUTH``) or the mechanism (``FAILED_PROTOCOL``
+    with a mechanism mismatch) says so; a handshake cut short without detail is also what a
+    server that restarts mid-greeting looks like, so only ``UNEXPLAINED`` of those in a row,
+    with no handshake succeeding in between, count as a wrong server key.
+    """
+
+    UNEXPLAINED = 3
 
     def __init__(self, sock: zmq.Socket, addr: str, secure: bool) -> None:
-        self.monitor = sock.get_monitor_socket(HANDSHAKE_FAILED)
+        self.monitor = sock.get_monitor_socket(HANDSHAKE_FAILED | zmq.EVENT_HANDSHAKE_SUCCEEDED)
         self.addr = addr
         self.secure = secure
+        self.unexplained = 0
         self.failure: AuthenticationFailed | None = None
 
-    def check(self) -> None:
-        """Read the events waiting; raise ``AuthenticationFailed`` if a handshake was refused."""
+    def poll(self) -> AuthenticationFailed | None:
+        """Read the events waiting; the refusal seen, if any (the first says most)."""
         while self.monitor.poll(0):
             event = parse_monitor_message(self.monitor.recv_multipart())
-            if self.failure is None:  # the first says most; retries fail without detail
-                self.failure = AuthenticationFailed(self._why(event))
-        if self.failure is not None:
-            raise self.failure
+            kind = event["event"]
+            if kind == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                self.unexplained, self.failure = 0, None
+                continue
+            if kind == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+                self.unexplained += 1
+                if self.unexplained < self.UNEXPLAINED:
+                    continue
+            elif kind == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL \
+                    and event["value"] != zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH:
+                continue  # a garbled greeting, not a refusal
+            if self.failure is None:
+                self.failure = AuthenticationFailed(self._why(kind))
+        return self.failure
 
-    def _why(self, event: dict[str, Any]) -> str:
-        kind = event["event"]
-        if not self.secure:  # any failed handshake: the server speaks CURVE and we do not
+    def _why(self, kind: int) -> str:
+        if not self.secure:
             return (f"{self.addr} requires keys (CURVE) and this process has none: pass "
-                    f"keys=DIR or set {k.ENV}")
+                    f"keys=DIR or set {k.ENV}" + ("" if kind == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+                                                  else " (or it is no Blizzard server)"))
         if kind == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
             return (f"{self.addr} refused this process's key (not in its key directory, or "
                     f"retired)")
         if kind == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:
             return (f"{self.addr} does not speak CURVE (a server started with --insecure?) "
                     "but this process was given keys")
-        return (f"handshake with {self.addr} failed: its public key is not the one this "
-                "process was given (wrong master or data-node key?)")
+        return (f"handshake with {self.addr} failed {self.UNEXPLAINED} times: its public key is "
+                "not the one this process was given (wrong master or data-node key?)")
 
     def close(self) -> None:
         self.monitor.close(linger=0)

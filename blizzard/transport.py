@@ -11,7 +11,8 @@ from typing import Any, Iterable
 import zmq
 
 from blizzard import protocol
-from blizzard.errors import BlizzardError, InvalidArgument, ProtocolError, from_code
+from blizzard.errors import (AuthenticationFailed, BlizzardError, InvalidArgument,
+                             ProtocolError, from_code)
 from blizzard.keys import ClientKeys, ServerKeys
 from blizzard.secure import HandshakeWatch, connect_curve, serve_curve
 
@@ -31,7 +32,6 @@ RECEIVE_HWM = 256  # frames queued per peer before ZeroMQ stops reading its sock
 SEND_HWM = 1000
 PASS_BYTES = 64 * 1024 * 1024  # request bytes a server takes in one loop pass
 MAX_UNCLAIMED = 4096  # replies an endpoint keeps for requests not yet collected
-MAX_ROLES = 65_536  # connections whose role a secure server remembers
 _EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)  # plain ints: enum operators cost a call
 
 _ADDR = re.compile(r"tcp://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]{1,253}):([0-9]{1,5})")
@@ -124,10 +124,14 @@ class Endpoint:
         watch.close()
         sock.close(linger=0)
 
-    def check_handshake(self) -> None:
-        """Raise ``AuthenticationFailed`` if the server refused this connection's handshake."""
-        if self.watch is not None:
-            self.watch.check()
+    @property
+    def refused(self) -> AuthenticationFailed | None:
+        """The handshake refusal already seen (no new events read)."""
+        return self.watch.failure if self.watch is not None else None
+
+    def handshake_failure(self) -> AuthenticationFailed | None:
+        """Why the server refused this connection's handshake, if it did (None: it did not)."""
+        return self.watch.poll() if self.watch is not None else None
 
     def send(self, msg: Any) -> int:
         """Queue a request; raises ``TimeoutError`` if the socket's send queue is full."""
@@ -156,7 +160,7 @@ class Endpoint:
     def wait(self, timeout_ms: int) -> bool:
         """Wait up to ``timeout_ms`` for a reply to arrive; True if one is there to read.
 
-        Raises ``AuthenticationFailed`` if the server refused the handshake meanwhile.
+        Handshake events seen meanwhile are noted (``handshake_failure``).
         """
         sock = self._socket()
         assert self.poller is not None
@@ -164,7 +168,7 @@ class Endpoint:
         if len(ready) == 1 and ready[0][0] is sock:
             return True
         if ready:
-            self.check_handshake()
+            self.handshake_failure()
             return sock.get(_EVENTS) & _POLLIN != 0
         return False
 
@@ -231,16 +235,18 @@ class Replies:
         ready = {sock for sock, _ in self.poller.poll(timeout_ms)}
         for ep in self.endpoints:
             if ep.watch is not None and ep.watch.monitor in ready:
-                ep.check_handshake()
+                ep.handshake_failure()
             if ep.sock in ready:
                 ep.read_ready()
 
 
 def call_many(calls: Iterable[tuple[Endpoint, Any]], timeout_s: float) -> list[Any]:
-    """Send every request at once, wait for all replies; a reply is a message or ``TimeoutError``.
+    """Send every request at once, wait for all replies; a reply is a message, a
+    ``TimeoutError``, or an ``AuthenticationFailed`` (the server refused our handshake).
 
     Error replies are returned as messages (``protocol.Error``); the caller decides what they mean.
-    Endpoints that timed out are reset so late replies cannot be mistaken for new ones.
+    Endpoints that timed out or were refused are reset so late replies cannot be mistaken for
+    new ones.
     """
     calls = list(calls)
     results: list[Any] = [None] * len(calls)
@@ -254,10 +260,12 @@ def call_many(calls: Iterable[tuple[Endpoint, Any]], timeout_s: float) -> list[A
     replies = Replies(ep for ep, _ in waiting.values())
     while waiting:
         for i, (ep, rid) in list(waiting.items()):
-            reply = ep.take(rid)
+            reply = ep.take(rid) or ep.refused
             if reply is not None:
                 results[i] = reply
                 del waiting[i]
+                if isinstance(reply, AuthenticationFailed):
+                    ep.reset()
         if not waiting:
             break
         left_ms = int((deadline - time.monotonic()) * 1000)
@@ -265,8 +273,8 @@ def call_many(calls: Iterable[tuple[Endpoint, Any]], timeout_s: float) -> list[A
             break
         replies.read(left_ms)
     for i, (ep, _) in waiting.items():
-        ep.check_handshake()
-        results[i] = TimeoutError(f"no reply from {ep.addr} within {timeout_s:g}s")
+        results[i] = ep.handshake_failure() or \
+            TimeoutError(f"no reply from {ep.addr} within {timeout_s:g}s")
         ep.reset()
     return results
 
@@ -274,7 +282,7 @@ def call_many(calls: Iterable[tuple[Endpoint, Any]], timeout_s: float) -> list[A
 def call(ep: Endpoint, msg: Any, timeout_s: float) -> Any:
     """One request, one reply; raises ``TimeoutError`` or the reply's ``BlizzardError``."""
     (reply,) = call_many([(ep, msg)], timeout_s)
-    if isinstance(reply, TimeoutError):
+    if isinstance(reply, (TimeoutError, AuthenticationFailed)):
         raise reply
     return raise_if_error(reply)
 
@@ -291,7 +299,7 @@ class RouterServer:
                  keys: ServerKeys | None = None, send_hwm: int = SEND_HWM) -> None:
         self.sock = bind_router(ctx, addr, max_frame_bytes, keys, send_hwm)
         self.secure = keys is not None
-        self.roles: dict[bytes, str] = {}  # connection -> its key's role (secure servers)
+        self.roles: dict[bytes, str] = {}  # this batch's connections -> their keys' roles
         self.poller = zmq.Poller()  # made once: ``Socket.poll`` would build one per call
         self.poller.register(self.sock, zmq.POLLIN)
         self.max_batch = max_batch
@@ -304,6 +312,7 @@ class RouterServer:
         are read, never kept.
         """
         out: list[tuple[bytes, int, Any]] = []
+        self.roles = {}
         sock = self.sock
         if not sock.get(_EVENTS) & _POLLIN and not self.poller.poll(timeout_ms):
             return out
@@ -332,13 +341,18 @@ class RouterServer:
 
     def _frames(self) -> tuple[bytes, bytes | None, int]:
         """One message: (peer, its first body frame, how many more it had), noting the role
-        its connection authenticated with. Frames past the first body are read and dropped."""
+        its connection authenticated with. Frames past the first body are read and dropped.
+
+        The role is read from every message, never remembered across batches: a peer may
+        choose its routing id, so an id is no proof of the connection it once named. Two
+        connections with one id and different roles in one batch both count as unknown.
+        """
         first = self.sock.recv(zmq.NOBLOCK, copy=False)
         peer = first.bytes
-        if self.secure and peer not in self.roles:
-            if len(self.roles) >= MAX_ROLES:  # connections come and go: forget the oldest
-                del self.roles[next(iter(self.roles))]
-            self.roles[peer] = first.get("User-Id")
+        if self.secure:
+            role = first.get("User-Id")
+            if self.roles.setdefault(peer, role) != role:
+                self.roles[peer] = ""
         body, extra = None, 0
         if self.sock.get(zmq.RCVMORE):
             body = self.sock.recv(zmq.NOBLOCK)
@@ -348,8 +362,9 @@ class RouterServer:
         return peer, body, extra
 
     def role_of(self, peer: bytes) -> str | None:
-        """The role (``node``, ``client``, ``admin``) of the key ``peer`` authenticated with;
-        None when the server runs without security (every peer may do everything)."""
+        """The role (``node``, ``client``, ``admin``; "" unknown) of the key ``peer``
+        authenticated with, for a request of the batch ``receive`` returned last; None when
+        the server runs without security (every peer may do everything)."""
         return self.roles.get(peer, "") if self.secure else None
 
     def reply(self, peer: bytes, rid: int, msg: Any) -> None:

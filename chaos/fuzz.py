@@ -43,7 +43,7 @@ def templates(rng: random.Random) -> list[Any]:
     return [
         p.Place(2, []),
         p.Enqueue("fz-q", ids[:2], [3, 4], [1, 2], [0, 1], [0.0, 1.0], ["", "k"], False, "fz-enq",
-                  False, 0.2),
+                  False, 0.2, put_grant),
         p.PutReport("fz-node", ids[:2], ids[2:], "boom"),
         p.Commit(ids, ["fz-node"], "fz-req"),
         p.Lease("fz-q", 2, 1.0, 0.0, "fz-lease", ids[:1], [5]),

@@ -31,6 +31,8 @@ class Gate:
         self.ring.load(keys)
 
     def check_put(self, msg: p.Put, peer: bytes) -> None:
+        if msg.forward and self.role_of(peer) != "node":  # a grant names its nodes: no others
+            raise Forbidden("only data nodes may name replicas to forward a put to")
         if msg.grant is not None:
             self.ring.check_put(msg.grant, msg.ids, self.node_id, time.time())
         elif self.role_of(peer) != "node":

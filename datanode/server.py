@@ -25,7 +25,7 @@ import zmq
 
 from blizzard import keys as k
 from blizzard import protocol as p
-from blizzard.errors import (AuthenticationFailed, BlizzardError, InvalidArgument, PayloadTooLarge, StorageError,
+from blizzard.errors import (BlizzardError, InvalidArgument, PayloadTooLarge, StorageError,
                              WrongNode)
 from blizzard.transport import Endpoint, RouterServer, check_addr, error_reply
 from datanode.config import DatanodeConfig, load_node_id
@@ -378,10 +378,9 @@ class DatanodeServer:
     def _heartbeat(self, now: float) -> None:
         self.next_heartbeat = now + self.config.heartbeat_s
         if self.heartbeat_rid is not None:  # the last one went unanswered: master gone?
-            try:
-                self.master.check_handshake()
-            except AuthenticationFailed as exc:
-                log.error("the master refuses this node: %s", exc)
+            refused = self.master.handshake_failure()
+            if refused is not None:
+                log.error("the master refuses this node: %s", refused)
             self.master.reset()
             self.heartbeat_rid = None
         free = shutil.disk_usage(self.config.data_dir).free

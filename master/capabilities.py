@@ -15,12 +15,14 @@ lives in memory only.
 
 from __future__ import annotations
 
+import hmac
 import logging
 import os
 import secrets
 
 from blizzard import protocol as p
 from blizzard.capability import sign_get, sign_put
+from blizzard.errors import Forbidden
 
 log = logging.getLogger(__name__)
 
@@ -82,11 +84,27 @@ class CapabilityKeys:
         return p.PutGrant(first, n, nodes, current.key_id, expiry,
                           sign_put(current.key, current.key_id, expiry, first, n, nodes))
 
-    def get_grant(self, ids: list[int], nodes: list[str], now: float) -> p.GetGrant:
-        """A grant to read ``ids`` from ``nodes`` for ``GET_GRANT_S``."""
+    def check_owned(self, grant: p.PutGrant | None, ids: list[int]) -> None:
+        """Forbidden unless ``grant`` is a put grant this master signed covering ``ids``: the
+        proof that whoever enqueues them was handed them. Its expiry is not checked: the
+        master drops ids handed out and not enqueued in time on its own."""
+        if grant is None:
+            raise Forbidden("an enqueue needs the placement's grant for its ids")
+        key = next((k.key for k in self.ring if k.key_id == grant.key_id), None)
+        if key is None or type(grant.nodes) is not list or not hmac.compare_digest(
+                grant.mac, sign_put(key, grant.key_id, grant.expiry, grant.first, grant.n,
+                                    grant.nodes)):
+            raise Forbidden("the enqueue's grant does not verify")
+        if ids and (min(ids) < grant.first or max(ids) >= grant.first + grant.n):
+            raise Forbidden("the enqueue's grant does not cover these ids")
+
+    def get_grant(self, ids: list[int], nodes: list[str], now: float,
+                  until: float | None = None) -> p.GetGrant:
+        """A grant to read ``ids`` from ``nodes`` for ``GET_GRANT_S``, or until ``until`` (the
+        leases' end) if that is sooner."""
         current = self.ring[1]
         nodes = sorted(nodes)
-        expiry = now + GET_GRANT_S
+        expiry = now + GET_GRANT_S if until is None else min(now + GET_GRANT_S, until)
         return p.GetGrant(ids, nodes, current.key_id, expiry,
                           sign_get(current.key, current.key_id, expiry, ids, nodes))
 

@@ -117,11 +117,14 @@ class Leases:
         leases = [self.state.lease_of(i) or 0 for i in ids]
         addrs = self.state.node_addrs
         holders = {node for nodes in set_index for node in nodes}
+        held = self.state.held
+        ends = [held[i][1] for i in ids if i in held]  # the grant ends with the leases
+        until = max(ends) if ends else None
         return p.Leased(queue, ids, leases, [i.size for i in items], [i.crc for i in items],
                         [i.attempts for i in items], [i.priority for i in items],
                         [i.enqueued_at for i in items], [i.key for i in items], replica_set,
                         [p.ReplicaSet(self.membership.refs(nodes, addrs)) for nodes in set_index],
-                        lost, self.capabilities.get_grant(ids, list(holders), now))
+                        lost, self.capabilities.get_grant(ids, list(holders), now, until))
 
     # -- settling ----------------------------------------------------------------------------
 

@@ -34,6 +34,7 @@ from master.datanodes import DatanodeReports
 from master.deletes import Deletes
 from master.enqueue import Enqueues
 from master.ids import ItemIds
+from master.item import LEASED
 from master.leases import Leases
 from master.membership import Membership
 from master.repair import Repairer
@@ -50,10 +51,16 @@ MAX_REQUEST_BYTES = 8 * 1024 * 1024
 Handler = Callable[[Any, float, float, bytes, int], Any]
 
 # Who may ask what, when security is on (a connection's role is its CURVE key's).
+# An op in no set is refused to every key. A client may create a queue (``Configure`` with
+# ``create``, as enqueueing to a new queue does); changing one is an admin's. ``BadReplica``
+# comes from readers: from a client it counts only for items leased at the time.
 NODE_OPS = frozenset({p.Heartbeat, p.PutReport, p.Replicated, p.Inventory})
-# (BadReplica comes from clients too: a reader that found a damaged copy reports it.)
-ADMIN_OPS = frozenset({p.Configure, p.Purge, p.Redrive})
-ANY_OPS = frozenset({p.Ping, p.Hello, p.Status, p.BadReplica})
+CLIENT_OPS = frozenset({p.Place, p.Enqueue, p.Commit, p.Lease, p.Ack, p.Nack, p.Extend,
+                        p.Stats, p.ListQueues, p.BadReplica})
+ADMIN_OPS = frozenset({p.Configure, p.Purge, p.Redrive, p.Peek})
+ANY_OPS = frozenset({p.Ping, p.Hello, p.Status})
+ALLOWED = {"node": NODE_OPS | ANY_OPS, "client": CLIENT_OPS | ANY_OPS,
+           "admin": CLIENT_OPS | ADMIN_OPS | ANY_OPS}
 
 
 class MasterServer:
@@ -103,7 +110,7 @@ class MasterServer:
         self._stopping = False
         self.handlers: dict[type, Handler] = {
             p.Place: self.blocks.place,
-            p.Enqueue: self.enqueues.enqueue,
+            p.Enqueue: self.enqueue,
             p.PutReport: self.blocks.report,
             p.Commit: self.enqueues.commit,
             p.Lease: self.leases.lease_request,
@@ -122,7 +129,7 @@ class MasterServer:
             p.Heartbeat: self.datanodes.heartbeat,
             p.Replicated: self.datanodes.replicated,
             p.Inventory: self.datanodes.inventory,
-            p.BadReplica: self.datanodes.bad_replica,
+            p.BadReplica: self.bad_replica,
         }
 
     def hello(self, msg: p.Hello, now: float, mono: float, peer: bytes, rid: int) -> p.Welcome:
@@ -136,16 +143,34 @@ class MasterServer:
         an admin's.
         """
         kind = type(msg)
-        if role is None or kind in ANY_OPS or (kind is p.Configure and msg.create
-                                               and role != "node"):
+        if role is None or kind in ALLOWED.get(role, ()) or \
+                (kind is p.Configure and msg.create and role == "client"):
             return
+        who = f"a {role} key" if role else "an unknown key"
         if kind in NODE_OPS:
-            if role != "node":
-                raise Forbidden(f"only data nodes may send {kind.__name__}; this key is "
-                                f"a {role or 'unknown'} key")
-        elif role == "node" or (kind in ADMIN_OPS and role != "admin"):
-            raise Forbidden(f"a {role or 'unknown'} key may not send {kind.__name__}"
-                            + ("; it needs an admin key" if kind in ADMIN_OPS else ""))
+            raise Forbidden(f"only data nodes may send {kind.__name__}; this is {who}")
+        raise Forbidden(f"{who} may not send {kind.__name__}"
+                        + ("; it needs an admin key" if kind in ADMIN_OPS else ""))
+
+    def enqueue(self, msg: p.Enqueue, now: float, mono: float, peer: bytes, rid: int) -> Any:
+        """With security on, an enqueue must show the grant of the ids' placement: ids are
+        sequential, and another client's ids must not be enqueued into this one's queue."""
+        if self.router.role_of(peer) is not None:
+            self.capabilities.check_owned(msg.grant, msg.ids)
+        return self.enqueues.enqueue(msg, now, mono, peer, rid)
+
+    def bad_replica(self, msg: p.BadReplica, now: float, mono: float, peer: bytes,
+                    rid: int) -> Any:
+        """A reader's report of damaged copies; from a client key, only of items leased now
+        (a client that may ack an item may as well report its copies bad, no other)."""
+        if self.router.role_of(peer) not in (None, "node") and len(msg.ids) == len(msg.node_ids):
+            items = self.state.items
+            kept = [(i, n) for i, n in zip(msg.ids, msg.node_ids)
+                    if (item := items.get(i)) is not None and item.status == LEASED]
+            if msg.ids and not kept:
+                return p.Ok()  # nothing it may report
+            msg = p.BadReplica([i for i, _ in kept], [n for _, n in kept])
+        return self.datanodes.bad_replica(msg, now, mono, peer, rid)
 
     def _kept_on(self, item_id: int) -> tuple[str, ...] | None:
         """The nodes the master counts an id's blob on: an item's replicas, a staged item's

@@ -190,7 +190,7 @@ def test_uncommitted_enqueue_expires_and_its_blobs_are_deleted(cluster_factory):
     from blizzard.errors import UnknownItem
     with pytest.raises(UnknownItem):
         call(master, p.Enqueue("jobs", placement.ids, [3], [0x352441C2], [0], [0.0], [""], False,
-                               "e1", False, 1.0), 5)
+                               "e1", False, 1.0, placement.grant), 5)
     master.close()
     node.close()
 

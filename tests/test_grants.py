@@ -244,7 +244,8 @@ def test_a_client_with_a_bad_grant_hears_why(secure_cluster):
     client.datanodes.put_reported(dataclasses.replace(placement, grant=forged), placement.ids,
                                   [BLOB], [CRC])
     reply = call(client.master.endpoint, p.Enqueue("bad", placement.ids, [len(BLOB)], [CRC], [0],
-                                                   [0.0], [""], False, "bad-1", False, 5.0), 10)
+                                                   [0.0], [""], False, "bad-1", False, 5.0,
+                                                   placement.grant), 10)
     assert isinstance(reply, p.Unstored) and "signature" in reply.error
     # A read under a forged grant: every replica refuses it, and the client says so
     client.enqueue("bad", BLOB)

@@ -195,7 +195,7 @@ def test_an_enqueue_with_an_oversized_request_id_changes_nothing(hostile, client
 
     def enqueue(request: str) -> p.Enqueue:
         return p.Enqueue("big", placement.ids, [1], [0xE8B7BE43], [0], [0.0], [""], False,
-                         request, False, 5.0)
+                         request, False, 5.0, placement.grant)
     assert error_code(ask(hostile.master_addr, enqueue("r" * 1_000_000))) == "invalid_argument"
     assert client.stats("big")["ready"] == 0
     assert ask(hostile.master_addr, enqueue("ok-1")) == p.Committed(1)

@@ -83,7 +83,7 @@ def enqueue_msg(ids: list[int], *, queue: str = "q", sizes=None, crcs=None, prio
                 wait_s: float = 5.0) -> p.Enqueue:
     n = len(ids)
     return p.Enqueue(queue, list(ids), sizes or [10] * n, crcs or [7] * n, priorities or [0] * n,
-                     delays or [0.0] * n, keys or [""] * n, False, request, hold, wait_s)
+                     delays or [0.0] * n, keys or [""] * n, False, request, hold, wait_s, None)
 
 
 def waiting_replies(master: MasterServer, mono: float | None = None) -> list:

@@ -19,7 +19,7 @@ def datas(msgs) -> list[bytes]:
 
 
 def test_priorities_then_fifo(cluster):
-    with Client(cluster.master_addr, timeout_s=10) as c:
+    with Client(cluster.master_addr, timeout_s=10, admin=True) as c:
         c.enqueue_many("p", [b"low1", b"low2"], priority=5)
         c.enqueue("p", b"urgent", priority=-1)
         c.enqueue_many("p", [b"mid1", b"mid2"], priority=0)
@@ -51,7 +51,7 @@ def test_a_key_is_never_leased_twice_at_once(cluster):
 
 
 def test_coalescing_keeps_the_latest_data_and_the_best_priority(cluster):
-    with Client(cluster.master_addr, timeout_s=10) as c:
+    with Client(cluster.master_addr, timeout_s=10, admin=True) as c:
         c.enqueue("c", b"other")
         c.enqueue("c", b"v1", key="doc", coalesce=True, priority=1)
         c.enqueue("c", b"v2", key="doc", coalesce=True, priority=3)
@@ -134,7 +134,7 @@ def test_settings_and_semantics_survive_a_master_restart(cluster):
         held = c.dequeue("d", wait_s=5)  # the delayed one, leased for 60 s
     cluster.master.kill()
     cluster.restart_master()
-    with Client(cluster.master_addr, timeout_s=10) as c:
+    with Client(cluster.master_addr, timeout_s=10, admin=True) as c:
         config = c.queue_config("d")
         assert (config["max_attempts"], config["rate_per_s"], config["lease_s"]) == (2, 1000.0, 60.0)
         stats = c.stats("d")

@@ -181,3 +181,113 @@ def test_the_keys_command_generates_rotates_and_retires(tmp_path):
     assert run("retire", directory, "client").returncode == 0
     assert run("list", directory).stdout.count("client ") == 1
     assert run("retire", directory, "client").returncode == 1
+
+
+# -- what a review found: each a way around the rules, now closed --------------------------
+
+
+def test_a_routing_id_once_used_by_an_admin_gives_no_admin_rights(cluster):
+    import zmq
+    rid = b"\x00\x11\x22\x33\x44"
+    admin = cluster.dealer(cluster.master_addr, "admin")
+    admin.close(linger=0)
+    admin = zmq.Context.instance().socket(zmq.DEALER)
+    admin.setsockopt(zmq.LINGER, 0)
+    admin.setsockopt(zmq.ROUTING_ID, rid)
+    mine = k.ClientKeys.from_dir(cluster.keys, "admin")
+    from blizzard.secure import connect_curve
+    connect_curve(admin, mine, mine.master)
+    admin.connect(cluster.master_addr)
+    admin.send(p.encode(1, p.Ping()))
+    assert admin.poll(5000)
+    admin.close(linger=0)
+    with Client(cluster.master_addr, timeout_s=5) as c:
+        c.enqueue("kept", b"x")
+    sneak = zmq.Context.instance().socket(zmq.DEALER)
+    sneak.setsockopt(zmq.LINGER, 0)
+    sneak.setsockopt(zmq.ROUTING_ID, rid)
+    client = k.ClientKeys.from_dir(cluster.keys)
+    connect_curve(sneak, client, client.master)
+    sneak.connect(cluster.master_addr)
+    try:
+        sneak.send(p.encode(2, p.Purge("kept")))
+        assert sneak.poll(5000)
+        _, reply = p.decode(sneak.recv())
+        assert isinstance(reply, p.Error) and reply.code == "forbidden"
+    finally:
+        sneak.close(linger=0)
+    with Client(cluster.master_addr, timeout_s=5) as c:
+        assert c.stats("kept")["ready"] == 1
+
+
+def test_a_server_that_drops_a_greeting_as_it_restarts_is_a_timeout_not_a_key_error():
+    import socket
+    import threading
+
+    import zmq
+
+    from blizzard.transport import Endpoint
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+
+    def drop_one_then_go() -> None:  # a server dying mid-greeting, not back yet
+        conn, _ = listener.accept()
+        conn.close()
+        listener.close()
+    thread = threading.Thread(target=drop_one_then_go, daemon=True)
+    thread.start()
+    ep = Endpoint(zmq.Context.instance(), f"tcp://127.0.0.1:{listener.getsockname()[1]}")
+    try:
+        with pytest.raises(TimeoutError):
+            call(ep, p.Ping(), 1.0)
+    finally:
+        thread.join(2)
+        ep.close()
+
+
+def test_the_key_directory_going_away_does_not_lock_everyone_out(cluster_factory, tmp_path):
+    keys = str(tmp_path / "keys")
+    cl = cluster_factory(datanodes=1, replication=1, keys=keys)
+    mine = k.ClientKeys.from_dir(keys)
+    os.rename(keys, keys + ".moved")
+    try:
+        with Client(cl.master_addr, timeout_s=5, keys=mine) as c:  # the keys read last hold
+            c.enqueue("q", b"1")
+    finally:
+        os.rename(keys + ".moved", keys)
+    with Client(cl.master_addr, timeout_s=5, keys=mine) as c:
+        c.enqueue("q", b"2")
+        assert c.stats("q")["ready"] == 2
+
+
+def test_a_client_key_cannot_peek_report_bad_replicas_forward_or_enqueue_others_ids(cluster):
+    with Client(cluster.master_addr, timeout_s=5) as c:
+        item = c.enqueue("mine", b"payload")
+        with pytest.raises(Forbidden, match="admin key"):
+            c.peek("mine")
+        holders = cluster.status().nodes  # the item's replicas are among them
+        ep = cluster.endpoint(cluster.master_addr)
+        try:  # a report on an item nobody leased drops no replica
+            call(ep, p.BadReplica([item] * len(holders), [h.node_id for h in holders]), 5)
+            assert cluster.status().under_replicated == 0
+            theirs = call(ep, p.Place(1, []), 5)  # another client's ids and grant
+            mine = call(ep, p.Place(1, []), 5)
+            with pytest.raises(Forbidden, match="does not cover"):
+                call(ep, p.Enqueue("stolen", theirs.ids, [1], [0], [0], [0.0], [""], False,
+                                   "steal-1", False, 1.0, mine.grant), 5)
+        finally:
+            ep.close()
+        node = mine.nodes[0]
+        other = next(n for n in cluster.nodes if n.addr != node.addr)
+        ep = cluster.endpoint(node.addr)
+        try:  # a put naming a replica its grant does not: refused, not relayed
+            with pytest.raises(Forbidden, match="forward"):
+                call(ep, p.Put(mine.ids, [b"x"], [0x8CDC1683],
+                               [p.NodeRef("dn-any", other.addr)], 1, node.node_id, False,
+                               mine.grant), 5)
+        finally:
+            ep.close()
+        got = c.dequeue("mine", wait_s=1)
+        assert got is not None and got.id == item and got.data == b"payload"
+        got.ack(wait=True)
