@@ -92,7 +92,7 @@ def test_a_wrong_element_deep_in_a_long_list_is_named(bad, named):
 
 
 def test_float_lists_take_integers_but_not_booleans():
-    enqueue = [p.VERSION, 45, 1, "q", [5], [1], [2], [0], [3], [""], False, "r", False, 1]
+    enqueue = [p.VERSION, 45, 1, "q", [5], [1], [2], [0], [3], [""], False, "r", False, 1, None]
     assert p.decode(_body(*enqueue))[1].delays == [3]
     enqueue[8] = [True]
     with pytest.raises(ProtocolError, match="number elements, got bool"):

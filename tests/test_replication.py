@@ -35,7 +35,8 @@ def replicas_total(c: Client) -> int:
 def holder_of_first(c: Client, cl, queue: str) -> int:
     """The index of a data node holding the queue's head item: a client's ids come in blocks
     placed together, so a node chosen blindly may hold none of a test's items."""
-    addr = leased_items(c.master.call(p.Peek(queue, 1)))[0].nodes[0].addr
+    with Client(cl.master_addr, timeout_s=5, admin=True) as admin:  # peeking is an admin's
+        addr = leased_items(admin.master.call(p.Peek(queue, 1)))[0].nodes[0].addr
     return next(i for i, node in enumerate(cl.nodes) if node.addr == addr)
 
 
