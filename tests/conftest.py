@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import os
+import shutil
 import time
 from typing import Callable, Iterator
 
 import pytest
 
 from blizzard.harness import LocalCluster, process_keys
+from blizzard.keys import ENV as BLIZZARD_KEYS
 
-process_keys()  # one key directory for every cluster and client of the session (BLIZZARD_KEYS)
+if not os.environ.get(BLIZZARD_KEYS):  # one key directory for the session's clusters and clients
+    atexit.register(shutil.rmtree, os.path.dirname(process_keys()), True)
 
 
 @pytest.fixture
