@@ -22,6 +22,8 @@ class DatanodeConfig:
     heartbeat_s: float = 1.0
     max_item_bytes: int = 8 * 1024 * 1024
     keys: str | None = None  # key directory (``blizzard keys generate``); None: insecure
+    metrics_port: int | None = None  # Prometheus /metrics on metrics_addr:port; None: off
+    metrics_addr: str = "127.0.0.1"
 
     def validate(self) -> "DatanodeConfig":
         if self.heartbeat_s <= 0:

@@ -29,6 +29,8 @@ class MasterConfig:
     checkpoint_records: int = 500_000  # WAL records between checkpoints
     keys: str | None = None  # key directory (``blizzard keys generate``); None: insecure
     capability_key_s: float = 600.0  # the capability signing key is replaced this often
+    metrics_port: int | None = None  # Prometheus /metrics on metrics_addr:port; None: off
+    metrics_addr: str = "127.0.0.1"
 
     @property
     def write_quorum(self) -> int:
