@@ -52,6 +52,8 @@ def enqueue(queue: str, data: tuple[str, ...], files: tuple[Any, ...], master: s
     """
     from blizzard.client import Client
 
+    if data.count("-") > 1:
+        raise click.UsageError("'-' (stdin) can be given once")
     stdin = click.get_binary_stream("stdin")
     payloads = [stdin.read() if d == "-" else d.encode() for d in data]
     payloads += [f.read() for f in files]

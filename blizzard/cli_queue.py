@@ -104,12 +104,8 @@ def _print_settings(name: str, settings: dict[str, Any], as_json: bool) -> None:
     for key, value in shown.items():
         if value is None:
             value = "- (no rate limit)"
-        elif key == "rate_per_s" and value == 0:
-            value = "0 (unlimited)"
-        elif key == "max_attempts" and value == 0:
-            value = "0 (unlimited)"
-        elif key.endswith("_s"):
-            value = f"{value:g}"
+        elif key in ("rate_per_s", "max_attempts") and value == 0:
+            value = f"{value} (unlimited)"
         click.echo(f"{key}: {value}")
 
 

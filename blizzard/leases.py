@@ -45,8 +45,9 @@ class Leases:
         if leased.lost:
             if items:
                 self.master.call(p.Nack([i.id for i in items], [i.lease for i in items], 0.0, ""))
-            raise LeaseExpired(f"the lease on items {leased.lost[:10]} expired before the ack; "
-                               "another consumer may hold them")
+            raise LeaseExpired(f"items {leased.lost[:10]} were no longer leased under the tokens "
+                               "acked: already settled (acked or nacked), or the lease ran out; "
+                               "another consumer may hold them now")
         return items
 
     def extend_many(self, msgs: Sequence[Any], *, lease_s: float) -> None:
