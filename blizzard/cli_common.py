@@ -13,7 +13,7 @@ import click
 
 from blizzard.defaults import DEFAULT_MASTER
 from blizzard.errors import InvalidArgument
-from blizzard.queue_settings import QUEUE_NAME_CHARS, check_queue_name
+from blizzard.queue_settings import MAX_QUEUE_NAME, QUEUE_NAME_CHARS, check_queue_name
 
 EXIT_ERROR = 1  # the cluster refused or failed (one line naming the error class)
 EXIT_USAGE = 2  # bad arguments
@@ -125,7 +125,7 @@ def _queue_name(ctx: Any, param: Any, value: str) -> str:
 
 
 queue_arg = click.argument("queue", callback=_queue_name)
-QUEUE_NAME_HELP = f"Queue names: 1-200 of {QUEUE_NAME_CHARS}."
+QUEUE_NAME_HELP = f"Queue names: 1-{MAX_QUEUE_NAME} of {QUEUE_NAME_CHARS}."
 
 
 def master_origin(argv: list[str], environ: dict[str, str]) -> str:
