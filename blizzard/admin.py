@@ -8,6 +8,7 @@ from typing import Any
 from blizzard import protocol as p
 from blizzard import queue_settings
 from blizzard.master_link import MasterLink
+from blizzard.queue_settings import check_queue_name
 
 
 class QueueAdmin:
@@ -17,10 +18,10 @@ class QueueAdmin:
         self.master = master
 
     def stats(self, queue: str) -> dict[str, Any]:
-        return stats_dict(self.master.call(p.Stats(queue)))
+        return stats_dict(self.master.call(p.Stats(check_queue_name(queue))))
 
     def queue_config(self, queue: str) -> dict[str, Any]:
-        return dataclasses.asdict(self.master.call(p.Stats(queue)).settings)
+        return dataclasses.asdict(self.master.call(p.Stats(check_queue_name(queue))).settings)
 
     def configure(self, queue: str, create: bool, options: dict[str, Any]) -> dict[str, Any]:
         """Create (``create``) or change a queue with ``options``; all its settings after.
@@ -29,7 +30,7 @@ class QueueAdmin:
         is refused with ``InvalidArgument`` before anything is sent.
         """
         changes = queue_settings.check_changes(options)
-        reply = self.master.call(p.Configure(queue, create, **{name: changes.get(name)
+        reply = self.master.call(p.Configure(check_queue_name(queue), create, **{name: changes.get(name)
                                                                for name in queue_settings.NAMES}))
         return dataclasses.asdict(reply.settings)
 
@@ -37,10 +38,10 @@ class QueueAdmin:
         return [stats_dict(q) for q in self.master.call(p.ListQueues()).queues]
 
     def purge(self, queue: str) -> int:
-        return self.master.call(p.Purge(queue)).done
+        return self.master.call(p.Purge(check_queue_name(queue))).done
 
     def redrive(self, queue: str, n: int) -> int:
-        return self.master.call(p.Redrive(queue, n)).done
+        return self.master.call(p.Redrive(check_queue_name(queue), n)).done
 
     def status(self) -> p.ClusterStatus:
         return self.master.call(p.Status())

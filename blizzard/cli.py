@@ -14,11 +14,13 @@ from typing import Any
 
 import click
 
-from blizzard import cli_queue
+from blizzard import cli_items, cli_queue
 from blizzard.cli_keys import keys_group
-from blizzard.cli_common import EXIT_ERROR, EXIT_USAGE, keys_opt, master_opt, timeout_opt
+from blizzard.cli_common import (EXIT_ERROR, EXIT_USAGE, START_HINT, keys_opt, master_opt,
+                                 master_origin, timeout_opt)
+from blizzard.cli_output import json_opt, echo_json
 from blizzard.defaults import DATANODE_PORT, LOOPBACK, MASTER_PORT
-from blizzard.errors import BlizzardError
+from blizzard.errors import BlizzardError, MasterUnavailable
 from datanode.cli import datanode_command
 from master.cli import master_command
 
@@ -30,6 +32,12 @@ def cli() -> None:
 
     Start a master and data nodes (or `blizzard cluster` for all of it locally), then
     enqueue and dequeue from the CLI or the Python client.
+
+    \b
+    Work on items safely from a shell (nothing is lost if the work fails):
+      blizzard enqueue jobs "some work"        # or: - (stdin), --file PATH
+      blizzard dequeue jobs --no-ack --json    # id, lease token, attempts, data
+      blizzard ack jobs ID TOKEN               # when done; or nack, or extend
     """
 
 
@@ -128,15 +136,29 @@ def wal() -> None:
 
 @wal.command("check")
 @click.argument("data_dir", type=click.Path(exists=True, file_okay=False))
-def wal_check(data_dir: str) -> None:
+@json_opt
+def wal_check(data_dir: str, as_json: bool) -> None:
     """Report what a master started on DATA_DIR would find, changing nothing.
 
     Exit 0 when the log is whole or only has a torn tail (a start repairs it), 1 when it is
-    damaged and the master would refuse to start.
+    damaged and the master would refuse to start. --json: {"verdict", "checkpoint" (null:
+    none), "segments": [{"name", "records", "bytes"}], "problems", "items", "id_hi",
+    "queues": {NAME: {"ready", "delayed", "leased"}}}.
     """
     from master.inspect import check
 
     report = check(data_dir)
+    if as_json:
+        echo_json({"verdict": report.verdict, "checkpoint": report.checkpoint or None,
+                   "segments": [{"name": name, "records": records, "bytes": size}
+                                for name, records, size in report.segments],
+                   "problems": list(report.problems), "items": report.items,
+                   "id_hi": report.id_hi,
+                   "queues": {name: {"ready": r, "delayed": d, "leased": le}
+                              for name, (r, d, le) in sorted(report.queues.items())}})
+        if report.verdict == "corrupt":
+            sys.exit(EXIT_ERROR)
+        return
     click.echo(f"verdict: {report.verdict}")
     click.echo(f"checkpoint: {report.checkpoint or 'none'}")
     for name, records, size in report.segments:
@@ -150,8 +172,9 @@ def wal_check(data_dir: str) -> None:
         sys.exit(EXIT_ERROR)
 
 
-for _command in (master_command, datanode_command, cli_queue.enqueue, cli_queue.dequeue,
-                 cli_queue.status, cli_queue.queue, keys_group):
+for _command in (master_command, datanode_command, cli_items.enqueue, cli_items.dequeue,
+                 cli_items.ack, cli_items.nack, cli_items.extend, cli_queue.status,
+                 cli_queue.queue, keys_group):
     cli.add_command(_command)
 
 
@@ -166,6 +189,11 @@ def main() -> None:
         sys.exit(EXIT_USAGE)
     except click.ClickException as exc:
         exc.show()
+        sys.exit(EXIT_ERROR)
+    except MasterUnavailable as exc:
+        click.echo(f"error: {exc.message} (MasterUnavailable); that address was "
+                   f"{master_origin(sys.argv[1:], dict(os.environ))}. Is a master running? To "
+                   f"{START_HINT}.", err=True)
         sys.exit(EXIT_ERROR)
     except BlizzardError as exc:
         click.echo(f"error: {exc.message} ({type(exc).__name__})", err=True)

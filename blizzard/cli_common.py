@@ -12,12 +12,15 @@ from typing import Any, Callable
 import click
 
 from blizzard.defaults import DEFAULT_MASTER
+from blizzard.errors import InvalidArgument
+from blizzard.queue_settings import MAX_QUEUE_NAME, QUEUE_NAME_CHARS, check_queue_name
 
 EXIT_ERROR = 1  # the cluster refused or failed (one line naming the error class)
 EXIT_USAGE = 2  # bad arguments
 EXIT_EMPTY = 3  # ``dequeue`` found the queue empty
 
-MASTER_HELP = "Master address (env BLIZZARD_MASTER)."
+MASTER_ENV = "BLIZZARD_MASTER"
+MASTER_HELP = f"Master address (env {MASTER_ENV})."
 KEYS_ENV = "BLIZZARD_KEYS"
 
 
@@ -96,7 +99,7 @@ def serve(server: Any) -> None:
 log_level = click.option("--log-level", default="info", show_default=True,
                          type=click.Choice(["debug", "info", "warning", "error"]),
                          help="Logging verbosity.")
-master_opt = click.option("--master", "master", type=ADDRESS, envvar="BLIZZARD_MASTER",
+master_opt = click.option("--master", "master", type=ADDRESS, envvar=MASTER_ENV,
                           default=DEFAULT_MASTER, show_default=True, help=MASTER_HELP)
 
 
@@ -112,3 +115,28 @@ keys_opt = click.option("--keys", type=click.Path(file_okay=False), envvar=KEYS_
 timeout_opt = click.option("--timeout-s", default=10.0, show_default=True,
                            type=click.FloatRange(0.1), help="Give up on an unresponsive master "
                            "after this long (requests are retried meanwhile).")
+
+
+def _queue_name(ctx: Any, param: Any, value: str) -> str:
+    try:
+        return check_queue_name(value)
+    except InvalidArgument as exc:
+        raise click.BadParameter(exc.message, ctx, param) from None
+
+
+queue_arg = click.argument("queue", callback=_queue_name)
+QUEUE_NAME_HELP = f"Queue names: 1-{MAX_QUEUE_NAME} of {QUEUE_NAME_CHARS}."
+
+
+def master_origin(argv: list[str], environ: dict[str, str]) -> str:
+    """How the master address was chosen, for a user whose master does not answer."""
+    if any(a == "--master" or a.startswith("--master=") for a in argv):
+        return "given by --master"
+    if environ.get(MASTER_ENV):
+        return f"taken from {MASTER_ENV}"
+    return f"the default (neither --master nor {MASTER_ENV} was set)"
+
+
+START_HINT = ("start one with `blizzard cluster` (a master and data nodes on this machine), "
+              "or `blizzard master --data-dir DIR --keys DIR` and `blizzard datanode ...`; "
+              "point the command at it with --master or BLIZZARD_MASTER")

@@ -1,94 +1,67 @@
-"""``blizzard enqueue|dequeue|status|queue ...``: the commands that use a running cluster."""
+"""``blizzard status|queue ...``: the state of a running cluster and of its queues."""
 
 from __future__ import annotations
 
-import sys
+import math
 from typing import Any, Callable
 
 import click
 
-from blizzard.cli_common import EXIT_EMPTY, keys_opt, master_opt, timeout_opt
-from blizzard.queue_settings import SETTINGS, Setting
-
-
-@click.command()
-@click.argument("queue")
-@click.argument("data", nargs=-1, required=True)
-@master_opt
-@keys_opt
-@timeout_opt
-@click.option("--priority", default=0, show_default=True, type=int,
-              help="Lower is served first; equal priorities are FIFO.")
-@click.option("--delay-s", default=0.0, show_default=True, type=click.FloatRange(0),
-              help="Keep the items invisible this long (scheduled items).")
-@click.option("--key", default=None, help="Items sharing a key are never leased at the same time.")
-@click.option("--coalesce", is_flag=True,
-              help="With --key: replace waiting items with the same key (latest data kept).")
-def enqueue(queue: str, data: tuple[str, ...], master: str, timeout_s: float, priority: int,
-            delay_s: float, key: str | None, coalesce: bool) -> None:
-    """Add each DATA argument (UTF-8 text) to QUEUE as one item; prints the ids."""
-    from blizzard.client import Client
-
-    with Client(master, timeout_s=timeout_s) as c:
-        for item_id in c.enqueue_many(queue, [d.encode() for d in data], priority=priority,
-                                      delay_s=delay_s, key=key, coalesce=coalesce):
-            click.echo(item_id)
-
-
-@click.command()
-@click.argument("queue")
-@master_opt
-@keys_opt
-@timeout_opt
-@click.option("--n", default=1, show_default=True, type=click.IntRange(1, 10000),
-              help="How many items to take at most.")
-@click.option("--ack/--no-ack", default=True, show_default=True,
-              help="Acknowledge (delete) the items after printing them; --no-ack leaves them "
-                   "leased until the lease ends.")
-@click.option("--lease-s", default=None, type=click.FloatRange(0.001),
-              help="Lease length; default: the queue's configured lease.")
-@click.option("--wait-s", default=0.0, show_default=True, type=click.FloatRange(0, 300),
-              help="Wait this long for an item if the queue is empty.")
-def dequeue(queue: str, master: str, timeout_s: float, n: int, ack: bool, lease_s: float | None,
-            wait_s: float) -> None:
-    """Take items from QUEUE and print `id<TAB>data` lines (exit 3 if none)."""
-    from blizzard.client import Client
-
-    with Client(master, timeout_s=timeout_s) as c:
-        msgs = c.dequeue_many(queue, n, lease_s=lease_s, wait_s=wait_s)
-        for m in msgs:
-            click.echo(f"{m.id}\t{m.data.decode(errors='backslashreplace')}")
-        if msgs and ack:
-            c.ack_many(msgs)
-    if not msgs:
-        click.echo(f"queue {queue!r} is empty", err=True)
-        sys.exit(EXIT_EMPTY)
+from blizzard.cli_common import QUEUE_NAME_HELP, keys_opt, master_opt, queue_arg, timeout_opt
+from blizzard.cli_output import (STATS_KEYS, echo_json, escape, json_opt, message_doc, output,
+                                 seconds, shown_stats, size, stats_lines)
+from blizzard.queue_settings import DEAD_SUFFIX, SETTINGS, Setting
 
 
 @click.command()
 @master_opt
 @keys_opt
 @timeout_opt
-def status(master: str, timeout_s: float) -> None:
-    """Show data nodes (alive, items, bytes) and queues (ready, leased)."""
+@json_opt
+def status(master: str, timeout_s: float, as_json: bool) -> None:
+    """Show data nodes (alive, items, bytes) and queues (ready, leased, dead, oldest age).
+
+    Data-node items and bytes are as of each node's last heartbeat (hb age ago).
+    --json: {"secure", "replication", "under_replicated", "nodes": [{"node_id", "addr",
+    "alive", "heartbeat_age_s", "items", "bytes_used", "free_bytes"}], "queues": [{queue,
+    ready, delayed, leased, pending, dead, oldest_age_s}]}.
+    """
+    from blizzard.admin import stats_dict
     from blizzard.client import Client
 
     with Client(master, timeout_s=timeout_s) as c:
         st = c.status()
+    queues = [shown_stats(stats_dict(q)) for q in st.queues]
+    if as_json:
+        echo_json({"secure": st.secure, "replication": st.replication,
+                   "under_replicated": st.under_replicated,
+                   "nodes": [{"node_id": n.node_id, "addr": n.addr, "alive": n.alive,
+                              "heartbeat_age_s": round(n.heartbeat_age_s, 3), "items": n.items,
+                              "bytes_used": n.bytes_used, "free_bytes": n.free_bytes}
+                             for n in st.nodes],
+                   "queues": queues})
+        return
     click.echo("security: on (CURVE keys, capabilities)" if st.secure else
                "security: OFF (servers started with --insecure)")
     click.echo(f"data nodes (replication {st.replication}, under-replicated items "
                f"{st.under_replicated}):")
-    click.echo(f"  {'node':<16} {'address':<24} {'state':<6} {'hb age':>7} {'items':>9} "
-               f"{'bytes':>12} {'free':>10}")
+    click.echo(f"  {'node':<16} {'address':<24} {'state':<6} {'hb age':>8} {'items':>9} "
+               f"{'used':>10} {'free':>10}")
     for n in st.nodes:
         click.echo(f"  {n.node_id:<16} {n.addr:<24} {'alive' if n.alive else 'DEAD':<6} "
-                   f"{n.heartbeat_age_s:>6.1f}s {n.items:>9} {n.bytes_used:>12} "
-                   f"{n.free_bytes // (1 << 20):>8}Mi")
+                   f"{seconds(n.heartbeat_age_s):>8} {n.items:>9} {size(n.bytes_used):>10} "
+                   f"{size(n.free_bytes):>10}")
     click.echo("queues:")
-    click.echo(f"  {'queue':<24} {'ready':>9} {'delayed':>9} {'leased':>9} {'pending':>9}")
-    for q in st.queues:
-        click.echo(f"  {q.queue:<24} {q.ready:>9} {q.delayed:>9} {q.leased:>9} {q.pending:>9}")
+    _queue_table(queues, indent="  ")
+
+
+def _queue_table(rows: list[dict[str, Any]], indent: str = "") -> None:
+    click.echo(f"{indent}{'queue':<28} {'ready':>9} {'delayed':>9} {'leased':>9} "
+               f"{'pending':>9} {'dead':>7} {'oldest':>9}")
+    for q in rows:
+        click.echo(f"{indent}{q['queue']:<28} {q['ready']:>9} {q['delayed']:>9} "
+                   f"{q['leased']:>9} {q['pending']:>9} {q['dead']:>7} "
+                   f"{seconds(q['oldest_age_s']):>9}")
 
 
 def _setting_option(s: Setting) -> Callable[[Any], Any]:
@@ -112,118 +85,158 @@ def queue_options(f: Any) -> Any:
     return f
 
 
-def _print_settings(settings: dict[str, Any]) -> None:
-    for name, value in settings.items():
-        click.echo(f"{name}: {value}")
+def in_force(name: str, settings: dict[str, Any]) -> dict[str, Any]:
+    """Queue ``name``'s settings as they act: a default dead-letter queue and burst spelled out."""
+    shown = dict(settings)
+    if not shown.get("dead_letter"):
+        shown["dead_letter"] = name + DEAD_SUFFIX
+    rate = shown.get("rate_per_s", 0.0)
+    if not shown.get("burst"):
+        shown["burst"] = max(1, math.ceil(rate)) if rate > 0 else None  # None: no rate limit
+    return shown
 
 
-@click.group()
+def _print_settings(name: str, settings: dict[str, Any], as_json: bool) -> None:
+    shown = in_force(name, settings)
+    if as_json:
+        echo_json({"queue": name, **shown})
+        return
+    for key, value in shown.items():
+        if value is None:
+            value = "- (no rate limit)"
+        elif key in ("rate_per_s", "max_attempts") and value == 0:
+            value = f"{value} (unlimited)"
+        click.echo(f"{key}: {value}")
+
+
+@click.group(help=f"Create, configure and inspect named queues. {QUEUE_NAME_HELP}")
 def queue() -> None:
-    """Create, configure and inspect named queues."""
+    pass
 
 
-@queue.command("create")
-@click.argument("name")
+_SETTINGS_KEYS = "--json: {\"queue\", " + ", ".join(f'"{s.name}"' for s in SETTINGS) + "}."
+
+
+@queue.command("create", help="Create queue QUEUE with the given settings (error if it "
+               f"exists); prints the settings in force. {_SETTINGS_KEYS}")
+@queue_arg
 @master_opt
 @keys_opt
 @timeout_opt
 @queue_options
-def queue_create(name: str, master: str, timeout_s: float, **options: Any) -> None:
-    """Create queue NAME with the given settings (error if it exists)."""
+@json_opt
+def queue_create(queue: str, master: str, timeout_s: float, as_json: bool,
+                 **options: Any) -> None:
     from blizzard.client import Client
 
     with Client(master, timeout_s=timeout_s) as c:
-        _print_settings(c.create_queue(name, **{k: v for k, v in options.items() if v is not None}))
+        settings = c.create_queue(queue, **{k: v for k, v in options.items() if v is not None})
+    _print_settings(queue, settings, as_json)
 
 
-@queue.command("config")
-@click.argument("name")
+@queue.command("config", help="Show queue QUEUE's settings in force (a dead-letter queue and "
+               "burst left at their defaults are spelled out), changing those given (the "
+               f"queue is created if new; changes need the admin key). {_SETTINGS_KEYS}")
+@queue_arg
 @master_opt
 @keys_opt
 @timeout_opt
 @queue_options
-def queue_config(name: str, master: str, timeout_s: float, **options: Any) -> None:
-    """Show queue NAME's settings, changing those given (the queue is created if new)."""
+@json_opt
+def queue_config(queue: str, master: str, timeout_s: float, as_json: bool,
+                 **options: Any) -> None:
     from blizzard.client import Client
 
     changes = {k: v for k, v in options.items() if v is not None}
     with Client(master, timeout_s=timeout_s, admin=bool(changes)) as c:
-        _print_settings(c.configure_queue(name, **changes) if changes else c.queue_config(name))
+        settings = c.configure_queue(queue, **changes) if changes else c.queue_config(queue)
+    _print_settings(queue, settings, as_json)
 
 
-@queue.command("list")
+@queue.command("list", help="Every queue with its counters. "
+               f"--json: {{\"queues\": [{{{STATS_KEYS}}}]}}.")
 @master_opt
 @keys_opt
 @timeout_opt
-def queue_list(master: str, timeout_s: float) -> None:
-    """Every queue with its counters."""
+@json_opt
+def queue_list(master: str, timeout_s: float, as_json: bool) -> None:
     from blizzard.client import Client
 
     with Client(master, timeout_s=timeout_s) as c:
-        rows = c.queues()
-    click.echo(f"{'queue':<28} {'ready':>9} {'delayed':>9} {'leased':>9} {'dead':>7} {'oldest':>9}")
-    for q in rows:
-        click.echo(f"{q['queue']:<28} {q['ready']:>9} {q['delayed']:>9} {q['leased']:>9} "
-                   f"{q['dead']:>7} {q['oldest_age_s']:>8.1f}s")
+        rows = [shown_stats(q) for q in c.queues()]
+    output(as_json, {"queues": rows}, lambda: _queue_table(rows))
 
 
-@queue.command("stats")
-@click.argument("name")
+@queue.command("stats", help="Queue QUEUE's counters: ready, delayed, leased, pending, dead "
+               "(items of it in its dead-letter queue) and the age of the oldest ready item. "
+               f"--json: {{{STATS_KEYS}}}.")
+@queue_arg
 @master_opt
 @keys_opt
 @timeout_opt
-def queue_stats(name: str, master: str, timeout_s: float) -> None:
-    """Queue NAME's counters: ready, delayed, leased, pending, dead, oldest item age."""
+@json_opt
+def queue_stats(queue: str, master: str, timeout_s: float, as_json: bool) -> None:
     from blizzard.client import Client
 
     with Client(master, timeout_s=timeout_s) as c:
-        _print_settings(c.stats(name))
+        stats = shown_stats(c.stats(queue))
+    output(as_json, stats, lambda: click.echo("\n".join(stats_lines(stats))))
 
 
 @queue.command("purge")
-@click.argument("name")
+@queue_arg
 @master_opt
 @keys_opt
 @timeout_opt
 @click.confirmation_option(prompt="Drop every waiting item of this queue?",
                            help="Do not ask for confirmation.")
-def queue_purge(name: str, master: str, timeout_s: float) -> None:
-    """Drop every waiting (ready or delayed) item of queue NAME; leased items stay."""
+def queue_purge(queue: str, master: str, timeout_s: float) -> None:
+    """Drop every waiting (ready or delayed) item of QUEUE; leased items stay (admin key)."""
     from blizzard.client import Client
 
     with Client(master, timeout_s=timeout_s, admin=True) as c:
-        click.echo(f"purged {c.purge(name)} items")
+        click.echo(f"purged {c.purge(queue)} items")
 
 
 @queue.command("peek")
-@click.argument("name")
+@queue_arg
 @master_opt
 @keys_opt
 @timeout_opt
 @click.option("--n", default=1, show_default=True, type=click.IntRange(1, 10000),
               help="How many head items to show.")
-def queue_peek(name: str, master: str, timeout_s: float, n: int) -> None:
-    """Show the head items of queue NAME without leasing them."""
+@json_opt
+def queue_peek(queue: str, master: str, timeout_s: float, n: int, as_json: bool) -> None:
+    """Show the head items of QUEUE without leasing them (admin key).
+
+    On a dead-letter queue (`jobs.dead`) this is triage: each item's attempts, key and the
+    error of its last nack. Text: `ID<TAB>priority=P<TAB>attempts=A<TAB>key=K<TAB>error=E<TAB>DATA`,
+    E and DATA escaped to one line. --json: {"queue", "items": [{"id", "attempts",
+    "priority", "enqueued_at", "key", "error", "size", "data_b64", "data"}]}.
+    """
     from blizzard.client import Client
 
     with Client(master, timeout_s=timeout_s, admin=True) as c:
-        for m in c.peek(name, n):
+        msgs = c.peek(queue, n)
+
+    def human() -> None:
+        for m in msgs:
             click.echo(f"{m.id}\tpriority={m.priority}\tattempts={m.attempts}\t"
-                       f"{m.data.decode(errors='backslashreplace')}")
+                       f"key={escape(m.key.encode())}\terror={escape(m.error.encode())}\t"
+                       f"{escape(m.data)}")
+    output(as_json, {"queue": queue, "items": [message_doc(m, lease=False) for m in msgs]}, human)
 
 
 @queue.command("redrive")
-@click.argument("name")
+@queue_arg
 @master_opt
 @keys_opt
 @timeout_opt
 @click.option("--n", default=10000, show_default=True, type=click.IntRange(1, 10000),
               help="How many dead items to move back at most.")
-def queue_redrive(name: str, master: str, timeout_s: float, n: int) -> None:
-    """Move dead items of queue NAME (or of dead-letter queue NAME) back, attempts reset."""
+def queue_redrive(queue: str, master: str, timeout_s: float, n: int) -> None:
+    """Move dead items of QUEUE (or of dead-letter queue QUEUE) back, attempts reset (admin key)."""
     from blizzard.client import Client
 
     with Client(master, timeout_s=timeout_s, admin=True) as c:
-        click.echo(f"redrove {c.redrive(name, n)} items")
-
-
+        click.echo(f"redrove {c.redrive(queue, n)} items")

@@ -31,6 +31,7 @@ from blizzard.master_link import MasterLink
 from blizzard.message import LeasedItem, Message, leased_items
 from blizzard.pipeline import EnqueuePipeline, Staged
 from blizzard.producer import Producer
+from blizzard.queue_settings import check_queue_name
 
 __all__ = ["Client", "Consumer", "EnqueueOptions", "LeasedItem", "Message", "Producer"]
 
@@ -188,14 +189,14 @@ class Client:
 
     def peek(self, queue: str, n: int = 1) -> list[Message]:
         """The head items with payloads, without leasing them (their ``ack`` is a no-op error)."""
-        items = leased_items(self.master.call(p.Peek(queue, n)))
+        items = leased_items(self.master.call(p.Peek(check_queue_name(queue), n)))
         payloads, _ = self.fetch(items) if items else ({}, [])
         return self._messages(queue, items, payloads)
 
     def _messages(self, queue: str, items: list[LeasedItem],
                   payloads: dict[int, bytes]) -> list[Message]:
         return [Message(i.id, payloads[i.id], queue, i.attempts, i.priority, i.enqueued_at,
-                        i.lease, self.leases) for i in items if i.id in payloads]
+                        i.lease, self.leases, i.key, i.error) for i in items if i.id in payloads]
 
     def consume(self, queue: str, n: int = 100, *, lease_s: float | None = None,
                 wait_s: float = 1.0) -> Consumer:

@@ -135,7 +135,7 @@ class InvalidArgument(RequestError):
 
 
 class QueueExists(RequestError):
-    """Raised when creating a queue that already exists (change it with configure instead)."""
+    """Raised when creating a queue that already exists (change it with ``queue config``)."""
 
     code = "queue_exists"
 

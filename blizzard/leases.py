@@ -13,6 +13,7 @@ from blizzard import protocol as p
 from blizzard.errors import InvalidArgument, LeaseExpired
 from blizzard.master_link import MasterLink
 from blizzard.message import LeasedItem, leased_items
+from blizzard.queue_settings import check_queue_name
 from blizzard.transport import call
 
 
@@ -26,6 +27,7 @@ class Leases:
     def lease(self, queue: str, n: int, *, lease_s: float | None = None, wait_s: float = 0.0,
               ack: Sequence[Any] = ()) -> list[LeasedItem]:
         """Up to ``n`` head items of ``queue``, leased; ``ack`` settles a previous batch first."""
+        check_queue_name(queue)
         if type(n) is not int:
             raise InvalidArgument("n must be an integer")
         if lease_s is None:
@@ -43,8 +45,9 @@ class Leases:
         if leased.lost:
             if items:
                 self.master.call(p.Nack([i.id for i in items], [i.lease for i in items], 0.0, ""))
-            raise LeaseExpired(f"the lease on items {leased.lost[:10]} expired before the ack; "
-                               "another consumer may hold them")
+            raise LeaseExpired(f"items {leased.lost[:10]} were no longer leased under the tokens "
+                               "acked: already settled (acked or nacked), or the lease ran out; "
+                               "another consumer may hold them now")
         return items
 
     def extend_many(self, msgs: Sequence[Any], *, lease_s: float) -> None:
@@ -89,5 +92,8 @@ class Leases:
             reply: p.Acked = self.master.call(make([m.id for m in part], [m.lease for m in part]))
             lost += reply.lost
         if lost:
-            raise LeaseExpired(f"the lease on items {lost[:10]} expired before this call; "
-                               "another consumer may hold them")
+            # the master tells a held lease from one that is not: it does not keep why a
+            # lease ended, so the message names every way one does
+            raise LeaseExpired(f"items {lost[:10]} are no longer leased under the tokens given: "
+                               "already settled (acked or nacked), or the lease ran out; "
+                               "another consumer may hold them now")

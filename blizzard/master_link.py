@@ -8,6 +8,7 @@ lease carries a request id so its retry returns the same items. A master that re
 from __future__ import annotations
 
 import itertools
+import random
 import time
 import uuid
 from typing import Any
@@ -20,6 +21,8 @@ from blizzard.keys import ClientKeys
 from blizzard.transport import Endpoint, call_many, raise_if_error
 
 ATTEMPT_S = 2.0  # one try at a master request before it is sent again (a restart loses it)
+FIRST_PAUSE_S = 0.05  # the pause before the first retry; it doubles up to MAX_PAUSE_S
+MAX_PAUSE_S = 1.0
 RETRYABLE = {"master_starting"}
 
 
@@ -60,7 +63,7 @@ class MasterLink:
         deadline = (time.monotonic() if since is None else since) + self.timeout_s + extra_s
         results: list[Any] = [None] * len(msgs)
         todo = list(range(len(msgs)))
-        pause = 0.05
+        retries = 0
         while True:
             attempt_s = min(deadline - time.monotonic(), ATTEMPT_S + extra_s)
             replies = call_many([(self.endpoint, msgs[i]) for i in todo], max(attempt_s, 0.01))
@@ -73,6 +76,8 @@ class MasterLink:
                     again.append(i)
             if not again:
                 return [raise_if_error(r) for r in results] if raise_errors else results
+            pause = retry_pause_s(retries, random.random())
+            retries += 1
             if time.monotonic() + pause >= deadline:
                 last = results[again[0]]
                 if isinstance(last, p.Error):
@@ -80,7 +85,6 @@ class MasterLink:
                 raise MasterUnavailable(f"master {self.addr} did not answer within "
                                         f"{self.timeout_s + extra_s:g}s")
             time.sleep(pause)
-            pause = min(1.0, pause * 2)
             todo = again
 
     def call(self, msg: Any, extra_s: float = 0.0, since: float | None = None) -> Any:
@@ -94,3 +98,13 @@ class MasterLink:
 def is_retryable(reply: Any) -> bool:
     """An error reply that a resend may get past (the master is still starting)."""
     return isinstance(reply, p.Error) and reply.code in RETRYABLE
+
+
+def retry_pause_s(retries: int, rand: float) -> float:
+    """The pause before retry number ``retries`` (0: the first): exponential, with jitter.
+
+    ``rand`` in [0, 1) spreads it over [half, all] of the exponential step, so clients that
+    lost a master together do not all come back at the same moment after its restart.
+    """
+    step = min(MAX_PAUSE_S, FIRST_PAUSE_S * 2 ** min(retries, 20))
+    return step * (0.5 + rand / 2)

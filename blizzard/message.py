@@ -30,6 +30,7 @@ class LeasedItem:
     nodes: list[p.NodeRef]
     key: str = ""  # "": none
     grant: p.GetGrant | None = None  # None: read without one (a data node without security)
+    error: str = ""  # the last nack's error text ("": none), e.g. why a dead item died
 
 
 def leased_items(leased: p.Leased) -> list[LeasedItem]:
@@ -37,7 +38,7 @@ def leased_items(leased: p.Leased) -> list[LeasedItem]:
     return [LeasedItem(leased.ids[i], leased.leases[i], leased.sizes[i], leased.crcs[i],
                        leased.attempts[i], leased.priorities[i], leased.enqueued_at[i],
                        leased.replica_sets[leased.replica_set[i]].nodes, leased.keys[i],
-                       leased.grant)
+                       leased.grant, leased.errors[i])
             for i in range(len(leased.ids))]
 
 
@@ -66,6 +67,8 @@ class Message:
     enqueued_at: float
     lease: int
     _leases: Settle
+    key: str = ""  # "": none
+    error: str = ""  # the last nack's error text ("": none), e.g. why a dead item died
 
     def ack(self, wait: bool = False) -> None:
         """The item is done: the master drops it and its blobs.

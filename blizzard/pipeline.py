@@ -40,6 +40,7 @@ from blizzard.datanodes import DatanodePool
 from blizzard.enqueue_options import EnqueueOptions, as_bytes
 from blizzard.errors import DatanodeUnavailable, NotEnoughDatanodes, UnknownItem
 from blizzard.master_link import ATTEMPT_S, MasterLink, is_retryable
+from blizzard.queue_settings import check_queue_name
 from blizzard.transport import Endpoint, Replies, raise_if_error
 
 log = logging.getLogger(__name__)
@@ -127,6 +128,7 @@ class EnqueuePipeline:
     def chunks(self, queue: str, items: Iterable[Any], opts: EnqueueOptions, *,
                commit: bool = True) -> list[Chunk]:
         """``items`` cut into chunks, not started yet (a payload that is not bytes fails here)."""
+        check_queue_name(queue)
         return [Chunk(queue, blobs, [zlib.crc32(b) for b in blobs], opts, commit)
                 for blobs in split(items)]
 

@@ -155,7 +155,8 @@ class Leased:
     """Reply to Lease, one column per field (cheap to encode): item i is ids[i], leases[i], ...
 
     ``replica_set[i]`` indexes ``replica_sets``; ``lost`` lists piggybacked acks whose lease
-    had already been lost. ``grant`` lets the client read these ids from these replicas.
+    had already been lost; ``errors[i]`` is the text of item i's last nack (why it failed,
+    shown when it is dead-lettered). ``grant`` lets the client read these ids from these replicas.
     """
 
     queue: str
@@ -171,6 +172,7 @@ class Leased:
     replica_sets: list[ReplicaSet]
     lost: list[Id]
     grant: GetGrant
+    errors: list[str]  # the last error a consumer's nack gave each item ("": none)
 
 
 @message(17)

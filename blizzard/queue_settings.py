@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Self
@@ -25,7 +26,24 @@ from blizzard.errors import InvalidArgument
 from blizzard.wire import brief
 
 MAX_COUNT = 1_000_000  # max_attempts and burst
-MAX_QUEUE_NAME = 200  # characters in any queue name (the master checks its other rules)
+MAX_QUEUE_NAME = 200  # characters in a queue name (a dead-letter queue's may add ".dead")
+QUEUE_NAME_CHARS = "A-Z a-z 0-9 . _ : -"
+_QUEUE_NAME = re.compile(r"[A-Za-z0-9._:-]+")
+DEAD_SUFFIX = ".dead"  # a queue's dead-letter queue by default: its name plus this
+
+
+def check_queue_name(name: Any, what: str = "queue name") -> str:
+    """``name`` if it is a valid queue name, else ``InvalidArgument`` saying what is valid.
+
+    Valid: 1-200 of the characters A-Z a-z 0-9 . _ : - (so a name needs no quoting in a shell,
+    a URL or a metric label); a default dead-letter queue's name may add ".dead" to that.
+    """
+    limit = MAX_QUEUE_NAME + (len(DEAD_SUFFIX) if isinstance(name, str)
+                              and name.endswith(DEAD_SUFFIX) else 0)
+    if type(name) is not str or not 0 < len(name) <= limit or not _QUEUE_NAME.fullmatch(name):
+        raise InvalidArgument(f"{what} {brief(name)} is not valid: use 1-{MAX_QUEUE_NAME} of the "
+                              f"characters {QUEUE_NAME_CHARS} (no spaces)")
+    return name
 
 
 def _setting(default: Any, low: float, high: float, help: str) -> Any:

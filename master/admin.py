@@ -61,7 +61,9 @@ class QueueAdmin:
         checks.queue_name(msg.queue)
         checks.new_queue_allowed(self.state, msg.queue)
         if msg.create and msg.queue in self.state.queues:
-            raise QueueExists(f"queue {msg.queue!r} exists; change it with configure")
+            raise QueueExists(f"queue {msg.queue!r} exists; change its settings with "
+                              f"`blizzard queue config {msg.queue} --OPTION VALUE` "
+                              "(Client.configure_queue)")
         current = self.state.config(msg.queue)
         changes = {name: getattr(msg, name) for name in NAMES if getattr(msg, name) is not None}
         new = dataclasses.replace(current, **changes).validate()

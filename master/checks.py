@@ -7,16 +7,14 @@ from typing import Any
 
 from blizzard.errors import InvalidArgument, TooManyItems
 from blizzard.protocol import MAX_BATCH
-from blizzard.queue_settings import MAX_QUEUE_NAME
+from blizzard.queue_settings import check_queue_name
 
 PRIORITY_RANGE = (-(2**31), 2**31 - 1)
 
 
 def queue_name(name: str, what: str = "queue name") -> str:
-    if not name or len(name) > MAX_QUEUE_NAME or not name.isprintable() or name.strip() != name:
-        raise InvalidArgument(f"{what} {name[:40]!r} must be 1-{MAX_QUEUE_NAME} printable "
-                              "characters without leading or trailing spaces")
-    return name
+    """The rule the client checks too (``blizzard.queue_settings.check_queue_name``)."""
+    return check_queue_name(name, what)
 
 
 def batch(count: int, what: str = "items") -> None:

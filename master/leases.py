@@ -124,7 +124,8 @@ class Leases:
                         [i.attempts for i in items], [i.priority for i in items],
                         [i.enqueued_at for i in items], [i.key for i in items], replica_set,
                         [p.ReplicaSet(self.membership.refs(nodes, addrs)) for nodes in set_index],
-                        lost, self.capabilities.get_grant(ids, list(holders), now, until))
+                        lost, self.capabilities.get_grant(ids, list(holders), now, until),
+                        [self.state.errors.get(i, "") for i in ids])
 
     # -- settling ----------------------------------------------------------------------------
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from blizzard.queue_settings import Settings
+from blizzard.queue_settings import DEAD_SUFFIX, Settings
 
 
 @dataclass(frozen=True)
@@ -17,7 +17,7 @@ class QueueConfig(Settings):
     """
 
     def dead_letter_queue(self, queue: str) -> str:
-        return self.dead_letter or f"{queue}.dead"
+        return self.dead_letter or queue + DEAD_SUFFIX
 
     def backoff_s(self, attempts: int) -> float:
         """Delay before an item that has failed ``attempts`` times is visible again."""

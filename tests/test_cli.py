@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -46,6 +47,30 @@ def test_cli_errors_are_one_clear_line(cluster):
     down = run("status", "--master", f"tcp://127.0.0.1:{free_port()}", "--timeout-s", "0.5",
                check=False)
     assert down.returncode == 1 and "MasterUnavailable" in down.stderr
+    assert "given by --master" in down.stderr and "blizzard cluster" in down.stderr
+
+
+def test_no_master_says_where_the_address_came_from_within_the_timeout():
+    addr = f"tcp://127.0.0.1:{free_port()}"
+    from_env = run("queue", "list", "--timeout-s", "0.5", master=addr, check=False)
+    assert from_env.returncode == 1 and "taken from BLIZZARD_MASTER" in from_env.stderr
+    env = {k: v for k, v in os.environ.items() if k != "BLIZZARD_MASTER"}
+    default = subprocess.run([*BLIZZARD, "status", "--timeout-s", "0.5"], capture_output=True,
+                             text=True, env=env, timeout=60)
+    assert default.returncode == 1 and "the default" in default.stderr
+    assert "Is a master running?" in default.stderr
+
+
+def test_wal_check_json(cluster):
+    run("enqueue", "jobs", "a", "b", master=cluster.master_addr)
+    cluster.master.kill()
+    out = run("wal", "check", os.path.join(cluster.base_dir, "master"), "--json").stdout
+    doc = json.loads(out)
+    assert set(doc) == {"verdict", "checkpoint", "segments", "problems", "items", "id_hi",
+                        "queues"}
+    assert doc["verdict"] == "ok" and doc["items"] == 2
+    assert doc["queues"]["jobs"] == {"ready": 2, "delayed": 0, "leased": 0}
+    assert doc["segments"] and set(doc["segments"][0]) == {"name", "records", "bytes"}
 
 
 @pytest.mark.parametrize("module", ["master", "datanode", "blizzard.cli"])

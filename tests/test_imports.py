@@ -18,7 +18,8 @@ PACKAGES = ("blizzard", "master", "datanode", "chaos", "bench")
 # the client and its collaborators) except these modules, which sit above it with the servers,
 # chaos and the benches.
 ABOVE_GROUND = ("master", "datanode", "chaos", "bench", "blizzard.cli", "blizzard.cli_common",
-                "blizzard.cli_queue", "blizzard.harness", "blizzard.spark")
+                "blizzard.cli_items", "blizzard.cli_output", "blizzard.cli_queue",
+                "blizzard.harness", "blizzard.spark")
 
 
 def modules() -> dict[str, Path]:

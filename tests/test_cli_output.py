@@ -1,0 +1,35 @@
+"""How the CLI prints: payload escaping and JSON fields, figures with units (no processes)."""
+
+from __future__ import annotations
+
+import base64
+
+from blizzard.cli_common import master_origin
+from blizzard.cli_output import escape, payload, seconds, shown_stats, size
+
+
+def test_payloads_print_on_one_line_and_as_json_fields():
+    assert escape(b"plain") == "plain"
+    assert escape(b"a\tb\nc\rd\\e") == "a\\tb\\nc\\rd\\\\e"
+    assert escape(b"\xff\\x") == "\\xff\\\\x"  # a real backslash is told from an escape
+    assert escape("é".encode()) == "é"
+    assert payload(b"hi") == {"data_b64": "aGk=", "data": "hi"}
+    raw = payload(b"\xff\x00")
+    assert raw["data"] is None and base64.b64decode(raw["data_b64"]) == b"\xff\x00"
+
+
+def test_figures_are_rounded_with_units():
+    assert seconds(0.5903642177581787) == "0.6 s"
+    assert seconds(42.4) == "42 s" and seconds(600) == "10.0 min" and seconds(None) == "-"
+    assert seconds(3 * 3600) == "3.0 h" and seconds(3 * 86400) == "3.0 d"
+    assert size(512) == "512 B" and size(1536) == "1.5 KiB" and size(20 << 20) == "20 MiB"
+    stats = {"queue": "q", "ready": 0, "delayed": 0, "leased": 0, "pending": 0, "dead": 0,
+             "oldest_age_s": 0.0}
+    assert shown_stats(stats)["oldest_age_s"] is None
+
+
+def test_the_master_address_origin_is_explained():
+    assert "--master" in master_origin(["status", "--master", "tcp://h:1"], {})
+    assert "--master" in master_origin(["status", "--master=tcp://h:1"], {})
+    assert "BLIZZARD_MASTER" in master_origin(["status"], {"BLIZZARD_MASTER": "tcp://h:1"})
+    assert "default" in master_origin(["status"], {})
