@@ -1,0 +1,116 @@
+"""Prometheus metrics: the histogram kept in plain Python, and ``/metrics`` of a real cluster
+scraped after a known workload (depths, totals, latencies, under-replication after a kill)."""
+
+from __future__ import annotations
+
+import pathlib
+import urllib.request
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from blizzard import Client
+from blizzard.metrics import LATENCY_BUCKETS_S, Timing, histogram
+from conftest import wait_for
+
+Samples = dict[tuple[str, frozenset], float]
+
+
+def scrape(url: str) -> Samples:
+    """Every sample at ``url``, by (sample name, its labels)."""
+    with urllib.request.urlopen(url, timeout=5) as reply:
+        assert reply.headers["Content-Type"].startswith("text/plain")
+        text = reply.read().decode()
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def value(samples: Samples, name: str, **labels: str) -> float | None:
+    return samples.get((name, frozenset(labels.items())))
+
+
+def test_a_timing_is_a_cumulative_histogram_whose_count_is_its_buckets():
+    timing = Timing()
+    for seconds in (0.000001, 0.003, 0.003, 99.0):
+        timing.observe(seconds)
+    buckets = dict(timing.cumulative())
+    assert buckets[str(LATENCY_BUCKETS_S[0])] == 1
+    assert buckets["0.005"] == 3 and buckets["10.0"] == 3 and buckets["+Inf"] == 4
+    family = histogram("x_seconds", "help", [(("Put",), timing)], ["op"])
+    by_name = {s.name: s.value for s in family.samples if s.labels.get("le") in (None, "+Inf")}
+    assert by_name == {"x_seconds_bucket": 4, "x_seconds_count": 4,
+                       "x_seconds_sum": timing.sum_s}
+
+
+def test_metrics_of_a_cluster_after_a_known_workload_and_a_node_kill(cluster_factory):
+    # Given a cluster serving metrics, two data nodes, R=2
+    cluster = cluster_factory(datanodes=2, replication=2, heartbeat_s=0.2, dead_after_s=1.5,
+                              metrics=True)
+    master = cluster.metrics_url("master")
+    with Client(cluster.master_addr, timeout_s=10, admin=True) as c:
+        # When: 10 enqueued; 4 leased and acked; one nacked; one lease runs out; one held
+        c.enqueue_many("work", [b"x" * 100] * 10)
+        for msg in c.dequeue_many("work", 4):
+            msg.ack(wait=True)
+        c.dequeue("work").nack(error="not now")
+        assert c.dequeue("work", lease_s=0.3) is not None
+        wait_for(lambda: value(scrape(master), "blizzard_queue_expired_total", queue="work"),
+                 what="the lease to expire")
+        held = c.dequeue("work", lease_s=300)
+        assert held is not None
+        # ... and one item dead-lettered after its only allowed attempt
+        c.create_queue("poison", max_attempts=1)
+        c.enqueue("poison", b"bad")
+        c.dequeue("poison").nack(error="boom")
+
+        # Then the master's figures are exactly those
+        m = scrape(master)
+        assert {q: [value(m, f"blizzard_queue_{kind}_total", queue=q)
+                    for kind in ("enqueued", "leased", "acked", "nacked", "expired",
+                                 "dead_lettered")]
+                for q in ("work", "poison")} == {"work": [10, 7, 4, 1, 1, None],
+                                                 "poison": [1, 1, None, 1, None, 1]}
+        depths = {q: [value(m, f"blizzard_queue_{kind}_items", queue=q)
+                      for kind in ("ready", "delayed", "leased", "pending", "dead")]
+                  for q in ("work", "poison", "poison.dead")}
+        assert depths == {"work": [5, 0, 1, 0, 0], "poison": [0, 0, 0, 0, 1],
+                          "poison.dead": [1, 0, 0, 0, 0]}
+        assert value(m, "blizzard_queue_oldest_ready_age_seconds", queue="work") > 0
+        assert value(m, "blizzard_queue_oldest_ready_age_seconds", queue="poison") == 0
+        assert value(m, "blizzard_master_items") == 7
+        assert value(m, "blizzard_master_request_duration_seconds_count", op="Enqueue") >= 2
+        assert value(m, "blizzard_master_request_duration_seconds_bucket", op="Lease",
+                     le="+Inf") >= 5  # one per dequeue call
+        assert value(m, "blizzard_master_wal_fsync_duration_seconds_count") > 0
+        wal = pathlib.Path(cluster.base_dir, "master", "wal")
+        wait_for(lambda: value(scrape(master), "blizzard_master_wal_written_bytes_total")
+                 == sum(f.stat().st_size for f in wal.glob("wal-*.log")),
+                 what="the WAL bytes counted to be the WAL's size (no checkpoint yet)")
+        assert value(m, "blizzard_safe_mode") == 0
+        assert value(m, "blizzard_datanodes", state="alive") == 2
+        assert value(m, "blizzard_datanodes", state="dead") == 0
+        assert value(m, "blizzard_under_replicated_items") == 0
+        held.ack(wait=True)
+
+    # ... and each data node's: every item on both (acked blobs deleted on the master's word)
+    for name in ("datanode0", "datanode1"):
+        url = cluster.metrics_url(name)
+        wait_for(lambda: value(scrape(url), "blizzard_datanode_items") == 6,
+                 what=f"{name} to hold the 6 items left")
+        d = scrape(url)
+        assert value(d, "blizzard_datanode_stored_bytes") == 5 * 100 + 3
+        assert value(d, "blizzard_datanode_free_disk_bytes") > 0
+        assert value(d, "blizzard_datanode_request_duration_seconds_count", op="put") >= 2
+        assert value(d, "blizzard_datanode_leveldb_sync_duration_seconds_count") >= 1
+        assert value(d, "blizzard_datanode_replication_copies_in_flight") == 0
+        assert value(d, "blizzard_datanode_checksum_failures_total") == 0
+    reads = sum(value(scrape(cluster.metrics_url(n)), "blizzard_datanode_request_duration_seconds_count",
+                      op="get") for n in ("datanode0", "datanode1"))
+    assert reads >= 5  # each dequeue read its payloads from one of them
+
+    # When a data node dies, Then its items are counted under-replicated (no third node to copy to)
+    cluster.nodes[1].kill()
+    wait_for(lambda: value(scrape(master), "blizzard_datanodes", state="dead") == 1,
+             what="the master to see the node dead")
+    wait_for(lambda: value(scrape(master), "blizzard_under_replicated_items") == 6,
+             what="every item under-replicated")
+    assert value(scrape(master), "blizzard_datanodes", state="alive") == 1
