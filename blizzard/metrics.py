@@ -60,10 +60,27 @@ def histogram(name: str, doc: str, timings: Iterable[tuple[tuple[str, ...], Timi
     return family
 
 
-def serve(registry: CollectorRegistry, port: int, addr: str) -> int:
-    """Serve ``registry`` at ``http://addr:port/metrics`` from a daemon thread; the port bound
-    (``port`` 0 picks a free one)."""
-    httpd, _ = start_http_server(port, addr, registry=registry)
-    bound = httpd.server_port
-    log.info("Prometheus metrics on http://%s:%d/metrics", addr, bound)
-    return bound
+class MetricsUnavailable(OSError):
+    """Raised when the metrics endpoint cannot listen on its address and port."""
+
+
+class Endpoint:
+    """``/metrics`` of one registry, served over HTTP from a daemon thread."""
+
+    def __init__(self, registry: CollectorRegistry, port: int, addr: str) -> None:
+        try:
+            self._httpd, _ = start_http_server(port, addr, registry=registry)
+        except OSError as exc:
+            raise MetricsUnavailable(f"cannot serve metrics on {addr}:{port}: "
+                                     f"{exc.strerror or exc}") from None
+        self.url = f"http://{addr}:{self.port}/metrics"
+        log.info("Prometheus metrics on %s", self.url)
+
+    @property
+    def port(self) -> int:
+        """The port bound (a free one if 0 was asked for)."""
+        return self._httpd.server_port
+
+    def close(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()

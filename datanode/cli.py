@@ -32,6 +32,7 @@ def datanode_command(data_dir: str, bind: str, advertise: str | None, master: st
     Security: give the key directory (--keys, made by `blizzard keys generate`) or --insecure.
     """
     from blizzard.errors import AuthenticationFailed
+    from blizzard.metrics import MetricsUnavailable
     from datanode.server import DatanodeServer
 
     setup_logging(log_level)
@@ -41,6 +42,6 @@ def datanode_command(data_dir: str, bind: str, advertise: str | None, master: st
                             metrics_addr=metrics_addr)
     try:
         server = DatanodeServer(config)
-    except AuthenticationFailed as exc:
+    except (AuthenticationFailed, MetricsUnavailable) as exc:
         raise click.ClickException(str(exc)) from None
     serve(server)

@@ -89,7 +89,7 @@ class DatanodeServer:
         self.next_heartbeat = 0.0
         self.heartbeat_rid: int | None = None
         self._stopping = False
-        self.metrics = DatanodeMetrics(self)  # timings always; served with --metrics-port
+        self.metrics = DatanodeMetrics(self)  # timings always; served with a metrics port
 
     # -- loop --------------------------------------------------------------------------------
 
@@ -99,7 +99,6 @@ class DatanodeServer:
         if self.keys is None:
             log.warning("SECURITY IS OFF (--insecure): anyone who reaches %s may read and "
                         "write blobs", self.addr)
-        self.metrics.serve()  # if --metrics-port was given
         while not self._stopping:
             self.run_once(50)
 
@@ -108,6 +107,7 @@ class DatanodeServer:
 
     def close(self) -> None:
         self.router.close()
+        self.metrics.close()
         self.master.close()
         for ep in self.peers.values():
             ep.close()

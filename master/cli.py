@@ -43,6 +43,7 @@ def master_command(data_dir: str, bind: str, replication: int, min_replicas: int
     Security: give the key directory (--keys, made by `blizzard keys generate`) or --insecure.
     """
     from blizzard.errors import AuthenticationFailed
+    from blizzard.metrics import MetricsUnavailable
     from master.server import MasterServer
     from master.wal import WalCorrupt
 
@@ -55,6 +56,6 @@ def master_command(data_dir: str, bind: str, replication: int, min_replicas: int
                           metrics_addr=metrics_addr)
     try:
         server = MasterServer(config)
-    except (WalCorrupt, AuthenticationFailed) as exc:
+    except (WalCorrupt, AuthenticationFailed, MetricsUnavailable) as exc:
         raise click.ClickException(str(exc)) from None
     serve(server)

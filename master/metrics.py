@@ -69,14 +69,22 @@ class MasterMetrics(Collector):
         self.checkpoint_s = 0.0  # the last one's duration
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
+        self.endpoint: metrics.Endpoint | None = None
+        self.serve()
         server.wal.on_sync = self.wal_synced
 
-    def serve(self) -> int | None:
-        """Serve ``/metrics`` if a port was configured; the port bound (None: off)."""
+    def serve(self) -> None:
+        """Serve ``/metrics`` if the config names a port (``MetricsUnavailable`` if it cannot);
+        the server's constructor thus binds it, as it binds its socket."""
         config = self.server.config
-        if config.metrics_port is None:
-            return None
-        return metrics.serve(self.registry, config.metrics_port, config.metrics_addr)
+        if config.metrics_port is not None and self.endpoint is None:
+            self.endpoint = metrics.Endpoint(self.registry, config.metrics_port,
+                                             config.metrics_addr)
+
+    def close(self) -> None:
+        if self.endpoint is not None:
+            self.endpoint.close()
+            self.endpoint = None
 
     # -- fed by the loop ---------------------------------------------------------------------
 

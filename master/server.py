@@ -114,7 +114,7 @@ class MasterServer:
             RouterServer(self.ctx, config.bind, max_frame_bytes=MAX_REQUEST_BYTES, keys=keys)
         self._replies: list[tuple[bytes, int, Any]] = []
         self._stopping = False
-        # collected always (a couple of µs a request), served only with --metrics-port
+        # collected always (about a µs a request), served only with a metrics port
         self.metrics = MasterMetrics(self)
         self.handlers: dict[type, Handler] = {
             p.Place: self.blocks.place,
@@ -289,7 +289,6 @@ class MasterServer:
                         self.config.bind)
         else:
             log.info("security on: CURVE keys from %s", self.config.keys)
-        self.metrics.serve()  # if --metrics-port was given
         while not self._stopping:
             self.run_once(50)
 
@@ -298,6 +297,7 @@ class MasterServer:
 
     def close(self) -> None:
         self.router.close()
+        self.metrics.close()
         try:
             self.checkpoint_now()
         except OSError as exc:

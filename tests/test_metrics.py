@@ -4,6 +4,9 @@ scraped after a known workload (depths, totals, latencies, under-replication aft
 from __future__ import annotations
 
 import pathlib
+import socket
+import subprocess
+import sys
 import time
 import urllib.request
 import zlib
@@ -14,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from blizzard import Client
 from blizzard import protocol as p
+from blizzard.harness import free_port
 from blizzard.metrics import LATENCY_BUCKETS_S, Timing, histogram
 from blizzard.transport import raise_if_error
 from conftest import wait_for
@@ -201,3 +205,17 @@ def test_metrics_of_a_cluster_after_a_known_workload_and_a_node_kill(cluster_fac
     wait_for(lambda: value(scrape(master), "blizzard_under_replicated_items") == 6,
              what="every item under-replicated")
     assert value(scrape(master), "blizzard_datanodes", state="alive") == 1
+
+
+def test_a_metrics_port_in_use_is_one_clear_line(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run([sys.executable, "-m", "master", "--data-dir", str(tmp_path / "m"),
+                               "--bind", f"tcp://127.0.0.1:{free_port()}", "--insecure",
+                               "--metrics-port", str(port)],
+                              capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert f"Error: cannot serve metrics on 127.0.0.1:{port}: Address already in use" \
+        in proc.stderr and "Traceback" not in proc.stderr
