@@ -3,6 +3,7 @@ scraped after a known workload (depths, totals, latencies, under-replication aft
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
 import socket
 import subprocess
@@ -117,6 +118,22 @@ def test_totals_count_live_events_and_not_a_replay_of_the_log():
     assert value(samples, "blizzard_queue_ready_items", queue="q") == 2
     assert value(samples, "blizzard_queue_enqueued_total", queue="q") is None
     assert value(samples, "blizzard_master_items") == 2
+
+
+def test_a_checkpoint_is_timed_from_fork_to_reaped(tmp_path):
+    master = MasterServer(MasterConfig(data_dir=str(tmp_path), replication=1,
+                                       checkpoint_records=1), router=NoRouter())
+    try:
+        settings = [None] * (len(dataclasses.fields(p.Configure)) - 2)
+        call(master, p.Configure("q", True, *settings))  # one WAL record
+        wait_for(lambda: master.run_once(0) or master.metrics.checkpoints,
+                 what="the checkpoint's child to be reaped")
+        samples = parse(generate_latest(master.metrics.registry).decode())
+        assert value(samples, "blizzard_master_checkpoints_total") == 1
+        assert 0 < value(samples, "blizzard_master_checkpoint_duration_seconds") < 10
+        assert value(samples, "blizzard_master_wal_fsync_duration_seconds_count") >= 1
+    finally:
+        master.close()
 
 
 @pytest.mark.parametrize("kind", ["memory", "leveldb"])
