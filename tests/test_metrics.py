@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
+import signal
 import socket
 import subprocess
 import sys
@@ -236,3 +237,29 @@ def test_a_metrics_port_in_use_is_one_clear_line(tmp_path):
     assert proc.returncode == 1
     assert f"Error: cannot serve metrics on 127.0.0.1:{port}: Address already in use" \
         in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_the_cluster_command_serves_metrics_and_prints_where(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "blizzard.cli", "cluster", "--data-dir",
+                             str(tmp_path), "--datanodes", "1", "--replication", "1", "--port",
+                             str(free_port()), "--node-port", str(free_port())],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        urls = {}
+        while len(urls) < 2:
+            line = proc.stdout.readline()
+            assert line, "the cluster command ended before printing its metrics URLs"
+            if line.startswith("metrics of "):
+                name, _, url = line.removeprefix("metrics of ").strip().partition(": ")
+                urls[name] = url
+        assert sorted(urls) == ["datanode0", "master"]
+        assert all(url.startswith("http://127.0.0.1:") for url in urls.values())
+        wait_for(lambda: value(scrape(urls["master"]), "blizzard_datanodes", state="alive") == 1,
+                 what="the master's metrics to show its data node")
+        assert value(scrape(urls["datanode0"]), "blizzard_datanode_items") == 0
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
