@@ -1,5 +1,6 @@
 """What the benchmarks share: progress logging on stderr, SIGTERM as an exit, a scratch dir,
-and running a measurement on clusters that are stopped (their logs kept on failure) after."""
+the clusters to compare (security on/off, metrics on/off), and running a measurement on clusters
+that are stopped (their logs kept on failure) after."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
+import urllib.request
 from typing import Any, Callable, Sequence
 
 from blizzard.harness import AUTO_KEYS, LocalCluster
@@ -33,12 +36,63 @@ def security_option(ap: argparse.ArgumentParser) -> None:
                          "both: two clusters measured in turn, each line tagged")
 
 
-def clusters_for(base: str, security: str, **kw: Any) -> list[LocalCluster]:
-    """One cluster per security setting asked for (``on`` first), each in its own dir."""
+def metrics_option(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--metrics", choices=["on", "off", "both"], default="off",
+                    help="Prometheus metrics served by every process and scraped every "
+                         f"{SCRAPE_S:g} s (on), not served (off, the default), or both: "
+                         "clusters measured in turn, each line tagged")
+
+
+def clusters_for(base: str, security: str, metrics: str = "off",
+                 **kw: Any) -> list[LocalCluster]:
+    """One cluster per combination of the security and metrics settings asked for (``on``
+    first), each in its own dir."""
     import os
-    settings = ["on", "off"] if security == "both" else [security]
-    return [LocalCluster(os.path.join(base, s), keys=None if s == "off" else AUTO_KEYS, **kw)
-            for s in settings]
+    secure = ["on", "off"] if security == "both" else [security]
+    served = ["on", "off"] if metrics == "both" else [metrics]
+    return [LocalCluster(os.path.join(base, f"security-{s}-metrics-{m}"),
+                         keys=None if s == "off" else AUTO_KEYS, metrics=m == "on", **kw)
+            for s in secure for m in served]
+
+
+def metrics_of(cluster: LocalCluster) -> str:
+    return "on" if cluster.metrics else "off"
+
+
+SCRAPE_S = 1.0  # far more often than Prometheus's usual 15 s: an upper bound of the cost
+
+
+class Scraper:
+    """Scrapes every ``/metrics`` of the clusters serving them, every ``SCRAPE_S``, in a
+    thread, as Prometheus would: the servers pay for their scrapes during the measurement."""
+
+    def __init__(self, clusters: Sequence[LocalCluster]) -> None:
+        self.urls = [c.metrics_url(name) for c in clusters for name in c.metrics_ports]
+        self.scrapes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="scraper", daemon=True)
+
+    def __enter__(self) -> "Scraper":
+        if self.urls:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        if self.urls:
+            log.info("%d scrapes of %d metrics endpoints", self.scrapes, len(self.urls))
+
+    def _run(self) -> None:
+        while not self._stop.wait(SCRAPE_S):
+            for url in self.urls:
+                try:
+                    with urllib.request.urlopen(url, timeout=5) as reply:
+                        reply.read()
+                    self.scrapes += 1
+                except OSError as exc:
+                    log.warning("scraping %s failed: %s", url, exc)
 
 
 def client_keys(cluster: LocalCluster) -> str:
@@ -73,7 +127,8 @@ def on_clusters(base: str, clusters: Sequence[LocalCluster], body: Callable[[], 
     try:
         for cluster in clusters:
             cluster.start()
-        rc = body()
+        with Scraper(clusters):
+            rc = body()
     except KeyboardInterrupt:
         log.info("interrupted; stopping the cluster")
         rc = 130

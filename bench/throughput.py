@@ -27,8 +27,8 @@ from typing import Any, Callable
 
 from blizzard.client import Client
 from blizzard.harness import LocalCluster
-from bench.common import (client_keys, clusters_for, int_list, on_clusters, parser,
-                          security_of, security_option, start)
+from bench.common import (client_keys, clusters_for, int_list, metrics_of, metrics_option,
+                          on_clusters, parser, security_of, security_option, start)
 
 log = logging.getLogger(__name__)
 
@@ -250,7 +250,7 @@ def measure(cluster: LocalCluster, size: int, batch: int, n: int,
     master = cluster.master_addr
     keys = client_keys(cluster)
     common = {"size": size, "batch": batch, "replication": args.replication,
-              "security": security_of(cluster)}
+              "security": security_of(cluster), "metrics": metrics_of(cluster)}
     queue = f"bench-{size}-{batch}"
     log.info("enqueue: %d items of %d B, batch %d", n, size, batch)
     prod = run_workers({"producer": (produce, (master, keys, queue, size, n, batch, args.max_seconds, 1))},
@@ -302,6 +302,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                          "(Client.producer); 1 to skip")
     ap.add_argument("--quick", action="store_true", help="smoke run: 500 items per measurement")
     security_option(ap)
+    metrics_option(ap)
     args = ap.parse_args(argv)
     if args.quick:
         args.n = args.n_unbatched = 500
@@ -316,7 +317,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     base = start("bench")
-    clusters = clusters_for(base, args.security, datanodes=args.datanodes,
+    clusters = clusters_for(base, args.security, args.metrics, datanodes=args.datanodes,
                             replication=args.replication)
 
     def body() -> int:
@@ -326,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
         for size in args.sizes:
             for batch in args.batches:
                 n = args.n if batch > 1 else args.n_unbatched
-                for cluster in clusters:  # with --security both, side by side
+                for cluster in clusters:  # with --security/--metrics both, side by side
                     try:
                         measure(cluster, size, batch, n, args)
                     except RuntimeError as exc:

@@ -21,8 +21,8 @@ import sys
 import time
 from typing import Any
 
-from bench.common import (client_keys, clusters_for, on_clusters, parser, security_of,
-                          security_option, start)
+from bench.common import (client_keys, clusters_for, metrics_of, metrics_option, on_clusters,
+                          parser, security_of, security_option, start)
 from bench.throughput import machine_cpu, own_cpu_s, percentile, proc_cpu_s
 from blizzard.client import Client
 from blizzard.harness import LocalCluster
@@ -101,6 +101,7 @@ def run(cluster: LocalCluster, producers: int, consumers: int, size: int,
     line: dict[str, Any] = {
         "system": "blizzard", "op": "workers", "producers": producers, "consumers": consumers,
         "size": size, "replication": cluster.replication, "security": security_of(cluster),
+        "metrics": metrics_of(cluster),
         "enqueued_per_s": round(counts["p"] / elapsed), "acked_per_s": round(acked / elapsed),
         "seconds": round(elapsed, 1), "cpu_us_per_acked_item": cpu_us, "errors": errors[:3]}
     for role, name in (("p", "enqueue"), ("c", "dequeue_ack")):
@@ -129,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--datanodes", type=int, default=2, help="data nodes to start")
     ap.add_argument("--repeat", type=int, default=1, help="measurements on the same cluster")
     security_option(ap)
+    metrics_option(ap)
     args = ap.parse_args(argv)
     producers, consumers = args.workers
     if producers < 1 or consumers < 1 or not 0 < args.seconds <= 600 or args.size < 1:
@@ -136,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     if not 1 <= args.replication <= args.datanodes:
         ap.error("--replication must be between 1 and --datanodes")
     base = start("bench")
-    clusters = clusters_for(base, args.security, datanodes=args.datanodes,
+    clusters = clusters_for(base, args.security, args.metrics, datanodes=args.datanodes,
                             replication=args.replication)
 
     def body() -> int:

@@ -55,8 +55,10 @@ def cli() -> None:
               help=f"First data node port on {LOOPBACK}; the others follow ({DATANODE_PORT + 1}, ...).")
 @click.option("--insecure", is_flag=True, help="Run without keys (no encryption, no "
               "authentication).")
+@click.option("--metrics/--no-metrics", default=True, show_default=True,
+              help=f"Serve Prometheus metrics from every process on a free port of {LOOPBACK}.")
 def cluster(data_dir: str, datanodes: int, replication: int, port: int, node_port: int,
-            insecure: bool) -> None:
+            insecure: bool, metrics: bool) -> None:
     """Run a master and data nodes on 127.0.0.1 in the foreground; Ctrl-C stops them all.
 
     Secure by default: the key pairs are made in DATA_DIR/keys on first start.
@@ -65,7 +67,7 @@ def cluster(data_dir: str, datanodes: int, replication: int, port: int, node_por
 
     keys = None if insecure else os.path.join(os.path.abspath(data_dir), "keys")
     local = LocalCluster(os.path.abspath(data_dir), datanodes=datanodes, replication=replication,
-                         master_port=port, node_base_port=node_port, keys=keys)
+                         master_port=port, node_base_port=node_port, keys=keys, metrics=metrics)
     stopping = False
 
     def stop(signum: int, frame: Any) -> None:
@@ -80,6 +82,8 @@ def cluster(data_dir: str, datanodes: int, replication: int, port: int, node_por
         click.echo(f"export BLIZZARD_MASTER={local.master_addr}")
         if keys is not None:
             click.echo(f"export BLIZZARD_KEYS={keys}")
+        for name in local.metrics_ports:
+            click.echo(f"metrics of {name}: {local.metrics_url(name)}")
         while not stopping:
             time.sleep(0.2)
             dead = [p.name for p in [local.master, *local.nodes] if p is not None and not p.alive]

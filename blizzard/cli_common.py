@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import click
 
-from blizzard.defaults import DEFAULT_MASTER
+from blizzard.defaults import DEFAULT_MASTER, LOOPBACK
 from blizzard.errors import InvalidArgument
 from blizzard.queue_settings import MAX_QUEUE_NAME, QUEUE_NAME_CHARS, check_queue_name
 
@@ -54,8 +54,15 @@ def config_defaults(config: type) -> dict[str, Any]:
 def server_command(name: str, data_dir_help: str,
                    bind_default: str) -> Callable[[Callable[..., Any]], click.Command]:
     """A server's click command with the options every server has: ``--data-dir``, ``--bind``,
-    ``--keys`` / ``--insecure`` (the callback gets ``keys``: a directory, or None)."""
+    ``--keys`` / ``--insecure`` (the callback gets ``keys``: a directory, or None),
+    ``--metrics-port`` / ``--metrics-addr`` (Prometheus metrics; off unless a port is given)."""
     def decorate(f: Callable[..., Any]) -> click.Command:
+        f = click.option("--metrics-addr", default=LOOPBACK, show_default=True,
+                         help="Address the metrics endpoint listens on (loopback: only this "
+                              "machine may scrape it).")(f)
+        f = click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
+                         help="Serve Prometheus metrics at http://ADDR:PORT/metrics "
+                              "(default: no metrics endpoint; 0 picks a free port).")(f)
         f = click.option("--insecure", is_flag=True, default=False,
                          help="Run without security: no encryption, and anyone who reaches "
                               "the port may do anything. Only for a trusted network.")(f)

@@ -133,6 +133,8 @@ class LocalCluster:
     python: str = sys.executable
     keys: str | None = AUTO_KEYS  # a key directory (made if missing); None: --insecure;
     # AUTO_KEYS: ``process_keys()``
+    metrics: bool = False  # every process serves Prometheus metrics on a free loopback port
+    metrics_ports: dict[str, int] = field(default_factory=dict)  # process name -> port
     master: Proc | None = None
     nodes: list[Proc] = field(default_factory=list)
 
@@ -144,6 +146,16 @@ class LocalCluster:
         else:
             k.generate(self.keys)
         return ["--keys", self.keys]
+
+    def _metrics(self, name: str) -> list[str]:
+        if not self.metrics:
+            return []
+        self.metrics_ports[name] = free_port()
+        return ["--metrics-port", str(self.metrics_ports[name])]
+
+    def metrics_url(self, name: str = "master") -> str:
+        """Where process ``name`` (``master``, ``datanode0``, ...) serves its metrics."""
+        return f"http://{LOOPBACK}:{self.metrics_ports[name]}/metrics"
 
     @property
     def master_addr(self) -> str:
@@ -177,7 +189,7 @@ class LocalCluster:
         argv = [self.python, "-m", "master", "--data-dir", os.path.join(self.base_dir, "master"),
                 "--bind", addr, "--replication", str(self.replication),
                 "--heartbeat-s", str(self.heartbeat_s), "--dead-after-s", str(self.dead_after_s),
-                *self._security(), *self.master_args]
+                *self._security(), *self._metrics("master"), *self.master_args]
         if self.min_replicas is not None:
             argv += ["--min-replicas", str(self.min_replicas)]
         return Proc("master", argv, os.path.join(self.base_dir, "master.log"), addr)
@@ -186,7 +198,7 @@ class LocalCluster:
         argv = [self.python, "-m", "datanode", "--data-dir",
                 os.path.join(self.base_dir, f"datanode{i}"), "--bind", addr,
                 "--master", self.master_addr, "--heartbeat-s", str(self.heartbeat_s),
-                *self._security()]
+                *self._security(), *self._metrics(f"datanode{i}")]
         return Proc(f"datanode{i}", argv, os.path.join(self.base_dir, f"datanode{i}.log"), addr)
 
     def restart_master(self, timeout_s: float = 30.0) -> None:

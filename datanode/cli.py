@@ -26,20 +26,22 @@ _DEFAULT = config_defaults(DatanodeConfig)
 @log_level
 def datanode_command(data_dir: str, bind: str, advertise: str | None, master: str,
                      heartbeat_s: float, max_item_bytes: int, keys: str | None, insecure: bool,
-                     log_level: str) -> None:
+                     metrics_port: int | None, metrics_addr: str, log_level: str) -> None:
     """Run a data node: stores payload blobs in LevelDB.
 
     Security: give the key directory (--keys, made by `blizzard keys generate`) or --insecure.
     """
     from blizzard.errors import AuthenticationFailed
+    from blizzard.metrics import MetricsUnavailable
     from datanode.server import DatanodeServer
 
     setup_logging(log_level)
     config = DatanodeConfig(data_dir=data_dir, bind=bind, master=master, advertise=advertise,
                             heartbeat_s=heartbeat_s, max_item_bytes=max_item_bytes,
-                            keys=security(keys, insecure))
+                            keys=security(keys, insecure), metrics_port=metrics_port,
+                            metrics_addr=metrics_addr)
     try:
         server = DatanodeServer(config)
-    except AuthenticationFailed as exc:
+    except (AuthenticationFailed, MetricsUnavailable) as exc:
         raise click.ClickException(str(exc)) from None
     serve(server)

@@ -30,6 +30,7 @@ from blizzard.errors import (BlizzardError, InvalidArgument, PayloadTooLarge, St
 from blizzard.transport import Endpoint, RouterServer, check_addr, error_reply
 from datanode.config import DatanodeConfig, load_node_id
 from datanode.grants import Gate
+from datanode.metrics import DatanodeMetrics
 from datanode.store import BlobStore, LevelDbStore
 
 log = logging.getLogger(__name__)
@@ -88,6 +89,7 @@ class DatanodeServer:
         self.next_heartbeat = 0.0
         self.heartbeat_rid: int | None = None
         self._stopping = False
+        self.metrics = DatanodeMetrics(self)  # timings always; served with a metrics port
 
     # -- loop --------------------------------------------------------------------------------
 
@@ -105,6 +107,7 @@ class DatanodeServer:
 
     def close(self) -> None:
         self.router.close()
+        self.metrics.close()
         self.master.close()
         for ep in self.peers.values():
             ep.close()
@@ -150,6 +153,7 @@ class DatanodeServer:
     def _handle(self, requests: list[tuple[bytes, int, Any]]) -> None:
         puts: list[tuple[bytes, int, p.Put]] = []
         refused = Refusals()  # puts with ``report`` that failed their checks
+        started = time.perf_counter()  # the pass took its requests up
         for peer, rid, msg in requests:
             try:
                 if isinstance(msg, p.Put):
@@ -163,6 +167,7 @@ class DatanodeServer:
                     puts.append((peer, rid, msg))
                 elif isinstance(msg, p.Get):
                     self.router.reply(peer, rid, self._get(msg, peer))
+                    self.metrics.since("get", started)
                 elif isinstance(msg, p.Delete):
                     if len(msg.ids) > p.MAX_BATCH:
                         raise InvalidArgument("a delete takes at most 10000 ids")
@@ -170,6 +175,7 @@ class DatanodeServer:
                         self.gate.check_delete(msg, peer)
                     self.store.delete_many(msg.ids)
                     self.router.reply(peer, rid, p.Ok())
+                    self.metrics.since("delete", started)
                 else:
                     raise InvalidArgument(f"a data node does not serve {p.op_name(msg)}")
             except BlizzardError as exc:
@@ -179,7 +185,7 @@ class DatanodeServer:
                 self.router.reply(peer, rid, p.Error("internal", f"internal error: "
                                                      f"{type(exc).__name__}: {str(exc)[:200]}"))
         if puts:
-            self._write(puts, refused)  # reports the pass's puts, refused ones included
+            self._write(puts, refused, started)  # reports the pass's puts, refused ones too
         else:
             self._send_report([], refused)
 
@@ -207,13 +213,15 @@ class DatanodeServer:
             if zlib.crc32(blob) != crc:
                 raise InvalidArgument("a blob does not match its checksum (damaged in transit?)")
 
-    def _write(self, puts: list[tuple[bytes, int, p.Put]], refused: "Refusals") -> None:
+    def _write(self, puts: list[tuple[bytes, int, p.Put]], refused: "Refusals",
+               started: float) -> None:
         """One synced ``WriteBatch`` for every put of the pass, then the replies and reports."""
         ids, blobs, crcs = [], [], []
         for _, _, msg in puts:
             ids += msg.ids
             blobs += msg.blobs
             crcs += msg.crcs
+        began = time.perf_counter()
         try:
             self.store.put_many(ids, blobs, crcs)
         except (OSError, plyvel.Error) as exc:  # the disk, not the request (P6)
@@ -229,6 +237,7 @@ class DatanodeServer:
                 log.critical("storage error that is not a full disk; stopping")
                 os._exit(70)
             return
+        self.metrics.wrote(len(puts), started, began)
         reported: list[int] = []
         for peer, rid, msg in puts:
             if msg.report:

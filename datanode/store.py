@@ -46,6 +46,8 @@ class BlobStore(Protocol):
     def ids(self) -> Iterator[int]:
         """Every stored id, ascending."""
 
+    checksum_failures: int  # reads that found a blob failing its checksum, since the start
+
     @property
     def count(self) -> int: ...
 
@@ -55,13 +57,14 @@ class BlobStore(Protocol):
     def close(self) -> None: ...
 
 
-def _checked(item_id: int, raw: bytes | None) -> tuple[bytes, int] | None:
+def _checked(item_id: int, raw: bytes | None, store: BlobStore) -> tuple[bytes, int] | None:
     if raw is None or len(raw) < _CRC.size:
         return None
     (crc,) = _CRC.unpack_from(raw)
     blob = raw[_CRC.size:]
     if zlib.crc32(blob) != crc:
         log.error("blob %d fails its checksum; not serving it", item_id)
+        store.checksum_failures += 1
         return None
     return blob, crc
 
@@ -78,6 +81,7 @@ class LevelDbStore:
         self.db = plyvel.DB(path, create_if_missing=True, write_buffer_size=WRITE_BUFFER_BYTES)
         self._count = 0
         self._bytes = 0
+        self.checksum_failures = 0
         self._max_id = -1  # ids only grow: a put above this cannot overwrite anything
         for key, value in self.db.iterator():
             self._count += 1
@@ -110,9 +114,9 @@ class LevelDbStore:
         if len(ids) > 8 and hi - lo < 2 * len(ids):  # dense (a leased batch mostly is): one scan
             found = {_KEY.unpack(k)[0]: v for k, v in  # beats many seeks
                      self.db.iterator(start=_KEY.pack(lo), stop=_KEY.pack(hi + 1))}
-            return [_checked(i, found.get(i)) for i in ids]
+            return [_checked(i, found.get(i), self) for i in ids]
         get = self.db.get
-        return [_checked(i, get(_KEY.pack(i))) for i in ids]
+        return [_checked(i, get(_KEY.pack(i)), self) for i in ids]
 
     def delete_many(self, ids: list[int]) -> None:
         _id_range(ids)
@@ -153,6 +157,7 @@ class MemoryStore:
 
     def __init__(self) -> None:
         self.blobs: dict[int, bytes] = {}
+        self.checksum_failures = 0
 
     def put_many(self, ids: list[int], blobs: list[bytes], crcs: list[int]) -> None:
         _id_range(ids)
@@ -161,7 +166,7 @@ class MemoryStore:
 
     def get_many(self, ids: list[int]) -> list[tuple[bytes, int] | None]:
         _id_range(ids)
-        return [_checked(i, self.blobs.get(i)) for i in ids]
+        return [_checked(i, self.blobs.get(i), self) for i in ids]
 
     def delete_many(self, ids: list[int]) -> None:
         _id_range(ids)

@@ -36,12 +36,14 @@ _DEFAULT = config_defaults(MasterConfig)
 def master_command(data_dir: str, bind: str, replication: int, min_replicas: int | None,
                    heartbeat_s: float, dead_after_s: float, pending_timeout_s: float,
                    max_item_bytes: int, checkpoint_records: int, keys: str | None,
-                   insecure: bool, log_level: str) -> None:
+                   insecure: bool, metrics_port: int | None, metrics_addr: str,
+                   log_level: str) -> None:
     """Run the master: queue metadata, ids, placement, leases, WAL.
 
     Security: give the key directory (--keys, made by `blizzard keys generate`) or --insecure.
     """
     from blizzard.errors import AuthenticationFailed
+    from blizzard.metrics import MetricsUnavailable
     from master.server import MasterServer
     from master.wal import WalCorrupt
 
@@ -50,9 +52,10 @@ def master_command(data_dir: str, bind: str, replication: int, min_replicas: int
                           min_replicas=min_replicas, heartbeat_s=heartbeat_s,
                           dead_after_s=dead_after_s, pending_timeout_s=pending_timeout_s,
                           max_item_bytes=max_item_bytes, checkpoint_records=checkpoint_records,
-                          keys=security(keys, insecure))
+                          keys=security(keys, insecure), metrics_port=metrics_port,
+                          metrics_addr=metrics_addr)
     try:
         server = MasterServer(config)
-    except (WalCorrupt, AuthenticationFailed) as exc:
+    except (WalCorrupt, AuthenticationFailed, MetricsUnavailable) as exc:
         raise click.ClickException(str(exc)) from None
     serve(server)

@@ -26,6 +26,7 @@ from blizzard.transport import error_reply
 from master import checks
 from master.blocks import Blocks
 from master.config import MasterConfig
+from master.counts import QueueCounts
 from master.deletes import Deletes
 from master.records import CommitItems
 from master.state import State
@@ -72,8 +73,9 @@ class Enqueues:
     """Enqueue and commit requests, the enqueues waiting for put reports, staged items."""
 
     def __init__(self, config: MasterConfig, state: State, log: Callable[[Any], None],
-                 blocks: Blocks, deletes: Deletes) -> None:
+                 blocks: Blocks, deletes: Deletes, counts: QueueCounts | None = None) -> None:
         self.config = config
+        self.counts = counts if counts is not None else QueueCounts()
         self.state = state
         self.log = log
         self.blocks = blocks
@@ -274,7 +276,9 @@ class Enqueues:
         # coalescing dropped older waiting items (and all but the last of a burst)
         items = self.state.items
         gone = [(old.id, old.nodes) for old in replaced]
-        gone += [(i, nodes) for i in ids if i not in items]
+        dropped = [(i, nodes) for i in ids if i not in items]
+        self.counts.add("enqueued", queue, len(ids) - len(dropped))
+        gone += dropped
         for item_id, holders in gone:
             self.deletes.drop_blobs(item_id, holders)
 

@@ -16,6 +16,7 @@ from blizzard.errors import TooManyItems
 from master import checks
 from master.capabilities import CapabilityKeys
 from master.config import MasterConfig
+from master.counts import QueueCounts
 from master.deletes import Deletes
 from master.membership import Membership
 from master.queues import TokenBucket
@@ -45,8 +46,10 @@ class Leases:
     """Lease, ack, nack, extend and expiry; long-poll waiters; rate limits."""
 
     def __init__(self, config: MasterConfig, state: State, log_record: Callable[[Any], None],
-                 deletes: Deletes, membership: Membership, capabilities: CapabilityKeys) -> None:
+                 deletes: Deletes, membership: Membership, capabilities: CapabilityKeys,
+                 counts: QueueCounts | None = None) -> None:
         self.config = config
+        self.counts = counts if counts is not None else QueueCounts()
         self.state = state
         self.log = log_record
         self.deletes = deletes
@@ -99,6 +102,7 @@ class Leases:
             lease_s = msg.lease_s or config.lease_s
             self.log(LeaseItems(ids=ids, leases=list(range(first, first + len(ids))),
                                 deadline=now + lease_s, request=msg.request))
+            self.counts.add("leased", msg.queue, len(ids))
         return ids
 
     def describe(self, queue: str, ids: list[int], lost: list[int], now: float) -> p.Leased:
@@ -163,8 +167,10 @@ class Leases:
     def _ack(self, ids: list[int], leases: list[int]) -> p.Acked:
         held, lost, gone = self._settle(ids, leases)
         if held:
-            holders = [self.state.items[i].nodes for i in held]
+            items = [self.state.items[i] for i in held]
+            holders = [item.nodes for item in items]
             self.log(AckItems(ids=held))
+            self.counts.add_each("acked", [item.queue for item in items])
             for item_id, nodes in zip(held, holders):
                 self.deletes.drop_blobs(item_id, nodes)
         return p.Acked(done=len(held) + gone, lost=lost)
@@ -174,17 +180,23 @@ class Leases:
             checks.seconds(msg.delay_s, "delay_s", low=0, high=MAX_DELAY_S)
         held, lost, gone = self._settle(msg.ids, msg.leases)
         if held:
+            self.counts.add_each("nacked", [self.state.items[i].queue for i in held])
             self.release(held, now, msg.delay_s, msg.error[:MAX_ERROR])
         return p.Acked(done=len(held) + gone, lost=lost)
 
     def release(self, ids: list[int], now: float, delay_s: float | None, error: str = "") -> None:
         """Give leased items back: after ``delay_s``, or (None) after their queue's back-off."""
-        not_befores = []
+        not_befores, dying = [], []
+        origins = self.state.origins
         for item_id in ids:
             item = self.state.items[item_id]
-            delay = delay_s if delay_s is not None else \
-                self.state.config(item.queue).backoff_s(item.attempts + 1)
+            config = self.state.config(item.queue)
+            delay = delay_s if delay_s is not None else config.backoff_s(item.attempts + 1)
             not_befores.append(now + delay if delay > 0 else 0.0)
+            if config.max_attempts and item.attempts + 1 >= config.max_attempts \
+                    and item_id not in origins:  # as ``State`` decides it
+                dying.append(item.queue)
+        self.counts.add_each("dead_lettered", dying)
         self.log(ReleaseItems(ids=ids, not_befores=not_befores, error=error))
 
     def extend(self, msg: p.Extend, now: float, *_: Any) -> p.Acked:
@@ -203,6 +215,7 @@ class Leases:
         expired = self.state.expired(now)
         if expired:
             log.info("%d leases expired; items return to their queues", len(expired))
+            self.counts.add_each("expired", [self.state.items[i].queue for i in expired])
             self.release(expired, now, None, "lease expired")
 
     def next_wake(self) -> float | None:

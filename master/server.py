@@ -17,6 +17,7 @@ import gc
 import logging
 import os
 import time
+from time import perf_counter
 from typing import Any, Callable
 
 import zmq
@@ -30,6 +31,7 @@ from master.admin import QueueAdmin
 from master.blocks import Blocks
 from master.capabilities import CapabilityKeys
 from master.config import MasterConfig
+from master.counts import QueueCounts
 from master.datanodes import DatanodeReports
 from master.deletes import Deletes
 from master.enqueue import Enqueues
@@ -37,6 +39,7 @@ from master.ids import ItemIds
 from master.item import LEASED
 from master.leases import Leases
 from master.membership import Membership
+from master.metrics import MasterMetrics
 from master.repair import Repairer
 from master.safe_mode import SafeMode
 from master.state import State
@@ -82,18 +85,21 @@ class MasterServer:
         self.checkpoint_mark = -replayed  # a long replay makes the next checkpoint come sooner
         self.checkpointer: int | None = None  # pid of the child writing a checkpoint
         self.checkpoint_start = 0
+        self.checkpoint_forked = 0.0  # monotonic
         self.membership = Membership(config.dead_after_s)
         self.safe_mode = SafeMode(time.monotonic() + config.dead_after_s)
         self.deletes = Deletes()
         self.capabilities = CapabilityKeys(config.data_dir if wal.directory is not None else None,
                                            config.capability_key_s, time.time())
+        self.counts = QueueCounts()  # live events per queue, for the metrics
         self.ids = ItemIds(self.state, self.log_record, config.id_block)
         self.repair = Repairer(self.state, self.membership, config.replication)
         self.blocks = Blocks(config, self.ids, self.membership, self.safe_mode, self.deletes,
                              self.capabilities, self._kept_on)
-        self.enqueues = Enqueues(config, self.state, self.log_record, self.blocks, self.deletes)
+        self.enqueues = Enqueues(config, self.state, self.log_record, self.blocks, self.deletes,
+                                 self.counts)
         self.leases = Leases(config, self.state, self.log_record, self.deletes, self.membership,
-                             self.capabilities)
+                             self.capabilities, self.counts)
         self.admin = QueueAdmin(config, self.state, self.log_record, self.deletes, self.enqueues,
                                 self.leases, self.membership, self.repair)
         self.datanodes = DatanodeReports(config, self.state, self.log_record, self.membership,
@@ -108,6 +114,8 @@ class MasterServer:
             RouterServer(self.ctx, config.bind, max_frame_bytes=MAX_REQUEST_BYTES, keys=keys)
         self._replies: list[tuple[bytes, int, Any]] = []
         self._stopping = False
+        # collected always (about a µs a request), served only with a metrics port
+        self.metrics = MasterMetrics(self)
         self.handlers: dict[type, Handler] = {
             p.Place: self.blocks.place,
             p.Enqueue: self.enqueue,
@@ -232,6 +240,7 @@ class MasterServer:
             if pid == 0:
                 return
             self.checkpointer = None
+            self.metrics.checkpointed(time.monotonic() - self.checkpoint_forked)
             if os.waitstatus_to_exitcode(status) != 0:
                 log.critical("writing the checkpoint failed (exit status %d); stopping", status)
                 os._exit(70)
@@ -255,6 +264,7 @@ class MasterServer:
             finally:
                 os._exit(code)
         self.checkpointer = pid
+        self.checkpoint_forked = time.monotonic()
 
     def checkpoint_now(self) -> None:
         """Write a checkpoint synchronously (clean shutdown) and drop what it covers."""
@@ -287,6 +297,7 @@ class MasterServer:
 
     def close(self) -> None:
         self.router.close()
+        self.metrics.close()
         try:
             self.checkpoint_now()
         except OSError as exc:
@@ -300,9 +311,12 @@ class MasterServer:
             timeout_ms = max(0, min(timeout_ms, int((wake - time.monotonic()) * 1000) + 1))
         requests = self.router.receive(timeout_ms)
         now, mono = time.time(), time.monotonic()
+        timed = self.metrics.request
         for peer, rid, msg in requests:
             logged = self.wal.records_appended
+            started = perf_counter()
             reply = self.handle(peer, rid, msg, now, mono)
+            timed(type(msg), perf_counter() - started)
             if reply is None:
                 continue
             if self._answer_now(msg, logged):

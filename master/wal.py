@@ -17,6 +17,7 @@ import logging
 import os
 import re
 import struct
+import time
 import zlib
 from dataclasses import dataclass
 from typing import Callable, Iterator
@@ -136,6 +137,8 @@ class Wal:
         self.directory = directory
         self.segment_bytes = segment_bytes
         self.on_fatal = on_fatal
+        # told (seconds, bytes) after each durable write: the metrics' fsync histogram
+        self.on_sync: Callable[[float, int], None] | None = None
         self._buf: list[bytes] = []
         self._fd: int | None = None
         self._index = 0
@@ -198,6 +201,7 @@ class Wal:
         data = b"".join(self._buf)
         records = len(self._buf) // 2
         self._buf.clear()
+        started = time.perf_counter()
         try:
             view = memoryview(data)
             while view:
@@ -207,6 +211,8 @@ class Wal:
         except OSError as exc:
             self.on_fatal(exc)
             raise
+        if self.on_sync is not None:
+            self.on_sync(time.perf_counter() - started, len(data))
         self._size += len(data)
         self.records_written += records
         if self._size >= self.segment_bytes:
@@ -235,6 +241,7 @@ class MemoryWal:
     directory = None
 
     def __init__(self) -> None:
+        self.on_sync: Callable[[float, int], None] | None = None  # never called: no disk
         self.records: list[bytes] = []  # flushed ("durable")
         self._buf: list[bytes] = []
         self._segment_starts = [0]

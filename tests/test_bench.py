@@ -22,3 +22,13 @@ def test_a_quick_bench_prints_every_measurement_with_cpu_per_part():
         assert all(v >= 0 for v in cpu.values())  # servers' clocks tick in 10 ms steps
         assert cpu["producer"] > 0 and cpu["consumer"] > 0
         assert 0 < line["machine_busy"] <= 1
+
+
+def test_security_and_metrics_settings_combine_into_one_cluster_each(tmp_path):
+    from bench.common import clusters_for, metrics_of, security_of
+
+    clusters = clusters_for(str(tmp_path), "both", "both", datanodes=2, replication=2)
+    assert [(security_of(c), metrics_of(c)) for c in clusters] == \
+        [("on", "on"), ("on", "off"), ("off", "on"), ("off", "off")]
+    assert len({c.base_dir for c in clusters}) == 4
+    assert [metrics_of(c) for c in clusters_for(str(tmp_path), "on")] == ["off"]

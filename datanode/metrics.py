@@ -1,0 +1,84 @@
+"""A data node's Prometheus metrics: put/get/delete latency, LevelDB sync latency, items,
+bytes, free disk, replication copies in flight, checksum failures.
+
+Latencies are added up by the loop in plain Python (``Timing``); the rest is read when
+``/metrics`` is scraped (in the HTTP server's thread: counters of the store, the number of
+forwards waiting, ``shutil.disk_usage``), so an unscraped node pays nothing for them.
+"""
+
+from __future__ import annotations
+
+import shutil
+from time import perf_counter
+from typing import Any, Iterator
+
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from blizzard import metrics
+from blizzard.metrics import Timing
+
+OPS = ("put", "get", "delete")
+
+
+class DatanodeMetrics(Collector):
+    """A data node's registry: the loop's timings plus figures read from the node at scrape."""
+
+    def __init__(self, server: Any) -> None:  # a DatanodeServer (which imports this module)
+        self.server = server
+        self.ops = {op: Timing() for op in OPS}
+        self.sync = Timing()
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self)
+        self.endpoint: metrics.Endpoint | None = None
+        self.serve()
+
+    def serve(self) -> None:
+        """Serve ``/metrics`` if the config names a port (``MetricsUnavailable`` if it cannot);
+        the server's constructor thus binds it, as it binds its socket."""
+        config = self.server.config
+        if config.metrics_port is not None and self.endpoint is None:
+            self.endpoint = metrics.Endpoint(self.registry, config.metrics_port,
+                                             config.metrics_addr)
+
+    def close(self) -> None:
+        if self.endpoint is not None:
+            self.endpoint.close()
+            self.endpoint = None
+
+    def since(self, op: str, began: float) -> None:
+        """One ``op`` request answered; its loop pass took it up at ``began`` (``perf_counter``)."""
+        self.ops[op].observe(perf_counter() - began)
+
+    def wrote(self, puts: int, started: float, began: float) -> None:
+        """A pass's synced batch is durable: it was begun at ``began``; its ``puts`` requests
+        were taken up at ``started``."""
+        done = perf_counter()
+        self.sync.observe(done - began)
+        put = self.ops["put"]
+        for _ in range(puts):
+            put.observe(done - started)
+
+    def collect(self) -> Iterator[Metric]:
+        server = self.server
+        store = server.store
+        yield metrics.histogram(
+            "blizzard_datanode_request_duration_seconds",
+            "Time to serve one request, by op: from its loop pass taking it up to its reply "
+            "(a put: to its blobs being durable; forwards to replicas not included).",
+            [((op,), self.ops[op]) for op in OPS], ["op"])
+        yield metrics.histogram("blizzard_datanode_leveldb_sync_duration_seconds",
+                                "Time of one synced LevelDB WriteBatch (all puts of a pass).",
+                                [((), self.sync)])
+        yield GaugeMetricFamily("blizzard_datanode_items", "Blobs stored.", value=store.count)
+        yield GaugeMetricFamily("blizzard_datanode_stored_bytes", "Payload bytes stored.",
+                                value=store.bytes_used)
+        yield GaugeMetricFamily("blizzard_datanode_free_disk_bytes",
+                                "Free bytes on the data directory's file system.",
+                                value=shutil.disk_usage(server.config.data_dir).free)
+        yield GaugeMetricFamily("blizzard_datanode_replication_copies_in_flight",
+                                "Copies sent to other data nodes (relays of puts, copies the "
+                                "master ordered) not yet confirmed.", value=len(server.jobs))
+        yield CounterMetricFamily("blizzard_datanode_checksum_failures",
+                                  "Reads that found a stored blob failing its checksum.",
+                                  value=getattr(store, "checksum_failures", 0))

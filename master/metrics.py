@@ -1,0 +1,189 @@
+"""The master's Prometheus metrics: per-queue depths and totals, request and WAL latencies,
+checkpoints, items, data nodes, under-replication, safe mode.
+
+Latencies and the WAL's bytes are added up by the loop in plain Python (``Timing``); every
+other figure is read from the master's state when ``/metrics`` is scraped, so an unscraped
+master pays nothing for them. The scrape runs in the HTTP server's thread while the loop
+mutates that state: it only reads (never ``promote_due`` or anything else that writes),
+copies a dictionary's items in one C call before walking them, and retries a scan that a
+dictionary changing size interrupted. Figures may thus be a few requests apart from each
+other; each is one the master had. A delayed item whose time has come counts as delayed
+until its queue is next served (a lease, a peek or stats promote it).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Callable, Iterator, TypeVar
+
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from blizzard import metrics
+from blizzard.metrics import Timing
+from master.counts import KINDS
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+HEAD_SCAN = 64  # ready-heap entries a scrape looks at for the head item
+
+QUEUE_DEPTHS = (  # (metric, help)
+    ("blizzard_queue_ready_items", "Items a lease could take now."),
+    ("blizzard_queue_delayed_items", "Items waiting for their not-before time (delay, back-off)."),
+    ("blizzard_queue_leased_items", "Items leased to consumers, not yet settled."),
+    ("blizzard_queue_pending_items", "Items staged and not yet committed."),
+    ("blizzard_queue_dead_items", "Items in this queue's dead-letter queue."),
+)
+TOTAL_HELP = {
+    "enqueued": "Items enqueued (made visible) since the master started.",
+    "leased": "Items leased (deliveries) since the master started.",
+    "acked": "Items acked since the master started.",
+    "nacked": "Items given back by a nack since the master started.",
+    "expired": "Leases that ran out since the master started.",
+    "dead_lettered": "Items moved to the dead-letter queue since the master started.",
+}
+
+
+def _retrying(read: Callable[[], T], tries: int = 5) -> T | None:
+    """``read()``, again if the loop changed a dictionary's size under it; None if it kept on."""
+    for _ in range(tries):
+        try:
+            return read()
+        except RuntimeError:  # "dictionary changed size during iteration"
+            continue
+    return None
+
+
+class MasterMetrics(Collector):
+    """The master's registry: the loop's timings plus figures read from its state at scrape."""
+
+    def __init__(self, server: Any) -> None:  # a MasterServer (which imports this module)
+        self.server = server
+        self.requests: dict[type, Timing] = {}
+        self.wal_sync = Timing()
+        self.wal_bytes = 0
+        self.checkpoints = 0
+        self.checkpoint_s = 0.0  # the last one's duration
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self)
+        self.endpoint: metrics.Endpoint | None = None
+        self.serve()
+        server.wal.on_sync = self.wal_synced
+
+    def serve(self) -> None:
+        """Serve ``/metrics`` if the config names a port (``MetricsUnavailable`` if it cannot);
+        the server's constructor thus binds it, as it binds its socket."""
+        config = self.server.config
+        if config.metrics_port is not None and self.endpoint is None:
+            self.endpoint = metrics.Endpoint(self.registry, config.metrics_port,
+                                             config.metrics_addr)
+
+    def close(self) -> None:
+        if self.endpoint is not None:
+            self.endpoint.close()
+            self.endpoint = None
+
+    # -- fed by the loop ---------------------------------------------------------------------
+
+    def request(self, kind: type, seconds: float) -> None:
+        timing = self.requests.get(kind)
+        if timing is None:
+            timing = self.requests[kind] = Timing()
+        timing.observe(seconds)
+
+    def wal_synced(self, seconds: float, nbytes: int) -> None:
+        self.wal_sync.observe(seconds)
+        self.wal_bytes += nbytes
+
+    def checkpointed(self, seconds: float) -> None:
+        self.checkpoints += 1
+        self.checkpoint_s = seconds
+
+    # -- read at scrape ----------------------------------------------------------------------
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._queues()
+        yield from self._master()
+
+    def _queues(self) -> Iterator[Metric]:
+        server = self.server
+        state = server.state
+        queues = _retrying(lambda: list(state.queues.items())) or []
+        staged = dict(server.enqueues.by_queue)
+        depths = [GaugeMetricFamily(name, doc, labels=["queue"]) for name, doc in QUEUE_DEPTHS]
+        oldest = GaugeMetricFamily("blizzard_queue_oldest_ready_age_seconds",
+                                   "Age of the item at the head of the queue (0: none ready).",
+                                   labels=["queue"])
+        now = time.time()
+        for name, q in queues:
+            dead_q = state.queues.get(q.config.dead_letter_queue(name))
+            dead = dead_q.n_ready + dead_q.n_delayed + dead_q.n_leased if dead_q else 0
+            for family, value in zip(depths, (q.n_ready, q.n_delayed, q.n_leased,
+                                              staged.get(name, 0), dead)):
+                family.add_metric([name], value)
+            oldest.add_metric([name], self._head_age(q, now) if q.n_ready else 0.0)
+        yield from depths
+        yield oldest
+        counts = server.leases.counts
+        for kind in KINDS:
+            family = CounterMetricFamily(f"blizzard_queue_{kind}", TOTAL_HELP[kind],
+                                         labels=["queue"])
+            for name, n in sorted(dict(counts.by_kind[kind]).items()):
+                family.add_metric([name], n)
+            yield family
+
+    def _head_age(self, q: object, now: float) -> float:
+        """Seconds since the head item of ``q``'s ready heap was enqueued.
+
+        The heap keeps records that changed since (leased, dead-lettered, replaced) until the
+        loop pops them, and only the loop may: the first current one near the top stands in.
+        """
+        items = self.server.state.items
+        for entry in q.ready[:HEAD_SCAN]:  # a slice: the heap may change meanwhile
+            if items.get(entry.id) is entry:
+                return max(0.0, now - entry.enqueued_at)
+        return 0.0
+
+    def _master(self) -> Iterator[Metric]:
+        server = self.server
+        yield metrics.histogram(
+            "blizzard_master_request_duration_seconds",
+            "Time the master's loop spent handling one request, by op (to the reply, "
+            "without the pass's fsync).",
+            sorted(((kind.__name__,), t) for kind, t in list(self.requests.items())), ["op"])
+        yield metrics.histogram("blizzard_master_wal_fsync_duration_seconds",
+                                "Time of one group commit: the WAL write and its fdatasync.",
+                                [((), self.wal_sync)])
+        yield CounterMetricFamily("blizzard_master_wal_written_bytes",
+                                  "Bytes written to the WAL.", value=self.wal_bytes)
+        yield CounterMetricFamily("blizzard_master_checkpoints", "Checkpoints written.",
+                                  value=self.checkpoints)
+        yield GaugeMetricFamily("blizzard_master_checkpoint_duration_seconds",
+                                "The last checkpoint's duration, from fork to the child reaped.",
+                                value=self.checkpoint_s)
+        yield GaugeMetricFamily("blizzard_master_items", "Items the master holds in memory.",
+                                value=len(server.state.items))
+        mono = time.monotonic()
+        members = server.membership
+        nodes = _retrying(lambda: list(members.nodes.values())) or []
+        alive = sum(1 for n in nodes if members.is_alive(n, mono))
+        family = GaugeMetricFamily("blizzard_datanodes", "Known data nodes, alive or dead.",
+                                   labels=["state"])
+        family.add_metric(["alive"], alive)
+        family.add_metric(["dead"], len(nodes) - alive)
+        yield family
+        under = _retrying(lambda: server.repair.under_replicated(mono))
+        if under is not None:
+            yield GaugeMetricFamily("blizzard_under_replicated_items",
+                                    "Items with fewer live replicas than the replication factor.",
+                                    value=under)
+        yield GaugeMetricFamily("blizzard_safe_mode",
+                                "1 while the master is in safe mode after a start, else 0.",
+                                value=1 if server.safe_mode.on else 0)
+        yield GaugeMetricFamily("blizzard_master_replication_factor",
+                                "Copies of each item the master keeps (R).",
+                                value=server.config.replication)
+
