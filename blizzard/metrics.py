@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import logging
 from bisect import bisect_left
-from typing import Iterable
+from typing import Any, Iterable
 
 from prometheus_client import start_http_server
 from prometheus_client.metrics_core import HistogramMetricFamily
-from prometheus_client.registry import CollectorRegistry
+from prometheus_client.registry import Collector, CollectorRegistry
 
 log = logging.getLogger(__name__)
 
@@ -84,3 +84,25 @@ class Endpoint:
     def close(self) -> None:
         self._httpd.shutdown()
         self._httpd.server_close()
+
+
+class ServedCollector(Collector):
+    """A process's collector in a registry of its own, served on ``/metrics`` when the
+    server's config names a port (``metrics_port``, ``metrics_addr``).
+
+    ``export`` is called from the server's constructor, so a port in use fails the start as
+    an address in use for its socket does (``MetricsUnavailable``).
+    """
+
+    endpoint: Endpoint | None = None
+
+    def export(self, config: Any) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self)
+        if config.metrics_port is not None and self.endpoint is None:
+            self.endpoint = Endpoint(self.registry, config.metrics_port, config.metrics_addr)
+
+    def close(self) -> None:
+        if self.endpoint is not None:
+            self.endpoint.close()
+            self.endpoint = None

@@ -13,7 +13,6 @@ from time import perf_counter
 from typing import Any, Iterator
 
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector, CollectorRegistry
 
 from blizzard import metrics
 from blizzard.metrics import Timing
@@ -21,30 +20,14 @@ from blizzard.metrics import Timing
 OPS = ("put", "get", "delete")
 
 
-class DatanodeMetrics(Collector):
+class DatanodeMetrics(metrics.ServedCollector):
     """A data node's registry: the loop's timings plus figures read from the node at scrape."""
 
     def __init__(self, server: Any) -> None:  # a DatanodeServer (which imports this module)
         self.server = server
         self.ops = {op: Timing() for op in OPS}
         self.sync = Timing()
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(self)
-        self.endpoint: metrics.Endpoint | None = None
-        self.serve()
-
-    def serve(self) -> None:
-        """Serve ``/metrics`` if the config names a port (``MetricsUnavailable`` if it cannot);
-        the server's constructor thus binds it, as it binds its socket."""
-        config = self.server.config
-        if config.metrics_port is not None and self.endpoint is None:
-            self.endpoint = metrics.Endpoint(self.registry, config.metrics_port,
-                                             config.metrics_addr)
-
-    def close(self) -> None:
-        if self.endpoint is not None:
-            self.endpoint.close()
-            self.endpoint = None
+        self.export(server.config)
 
     def since(self, op: str, began: float) -> None:
         """One ``op`` request answered; its loop pass took it up at ``began`` (``perf_counter``)."""

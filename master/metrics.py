@@ -18,7 +18,6 @@ import time
 from typing import Any, Callable, Iterator, TypeVar
 
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector, CollectorRegistry
 
 from blizzard import metrics
 from blizzard.metrics import Timing
@@ -57,7 +56,7 @@ def _retrying(read: Callable[[], T], tries: int = 5) -> T | None:
     return None
 
 
-class MasterMetrics(Collector):
+class MasterMetrics(metrics.ServedCollector):
     """The master's registry: the loop's timings plus figures read from its state at scrape."""
 
     def __init__(self, server: Any) -> None:  # a MasterServer (which imports this module)
@@ -67,24 +66,8 @@ class MasterMetrics(Collector):
         self.wal_bytes = 0
         self.checkpoints = 0
         self.checkpoint_s = 0.0  # the last one's duration
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(self)
-        self.endpoint: metrics.Endpoint | None = None
-        self.serve()
+        self.export(server.config)
         server.wal.on_sync = self.wal_synced
-
-    def serve(self) -> None:
-        """Serve ``/metrics`` if the config names a port (``MetricsUnavailable`` if it cannot);
-        the server's constructor thus binds it, as it binds its socket."""
-        config = self.server.config
-        if config.metrics_port is not None and self.endpoint is None:
-            self.endpoint = metrics.Endpoint(self.registry, config.metrics_port,
-                                             config.metrics_addr)
-
-    def close(self) -> None:
-        if self.endpoint is not None:
-            self.endpoint.close()
-            self.endpoint = None
 
     # -- fed by the loop ---------------------------------------------------------------------
 
