@@ -35,6 +35,16 @@ def sign_get(key: bytes, key_id: int, expiry: float, ids: list[int], nodes: list
     return sign(key, "get", key_id, expiry, ids, nodes)
 
 
+def check_put_grant(key: bytes, grant: PutGrant, ids: list[int]) -> None:
+    """Raise ``Forbidden`` unless ``grant`` verifies under ``key`` and covers ``ids`` (what a
+    data node checks of a put, and the master of an enqueue)."""
+    if not hmac.compare_digest(grant.mac, sign_put(key, grant.key_id, grant.expiry,
+                                                   grant.first, grant.n, grant.nodes)):
+        raise Forbidden("the put grant's signature does not verify")
+    if ids and (min(ids) < grant.first or max(ids) >= grant.first + grant.n):
+        raise Forbidden("the put grant does not cover these ids")
+
+
 class KeyRing:
     """The keys a data node checks grants with, as the master's last heartbeat reply named them.
 
@@ -50,12 +60,8 @@ class KeyRing:
 
     def check_put(self, grant: PutGrant, ids: list[int], node_id: str, now: float) -> None:
         """Raise ``Forbidden`` unless ``grant`` lets ``ids`` be written (or deleted) on this node."""
-        key = self._key(grant.key_id, grant.expiry, grant.nodes, node_id, now)
-        if not hmac.compare_digest(grant.mac, sign_put(key, grant.key_id, grant.expiry,
-                                                       grant.first, grant.n, grant.nodes)):
-            raise Forbidden("the put grant's signature does not verify")
-        if ids and (min(ids) < grant.first or max(ids) >= grant.first + grant.n):
-            raise Forbidden("the put grant does not cover these ids")
+        check_put_grant(self._key(grant.key_id, grant.expiry, grant.nodes, node_id, now),
+                        grant, ids)
 
     def check_get(self, grant: GetGrant, ids: list[int], node_id: str, now: float) -> None:
         """Raise ``Forbidden`` unless ``grant`` lets ``ids`` be read from this node."""

@@ -33,6 +33,7 @@ SEND_HWM = 1000
 PASS_BYTES = 64 * 1024 * 1024  # request bytes a server takes in one loop pass
 MAX_UNCLAIMED = 4096  # replies an endpoint keeps for requests not yet collected
 _EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)  # plain ints: enum operators cost a call
+_RCVMORE = int(zmq.RCVMORE)
 
 _ADDR = re.compile(r"tcp://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]{1,253}):([0-9]{1,5})")
 
@@ -347,16 +348,19 @@ class RouterServer:
         choose its routing id, so an id is no proof of the connection it once named. Two
         connections with one id and different roles in one batch both count as unknown.
         """
-        first = self.sock.recv(zmq.NOBLOCK, copy=False)
-        peer = first.bytes
-        if self.secure:
+        sock = self.sock
+        if self.secure:  # the role is a property of the frame: take it as a Frame
+            first = sock.recv(zmq.NOBLOCK, copy=False)
+            peer = first.bytes
             role = first.get("User-Id")
             if self.roles.setdefault(peer, role) != role:
                 self.roles[peer] = ""
+        else:
+            peer = sock.recv(zmq.NOBLOCK)
         body, extra = None, 0
-        if self.sock.get(zmq.RCVMORE):
-            body = self.sock.recv(zmq.NOBLOCK)
-        while self.sock.get(zmq.RCVMORE):
+        if sock.get(_RCVMORE):
+            body = sock.recv(zmq.NOBLOCK)
+        while sock.get(_RCVMORE):
             self.sock.recv(zmq.NOBLOCK, copy=False)
             extra += 1
         return peer, body, extra
