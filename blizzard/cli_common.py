@@ -1,5 +1,6 @@
 """What the command lines share (``blizzard``, ``python -m master``, ``python -m datanode``):
-exit codes, the address type, common options, logging set-up, starting and running a server."""
+exit codes, the address type, common options, the servers' options, starting and running a
+server."""
 
 from __future__ import annotations
 
@@ -96,11 +97,12 @@ def security(keys: str | None, insecure: bool) -> str | None:
     (command line > environment > config file)."""
     if keys and insecure:
         ctx = click.get_current_context()
-        keys_from = ctx.get_parameter_source("keys")
-        insecure_from = ctx.get_parameter_source("insecure")
+        unknown = click.core.ParameterSource.DEFAULT
+        keys_from = ctx.get_parameter_source("keys") or unknown
+        insecure_from = ctx.get_parameter_source("insecure") or unknown
         if keys_from == insecure_from:
             raise click.UsageError("give either --keys or --insecure, not both")
-        if keys_from is None or insecure_from is None or insecure_from < keys_from:
+        if insecure_from < keys_from:  # the more explicit source wins
             keys = None  # e.g. an explicit --insecure outranks BLIZZARD_KEYS
     if not keys and not insecure:
         raise click.UsageError("security needs keys: pass --keys DIR (make them with "
@@ -120,7 +122,7 @@ def start(make: Callable[[], Any], role: str, bind: str,
     except zmq.ZMQError as exc:
         hint = f" — is another {role} running? (choose another port with --bind)" \
             if exc.errno == zmq.EADDRINUSE else ""
-        raise click.ClickException(f"cannot listen on {bind}: {os.strerror(exc.errno)}{hint}") \
+        raise click.ClickException(f"cannot listen on {bind}: {zmq.strerror(exc.errno)}{hint}") \
             from None
     except BlizzardError as exc:
         raise click.ClickException(f"{exc.message} ({type(exc).__name__})") from None

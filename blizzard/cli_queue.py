@@ -29,7 +29,8 @@ def status(master: str, timeout_s: float, as_json: bool, watch_s: float | None) 
     --json: {"secure", "replication", "under_replicated", "nodes": [{"node_id", "addr",
     "alive", "heartbeat_age_s" (age of items, bytes_used and free_bytes), "items",
     "bytes_used", "free_bytes"}], "queues": [{queue, ready, delayed, leased, pending, dead,
-    oldest_age_s}]}.
+    oldest_age_s}]}. With --watch, one such document a line ({"error", "error_class"} while
+    the master does not answer).
     """
     from blizzard.client import Client
 

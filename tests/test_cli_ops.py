@@ -197,6 +197,13 @@ def test_a_bad_config_file_is_one_line_and_changes_nothing(tmp_path, toml, error
     assert proc.stderr.count("\n") == 1 and not (tmp_path / "m").exists()
 
 
+def test_keys_and_insecure_from_the_same_source_are_refused(tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text(f'data-dir = "{tmp_path / "m"}"\nkeys = "{tmp_path}"\ninsecure = true\n')
+    proc = run("master", "--config", str(config), env={"BLIZZARD_KEYS": ""}, timeout_s=20)
+    assert proc.returncode == 2 and "give either --keys or --insecure, not both" in proc.stderr
+
+
 # -- a port in use -----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("role, argv", [
@@ -307,6 +314,17 @@ def test_status_watch_into_a_pipe_prints_snapshots_and_json_lines(cluster):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_the_queue_exists_error_names_a_command_that_works(cluster):
+    env = {"BLIZZARD_MASTER": cluster.master_addr}
+    assert run("queue", "create", "made", env=env).returncode == 0
+    again = run("queue", "create", "made", env=env)
+    assert again.returncode == 1 and "(QueueExists)" in again.stderr
+    suggested = again.stderr.split("`")[1].split()  # blizzard queue config made --OPTION VALUE
+    assert suggested[:4] == ["blizzard", "queue", "config", "made"]
+    changed = run(*suggested[1:4], "--max-attempts", "7", "--json", env=env)
+    assert changed.returncode == 0 and json.loads(changed.stdout)["max_attempts"] == 7
 
 
 # -- shell completion --------------------------------------------------------------------------
