@@ -85,7 +85,7 @@ def cluster(data_dir: str, datanodes: int, replication: int, port: int, node_por
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     try:
-        local.start()
+        _start(local, data_dir)
         click.echo(f"master {local.master_addr}, {datanodes} data nodes, data in {data_dir}; "
                    "Ctrl-C stops")
         click.echo(f"export BLIZZARD_MASTER={local.master_addr}")
@@ -101,6 +101,17 @@ def cluster(data_dir: str, datanodes: int, replication: int, port: int, node_por
     finally:
         local.stop()
         click.echo("stopped")
+
+
+def _start(local: Any, data_dir: str) -> None:
+    """Start ``local``; a process that exits or hangs while starting is one line: the
+    harness's summary and the last line of that process's log (its own one-line error)."""
+    try:
+        local.start()
+    except (RuntimeError, TimeoutError) as exc:
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        last = lines[-1].removeprefix("Error: ")
+        raise click.ClickException(f"{lines[0]} {last} (logs in {data_dir})") from None
 
 
 @cli.command()

@@ -232,6 +232,20 @@ def test_a_port_in_use_is_one_clear_line(tmp_path, role, argv):
         assert not (tmp_path / "x").exists()  # stopped before it touched a WAL
 
 
+def test_a_cluster_on_a_port_in_use_is_one_clear_line(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = run("cluster", "--data-dir", str(tmp_path), "--datanodes", "1", "--port",
+                   str(port), "--node-port", str(free_port()), "--no-metrics")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith("Error: master exited with 1: cannot listen on ")
+    assert "Address already in use — is another master running?" in line
+    assert proc.stdout == "stopped\n"  # no banner: the cluster never served
+
+
 # -- status: the age of its counts, --watch ----------------------------------------------------
 
 def test_status_counts_say_their_age(cluster):
