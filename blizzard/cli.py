@@ -14,7 +14,8 @@ from typing import Any
 
 import click
 
-from blizzard import cli_items, cli_queue
+from blizzard import cli_items, cli_queue, logs
+from blizzard.cli_config import name_env_vars
 from blizzard.cli_keys import keys_group
 from blizzard.cli_common import (EXIT_ERROR, EXIT_USAGE, START_HINT, keys_opt, master_opt,
                                  master_origin, timeout_opt)
@@ -38,6 +39,11 @@ def cli() -> None:
       blizzard enqueue jobs "some work"        # or: - (stdin), --file PATH
       blizzard dequeue jobs --no-ack --json    # id, lease token, attempts, data
       blizzard ack jobs ID TOKEN               # when done; or nack, or extend
+
+    Every option can also be set by an environment variable named after the command
+    and the option, shown in each --help: BLIZZARD_QUEUE_STATS_JSON=1, BLIZZARD_MASTER_DATA_DIR,
+    BLIZZARD_DEQUEUE_LEASE_S. Shared by all commands: BLIZZARD_MASTER, BLIZZARD_KEYS and
+    BLIZZARD_TIMEOUT_S.
     """
 
 
@@ -57,8 +63,10 @@ def cli() -> None:
               "authentication).")
 @click.option("--metrics/--no-metrics", default=True, show_default=True,
               help=f"Serve Prometheus metrics from every process on a free port of {LOOPBACK}.")
+@click.option("--log-format", default="text", show_default=True, type=click.Choice(logs.FORMATS),
+              help="Format of the processes' logs in DATA_DIR/*.log (json: one object a line).")
 def cluster(data_dir: str, datanodes: int, replication: int, port: int, node_port: int,
-            insecure: bool, metrics: bool) -> None:
+            insecure: bool, metrics: bool, log_format: str) -> None:
     """Run a master and data nodes on 127.0.0.1 in the foreground; Ctrl-C stops them all.
 
     Secure by default: the key pairs are made in DATA_DIR/keys on first start.
@@ -67,7 +75,8 @@ def cluster(data_dir: str, datanodes: int, replication: int, port: int, node_por
 
     keys = None if insecure else os.path.join(os.path.abspath(data_dir), "keys")
     local = LocalCluster(os.path.abspath(data_dir), datanodes=datanodes, replication=replication,
-                         master_port=port, node_base_port=node_port, keys=keys, metrics=metrics)
+                         master_port=port, node_base_port=node_port, keys=keys, metrics=metrics,
+                         log_format=log_format)
     stopping = False
 
     def stop(signum: int, frame: Any) -> None:
@@ -76,7 +85,7 @@ def cluster(data_dir: str, datanodes: int, replication: int, port: int, node_por
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     try:
-        local.start()
+        _start(local, data_dir)
         click.echo(f"master {local.master_addr}, {datanodes} data nodes, data in {data_dir}; "
                    "Ctrl-C stops")
         click.echo(f"export BLIZZARD_MASTER={local.master_addr}")
@@ -92,6 +101,17 @@ def cluster(data_dir: str, datanodes: int, replication: int, port: int, node_por
     finally:
         local.stop()
         click.echo("stopped")
+
+
+def _start(local: Any, data_dir: str) -> None:
+    """Start ``local``; a process that exits or hangs while starting is one line: the
+    harness's summary and the last line of that process's log (its own one-line error)."""
+    try:
+        local.start()
+    except (RuntimeError, TimeoutError) as exc:
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        last = lines[-1].removeprefix("Error: ")
+        raise click.ClickException(f"{lines[0]} {last} (logs in {data_dir})") from None
 
 
 @cli.command()
@@ -183,8 +203,9 @@ for _command in (master_command, datanode_command, cli_items.enqueue, cli_items.
 
 
 def main() -> None:
+    name_env_vars(cli)  # here, so commands added by any module get their variables too
     try:
-        cli.main(standalone_mode=False)
+        cli.main(prog_name="blizzard", standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(EXIT_ERROR)
@@ -193,7 +214,7 @@ def main() -> None:
         sys.exit(EXIT_USAGE)
     except click.ClickException as exc:
         exc.show()
-        sys.exit(EXIT_ERROR)
+        sys.exit(exc.exit_code)  # EXIT_ERROR, or EXIT_USAGE for a bad config file
     except MasterUnavailable as exc:
         click.echo(f"error: {exc.message} (MasterUnavailable); that address was "
                    f"{master_origin(sys.argv[1:], dict(os.environ))}. Is a master running? To "

@@ -1,5 +1,6 @@
 """What the command lines share (``blizzard``, ``python -m master``, ``python -m datanode``):
-exit codes, the address type, common options, logging set-up, running a server."""
+exit codes, the address type, common options, the servers' options, starting and running a
+server."""
 
 from __future__ import annotations
 
@@ -10,9 +11,12 @@ import signal
 from typing import Any, Callable
 
 import click
+import zmq
 
+from blizzard import logs
+from blizzard.cli_config import config_option, name_env_vars
 from blizzard.defaults import DEFAULT_MASTER, LOOPBACK
-from blizzard.errors import InvalidArgument
+from blizzard.errors import BlizzardError, InvalidArgument
 from blizzard.queue_settings import MAX_QUEUE_NAME, QUEUE_NAME_CHARS, check_queue_name
 
 EXIT_ERROR = 1  # the cluster refused or failed (one line naming the error class)
@@ -20,8 +24,11 @@ EXIT_USAGE = 2  # bad arguments
 EXIT_EMPTY = 3  # ``dequeue`` found the queue empty
 
 MASTER_ENV = "BLIZZARD_MASTER"
-MASTER_HELP = f"Master address (env {MASTER_ENV})."
+MASTER_HELP = "Master address."
 KEYS_ENV = "BLIZZARD_KEYS"
+TIMEOUT_ENV = "BLIZZARD_TIMEOUT_S"
+
+log = logging.getLogger(__name__)
 
 
 class Address(click.ParamType):
@@ -41,11 +48,6 @@ class Address(click.ParamType):
 ADDRESS = Address()
 
 
-def setup_logging(level: str) -> None:
-    logging.basicConfig(level=getattr(logging, level.upper()),
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
-
-
 def config_defaults(config: type) -> dict[str, Any]:
     """A config dataclass's defaults by field name: a server's option defaults, written once."""
     return {f.name: f.default for f in dataclasses.fields(config)}
@@ -55,8 +57,18 @@ def server_command(name: str, data_dir_help: str,
                    bind_default: str) -> Callable[[Callable[..., Any]], click.Command]:
     """A server's click command with the options every server has: ``--data-dir``, ``--bind``,
     ``--keys`` / ``--insecure`` (the callback gets ``keys``: a directory, or None),
-    ``--metrics-port`` / ``--metrics-addr`` (Prometheus metrics; off unless a port is given)."""
+    ``--metrics-port`` / ``--metrics-addr`` (Prometheus metrics; off unless a port is given),
+    ``--log-level``, ``--log-format`` and ``--config`` (a TOML file of option values). Each
+    option can also come from ``BLIZZARD_<NAME>_<OPTION>`` (``cli_config``)."""
     def decorate(f: Callable[..., Any]) -> click.Command:
+        f = config_option(f)
+        f = click.option("--log-format", default="text", show_default=True,
+                         type=click.Choice(logs.FORMATS),
+                         help="text for people; json: one object per line with time, level, "
+                              "logger, message, role, node_id, addr (and exception).")(f)
+        f = click.option("--log-level", default="info", show_default=True,
+                         type=click.Choice(["debug", "info", "warning", "error"]),
+                         help="Logging verbosity.")(f)
         f = click.option("--metrics-addr", default=LOOPBACK, show_default=True,
                          help="Address the metrics endpoint listens on (loopback: only this "
                               "machine may scrape it).")(f)
@@ -67,45 +79,73 @@ def server_command(name: str, data_dir_help: str,
                          help="Run without security: no encryption, and anyone who reaches "
                               "the port may do anything. Only for a trusted network.")(f)
         f = click.option("--keys", type=click.Path(file_okay=False), envvar=KEYS_ENV,
-                         default=None, help="Key directory made by `blizzard keys generate` "
-                         f"(env {KEYS_ENV}). Required unless --insecure.")(f)
+                         default=None, help="Key directory made by `blizzard keys generate`. "
+                         "Required unless --insecure.")(f)
         f = click.option("--bind", type=ADDRESS, default=bind_default, show_default=True,
                          help="Address to listen on.")(f)
         f = click.option("--data-dir", required=True, type=click.Path(file_okay=False),
                          help=data_dir_help)(f)
-        return click.command(name, context_settings={"help_option_names": ["-h", "--help"]})(f)
+        command = click.command(name, context_settings={"help_option_names": ["-h", "--help"]})(f)
+        name_env_vars(command, f"BLIZZARD_{name.upper()}")  # the same under `blizzard NAME`
+        return command
     return decorate
 
 
 def security(keys: str | None, insecure: bool) -> str | None:
     """The key directory a server runs with (None: insecure); a usage error unless exactly
-    one of ``--keys`` and ``--insecure`` was given."""
+    one of ``--keys`` and ``--insecure`` was given, or one of them by a stronger source
+    (command line > environment > config file)."""
     if keys and insecure:
-        source = click.get_current_context().get_parameter_source("keys")
-        if source is not click.core.ParameterSource.ENVIRONMENT:
+        ctx = click.get_current_context()
+        unknown = click.core.ParameterSource.DEFAULT
+        keys_from = ctx.get_parameter_source("keys") or unknown
+        insecure_from = ctx.get_parameter_source("insecure") or unknown
+        if keys_from == insecure_from:
             raise click.UsageError("give either --keys or --insecure, not both")
-        keys = None  # an explicit --insecure outranks BLIZZARD_KEYS in the environment
+        if insecure_from < keys_from:  # the more explicit source wins
+            keys = None  # e.g. an explicit --insecure outranks BLIZZARD_KEYS
     if not keys and not insecure:
         raise click.UsageError("security needs keys: pass --keys DIR (make them with "
                                "`blizzard keys generate DIR`), or --insecure to run without")
     return keys or None
 
 
-def serve(server: Any) -> None:
-    """Run a server until SIGTERM/SIGINT, then close it cleanly."""
+def start(make: Callable[[], Any], role: str, bind: str,
+          refusals: tuple[type[Exception], ...] = ()) -> Any:
+    """``make()`` a server; what stops it from starting (a port in use, a bad setting, bad
+    keys, ``refusals`` such as a damaged WAL) becomes one line and exit code 1, not a
+    traceback."""
+    try:
+        return make()
+    except refusals as exc:
+        raise click.ClickException(str(exc)) from None
+    except zmq.ZMQError as exc:
+        hint = f" — is another {role} running? (choose another port with --bind)" \
+            if exc.errno == zmq.EADDRINUSE else ""
+        raise click.ClickException(f"cannot listen on {bind}: {zmq.strerror(exc.errno)}{hint}") \
+            from None
+    except BlizzardError as exc:
+        raise click.ClickException(f"{exc.message} ({type(exc).__name__})") from None
+    except OSError as exc:  # the metrics port, the data directory
+        raise click.ClickException(str(exc)) from None
+
+
+def serve(server: Any, role: str) -> None:
+    """Run a server until SIGTERM/SIGINT, then close it cleanly; a crash is logged (so it is
+    a JSON line too with --log-format json) and exits 1."""
     def stop(signum: int, frame: Any) -> None:
         server.stop()
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     try:
         server.serve_forever()
+    except Exception:
+        log.critical("the %s stopped on an unexpected error", role, exc_info=True)
+        raise SystemExit(EXIT_ERROR) from None
     finally:
         server.close()
 
 
-log_level = click.option("--log-level", default="info", show_default=True,
-                         type=click.Choice(["debug", "info", "warning", "error"]),
-                         help="Logging verbosity.")
 master_opt = click.option("--master", "master", type=ADDRESS, envvar=MASTER_ENV,
                           default=DEFAULT_MASTER, show_default=True, help=MASTER_HELP)
 
@@ -117,9 +157,9 @@ def _keys_to_env(ctx: Any, param: Any, value: str | None) -> None:
 
 keys_opt = click.option("--keys", type=click.Path(file_okay=False), envvar=KEYS_ENV,
                         expose_value=False, callback=_keys_to_env,
-                        help=f"Key directory (env {KEYS_ENV}); the admin key is used for "
-                             "purge, redrive and configure.")
-timeout_opt = click.option("--timeout-s", default=10.0, show_default=True,
+                        help="Key directory; the admin key is used for purge, redrive and "
+                             "configure.")
+timeout_opt = click.option("--timeout-s", default=10.0, show_default=True, envvar=TIMEOUT_ENV,
                            type=click.FloatRange(0.1), help="Give up on an unresponsive master "
                            "after this long (requests are retried meanwhile).")
 

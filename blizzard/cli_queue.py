@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any, Callable
 
@@ -10,6 +11,7 @@ import click
 from blizzard.cli_common import QUEUE_NAME_HELP, keys_opt, master_opt, queue_arg, timeout_opt
 from blizzard.cli_output import (STATS_KEYS, echo_json, escape, json_opt, message_doc, output,
                                  seconds, shown_stats, size, stats_lines)
+from blizzard.cli_watch import watch, watch_opt
 from blizzard.queue_settings import DEAD_SUFFIX, SETTINGS, Setting
 
 
@@ -18,50 +20,65 @@ from blizzard.queue_settings import DEAD_SUFFIX, SETTINGS, Setting
 @keys_opt
 @timeout_opt
 @json_opt
-def status(master: str, timeout_s: float, as_json: bool) -> None:
+@watch_opt
+def status(master: str, timeout_s: float, as_json: bool, watch_s: float | None) -> None:
     """Show data nodes (alive, items, bytes) and queues (ready, leased, dead, oldest age).
 
-    Data-node items and bytes are as of each node's last heartbeat (hb age ago).
+    Queue counts are the master's, exact when shown; a data node's items and bytes are
+    those of its last heartbeat, shown with their age ("as of 0.4 s ago").
     --json: {"secure", "replication", "under_replicated", "nodes": [{"node_id", "addr",
-    "alive", "heartbeat_age_s", "items", "bytes_used", "free_bytes"}], "queues": [{queue,
-    ready, delayed, leased, pending, dead, oldest_age_s}]}.
+    "alive", "heartbeat_age_s" (age of items, bytes_used and free_bytes), "items",
+    "bytes_used", "free_bytes"}], "queues": [{queue, ready, delayed, leased, pending, dead,
+    oldest_age_s}]}. With --watch, one such document a line ({"error", "error_class"} while
+    the master does not answer).
     """
-    from blizzard.admin import stats_dict
     from blizzard.client import Client
 
     with Client(master, timeout_s=timeout_s) as c:
-        st = c.status()
-    queues = [shown_stats(stats_dict(q)) for q in st.queues]
-    if as_json:
-        echo_json({"secure": st.secure, "replication": st.replication,
-                   "under_replicated": st.under_replicated,
-                   "nodes": [{"node_id": n.node_id, "addr": n.addr, "alive": n.alive,
-                              "heartbeat_age_s": round(n.heartbeat_age_s, 3), "items": n.items,
-                              "bytes_used": n.bytes_used, "free_bytes": n.free_bytes}
-                             for n in st.nodes],
-                   "queues": queues})
-        return
-    click.echo("security: on (CURVE keys, capabilities)" if st.secure else
-               "security: OFF (servers started with --insecure)")
-    click.echo(f"data nodes (replication {st.replication}, under-replicated items "
-               f"{st.under_replicated}):")
-    click.echo(f"  {'node':<16} {'address':<24} {'state':<6} {'hb age':>8} {'items':>9} "
-               f"{'used':>10} {'free':>10}")
+        def render() -> str:
+            st = c.status()
+            return json.dumps(_status_doc(st), indent=None if watch_s else 2) if as_json \
+                else "\n".join(_status_lines(st))
+        if watch_s is None:
+            click.echo(render())
+        else:
+            watch(render, watch_s, as_json=as_json)
+
+
+def _status_doc(st: Any) -> dict[str, Any]:
+    from blizzard.admin import stats_dict
+
+    return {"secure": st.secure, "replication": st.replication,
+            "under_replicated": st.under_replicated,
+            "nodes": [{"node_id": n.node_id, "addr": n.addr, "alive": n.alive,
+                       "heartbeat_age_s": round(n.heartbeat_age_s, 3), "items": n.items,
+                       "bytes_used": n.bytes_used, "free_bytes": n.free_bytes}
+                      for n in st.nodes],
+            "queues": [shown_stats(stats_dict(q)) for q in st.queues]}
+
+
+def _status_lines(st: Any) -> list[str]:
+    doc = _status_doc(st)
+    lines = ["security: on (CURVE keys, capabilities)" if st.secure else
+             "security: OFF (servers started with --insecure)",
+             f"data nodes (replication {st.replication}, under-replicated items "
+             f"{st.under_replicated}; items and bytes as of heartbeats):",
+             f"  {'node':<16} {'address':<24} {'state':<6} {'as of':>10} {'items':>9} "
+             f"{'used':>10} {'free':>10}"]
     for n in st.nodes:
-        click.echo(f"  {n.node_id:<16} {n.addr:<24} {'alive' if n.alive else 'DEAD':<6} "
-                   f"{seconds(n.heartbeat_age_s):>8} {n.items:>9} {size(n.bytes_used):>10} "
-                   f"{size(n.free_bytes):>10}")
-    click.echo("queues:")
-    _queue_table(queues, indent="  ")
+        lines.append(f"  {n.node_id:<16} {n.addr:<24} {'alive' if n.alive else 'DEAD':<6} "
+                     f"{seconds(n.heartbeat_age_s) + ' ago':>10} {n.items:>9} "
+                     f"{size(n.bytes_used):>10} {size(n.free_bytes):>10}")
+    return [*lines, "queues (exact, as the master holds them now):",
+            *_queue_table(doc["queues"], indent="  ")]
 
 
-def _queue_table(rows: list[dict[str, Any]], indent: str = "") -> None:
-    click.echo(f"{indent}{'queue':<28} {'ready':>9} {'delayed':>9} {'leased':>9} "
-               f"{'pending':>9} {'dead':>7} {'oldest':>9}")
-    for q in rows:
-        click.echo(f"{indent}{q['queue']:<28} {q['ready']:>9} {q['delayed']:>9} "
-                   f"{q['leased']:>9} {q['pending']:>9} {q['dead']:>7} "
-                   f"{seconds(q['oldest_age_s']):>9}")
+def _queue_table(rows: list[dict[str, Any]], indent: str = "") -> list[str]:
+    return [f"{indent}{'queue':<28} {'ready':>9} {'delayed':>9} {'leased':>9} "
+            f"{'pending':>9} {'dead':>7} {'oldest':>9}",
+            *(f"{indent}{q['queue']:<28} {q['ready']:>9} {q['delayed']:>9} "
+              f"{q['leased']:>9} {q['pending']:>9} {q['dead']:>7} "
+              f"{seconds(q['oldest_age_s']):>9}" for q in rows)]
 
 
 def _setting_option(s: Setting) -> Callable[[Any], Any]:
@@ -164,7 +181,7 @@ def queue_list(master: str, timeout_s: float, as_json: bool) -> None:
 
     with Client(master, timeout_s=timeout_s) as c:
         rows = [shown_stats(q) for q in c.queues()]
-    output(as_json, {"queues": rows}, lambda: _queue_table(rows))
+    output(as_json, {"queues": rows}, lambda: click.echo("\n".join(_queue_table(rows))))
 
 
 @queue.command("stats", help="Queue QUEUE's counters: ready, delayed, leased, pending, dead "

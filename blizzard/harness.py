@@ -135,6 +135,7 @@ class LocalCluster:
     # AUTO_KEYS: ``process_keys()``
     metrics: bool = False  # every process serves Prometheus metrics on a free loopback port
     metrics_ports: dict[str, int] = field(default_factory=dict)  # process name -> port
+    log_format: str = "text"  # every process's log format (text or json)
     master: Proc | None = None
     nodes: list[Proc] = field(default_factory=list)
 
@@ -189,7 +190,8 @@ class LocalCluster:
         argv = [self.python, "-m", "master", "--data-dir", os.path.join(self.base_dir, "master"),
                 "--bind", addr, "--replication", str(self.replication),
                 "--heartbeat-s", str(self.heartbeat_s), "--dead-after-s", str(self.dead_after_s),
-                *self._security(), *self._metrics("master"), *self.master_args]
+                *self._security(), *self._metrics("master"), "--log-format", self.log_format,
+                *self.master_args]
         if self.min_replicas is not None:
             argv += ["--min-replicas", str(self.min_replicas)]
         return Proc("master", argv, os.path.join(self.base_dir, "master.log"), addr)
@@ -198,7 +200,7 @@ class LocalCluster:
         argv = [self.python, "-m", "datanode", "--data-dir",
                 os.path.join(self.base_dir, f"datanode{i}"), "--bind", addr,
                 "--master", self.master_addr, "--heartbeat-s", str(self.heartbeat_s),
-                *self._security(), *self._metrics(f"datanode{i}")]
+                *self._security(), *self._metrics(f"datanode{i}"), "--log-format", self.log_format]
         return Proc(f"datanode{i}", argv, os.path.join(self.base_dir, f"datanode{i}.log"), addr)
 
     def restart_master(self, timeout_s: float = 30.0) -> None:

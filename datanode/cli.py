@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import click
 
-from blizzard.cli_common import (ADDRESS, config_defaults, log_level, master_opt, security,
-                                 serve, server_command, setup_logging)
+from blizzard import logs
+from blizzard.cli_common import (ADDRESS, config_defaults, master_opt, security, serve,
+                                 server_command, start)
 from datanode.config import DatanodeConfig
 
 _DEFAULT = config_defaults(DatanodeConfig)
@@ -23,25 +24,23 @@ _DEFAULT = config_defaults(DatanodeConfig)
               type=click.FloatRange(0.01), help="Seconds between heartbeats to the master.")
 @click.option("--max-item-bytes", default=_DEFAULT["max_item_bytes"], show_default=True,
               type=click.IntRange(1), help="Largest blob accepted.")
-@log_level
 def datanode_command(data_dir: str, bind: str, advertise: str | None, master: str,
                      heartbeat_s: float, max_item_bytes: int, keys: str | None, insecure: bool,
-                     metrics_port: int | None, metrics_addr: str, log_level: str) -> None:
+                     metrics_port: int | None, metrics_addr: str, log_level: str,
+                     log_format: str) -> None:
     """Run a data node: stores payload blobs in LevelDB.
 
     Security: give the key directory (--keys, made by `blizzard keys generate`) or --insecure.
+    Options also come from BLIZZARD_DATANODE_<OPTION> variables (the master address from
+    BLIZZARD_MASTER) and from a TOML file (--config).
     """
-    from blizzard.errors import AuthenticationFailed
-    from blizzard.metrics import MetricsUnavailable
     from datanode.server import DatanodeServer
 
-    setup_logging(log_level)
+    fields = logs.setup(log_level, log_format, "datanode", advertise or bind)
     config = DatanodeConfig(data_dir=data_dir, bind=bind, master=master, advertise=advertise,
                             heartbeat_s=heartbeat_s, max_item_bytes=max_item_bytes,
                             keys=security(keys, insecure), metrics_port=metrics_port,
                             metrics_addr=metrics_addr)
-    try:
-        server = DatanodeServer(config)
-    except (AuthenticationFailed, MetricsUnavailable) as exc:
-        raise click.ClickException(str(exc)) from None
-    serve(server)
+    server = start(lambda: DatanodeServer(config), "data node", bind)
+    fields.node_id = server.node_id
+    serve(server, "data node")

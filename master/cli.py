@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import click
 
-from blizzard.cli_common import (config_defaults, log_level, security, serve, server_command,
-                                 setup_logging)
+from blizzard import logs
+from blizzard.cli_common import config_defaults, security, serve, server_command, start
 from master.config import MasterConfig
 
 _DEFAULT = config_defaults(MasterConfig)
@@ -32,30 +32,24 @@ _DEFAULT = config_defaults(MasterConfig)
 @click.option("--checkpoint-records", default=_DEFAULT["checkpoint_records"], show_default=True,
               type=click.IntRange(1), help="Write a checkpoint (in a forked child) after "
               "this many WAL records; restarts replay at most about this many.")
-@log_level
 def master_command(data_dir: str, bind: str, replication: int, min_replicas: int | None,
                    heartbeat_s: float, dead_after_s: float, pending_timeout_s: float,
                    max_item_bytes: int, checkpoint_records: int, keys: str | None,
                    insecure: bool, metrics_port: int | None, metrics_addr: str,
-                   log_level: str) -> None:
+                   log_level: str, log_format: str) -> None:
     """Run the master: queue metadata, ids, placement, leases, WAL.
 
     Security: give the key directory (--keys, made by `blizzard keys generate`) or --insecure.
+    Options also come from BLIZZARD_MASTER_<OPTION> variables and from a TOML file (--config).
     """
-    from blizzard.errors import AuthenticationFailed
-    from blizzard.metrics import MetricsUnavailable
     from master.server import MasterServer
     from master.wal import WalCorrupt
 
-    setup_logging(log_level)
+    logs.setup(log_level, log_format, "master", bind)
     config = MasterConfig(data_dir=data_dir, bind=bind, replication=replication,
                           min_replicas=min_replicas, heartbeat_s=heartbeat_s,
                           dead_after_s=dead_after_s, pending_timeout_s=pending_timeout_s,
                           max_item_bytes=max_item_bytes, checkpoint_records=checkpoint_records,
                           keys=security(keys, insecure), metrics_port=metrics_port,
                           metrics_addr=metrics_addr)
-    try:
-        server = MasterServer(config)
-    except (WalCorrupt, AuthenticationFailed, MetricsUnavailable) as exc:
-        raise click.ClickException(str(exc)) from None
-    serve(server)
+    serve(start(lambda: MasterServer(config), "master", bind, (WalCorrupt,)), "master")

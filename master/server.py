@@ -77,6 +77,15 @@ class MasterServer:
                  wal: Wal | MemoryWal | None = None, router: Any = None) -> None:
         self.config = config.validate()
         self.ctx = ctx or zmq.Context.instance()
+        self.node_key = b""
+        keys = None
+        if config.keys is not None:
+            keys = k.ServerKeys.from_dir(config.keys, "master")
+            self.node_key = k.load_public(config.keys, "datanode")
+        # the port first: a second master started on the same address stops here, before it
+        # reads (and might repair the torn tail of) a WAL that the running master writes
+        self.router = router if router is not None else \
+            RouterServer(self.ctx, config.bind, max_frame_bytes=MAX_REQUEST_BYTES, keys=keys)
         if wal is None:
             os.makedirs(config.data_dir, exist_ok=True)
             wal = Wal(os.path.join(config.data_dir, "wal"), segment_bytes=config.segment_bytes)
@@ -105,13 +114,6 @@ class MasterServer:
         self.datanodes = DatanodeReports(config, self.state, self.log_record, self.membership,
                                          self.repair, self.deletes, self.safe_mode,
                                          self.enqueues, self.capabilities)
-        self.node_key = b""
-        keys = None
-        if config.keys is not None:
-            keys = k.ServerKeys.from_dir(config.keys, "master")
-            self.node_key = k.load_public(config.keys, "datanode")
-        self.router = router if router is not None else \
-            RouterServer(self.ctx, config.bind, max_frame_bytes=MAX_REQUEST_BYTES, keys=keys)
         self._replies: list[tuple[bytes, int, Any]] = []
         self._stopping = False
         # collected always (about a µs a request), served only with a metrics port
