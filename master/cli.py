@@ -43,7 +43,7 @@ def master_command(data_dir: str, bind: str, replication: int, min_replicas: int
     Options also come from BLIZZARD_MASTER_<OPTION> variables and from a TOML file (--config).
     """
     from master.server import MasterServer
-    from master.wal import WalCorrupt
+    from master.wal import WalCorrupt, WalLocked
 
     logs.setup(log_level, log_format, "master", bind)
     config = MasterConfig(data_dir=data_dir, bind=bind, replication=replication,
@@ -52,4 +52,4 @@ def master_command(data_dir: str, bind: str, replication: int, min_replicas: int
                           max_item_bytes=max_item_bytes, checkpoint_records=checkpoint_records,
                           keys=security(keys, insecure), metrics_port=metrics_port,
                           metrics_addr=metrics_addr)
-    serve(start(lambda: MasterServer(config), "master", bind, (WalCorrupt,)), "master")
+    serve(start(lambda: MasterServer(config), "master", bind, (WalCorrupt, WalLocked)), "master")

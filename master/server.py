@@ -258,6 +258,7 @@ class MasterServer:
         pid = os.fork()
         if pid == 0:  # child: no sockets, no logging handlers, just the file
             gc.disable()  # collecting would touch (and so copy) the parent's pages for nothing
+            self.wal.leave_lock_to_parent()
             code = 1
             try:
                 checkpoint.write(self.wal.directory, self.checkpoint_start,

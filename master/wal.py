@@ -13,6 +13,7 @@ fsync the kernel may have dropped the dirty pages, so carrying on would be lying
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import re
@@ -29,6 +30,10 @@ log = logging.getLogger(__name__)
 HEADER = struct.Struct("<II")
 MAX_RECORD_BYTES = 64 * 1024 * 1024
 _SEGMENT = re.compile(r"^wal-(\d{12})\.log$")
+
+
+class WalLocked(Exception):
+    """Another process (a running master) holds this WAL directory."""
 
 
 class WalCorrupt(Exception):
@@ -146,6 +151,7 @@ class Wal:
         self.records_written = 0
         self.records_appended = 0
         os.makedirs(directory, exist_ok=True)
+        self._lock = _lock_directory(directory)
 
     # -- recovery ----------------------------------------------------------------------------
 
@@ -225,11 +231,34 @@ class Wal:
         self._open(self._index + 1)
         return self._index
 
+    def leave_lock_to_parent(self) -> None:
+        """In a forked child: close the child's copy of the lock, so the lock goes when the
+        master does, not when a checkpoint child still writing after a kill -9 finishes."""
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
+
     def close(self) -> None:
         if self._fd is not None:
             self.flush()
             os.close(self._fd)
             self._fd = None
+        if self._lock is not None:
+            os.close(self._lock)  # closing the file releases the lock
+            self._lock = None
+
+
+def _lock_directory(directory: str) -> int:
+    """Hold an exclusive lock on ``directory`` for this process's life: a second master on the
+    same data dir would replay, and might truncate the torn tail of, a WAL being written."""
+    fd = os.open(os.path.join(directory, "LOCK"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise WalLocked(f"the WAL in {directory} is in use by another process "
+                        "(is a master already running on this data dir?)") from None
+    return fd
 
 
 class MemoryWal:

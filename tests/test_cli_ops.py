@@ -246,6 +246,17 @@ def test_a_cluster_on_a_port_in_use_is_one_clear_line(tmp_path):
     assert proc.stdout == "stopped\n"  # no banner: the cluster never served
 
 
+def test_a_second_master_on_a_data_dir_in_use_is_one_clear_line(cluster):
+    data_dir = os.path.join(cluster.base_dir, "master")
+    proc = run("master", "--data-dir", data_dir, "--bind", f"tcp://127.0.0.1:{free_port()}",
+               "--insecure")
+    assert proc.returncode == 1
+    (line,) = proc.stderr.splitlines()
+    assert line == (f"Error: the WAL in {data_dir}/wal is in use by another process (is a "
+                    "master already running on this data dir?)")
+    assert len(cluster.status().nodes) == 3  # the running master was not disturbed
+
+
 # -- status: the age of its counts, --watch ----------------------------------------------------
 
 def test_status_counts_say_their_age(cluster):

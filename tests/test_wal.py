@@ -44,6 +44,7 @@ def test_replay_returns_what_was_flushed(tmp_path):
 def test_unflushed_appends_are_not_on_disk(tmp_path):
     w = write(tmp_path, records(3))
     w.append(b"not flushed")
+    w.leave_lock_to_parent()  # as if this process died here
     assert replay(tmp_path) == records(3)
 
 
@@ -153,7 +154,18 @@ def test_both_wals_keep_the_same_contract(tmp_path, kind):
     wal.close()
     again = open_wal()
     assert list(again.replay()) == [b"one", b"two"]
-    assert list(open_wal().replay(start)) == [b"two"]
+    again.close()
+    again = open_wal()
+    assert list(again.replay(start)) == [b"two"]
     with pytest.raises(walmod.RecordTooLarge):
         again.append(b"x" * (64 * 1024 * 1024 + 1))
     assert not again.dirty
+
+
+def test_a_second_wal_on_the_same_directory_is_refused_until_the_first_closes(tmp_path):
+    from master.wal import Wal, WalLocked
+    first = Wal(str(tmp_path / "wal"))
+    with pytest.raises(WalLocked, match="in use by another process"):
+        Wal(str(tmp_path / "wal"))
+    first.close()
+    Wal(str(tmp_path / "wal")).close()
