@@ -47,12 +47,9 @@ class QueueAdmin:
         dead = dead_q.n_ready + dead_q.n_delayed + dead_q.n_leased if dead_q is not None else 0
         if q is None:
             return p.QueueStats(name, 0, 0, 0, pending, dead, 0.0, enqueued, acked, settings)
-        self.state.promote_due(q, now)
-        oldest = 0.0
-        for entry in q.ready[:1]:
-            item = self.state.items.get(entry.id)
-            if item is not None:
-                oldest = max(0.0, now - item.enqueued_at)
+        # the heap's top may be a stale entry (leased or acked since): head() passes over those
+        head = self.state.head(name, 1, now)  # (and promotes delayed items whose time came)
+        oldest = max(0.0, now - self.state.items[head[0]].enqueued_at) if head else 0.0
         return p.QueueStats(name, q.n_ready, q.n_delayed, q.n_leased, pending, dead, oldest,
                             enqueued, acked, settings)
 
