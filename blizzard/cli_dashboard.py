@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from blizzard.cli_common import keys_opt, master_opt
+from blizzard.cli_common import keys_opt, log_level, master_opt, setup_logging
 from blizzard.defaults import LOOPBACK
 
 DASHBOARD_PORT = 8080
@@ -28,8 +28,9 @@ DASHBOARD_PORT = 8080
               type=click.FloatRange(10, 86_400), help="How far back the charts reach.")
 @click.option("--timeout-s", default=3.0, show_default=True, type=click.FloatRange(0.1, 60),
               help="Count a sample as failed when the master takes longer than this.")
+@log_level
 def dashboard(master: str, port: int, bind: str, interval_s: float, history_s: float,
-              timeout_s: float) -> None:
+              timeout_s: float, log_level: str) -> None:
     """Serve a status page at http://BIND:PORT/ until Ctrl-C: cluster health, data nodes,
     queues with depth and rates over the last minutes, dead letters; it refreshes itself.
 
@@ -42,6 +43,7 @@ def dashboard(master: str, port: int, bind: str, interval_s: float, history_s: f
     from blizzard.dashboard_server import make_server
     from blizzard.keys import resolve as resolve_keys
 
+    setup_logging(log_level)
     keys = resolve_keys(None, "client")  # a bad key directory fails here, not in the thread
     history = History(interval_s, history_s)
     try:

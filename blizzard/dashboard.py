@@ -60,6 +60,7 @@ class History:
 
     def add(self, at: float, mono: float, status: p.ClusterStatus | None,
             error: str = "") -> Sample:
+        """Record a sample (from one thread: the sampler's)."""
         queues = {q.queue: q for q in status.queues} if status is not None else {}
         since_s, increases = 0.0, {}
         before = self._last_answered
@@ -82,11 +83,17 @@ class History:
 
 
 def take_sample(status: Callable[[], p.ClusterStatus]) -> tuple[p.ClusterStatus | None, str]:
-    """Ask the master once: its status, or None and a one-line reason."""
+    """Ask the master once: its status, or None and a one-line reason.
+
+    Any failure becomes a failed sample that the page shows: the sampler must outlive it.
+    """
     try:
         return status(), ""
     except BlizzardError as exc:
         return None, f"{exc.message} ({type(exc).__name__})"
+    except Exception as exc:  # not the master's answer: a fault of ours, logged in full
+        log.exception("sampling the master failed")
+        return None, f"{exc} ({type(exc).__name__})"
 
 
 class Sampler:
@@ -109,12 +116,16 @@ class Sampler:
 
     def _run(self) -> None:
         client = self.connect()
+        last_error = ""
         try:
             while not self._stopping.is_set():
                 started = time.monotonic()
                 status, error = take_sample(client.status)
-                if error:
-                    log.warning("sample failed: %s", error)
+                if error and error != last_error:  # once per change, not every sample
+                    log.warning("the master does not answer: %s", error)
+                elif last_error and not error:
+                    log.warning("the master answers again")
+                last_error = error
                 self.history.add(time.time(), time.monotonic(), status, error)
                 self._stopping.wait(max(0.0, self.history.interval_s -
                                         (time.monotonic() - started)))

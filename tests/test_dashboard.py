@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -18,7 +19,8 @@ import pytest
 
 from blizzard import Client
 from blizzard import protocol as p
-from blizzard.dashboard import MAX_QUEUES_SHOWN, History, Sampler, increase, state_doc
+from blizzard.dashboard import (MAX_QUEUES_SHOWN, History, Sampler, increase, state_doc,
+                                take_sample)
 from blizzard.dashboard_server import make_server
 from blizzard.harness import free_port
 from blizzard.queue_settings import SETTINGS
@@ -105,6 +107,12 @@ def test_the_sampler_records_a_master_that_does_not_answer():
         sampler.stop()
     first = h.samples()[0]
     assert first.status is None and "MasterUnavailable" in first.error
+
+
+def test_a_sample_that_fails_in_any_way_is_a_failed_sample_not_a_dead_sampler():
+    def broken() -> p.ClusterStatus:
+        raise RuntimeError("a bug")
+    assert take_sample(broken) == (None, "a bug (RuntimeError)")
 
 
 # -- HTTP -----------------------------------------------------------------------------------
@@ -198,6 +206,20 @@ def test_the_command_serves_an_insecure_cluster(cluster_factory, tmp_path):
     finally:
         stop(proc)
     assert proc.returncode == 0
+
+
+def test_a_port_in_use_or_a_bad_option_is_one_line_and_an_exit_code():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        busy = subprocess.run([sys.executable, "-m", "blizzard.cli", "dashboard", "--port",
+                               str(port)], capture_output=True, text=True, timeout=60)
+    assert busy.returncode == 1 and busy.stderr.strip().count("\n") == 0
+    assert f"cannot listen on 127.0.0.1:{port}" in busy.stderr
+    bad = subprocess.run([sys.executable, "-m", "blizzard.cli", "dashboard", "--interval-s", "0"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--interval-s" in bad.stderr
 
 
 @pytest.fixture
