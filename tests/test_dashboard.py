@@ -277,5 +277,10 @@ def test_the_page_shows_a_queue_and_follows_it_without_a_reload(cluster, browser
             WebDriverWait(browser, 20, poll_frequency=0.1).until(
                 lambda d: "master is unreachable" in text(d, "#banner"))
             assert ready_cell(browser) == "12"  # the last figures stay, marked stale
+            # and when it is back, so is the page, by itself
+            cluster.restart_master()
+            WebDriverWait(browser, 20, poll_frequency=0.1).until(
+                lambda d: d.execute_script("return document.getElementById('banner').hidden"))
+            assert ready_cell(browser) == "12" and "master\nup" in text(browser, "#health")
         finally:
             stop(proc)

@@ -143,7 +143,7 @@ function drawFreshness(doc) {
     banner.textContent = `The master is unreachable: ${doc.error} at ${clock(doc.sampled_at)}; ${shown}.`;
   }
   document.getElementById("footer").textContent =
-    `Refreshes every ${doc.interval_s} s; charts cover the last ${seconds(doc.history_s)}; ` +
+    `Refreshes every ${doc.interval_s} s; charts cover up to the last ${seconds(doc.history_s)}; ` +
     "rates are averaged over the last minute.";
 }
 
