@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import signal
 import threading
 from typing import Any
 
 import click
 
-from blizzard.cli_common import keys_opt, log_level, master_opt, setup_logging
+from blizzard.cli_common import keys_opt, master_opt
 from blizzard.defaults import LOOPBACK
 
 DASHBOARD_PORT = 8080
@@ -28,7 +29,10 @@ DASHBOARD_PORT = 8080
               type=click.FloatRange(10, 86_400), help="How far back the charts reach.")
 @click.option("--timeout-s", default=3.0, show_default=True, type=click.FloatRange(0.1, 60),
               help="Count a sample as failed when the master takes longer than this.")
-@log_level
+@click.option("--log-level", default="warning", show_default=True,
+              type=click.Choice(["debug", "info", "warning", "error"]),
+              help="Logging verbosity on stderr (warning: when the master stops or starts "
+                   "answering).")
 def dashboard(master: str, port: int, bind: str, interval_s: float, history_s: float,
               timeout_s: float, log_level: str) -> None:
     """Serve a status page at http://BIND:PORT/ until Ctrl-C: cluster health, data nodes,
@@ -43,7 +47,8 @@ def dashboard(master: str, port: int, bind: str, interval_s: float, history_s: f
     from blizzard.dashboard_server import make_server
     from blizzard.keys import resolve as resolve_keys
 
-    setup_logging(log_level)
+    logging.basicConfig(level=getattr(logging, log_level.upper()),
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
     keys = resolve_keys(None, "client")  # a bad key directory fails here, not in the thread
     history = History(interval_s, history_s)
     try:
