@@ -248,6 +248,8 @@ class QueueStats:
     pending: int
     dead: int  # items of this queue now in its dead-letter queue
     oldest_age_s: float
+    enqueued_total: int  # items enqueued since the master started (a restart starts from 0)
+    acked_total: int  # items acked since the master started: with the above, rates over time
     settings: QueueSettings
 
 
@@ -325,6 +327,7 @@ class ClusterStatus:
     under_replicated: int
     replication: int
     secure: bool  # CURVE keys on every socket; False: started with --insecure
+    safe_mode: bool  # just started: nothing re-replicated or deleted until the nodes report
 
 
 @message(55)

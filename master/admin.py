@@ -16,6 +16,7 @@ from master.leases import Leases
 from master.membership import Membership
 from master.records import AckItems, ConfigureQueue, RedriveItems
 from master.repair import Repairer
+from master.safe_mode import SafeMode
 from master.state import LEASED, State
 
 
@@ -24,7 +25,7 @@ class QueueAdmin:
 
     def __init__(self, config: MasterConfig, state: State, log_record: Callable[[Any], None],
                  deletes: Deletes, enqueues: Enqueues, leases: Leases, membership: Membership,
-                 repair: Repairer) -> None:
+                 repair: Repairer, safe_mode: SafeMode) -> None:
         self.config = config
         self.state = state
         self.log = log_record
@@ -33,6 +34,7 @@ class QueueAdmin:
         self.leases = leases
         self.membership = membership
         self.repair = repair
+        self.safe_mode = safe_mode
 
     def queue_stats(self, name: str, now: float) -> p.QueueStats:
         q = self.state.queues.get(name)
@@ -40,16 +42,16 @@ class QueueAdmin:
         settings = p.QueueSettings(**config.as_dict())
         pending = self.enqueues.count(name)
         dead_q = self.state.queues.get(config.dead_letter_queue(name))
+        counts = self.leases.counts
+        enqueued, acked = counts.get("enqueued", name), counts.get("acked", name)
         dead = dead_q.n_ready + dead_q.n_delayed + dead_q.n_leased if dead_q is not None else 0
         if q is None:
-            return p.QueueStats(name, 0, 0, 0, pending, dead, 0.0, settings)
-        self.state.promote_due(q, now)
-        oldest = 0.0
-        for entry in q.ready[:1]:
-            item = self.state.items.get(entry.id)
-            if item is not None:
-                oldest = max(0.0, now - item.enqueued_at)
-        return p.QueueStats(name, q.n_ready, q.n_delayed, q.n_leased, pending, dead, oldest, settings)
+            return p.QueueStats(name, 0, 0, 0, pending, dead, 0.0, enqueued, acked, settings)
+        # the heap's top may be a stale entry (leased or acked since): head() passes over those
+        head = self.state.head(name, 1, now)  # (and promotes delayed items whose time came)
+        oldest = max(0.0, now - self.state.items[head[0]].enqueued_at) if head else 0.0
+        return p.QueueStats(name, q.n_ready, q.n_delayed, q.n_leased, pending, dead, oldest,
+                            enqueued, acked, settings)
 
     def stats(self, msg: p.Stats, now: float, *_: Any) -> p.QueueStats:
         return self.queue_stats(checks.queue_name(msg.queue), now)
@@ -111,4 +113,4 @@ class QueueAdmin:
         queues = [self.queue_stats(name, now) for name in sorted(self.state.queues)]
         under = self.repair.under_replicated(mono)
         return p.ClusterStatus(nodes, queues, under, self.config.replication,
-                               self.config.keys is not None)
+                               self.config.keys is not None, self.safe_mode.on)

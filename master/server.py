@@ -110,7 +110,7 @@ class MasterServer:
         self.leases = Leases(config, self.state, self.log_record, self.deletes, self.membership,
                              self.capabilities, self.counts)
         self.admin = QueueAdmin(config, self.state, self.log_record, self.deletes, self.enqueues,
-                                self.leases, self.membership, self.repair)
+                                self.leases, self.membership, self.repair, self.safe_mode)
         self.datanodes = DatanodeReports(config, self.state, self.log_record, self.membership,
                                          self.repair, self.deletes, self.safe_mode,
                                          self.enqueues, self.capabilities)

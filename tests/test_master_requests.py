@@ -385,3 +385,14 @@ def test_a_quiet_ack_is_applied_and_answered_by_nobody(master):
     assert call(master, p.Ack(leased.ids[1:], [leased.leases[1] + 99], True)) is None  # stale
     assert leased.ids[0] not in master.state.items and leased.ids[1] in master.state.items
     assert call(master, p.Ping()) == p.Ok()
+
+
+def test_the_oldest_age_is_the_heads_after_items_before_it_were_leased_and_acked(master):
+    placement = place(master, 3)
+    report(master, placement.ids)
+    call(master, enqueue_msg(placement.ids))
+    leased = call(master, p.Lease("q", 1, 30.0, 0.0, "l1", [], []))
+    call(master, p.Ack(leased.ids, leased.leases, False))
+    time.sleep(0.01)
+    stats = call(master, p.Stats("q"))
+    assert stats.ready == 2 and stats.oldest_age_s >= 0.01

@@ -1,0 +1,286 @@
+"""The status page: its history and JSON (unit), its HTTP side, and the page itself in a real
+headless Chromium against a real cluster, updating without a reload."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+
+from blizzard import Client
+from blizzard import protocol as p
+from blizzard.dashboard import (MAX_QUEUES_SHOWN, History, Sampler, increase, state_doc,
+                                take_sample)
+from blizzard.dashboard_server import make_server
+from blizzard.harness import free_port
+from blizzard.queue_settings import SETTINGS
+from conftest import wait_for
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+MASTER = "tcp://127.0.0.1:5555"
+
+
+def queue(name: str, ready: int = 0, enqueued: int = 0, acked: int = 0, dead: int = 0) -> p.QueueStats:
+    settings = p.QueueSettings(**{s.name: s.default for s in SETTINGS})
+    return p.QueueStats(name, ready, 0, 0, 0, dead, 0.0, enqueued, acked, settings)
+
+
+def status(*queues: p.QueueStats, dead_nodes: int = 0) -> p.ClusterStatus:
+    nodes = [p.NodeStatus(f"n{i}", f"tcp://127.0.0.1:{7000 + i}", i >= dead_nodes, 0.2, 5, 100,
+                          10**9) for i in range(3)]
+    return p.ClusterStatus(nodes, list(queues), 0, 2, True, False)
+
+
+# -- the history and its document -----------------------------------------------------------
+
+def test_a_total_that_shrank_restarted_from_zero():
+    assert increase(10, 15) == 5
+    assert increase(10, 3) == 3  # the master restarted and has counted 3 since
+
+
+def test_rates_come_from_totals_between_answered_samples_even_across_a_failure():
+    h = History(interval_s=2.0, history_s=600.0)
+    h.add(1000.0, 0.0, status(queue("jobs", enqueued=0)))
+    h.add(1002.0, 2.0, None, "master did not answer (MasterUnavailable)")
+    h.add(1004.0, 4.0, status(queue("jobs", ready=40, enqueued=40, acked=8)))
+    doc = state_doc(h, MASTER, now=1004.5)
+    (jobs,) = doc["queues"]
+    assert (jobs["enqueue_per_s"], jobs["ack_per_s"]) == (10.0, 2.0)  # 40 and 8 over 4 s
+    series = doc["history"]["queues"]["jobs"]
+    assert series["ready"] == [0, None, 40]  # the failed sample is a gap in the chart
+    assert series["enqueue_per_s"] == [None, None, 10.0]
+    assert doc["history"]["t"] == [1000.0, 1002.0, 1004.0]
+
+
+def test_the_history_is_bounded():
+    h = History(interval_s=1.0, history_s=10.0)
+    for i in range(100):
+        h.add(float(i), float(i), status(queue("jobs", ready=i)))
+    samples = h.samples()
+    assert len(samples) == 10 and samples[0].at == 90.0
+
+
+def test_an_unreachable_master_is_said_with_the_last_figures_and_their_time():
+    h = History()
+    h.add(1000.0, 0.0, status(queue("jobs", ready=7), dead_nodes=1))
+    h.add(1002.0, 2.0, None, "master did not answer within 3s (MasterUnavailable)")
+    doc = state_doc(h, MASTER, now=1003.0)
+    assert doc["reachable"] is False and "MasterUnavailable" in doc["error"]
+    assert doc["sampled_at"] == 1002.0 and doc["answered_at"] == 1000.0
+    assert doc["queues"][0]["ready"] == 7
+    assert (doc["cluster"]["nodes_alive"], doc["cluster"]["nodes_dead"]) == (2, 1)
+
+
+def test_before_any_answer_the_document_has_no_cluster():
+    h = History()
+    h.add(1000.0, 0.0, None, "no answer")
+    doc = state_doc(h, MASTER, now=1000.0)
+    assert doc["cluster"] is None and doc["queues"] == [] and doc["answered_at"] is None
+
+
+def test_queues_past_the_limit_are_counted_not_shown():
+    h = History()
+    h.add(1000.0, 0.0, status(*[queue(f"q{i:03}") for i in range(MAX_QUEUES_SHOWN + 5)]))
+    doc = state_doc(h, MASTER, now=1000.0)
+    assert len(doc["queues"]) == MAX_QUEUES_SHOWN and doc["queues_hidden"] == 5
+    assert len(doc["history"]["queues"]) == MAX_QUEUES_SHOWN
+
+
+def test_the_sampler_records_a_master_that_does_not_answer():
+    h = History(interval_s=0.2)
+    sampler = Sampler(lambda: Client(f"tcp://127.0.0.1:{free_port()}", timeout_s=0.3, keys=""),
+                      h).start()
+    try:
+        wait_for(lambda: h.samples(), what="a sample")
+    finally:
+        sampler.stop()
+    first = h.samples()[0]
+    assert first.status is None and "MasterUnavailable" in first.error
+
+
+def test_a_sample_that_fails_in_any_way_is_a_failed_sample_not_a_dead_sampler():
+    def broken() -> p.ClusterStatus:
+        raise RuntimeError("a bug")
+    assert take_sample(broken) == (None, "a bug (RuntimeError)")
+
+
+# -- HTTP -----------------------------------------------------------------------------------
+
+@pytest.fixture
+def page_server() -> Iterator[str]:
+    h = History()
+    h.add(1000.0, 0.0, status(queue("jobs", ready=3)))
+    server = make_server("127.0.0.1", 0, h, MASTER)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def get(url: str, method: str = "GET") -> tuple[int, dict[str, str], bytes]:
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, method=method), timeout=10) as r:
+            return r.status, dict(r.headers), r.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, dict(exc.headers), exc.read()
+
+
+def test_the_api_serves_the_state_as_json(page_server):
+    code, headers, body = get(page_server + "/api/state")
+    assert code == 200 and headers["Content-Type"] == "application/json"
+    doc = json.loads(body)
+    assert doc["master"] == MASTER and doc["queues"][0]["queue"] == "jobs"
+    assert doc["queues"][0]["ready"] == 3 and doc["cluster"]["secure"] is True
+
+
+def test_the_page_loads_nothing_from_elsewhere(page_server):
+    code, headers, html = get(page_server + "/")
+    assert code == 200 and b'src="/dashboard.js"' in html and b'href="/dashboard.css"' in html
+    assert b"//" not in html.replace(b"<!doctype", b"")  # no address of another host
+    assert "default-src 'self'" in headers["Content-Security-Policy"]
+    for asset in ("/dashboard.js", "/dashboard.css"):
+        code, _, body = get(page_server + asset)
+        assert code == 200 and b"https://" not in body and b"import(" not in body
+
+
+def test_unknown_paths_and_methods_are_refused_and_the_server_lives_on(page_server):
+    assert get(page_server + "/../../etc/passwd")[0] == 404
+    assert get(page_server + "/api/state", method="POST")[0] == 501
+    assert get(page_server + "/api/state")[0] == 200
+
+
+# -- the real command, and the page in a real browser ---------------------------------------
+
+def start_dashboard(master: str, port: int, env: dict[str, str], tmp_path) -> subprocess.Popen:
+    log = open(tmp_path / "dashboard.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "blizzard.cli", "dashboard", "--master", master,
+                             "--port", str(port), "--interval-s", "0.5", "--timeout-s", "0.5"],
+                            stdout=log, stderr=subprocess.STDOUT, env=env)
+    log.close()
+    url = f"http://127.0.0.1:{port}"
+
+    def answers() -> bool:
+        assert proc.poll() is None, (tmp_path / "dashboard.log").read_text()
+        try:
+            return get(url + "/api/state")[0] == 200
+        except OSError:
+            return False
+    wait_for(answers, what="the dashboard to listen")
+    return proc
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def test_the_command_serves_an_insecure_cluster(cluster_factory, tmp_path):
+    c = cluster_factory(datanodes=1, replication=1, keys=None)
+    env = {k: v for k, v in os.environ.items() if k != "BLIZZARD_KEYS"}
+    with Client(c.master_addr, keys="") as client:
+        client.enqueue_many("plain", [b"a", b"b"])
+    port = free_port()
+    proc = start_dashboard(c.master_addr, port, env, tmp_path)
+    try:
+        doc = wait_for(lambda: (d := json.loads(get(f"http://127.0.0.1:{port}/api/state")[2]))
+                       ["queues"] and d, what="queues on the page")
+        assert doc["cluster"]["secure"] is False and doc["queues"][0]["ready"] == 2
+    finally:
+        stop(proc)
+    assert proc.returncode == 0
+
+
+def test_a_port_in_use_or_a_bad_option_is_one_line_and_an_exit_code():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        busy = subprocess.run([sys.executable, "-m", "blizzard.cli", "dashboard", "--port",
+                               str(port)], capture_output=True, text=True, timeout=60)
+    assert busy.returncode == 1 and busy.stderr.strip().count("\n") == 0
+    assert f"cannot listen on 127.0.0.1:{port}" in busy.stderr
+    bad = subprocess.run([sys.executable, "-m", "blizzard.cli", "dashboard", "--interval-s", "0"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--interval-s" in bad.stderr
+
+
+@pytest.fixture
+def browser(tmp_path):
+    if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
+        pytest.fail(f"the browser test needs {CHROMIUM} and {CHROMEDRIVER}: apt-get install "
+                    "chromium chromium-driver (scripts/test does it)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    profile = tempfile.mkdtemp(prefix="chromium-", dir=tmp_path)
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--window-size=1200,800", f"--user-data-dir={profile}"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def test_the_page_shows_a_queue_and_follows_it_without_a_reload(cluster, browser, tmp_path):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    def text(driver, selector: str) -> str:
+        """The element's text now, read in one step (the page replaces its rows as it redraws)."""
+        return driver.execute_script("const e = document.querySelector(arguments[0]);"
+                                     "return e ? e.innerText : '';", selector)
+
+    def ready_cell(driver) -> str:
+        return text(driver, 'tr[data-queue="pages"] td[data-field="ready"]')
+
+    # Given a queue with 5 items and the dashboard on it
+    with Client(cluster.master_addr, admin=True) as client:
+        client.create_queue("pages")
+        client.enqueue_many("pages", [b"x"] * 5)
+        proc = start_dashboard(cluster.master_addr, free_port(), dict(os.environ), tmp_path)
+        try:
+            # When the page loads, it shows the queue with its depth
+            browser.get(f"http://127.0.0.1:{proc.args[proc.args.index('--port') + 1]}/")
+            WebDriverWait(browser, 20, poll_frequency=0.1).until(lambda d: ready_cell(d) == "5")
+            browser.execute_script("window.notReloaded = true")
+            # and after more items arrive, it shows the new depth by itself
+            client.enqueue_many("pages", [b"y"] * 7)
+            WebDriverWait(browser, 20, poll_frequency=0.1).until(lambda d: ready_cell(d) == "12")
+            assert browser.execute_script("return window.notReloaded === true")
+            health = text(browser, "#health")
+            assert "3 alive, 0 dead" in health and "security\non" in health
+            # When the master goes away, the page says so instead of failing
+            cluster.master.kill()
+            WebDriverWait(browser, 20, poll_frequency=0.1).until(
+                lambda d: "master is unreachable" in text(d, "#banner"))
+            assert ready_cell(browser) == "12"  # the last figures stay, marked stale
+            # and when it is back, so is the page, by itself
+            cluster.restart_master()
+            WebDriverWait(browser, 20, poll_frequency=0.1).until(
+                lambda d: d.execute_script("return document.getElementById('banner').hidden"))
+            assert ready_cell(browser) == "12" and "master\nup" in text(browser, "#health")
+        finally:
+            stop(proc)
