@@ -16,6 +16,7 @@ import click
 
 from blizzard import cli_items, cli_queue, logs
 from blizzard.cli_config import name_env_vars
+from blizzard import cli_dispatch
 from blizzard.cli_keys import keys_group
 from blizzard.cli_common import (EXIT_ERROR, EXIT_USAGE, START_HINT, keys_opt, master_opt,
                                  master_origin, timeout_opt)
@@ -200,6 +201,8 @@ for _command in (master_command, datanode_command, cli_items.enqueue, cli_items.
                  cli_items.ack, cli_items.nack, cli_items.extend, cli_queue.status,
                  cli_queue.queue, keys_group):
     cli.add_command(_command)
+cli.add_command(cli_dispatch.dispatch)
+cli.add_command(cli_dispatch.task)
 
 
 def main() -> None:

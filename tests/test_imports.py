@@ -19,7 +19,8 @@ PACKAGES = ("blizzard", "master", "datanode", "chaos", "bench")
 # chaos and the benches.
 ABOVE_GROUND = ("master", "datanode", "chaos", "bench", "blizzard.cli", "blizzard.cli_common",
                 "blizzard.cli_items", "blizzard.cli_output", "blizzard.cli_queue",
-                "blizzard.harness", "blizzard.spark")
+                "blizzard.harness", "blizzard.spark",
+                "blizzard.cli_dispatch")
 
 
 def modules() -> dict[str, Path]:
