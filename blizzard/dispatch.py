@@ -1,12 +1,13 @@
 """``blizzard dispatch``: deliver HTTP tasks from queues with a pool of asyncio senders (aiohttp).
 
-The c12s task queue's worker pool. Per queue, one lease loop takes tasks in batches, as many
-as there are idle senders, and puts them in one shared line; ``workers`` senders take from it,
-make the request and hand the outcome to the settler. A 2xx reply is success: acked, in
-batches. Anything else (another status, no reply within the task's ``timeout_s``, a refused
-or dropped connection) is a failure: nacked with the task's ``backoff_s`` as its delay and
-the error text, or, once the task's ``max_attempts`` are spent, buried in the queue's
-dead-letter queue with that error.
+The c12s task queue's worker pool. Per queue, one lease loop takes tasks in batches (up
+to two rounds of work for the senders) and puts them in one shared line; ``workers``
+senders take from it, make the request and hand the outcome to the settler. A 2xx reply is
+success: acked, in batches. Anything else (another status, no reply within the task's
+``timeout_s``, a refused or dropped connection) is a failure: nacked with the task's
+``backoff_s`` as its delay and the error text, or, once the task's ``max_attempts`` are
+spent, buried in the queue's dead-letter queue with that error. Each request carries
+``X-Blizzard-Task`` (the id) and ``X-Blizzard-Attempt``, so an endpoint can tell a repeat.
 
 ``blizzard.Client`` blocks and is not thread-safe, so each runs in a thread of its own: one
 per queue for leases (a long poll on one queue must not hold up another) and one for settling
@@ -35,7 +36,7 @@ import aiohttp
 
 from blizzard.client import Client
 from blizzard.errors import BlizzardError, ClusterError, InvalidArgument
-from blizzard.http_task import Task, bury
+from blizzard.http_task import ATTEMPT_HEADER, TASK_HEADER, Task, bury
 from blizzard.message import Message
 from blizzard.queue_settings import check_queue_name
 
@@ -176,19 +177,21 @@ class Dispatcher:
     # -- leasing -----------------------------------------------------------------------------
 
     async def _lease_loop(self, queue: str, thread: ClientThread) -> None:
-        """Lease as many tasks as senders are idle, while not stopping.
+        """Keep the senders fed, while not stopping: lease once no more than a round of work
+        (``workers`` tasks) is held, up to two rounds.
 
-        Each queue asks for the room there is when it asks, so with several queues up to
-        ``workers`` tasks per queue may wait in line (their leases kept alive meanwhile).
+        So leases come in batches, not one per finished request, and a second round waits in
+        line while the first is sent (its leases kept alive meanwhile). Each queue asks for
+        the room there is when it asks, so with several queues more may be held for a while.
         """
         cfg = self.config
         while not self._stopping:
-            free = cfg.workers - len(self.leased)
-            if free <= 0:
+            held = len(self.leased)
+            if held > cfg.workers:
                 self.room.clear()
                 await self.room.wait()
                 continue
-            n = min(free, cfg.batch)
+            n = min(2 * cfg.workers - held, cfg.batch)
             try:
                 msgs = await thread.call(lambda c: c.dequeue_many(
                     queue, n, lease_s=cfg.lease_s, wait_s=cfg.wait_s))
@@ -230,10 +233,12 @@ class Dispatcher:
 
     async def _send(self, session: aiohttp.ClientSession, delivery: Delivery) -> tuple[bool, str]:
         """Make the task's request: (True, "") on a 2xx reply, else (False, what went wrong)."""
-        task = delivery.task
+        task, msg = delivery.task, delivery.msg
         assert task is not None
+        headers = [*task.headers, (TASK_HEADER, str(msg.id)),
+                   (ATTEMPT_HEADER, str(msg.attempts + 1))]
         try:
-            async with session.request(task.method, task.url, headers=list(task.headers),
+            async with session.request(task.method, task.url, headers=headers,
                                        data=task.body or None, allow_redirects=False,
                                        timeout=aiohttp.ClientTimeout(total=task.timeout_s)) as r:
                 if 200 <= r.status < 300:
@@ -241,13 +246,14 @@ class Dispatcher:
                     return True, ""
                 body = await r.content.read(ERROR_BODY_BYTES)
                 text = body.decode(errors="replace").strip()
-                return False, f"HTTP {r.status} {r.reason or ''}".strip() + (f": {text}" if text else "")
+                status = f"HTTP {r.status} {r.reason or ''}".strip()
+                return False, f"{status}: {text}" if text else status
         except TimeoutError:
             return False, f"no reply within {task.timeout_s:g} s"
         except aiohttp.ClientError as exc:
             return False, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         except Exception as exc:  # a bug in one request must not stop a sender
-            log.exception("sending task %d failed", delivery.msg.id)
+            log.exception("sending task %d failed", msg.id)
             return False, f"{type(exc).__name__}: {exc}"
 
     def _decide(self, delivery: Delivery, ok: bool, error: str) -> None:

@@ -32,9 +32,14 @@ MAX_BODY_BYTES = 4 * 1024 * 1024  # leaves room under the default item limit (8 
 MAX_ATTEMPTS = 1000
 MAX_BACKOFF_S = 86400.0
 MAX_TIMEOUT_S = 3600.0
-# set by the HTTP client from the body and the URL; a task naming them would contradict it
-CLIENT_HEADERS = frozenset({"content-length", "transfer-encoding", "host", "connection"})
+# The dispatcher names each request's task and attempt, so an endpoint can tell a repeat
+# (delivery is at least once).
+TASK_HEADER, ATTEMPT_HEADER = "X-Blizzard-Task", "X-Blizzard-Attempt"
+# set by the HTTP client or the dispatcher; a task naming them would contradict it
+CLIENT_HEADERS = frozenset({"content-length", "transfer-encoding", "host", "connection",
+                            TASK_HEADER.lower(), ATTEMPT_HEADER.lower()})
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # RFC 9110 header name
+_SPACE = re.compile(r"\s")
 
 
 @dataclass(frozen=True)
@@ -115,7 +120,7 @@ def _check_url(url: Any) -> None:
         raise InvalidArgument(f"url {url[:80]!r} does not parse: {exc}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise InvalidArgument(f"url {url[:80]!r} must be http:// or https:// with a host")
-    if port == 0 or any(c.isspace() or not c.isprintable() for c in url):
+    if port == 0 or not url.isprintable() or _SPACE.search(url):
         raise InvalidArgument(f"url {url[:80]!r} has port 0, spaces or control characters")
 
 

@@ -2,9 +2,9 @@
 
 The codec (frame layout, type checks, msgpack) is ``blizzard.wire``; its functions are
 re-exported here, so callers use ``protocol.encode``/``decode``/``pack``/``unpack``; so are
-the data nodes' messages (``blizzard.node_messages``), so ``protocol.Put`` works too. The
-master's WAL records (``master/records.py``) are a family of their own (op codes 100+), which
-``decode`` never accepts.
+the data nodes' messages (``blizzard.node_messages``), so ``protocol.Put`` works too, and
+task delivery's (``blizzard.task_messages``). The master's WAL records (``master/records.py``)
+are a family of their own (op codes 100+), which ``decode`` never accepts.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from blizzard.node_messages import (BadReplica, Blobs, CapabilityKey, CopyOrder,
                                     GetGrant, Heartbeat, HeartbeatReply, Inventory, NodeRef, Put,
                                     PutGrant, PutReport, Replicated, Stored)
 from blizzard.queue_settings import with_settings
+from blizzard.task_messages import Bury, ItemStates, Lookup, TaskCounts, TaskStats
 from blizzard.wire import (MAX_BATCH, MAX_FRAME_BYTES, MAX_ID, MAX_ITEM_BYTES, VERSION, Id, _BY_OP, _OP_OF, decode, dumps,
                            encode, iter_loads, loads, message, op_name, pack, peek_request_id,
                            unpack)
@@ -22,6 +23,7 @@ __all__ = ["MAX_BATCH", "MAX_FRAME_BYTES", "MAX_ID", "MAX_ITEM_BYTES", "VERSION"
            "BadReplica", "Blobs", "CapabilityKey", "CopyOrder", "Delete", "Get", "GetGrant",
            "Heartbeat", "HeartbeatReply", "Inventory", "NodeRef", "Put", "PutGrant", "PutReport",
            "Replicated", "Stored"]
+__all__ += ["Bury", "ItemStates", "Lookup", "TaskCounts", "TaskStats"]  # task_messages.py
 
 
 # ---------------------------------------------------------------------------------------------
@@ -339,68 +341,3 @@ class Welcome:
     secure: bool
     node_key: bytes  # the data nodes' CURVE public key (z85); empty when insecure
     role: str  # the role this connection's key has ("" when insecure)
-
-
-# ---------------------------------------------------------------------------------------------
-# Tasks: items by id, a consumer's own give-up, task counts (HTTP push delivery,
-# ``blizzard/dispatch.py``; ``blizzard task ID``)
-
-
-@message(70)
-class Lookup:
-    """Ask for items' states by id; nothing is leased or changed."""
-
-    ids: list[Id]
-
-
-@message(71)
-class ItemStates:
-    """Reply to Lookup, one column per field: item i is ids[i], states[i], ...
-
-    ``states[i]`` is one of ``TASK_STATES``. "succeeded" means acked: the master remembers
-    its last 100,000 acks (``RECENT_ACKS``, ``master/state.py``); older ones are "unknown",
-    as are ids purged, replaced by coalescing or never enqueued.
-    """
-
-    ids: list[Id]
-    states: list[str]
-    queues: list[str]  # where the item is now ("" once it is gone)
-    attempts: list[int]
-    errors: list[str]  # the last error a consumer gave ("": none)
-    until: list[float]  # scheduled: visible from; in flight: lease deadline (unix time); else 0
-
-
-TASK_STATES = ("queued", "scheduled", "in_flight", "succeeded", "failed", "unknown")
-
-
-@message(72)
-class Bury:
-    """Move leased items to their dead-letter queue now, keeping ``error`` as their last error.
-
-    For a consumer whose own retry policy gave up (a task's max attempts) before the queue's
-    did. Counts an attempt, as a nack does; reply ``Acked``.
-    """
-
-    ids: list[Id]
-    leases: list[int]
-    error: str
-
-
-@message(73)
-class TaskStats:
-    """Ask for a queue's items counted by task state (``blizzard queue stats --tasks``)."""
-
-    queue: str
-
-
-@message(74)
-class TaskCounts:
-    """Reply to TaskStats. ``succeeded`` counts acks since the master started (soft state);
-    ``failed`` the items of this queue in its dead-letter queue."""
-
-    queue: str
-    queued: int
-    scheduled: int
-    in_flight: int
-    succeeded: int
-    failed: int

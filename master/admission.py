@@ -20,7 +20,8 @@ from master.state import State
 SCAN_PAST_LIMIT = 128  # heap entries looked at for redeliveries once the tokens ran out
 
 
-def take_admitted(state: State, name: str, n: int, tokens: int, now: float) -> tuple[list[int], int]:
+def take_admitted(state: State, name: str, n: int, tokens: int,
+                  now: float) -> tuple[list[int], int]:
     """Up to ``n`` ids a lease may take now, at most ``tokens`` of them new; and how many are.
 
     Like ``State.head`` it changes no durable state: popped entries go back on the heap, and an

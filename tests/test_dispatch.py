@@ -142,8 +142,13 @@ def test_every_task_ends_succeeded_or_dead_each_retry_after_its_backoff(cluster,
         assert rows[not_a_task]["state"] == "failed" and "not a task" in rows[not_a_task]["error"]
         first = next(a for a in target.arrivals if a.key == "t0")
         assert (first.method, first.body, first.headers["X-Task"]) == ("POST", b"job 0", "0")
+        # each request names its task and attempt, so an endpoint can tell a repeat
+        retried = [a.headers for a in target.arrivals if a.key == "t1"]
+        assert [(h["X-Blizzard-Task"], h["X-Blizzard-Attempt"]) for h in retried] == \
+            [(str(list(ids)[1]), "1"), (str(list(ids)[1]), "2")]
         dead = {plan: rows[i] for i, (_, plan) in ids.items() if plans[plan] == "failed"}
-        assert dead["500"]["error"] == "attempt 4/4: HTTP 500 Internal Server Error: t3 answered 500"
+        assert dead["500"]["error"] == \
+            "attempt 4/4: HTTP 500 Internal Server Error: t3 answered 500"
         assert dead["slow:3"]["error"] == "attempt 4/4: no reply within 1 s"
         assert dead["500"]["attempts"] == 4 and dead["500"]["queue"] == "emails.dead"
         counts = task_counts(c, "emails")
@@ -172,7 +177,8 @@ def test_retries_do_not_wait_for_the_rate_limit(cluster, target, dispatchers):
         dispatchers("slow", "--workers", "4")
         wait_for(lambda: len(target.times("flaky")) == 3, 20, "the flaky task's third try")
         # Then its retries came after their back-off, not a token's 2 s
-        assert all(0.3 <= g < 1.5 for g in gaps(target.times("flaky"))), gaps(target.times("flaky"))
+        flaky = gaps(target.times("flaky"))
+        assert all(0.3 <= g < 1.5 for g in flaky), flaky
         # And the new tasks still came one per 2 s
         settled(c, later)
         starts = [target.times(f"new{i}")[0] for i in range(2)]
