@@ -9,7 +9,8 @@ Run as ``scripts/bench --dispatch`` (or ``python -m bench.dispatch``). On one lo
    thread of this process) that answers 200 at once; timed from its first request until
    the queue is empty (every task acked).
 
-Prints one JSON line with both rates and their ratio. Bounded: ``--timeout-s`` per phase.
+Prints one JSON line with both rates, their ratio, the dispatcher's CPU per task (with its
+start-up) and how busy the machine was. Bounded: ``--timeout-s`` per phase.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any
 from aiohttp import web
 
 from bench.common import client_keys, on_clusters, parser, start
+from bench.throughput import machine_cpu, proc_cpu_s
 from blizzard.client import Client
 from blizzard.harness import LocalCluster, Proc, free_port
 from blizzard.http_task import Task
@@ -83,6 +85,7 @@ def dispatch_rate(cluster: LocalCluster, c: Client, items: int, workers: int,
     proc = Proc("dispatch", [sys.executable, "-m", "blizzard.cli", "dispatch", "--master",
                              cluster.master_addr, "--queues", "tasks", "--workers", str(workers)],
                 log_path, "").start()
+    assert proc.popen is not None
     try:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -91,12 +94,14 @@ def dispatch_rate(cluster: LocalCluster, c: Client, items: int, workers: int,
                 break
             time.sleep(0.05)
         acked_at = time.monotonic()
+        cpu_s = proc_cpu_s(proc.popen.pid)
     finally:
         proc.stop()
     elapsed = acked_at - endpoint.first
     return {"tasks": items, "requests": endpoint.count, "seconds": round(elapsed, 2),
             "dispatch_tasks_per_s": round(items / elapsed),
-            "requests_per_s": round(endpoint.count / max(endpoint.last - endpoint.first, 1e-9))}
+            "requests_per_s": round(endpoint.count / max(endpoint.last - endpoint.first, 1e-9)),
+            "dispatcher_cpu_us_per_task": round(cpu_s * 1e6 / items) if cpu_s else None}
 
 
 def main() -> int:
@@ -111,12 +116,17 @@ def main() -> int:
     cluster = LocalCluster(os.path.join(base, "cluster"), datanodes=2, replication=2)
 
     def body() -> int:
+        machine0 = machine_cpu()
         with Client(cluster.master_addr, timeout_s=30, keys=client_keys(cluster)) as c:
             log.info("raw client: %d items, batches of %d", args.items, args.batch)
             raw = raw_rate(c, args.items, args.batch, args.timeout_s)
             log.info("dispatch: %d tasks, %d workers", args.items, args.workers)
             line = dispatch_rate(cluster, c, args.items, args.workers, args.timeout_s,
                                  os.path.join(base, "dispatch.log"))
+        machine1 = machine_cpu()
+        if machine0 and machine1:
+            line["machine_busy"] = round((machine1[0] - machine0[0]) /
+                                         max(1, machine1[1] - machine0[1]), 2)
         line.update({"bench": "dispatch", "workers": args.workers, "replication": 2,
                      "raw_batch": args.batch, "raw_dequeue_ack_items_per_s": round(raw),
                      "dispatch_over_raw": round(line["dispatch_tasks_per_s"] / raw, 3)})

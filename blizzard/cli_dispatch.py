@@ -42,7 +42,8 @@ def _queue_list(ctx: Any, param: Any, value: str) -> tuple[str, ...]:
               help="Lease length; extended every third of it while a task is held, so a "
                    "killed dispatcher's tasks come back this long after it died.")
 @click.option("--batch", default=100, show_default=True, type=click.IntRange(1, 10_000),
-              help="Tasks leased at once per queue, at most (never more than idle senders).")
+              help="Tasks leased at once per queue, at most; up to two rounds of --workers "
+                   "are held at a time.")
 @click.option("--timeout-s", default=30.0, show_default=True, type=click.FloatRange(0.1),
               help="How long master requests are retried (a master restart is ridden "
                    "through) before a lease or settle fails.")

@@ -23,7 +23,8 @@ from blizzard.http_task import Task, bury, lookup, task_counts
 from conftest import wait_for
 from http_target import HttpTarget
 from master.admission import take_admitted
-from master.records import CommitItems, LeaseItems, ReleaseItems
+from master import records
+from master.records import BuryItems, CommitItems, LeaseItems, ReleaseItems
 from master.state import State
 from test_cli_items import BLIZZARD, run
 
@@ -110,6 +111,27 @@ def test_rate_limited_leases_take_retries_without_a_token():
     assert take_admitted(s, "q", 10, 1, 1.0) == ([1, 2], 1)
     assert take_admitted(s, "q", 10, 5, 1.0) == ([1, 2, 3], 2)
     assert s.head("q", 10, 1.0) == [1, 2, 3]  # the walk changed nothing
+
+
+def test_a_buried_item_is_dead_at_once_and_replays_the_same():
+    # Given a queue that would allow ten attempts, and one item leased from it
+    s = State()
+    s.apply(CommitItems("q", [1, 2], [1, 1], [0, 0], [0, 0], [0.0, 0.0], ["", ""], False,
+                        ["n"], 0.0, ""))
+    s.apply(LeaseItems([1], [1], 100.0, ""))
+    # When it is buried, it is in the dead-letter queue with the error, an attempt counted
+    s.apply(BuryItems([1], "attempt 1/1: HTTP 410 Gone"))
+    item = s.items[1]
+    assert (item.queue, item.attempts, s.origins[1], s.errors[1]) == \
+        ("q.dead", 1, "q", "attempt 1/1: HTTP 410 Gone")
+    # And a checkpoint and a WAL replay rebuild the same state
+    assert State.restore(s.export_parts()).snapshot() == s.snapshot()
+    replayed = State()
+    for rec in (CommitItems("q", [1, 2], [1, 1], [0, 0], [0, 0], [0.0, 0.0], ["", ""], False,
+                            ["n"], 0.0, ""), LeaseItems([1], [1], 100.0, ""),
+                BuryItems([1], "attempt 1/1: HTTP 410 Gone")):
+        replayed.apply(records.unpack(records.pack(rec)))
+    assert replayed.snapshot() == s.snapshot()
 
 
 # -- a real cluster, a real dispatcher, a real endpoint ----------------------------------------
@@ -236,6 +258,8 @@ def test_task_shows_queued_scheduled_in_flight_failed_and_unknown(cluster):
             lookup(c, [])
         with pytest.raises(InvalidArgument, match="at least one"):  # the master checks too
             c.master.call(p.Lookup([]))
+        with pytest.raises(InvalidArgument, match="differ in length"):
+            c.master.call(p.Bury([queued, leased], [1], "x"))
     doc = json.loads(run("task", str(queued), str(scheduled), str(leased), str(dying), "999999",
                          "--json", master=m).stdout)
     rows = {r["id"]: r for r in doc["tasks"]}
