@@ -286,7 +286,7 @@ class Dispatcher:
             batch, self.settling = self.settling, Settling()
             if batch:
                 await self._settle(thread, batch)
-            elif self._senders_done:
+            if self._senders_done and not self.settling:
                 return
 
     async def _settle(self, thread: ClientThread, batch: Settling) -> None:

@@ -74,7 +74,7 @@ class HttpTarget:
     async def _serve(self) -> None:
         app = web.Application()
         app.router.add_route("*", "/{key}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
         await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
 

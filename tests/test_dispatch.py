@@ -51,7 +51,9 @@ def dispatchers(tmp_path, cluster):
         return proc
     yield start
     for proc in started:
-        proc.stop()
+        if proc.alive:  # a dispatcher stops within seconds of SIGTERM, not at the kill
+            proc.signal(signal.SIGTERM)
+            assert proc.popen.wait(20) == 0, proc.tail()
         print(proc.tail())
 
 
@@ -239,6 +241,34 @@ def test_a_dispatcher_killed_mid_run_loses_nothing(cluster, target, dispatchers)
         rows = settled(c, ids, timeout_s=60)
         assert all(r["state"] == "succeeded" for r in rows.values()), rows
         assert target.keys() == {f"s{i}" for i in range(40)}
+
+
+def test_sigterm_finishes_the_requests_in_flight_and_acks_them(cluster, target, dispatchers):
+    with Client(cluster.master_addr) as c:
+        # Given six slow tasks, four senders: four in flight, two leased and waiting
+        ids = [c.enqueue_task("slowq", url=target.url(f"g{i}", "slow:1.5")) for i in range(6)]
+        proc = dispatchers("slowq", "--workers", "4")
+        wait_for(lambda: target.count() >= 4, 20, "four requests in flight")
+        # When it is told to stop mid-request
+        proc.signal(signal.SIGTERM)
+        assert proc.popen.wait(20) == 0
+        # Then what it held was sent and acked before it exited, nothing left leased
+        assert {r["state"] for r in lookup(c, ids)} == {"succeeded"}
+        assert target.keys() == {f"g{i}" for i in range(6)}
+
+
+def test_a_second_sigterm_abandons_the_requests_in_flight(cluster, target, dispatchers):
+    with Client(cluster.master_addr) as c:
+        ids = [c.enqueue_task("stuck", url=target.url(f"h{i}", "slow:30"), timeout_s=60)
+               for i in range(2)]
+        proc = dispatchers("stuck", "--workers", "2", "--lease-s", "60")
+        wait_for(lambda: target.count() == 2, 20, "two requests in flight")
+        proc.signal(signal.SIGTERM)
+        time.sleep(0.5)  # two signals, not one: the second must find the first under way
+        proc.signal(signal.SIGTERM)
+        assert proc.popen.wait(10) == 0
+        # the tasks stay leased until their leases run out, then come back
+        assert {r["state"] for r in lookup(c, ids)} == {"in_flight"}
 
 
 def test_task_shows_queued_scheduled_in_flight_failed_and_unknown(cluster):
