@@ -125,7 +125,7 @@ class Dispatcher:
         self.make_client = make_client or (lambda: Client(config.master,
                                                           timeout_s=config.timeout_s,
                                                           keys=config.keys))
-        self.totals: Counter[str] = Counter()  # leased, succeeded, retried, dead, lost
+        self.totals: Counter[str] = Counter()  # leased, succeeded, retried, dead, settle_failures
         self.leased: dict[int, Delivery] = {}  # leased and not yet decided
         self.settling = Settling()
         self.line: asyncio.Queue[Delivery | None] = asyncio.Queue()
