@@ -9,7 +9,8 @@ from typing import Any
 
 import click
 
-from blizzard.cli_common import (keys_opt, log_level, master_opt, setup_logging, timeout_opt)
+from blizzard import logs
+from blizzard.cli_common import keys_opt, master_opt, timeout_opt
 from blizzard.cli_output import echo_json, escape, json_opt
 from blizzard.errors import InvalidArgument
 from blizzard.queue_settings import check_queue_name
@@ -44,12 +45,13 @@ def _queue_list(ctx: Any, param: Any, value: str) -> tuple[str, ...]:
 @click.option("--batch", default=100, show_default=True, type=click.IntRange(1, 10_000),
               help="Tasks leased at once per queue, at most; up to two rounds of --workers "
                    "are held at a time.")
-@click.option("--timeout-s", default=30.0, show_default=True, type=click.FloatRange(0.1),
-              help="How long master requests are retried (a master restart is ridden "
-                   "through) before a lease or settle fails.")
-@log_level
+@timeout_opt
+@click.option("--log-level", default="info", show_default=True,
+              type=click.Choice(["debug", "info", "warning", "error"]), help="Logging verbosity.")
+@click.option("--log-format", default="text", show_default=True, type=click.Choice(logs.FORMATS),
+              help="text for people; json: one object per line (role \"dispatch\").")
 def dispatch(master: str, queues: tuple[str, ...], workers: int, lease_s: float, batch: int,
-             timeout_s: float, log_level: str) -> None:
+             timeout_s: float, log_level: str, log_format: str) -> None:
     """Deliver HTTP tasks (`Client.enqueue_task`) from QUEUES until stopped.
 
     A 2xx reply acks a task. Another status, no reply within the task's timeout, or a
@@ -61,7 +63,7 @@ def dispatch(master: str, queues: tuple[str, ...], workers: int, lease_s: float,
     """
     from blizzard.dispatch import DispatchConfig, Dispatcher
 
-    setup_logging(log_level)
+    logs.setup(log_level, log_format, "dispatch", master)
     dispatcher = Dispatcher(DispatchConfig(master, queues, workers=workers, lease_s=lease_s,
                                            batch=batch, timeout_s=timeout_s))
     totals = asyncio.run(_until_signalled(dispatcher))
