@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from blizzard import cli_items, cli_queue, logs
+from blizzard import cli_dispatch, cli_items, cli_queue, logs
 from blizzard.cli_config import name_env_vars
 from blizzard.cli_keys import keys_group
 from blizzard.cli_dashboard import dashboard
@@ -202,6 +202,8 @@ for _command in (master_command, datanode_command, cli_items.enqueue, cli_items.
                  cli_queue.queue, keys_group):
     cli.add_command(_command)
 cli.add_command(dashboard)
+cli.add_command(cli_dispatch.dispatch)
+cli.add_command(cli_dispatch.task)
 
 
 def main() -> None:

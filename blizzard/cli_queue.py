@@ -186,18 +186,25 @@ def queue_list(master: str, timeout_s: float, as_json: bool) -> None:
 
 @queue.command("stats", help="Queue QUEUE's counters: ready, delayed, leased, pending, dead "
                "(items of it in its dead-letter queue) and the age of the oldest ready item. "
-               f"--json: {{{STATS_KEYS}}}.")
+               f"--json: {{{STATS_KEYS}}}. With --tasks, counted by task state instead "
+               "(`blizzard dispatch`): --json: {\"queue\", \"queued\", \"scheduled\", "
+               "\"in_flight\", \"succeeded\" (acks since the master started), \"failed\"}.")
 @queue_arg
 @master_opt
 @keys_opt
 @timeout_opt
 @json_opt
-def queue_stats(queue: str, master: str, timeout_s: float, as_json: bool) -> None:
+@click.option("--tasks", is_flag=True, help="Count by task state: queued, scheduled, in "
+              "flight, succeeded, failed.")
+def queue_stats(queue: str, master: str, timeout_s: float, as_json: bool, tasks: bool) -> None:
     from blizzard.client import Client
+    from blizzard.http_task import task_counts
 
     with Client(master, timeout_s=timeout_s) as c:
-        stats = shown_stats(c.stats(queue))
-    output(as_json, stats, lambda: click.echo("\n".join(stats_lines(stats))))
+        stats = task_counts(c, queue) if tasks else shown_stats(c.stats(queue))
+    lines = [f"{k.replace('_', ' ')}: {v}" for k, v in stats.items()] if tasks else \
+        stats_lines(stats)
+    output(as_json, stats, lambda: click.echo("\n".join(lines)))
 
 
 @queue.command("purge")

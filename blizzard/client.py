@@ -24,6 +24,7 @@ from blizzard.datanodes import DatanodePool, Reads
 from blizzard.defaults import DEFAULT_MASTER
 from blizzard.enqueue_options import EnqueueOptions
 from blizzard.errors import ClusterError, InvalidArgument
+from blizzard.http_task import Task, enqueue_task
 from blizzard.keys import ClientKeys
 from blizzard.keys import resolve as resolve_keys
 from blizzard.leases import Leases
@@ -108,6 +109,20 @@ class Client:
         """
         opts = EnqueueOptions.make(priority, delay_s, not_before, key, coalesce)
         return self.pipeline.enqueue(queue, items, opts)
+
+    def enqueue_task(self, queue: str, *, url: str, method: str = "POST",
+                     headers: dict[str, str] | None = None, body: bytes | str = b"",
+                     max_attempts: int = 5, backoff_s: float = 2.0, timeout_s: float = 10.0,
+                     priority: int = 0, delay_s: float = 0.0, key: str | None = None) -> int:
+        """Add an HTTP task for ``blizzard dispatch`` (``blizzard/http_task.py``); its id.
+
+        A 2xx reply within ``timeout_s`` is success; a failure is retried ``backoff_s`` later,
+        at most ``max_attempts`` deliveries in all, then dead-lettered. Checked first: a bad
+        URL, method, header or size raises ``InvalidArgument`` and sends nothing.
+        """
+        task = Task.make(url, method=method, headers=headers, body=body,
+                         max_attempts=max_attempts, backoff_s=backoff_s, timeout_s=timeout_s)
+        return enqueue_task(self, queue, task, priority=priority, delay_s=delay_s, key=key)
 
     def producer(self, queue: str, *, window: int = 4, **options: Any) -> Producer:
         """A pipelining producer for ``queue``: ``send`` batches, ``flush`` for their ids.

@@ -2,9 +2,9 @@
 
 The codec (frame layout, type checks, msgpack) is ``blizzard.wire``; its functions are
 re-exported here, so callers use ``protocol.encode``/``decode``/``pack``/``unpack``; so are
-the data nodes' messages (``blizzard.node_messages``), so ``protocol.Put`` works too. The
-master's WAL records (``master/records.py``) are a family of their own (op codes 100+), which
-``decode`` never accepts.
+the data nodes' messages (``blizzard.node_messages``), so ``protocol.Put`` works too, and
+task delivery's (``blizzard.task_messages``). The master's WAL records (``master/records.py``)
+are a family of their own (op codes 100+), which ``decode`` never accepts.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from blizzard.node_messages import (BadReplica, Blobs, CapabilityKey, CopyOrder,
                                     GetGrant, Heartbeat, HeartbeatReply, Inventory, NodeRef, Put,
                                     PutGrant, PutReport, Replicated, Stored)
 from blizzard.queue_settings import with_settings
+from blizzard.task_messages import Bury, ItemStates, Lookup, TaskCounts, TaskStats
 from blizzard.wire import (MAX_BATCH, MAX_FRAME_BYTES, MAX_ID, MAX_ITEM_BYTES, VERSION, Id, _BY_OP, _OP_OF, decode, dumps,
                            encode, iter_loads, loads, message, op_name, pack, peek_request_id,
                            unpack)
@@ -22,6 +23,7 @@ __all__ = ["MAX_BATCH", "MAX_FRAME_BYTES", "MAX_ID", "MAX_ITEM_BYTES", "VERSION"
            "BadReplica", "Blobs", "CapabilityKey", "CopyOrder", "Delete", "Get", "GetGrant",
            "Heartbeat", "HeartbeatReply", "Inventory", "NodeRef", "Put", "PutGrant", "PutReport",
            "Replicated", "Stored"]
+__all__ += ["Bury", "ItemStates", "Lookup", "TaskCounts", "TaskStats"]  # task_messages.py
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Leases: take items from a queue's head, settle them (ack, nack, extend), expire them.
 
 Also the long-poll waiters (a lease request parked until items come, or its time is up) and
-the per-queue token buckets that rate-limit leases across all consumers. A lease's timeout
+the per-queue token buckets that rate-limit leases of new items across all consumers
+(redeliveries pass without a token: ``master/admission.py``). A lease's timeout
 lives here: ``expire`` returns items whose deadline passed to their queues.
 """
 
@@ -14,6 +15,7 @@ from typing import Any, Callable
 from blizzard import protocol as p
 from blizzard.errors import TooManyItems
 from master import checks
+from master.admission import take_admitted
 from master.capabilities import CapabilityKeys
 from master.config import MasterConfig
 from master.counts import QueueCounts
@@ -88,15 +90,16 @@ class Leases:
 
     def _take(self, msg: p.Lease, now: float, mono: float) -> list[int]:
         config = self.state.config(msg.queue)
-        allowed = msg.n
         if config.rate_per_s > 0:  # one bucket per queue: a global limit over all consumers
             bucket = self.buckets.get(msg.queue)
             if bucket is None:
                 bucket = self.buckets[msg.queue] = TokenBucket(config.rate_per_s, config.burst)
-            allowed = bucket.take(msg.n, mono)
-        ids = self.state.head(msg.queue, allowed, now) if allowed else []
-        if allowed > len(ids) and config.rate_per_s > 0:
-            self.buckets[msg.queue].tokens += allowed - len(ids)  # unused grants go back
+            tokens = bucket.take(msg.n, mono)
+            # only new items need a token; redeliveries pass (``master/admission.py``)
+            ids, fresh = take_admitted(self.state, msg.queue, msg.n, tokens, now)
+            bucket.tokens += tokens - fresh  # unused grants go back
+        else:
+            ids = self.state.head(msg.queue, msg.n, now)
         if ids:
             first = self.state.lease_seq + 1
             lease_s = msg.lease_s or config.lease_s

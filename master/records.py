@@ -119,3 +119,23 @@ class RedriveItems:
     """Dead items go back to the queue they died in, with their attempts reset."""
 
     ids: list[int]
+
+
+# -- tasks (HTTP push delivery) ----------------------------------------------------------------
+
+
+@message(120)
+class BuryItems:
+    """Leased items move to their dead-letter queue now, keeping ``error`` as their last error.
+
+    A consumer's own retry policy gave up on them (a task's max attempts). Applied as a
+    ``ReleaseItems`` whose items have no attempts left: each counts an attempt, and an item
+    already dead stays in its dead-letter queue.
+    """
+
+    ids: list[int]
+    error: str
+
+    @property
+    def not_befores(self) -> list[float]:
+        return [0.0] * len(self.ids)

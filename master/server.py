@@ -43,6 +43,7 @@ from master.metrics import MasterMetrics
 from master.repair import Repairer
 from master.safe_mode import SafeMode
 from master.state import State
+from master.tasks import Tasks
 from master.wal import MemoryWal, Wal
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,7 @@ CLIENT_OPS = frozenset({p.Place, p.Enqueue, p.Commit, p.Lease, p.Ack, p.Nack, p.
                         p.Stats, p.ListQueues, p.BadReplica})
 ADMIN_OPS = frozenset({p.Configure, p.Purge, p.Redrive, p.Peek})
 ANY_OPS = frozenset({p.Ping, p.Hello, p.Status})
+CLIENT_OPS |= {p.Lookup, p.Bury, p.TaskStats}  # tasks: HTTP push delivery (master/tasks.py)
 ALLOWED = {"node": NODE_OPS | ANY_OPS, "client": CLIENT_OPS | ANY_OPS,
            "admin": CLIENT_OPS | ADMIN_OPS | ANY_OPS}
 
@@ -114,6 +116,7 @@ class MasterServer:
         self.datanodes = DatanodeReports(config, self.state, self.log_record, self.membership,
                                          self.repair, self.deletes, self.safe_mode,
                                          self.enqueues, self.capabilities)
+        self.tasks = Tasks(self.state, self.log_record, self.counts)
         self._replies: list[tuple[bytes, int, Any]] = []
         self._stopping = False
         # collected always (about a µs a request), served only with a metrics port
@@ -141,6 +144,8 @@ class MasterServer:
             p.Inventory: self.datanodes.inventory,
             p.BadReplica: self.bad_replica,
         }
+        self.handlers.update({p.Lookup: self.tasks.lookup, p.Bury: self.tasks.bury,
+                              p.TaskStats: self.tasks.task_stats})
 
     def hello(self, msg: p.Hello, now: float, mono: float, peer: bytes, rid: int) -> p.Welcome:
         return p.Welcome(self.config.keys is not None, self.node_key,

@@ -21,8 +21,8 @@ from typing import Any, Iterable, Iterator
 from master import checkpoint_schema as schema
 from master.item import DELAYED, LEASED, READY, Item, QueueState
 from master.queues import QueueConfig
-from master.records import (AckItems, AddReplicas, CommitItems, ConfigureQueue, DropReplicas,
-                            LeaseItems, NodeSeen, RedriveItems, ReleaseItems, Reserve)
+from master.records import (AckItems, AddReplicas, BuryItems, CommitItems, ConfigureQueue,
+                            DropReplicas, LeaseItems, NodeSeen, RedriveItems, ReleaseItems, Reserve)
 
 RECENT_LEASES = 4096  # lease calls remembered for retries
 RECENT_COMMITS = 16384  # commit calls remembered for retries
@@ -106,7 +106,7 @@ class State:
                         self.recent_acks.popitem(last=False)
                 self._forget(item)
 
-    def _apply_release(self, rec: ReleaseItems) -> None:
+    def _apply_release(self, rec: ReleaseItems | BuryItems) -> None:
         for item_id, not_before in zip(rec.ids, rec.not_befores):
             item = self.items[item_id]
             q = self.queues[item.queue]
@@ -114,7 +114,7 @@ class State:
             attempts = item.attempts + 1
             if rec.error:
                 self.errors[item_id] = rec.error
-            limit = q.config.max_attempts
+            limit = 1 if type(rec) is BuryItems else q.config.max_attempts  # buried: none left
             if limit and attempts >= limit and item_id not in self.origins:  # dead items stay put
                 q.unindex(item)
                 self.origins[item_id] = item.queue
@@ -160,6 +160,7 @@ class State:
         LeaseItems: _apply_lease,
         AckItems: _apply_ack,
         ReleaseItems: _apply_release,
+        BuryItems: _apply_release,
         RedriveItems: _apply_redrive,
         ConfigureQueue: _apply_configure,
         NodeSeen: _apply_node_seen,

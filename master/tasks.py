@@ -1,0 +1,79 @@
+"""What task delivery asks of the master: items' states by id, burying, counts by task state.
+
+``blizzard dispatch`` (``blizzard/dispatch.py``) delivers items as HTTP tasks with their own
+retry policy. It needs three things no other consumer does: to say what became of one task
+(``Lookup``: ``blizzard task ID``), to give up on a task before its queue would
+(``Bury``: its own max attempts are spent), and a queue's items counted by task state
+(``TaskStats``). Lookups and counts only read; a bury logs one ``BuryItems`` record.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from blizzard import protocol as p
+from master import checks
+from master.counts import QueueCounts
+from master.item import DELAYED, LEASED
+from master.leases import MAX_ERROR
+from master.records import BuryItems
+from master.state import State
+
+
+class Tasks:
+    """Handlers of ``Lookup``, ``Bury`` and ``TaskStats``."""
+
+    def __init__(self, state: State, log_record: Callable[[Any], None],
+                 counts: QueueCounts) -> None:
+        self.state = state
+        self.log = log_record
+        self.counts = counts
+
+    def lookup(self, msg: p.Lookup, now: float, *_: Any) -> p.ItemStates:
+        checks.batch(len(msg.ids), "ids")
+        rows = [self.describe(item_id, now) for item_id in msg.ids]
+        return p.ItemStates(list(msg.ids), *(list(column) for column in zip(*rows)))
+
+    def describe(self, item_id: int, now: float) -> tuple[str, str, int, str, float]:
+        """One item's (state, queue, attempts, last error, until) as ``ItemStates`` has them."""
+        state = self.state
+        item = state.items.get(item_id)
+        if item is None:
+            # an ack forgets the item; the master remembers only that it was acked, recently
+            return ("succeeded" if item_id in state.recent_acks else "unknown", "", 0, "", 0.0)
+        error = state.errors.get(item_id, "")
+        until = 0.0
+        if item_id in state.origins:
+            kind = "failed"
+        elif item.status == LEASED:
+            kind, until = "in_flight", state.held[item_id][1]
+        elif item.status == DELAYED and state.delays[item_id] > now:
+            kind, until = "scheduled", state.delays[item_id]
+        else:  # ready, or delayed with its time come (promoted on the next lease)
+            kind = "queued"
+        return kind, item.queue, item.attempts, error, until
+
+    def bury(self, msg: p.Bury, *_: Any) -> p.Acked:
+        """Leased items die now; an id not held under the token given is reported lost."""
+        checks.batch(checks.same_length(ids=msg.ids, leases=msg.leases))
+        held, lost = [], []
+        for item_id, lease in dict(zip(msg.ids, msg.leases)).items():
+            (held if self.state.lease_of(item_id) == lease else lost).append(item_id)
+        if held:
+            dying = [self.state.items[i].queue for i in held if i not in self.state.origins]
+            self.counts.add_each("nacked", [self.state.items[i].queue for i in held])
+            self.counts.add_each("dead_lettered", dying)
+            self.log(BuryItems(ids=held, error=msg.error[:MAX_ERROR]))
+        return p.Acked(done=len(held), lost=lost)
+
+    def task_stats(self, msg: p.TaskStats, now: float, *_: Any) -> p.TaskCounts:
+        name = checks.queue_name(msg.queue)
+        config = self.state.config(name)
+        dead_q = self.state.queues.get(config.dead_letter_queue(name))
+        failed = dead_q.n_ready + dead_q.n_delayed + dead_q.n_leased if dead_q is not None else 0
+        succeeded = self.counts.get("acked", name)
+        q = self.state.queues.get(name)
+        if q is None:
+            return p.TaskCounts(name, 0, 0, 0, succeeded, failed)
+        self.state.promote_due(q, now)
+        return p.TaskCounts(name, q.n_ready, q.n_delayed, q.n_leased, succeeded, failed)
