@@ -57,10 +57,13 @@ def encode_call(name: str, args: Iterable[Any], kwargs: Mapping[str, Any]) -> by
 def decode_call(data: bytes) -> tuple[str, list[Any], dict[str, Any]]:
     """``(name, args, kwargs)`` of a payload made by ``encode_call``; ``ProtocolError`` saying
     what is wrong with anything else."""
-    call = loads(data)
+    hint = f"an item of {len(data)} bytes not enqueued by a task?"
+    try:
+        call = loads(data)
+    except ProtocolError as exc:
+        raise ProtocolError(f"{exc.message} ({hint})") from None
     if type(call) is not list or len(call) != 4 or call[0] != CALL_VERSION:
-        raise ProtocolError(f"not a task call [{CALL_VERSION}, name, args, kwargs] "
-                            f"(an item of {len(data)} bytes, not enqueued by a task?)")
+        raise ProtocolError(f"not a task call [{CALL_VERSION}, name, args, kwargs] ({hint})")
     _, name, args, kwargs = call
     if type(name) is not str or type(args) is not list or type(kwargs) is not dict \
             or not all(type(k) is str for k in kwargs):

@@ -273,9 +273,16 @@ class Worker:
         riders = [h for h in self.acks if not h.doubtful]
         alone = [h.msg for h in self.acks if h.doubtful]
         self.acks = []
-        if alone:
-            self.client.leases.ack_unawaited(alone)
+        self._ack_unawaited(alone)
         return riders
+
+    def _ack_unawaited(self, msgs: list[Message]) -> None:
+        if not msgs:
+            return
+        try:
+            self.client.leases.ack_unawaited(msgs)
+        except ClusterError as exc:  # its fallback waits, and may give up
+            log.warning("could not ack %d jobs (they run again): %s", len(msgs), exc.message)
 
     def _flush_acks(self, final: bool = False) -> None:
         """Send acks that waited ``ACK_HOLD_S`` (or all, when stopping) without a reply;
@@ -291,7 +298,7 @@ class Worker:
                             len(msgs), exc.message)
         elif self.stopping or time.monotonic() - self.acks_since >= ACK_HOLD_S:
             msgs, self.acks = [h.msg for h in self.acks], []
-            self.client.leases.ack_unawaited(msgs)
+            self._ack_unawaited(msgs)
 
     def _extend_due(self) -> None:
         """Extend every held lease with less than ``EXTEND_AT`` of it left."""

@@ -20,7 +20,8 @@ PACKAGES = ("blizzard", "master", "datanode", "chaos", "bench")
 ABOVE_GROUND = ("master", "datanode", "chaos", "bench", "blizzard.cli", "blizzard.cli_common",
                 "blizzard.cli_items", "blizzard.cli_output", "blizzard.cli_queue",
                 "blizzard.harness", "blizzard.spark",
-                "blizzard.cli_dashboard", "blizzard.dashboard", "blizzard.dashboard_server")
+                "blizzard.cli_dashboard", "blizzard.dashboard", "blizzard.dashboard_server",
+                "blizzard.cli_worker")
 
 
 def modules() -> dict[str, Path]:
