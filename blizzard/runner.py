@@ -70,7 +70,10 @@ class Runner:
     def __init__(self, tasks: Mapping[str, Task], concurrency: int) -> None:
         self.tasks = tasks
         self.todo: queue.SimpleQueue[Message | None] = queue.SimpleQueue()
-        self.done: queue.SimpleQueue[Outcome] = queue.SimpleQueue()
+        self.lock = threading.Lock()
+        self.finished: list[Outcome] = []
+        self.wake = threading.Event()  # set once ``wake_at`` outcomes are there
+        self.wake_at = 1
         # daemons: a hard stop must not wait for a job that does not end
         self.threads = [threading.Thread(target=self._serve, name=f"job-{i}", daemon=True)
                         for i in range(concurrency)]
@@ -81,16 +84,23 @@ class Runner:
         for msg in msgs:
             self.todo.put(msg)
 
-    def outcomes(self, timeout_s: float) -> list[Outcome]:
-        """The outcomes ready now, waiting up to ``timeout_s`` for the first one."""
-        got: list[Outcome] = []
-        try:
-            got.append(self.done.get(timeout=timeout_s) if timeout_s > 0 else
-                       self.done.get_nowait())
-            while True:
-                got.append(self.done.get_nowait())
-        except queue.Empty:
-            return got
+    def outcomes(self, timeout_s: float, at_least: int = 1) -> list[Outcome]:
+        """The outcomes there, once ``at_least`` are or ``timeout_s`` has passed.
+
+        Waking once for many outcomes, not once for each, keeps the loop from taking the GIL
+        from the job threads for every job.
+        """
+        with self.lock:
+            ready = len(self.finished) >= at_least
+            if not ready:
+                self.wake_at = at_least
+                self.wake.clear()
+        if not ready and timeout_s > 0:
+            self.wake.wait(timeout_s)
+        with self.lock:
+            got, self.finished = self.finished, []
+            self.wake_at = 1 << 62  # no wake-ups until the next call says how many
+        return got
 
     def close(self, timeout_s: float = 5.0) -> None:
         """Stop the threads once the jobs submitted are done (each waited up to ``timeout_s``)."""
@@ -102,6 +112,10 @@ class Runner:
     def _serve(self) -> None:
         try:
             while (msg := self.todo.get()) is not None:
-                self.done.put(run_job(self.tasks, msg))
+                outcome = run_job(self.tasks, msg)
+                with self.lock:
+                    self.finished.append(outcome)
+                    if len(self.finished) >= self.wake_at:
+                        self.wake.set()
         finally:
             close_thread_client()  # the client a job made to enqueue more jobs

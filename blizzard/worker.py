@@ -147,7 +147,7 @@ class Worker:
         started = time.monotonic()
         try:
             while not self._finished():
-                self._settle(runner.outcomes(self._wait_s()))
+                self._settle(runner.outcomes(self._wait_s(), self._wake_at()))
                 if self._wants_lease():
                     runner.submit(self._lease_round())
                 self._extend_due()
@@ -197,35 +197,49 @@ class Worker:
             until = min(until, self.acks_since + ACK_HOLD_S)
         return max(0.0, until - now)
 
+    def _wake_at(self) -> int:
+        """How many outcomes are worth waking for: as many as make room for the next lease
+        (all held jobs when stopping)."""
+        if self.stopping:
+            return max(1, len(self.held))
+        threshold = self.config.concurrency + max(1, self.prefetch.target() // 2)
+        return max(1, len(self.held) - threshold + 1)
+
     def _lease_round(self) -> list[Message]:
         """Lease from the queues in order until there is no room; long-poll the first queue
         when all are empty and no job is held (not in burst mode)."""
         riders = self._take_riders()
         got: list[Message] = []
+        failed = False
         for queue in self.config.queues:
-            got += self._lease(queue, self._room() - len(got), 0.0, riders)
+            msgs = self._lease(queue, self._room() - len(got), 0.0, riders)
             riders = []
+            failed |= msgs is None
+            got += msgs or []
             if self._room() - len(got) <= 0:
                 break
-        if not got and not self.held and not self.config.burst:
-            got = self._lease(self.config.queues[0], self._room(), IDLE_POLL_S, [])
-        self.empty_at = None if got else time.monotonic()
+        if not got and not failed and not self.held and not self.config.burst:
+            got = self._lease(self.config.queues[0], self._room(), IDLE_POLL_S, []) or []
+        # a failed lease proves no queue empty: burst mode goes on
+        self.empty_at = None if got or failed else time.monotonic()
         self.settled_since_empty = False
         return got
 
-    def _lease(self, queue: str, n: int, wait_s: float, riders: list[Held]) -> list[Message]:
+    def _lease(self, queue: str, n: int, wait_s: float,
+               riders: list[Held]) -> list[Message] | None:
+        """Jobs leased from ``queue`` with ``riders`` acked; None if the lease failed."""
         sent = time.monotonic()
         try:
             msgs = self.client.dequeue_many(queue, n, lease_s=self.lease_s[queue],
                                             wait_s=wait_s, ack=[h.msg for h in riders])
         except LeaseExpired as exc:
             log.warning("%s; the jobs leased with those acks went back to %s", exc.message, queue)
-            return []
+            return None
         except ClusterError as exc:
             log.warning("leasing from %s failed, trying again: %s (%s)", queue, exc.message,
                         type(exc).__name__)
             self.acks[:0] = riders  # sent again: an ack already applied counts once
-            return []
+            return None
         lease_s = self.lease_s[queue]
         for msg in msgs:
             self.held[msg.id, msg.lease] = Held(msg, lease_s, sent + lease_s)
