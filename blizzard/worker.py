@@ -211,12 +211,12 @@ class Worker:
         riders = self._take_riders()
         got: list[Message] = []
         failed = False
-        for queue in self.config.queues:
-            msgs = self._lease(queue, self._room() - len(got), 0.0, riders)
+        for queue in self.config.queues:  # each lease adds its jobs to ``held``, so to room
+            msgs = self._lease(queue, self._room(), 0.0, riders)
             riders = []
             failed |= msgs is None
             got += msgs or []
-            if self._room() - len(got) <= 0:
+            if self._room() <= 0:
                 break
         if not got and not failed and not self.held and not self.config.burst:
             got = self._lease(self.config.queues[0], self._room(), IDLE_POLL_S, []) or []

@@ -167,14 +167,18 @@ def test_jobs_run_and_are_acked_and_burst_mode_exits_when_the_queue_is_empty(clu
     with Client(cluster.master_addr) as c:
         assert c.queue_config("work")["max_attempts"] == 3  # the first enqueue created it
         record.with_options(client=c).enqueue_many([("b",), {"tag": "c"}, (("d",), {"suffix": "!"})])
+        slow.with_options(client=c).enqueue("z", 0)  # another queue: the worker serves both
         assert isinstance(first, int)
         code, out = finish(start_worker(jobs_dir, cluster.master_addr, "--burst",
                                         "--concurrency", "3"))
         assert code == 0, out
         assert out_files(jobs_dir, "ok-") == ["ok-a", "ok-b", "ok-c", "ok-d!"]
-        assert "4 jobs succeeded, 0 failed" in out
-        stats = c.stats("work")
-        assert (stats["ready"], stats["leased"], stats["delayed"], stats["dead"]) == (0, 0, 0, 0)
+        assert out_files(jobs_dir, "done-") == ["done-z"]
+        assert "5 jobs succeeded, 0 failed" in out
+        for queue in ("work", "slow"):
+            stats = c.stats(queue)
+            assert (stats["ready"], stats["leased"], stats["delayed"], stats["dead"]) == \
+                (0, 0, 0, 0)
 
 
 def test_a_failing_job_is_retried_after_its_back_off_then_dead_lettered_with_its_error(
