@@ -2,9 +2,10 @@
 
 Run as ``scripts/bench --worker`` (or ``python -m bench.worker``). On one local cluster, for
 the same number of items each time: ``--n`` calls of ``noop`` (defined here) are enqueued, then
-drained either by the raw client (``dequeue_many`` of ``--batch`` items, each batch's ack riding
-on the next lease, as ``bench.throughput``'s dequeue_ack), once per batch size, or by a real ``blizzard worker
-bench.worker --burst --concurrency C`` process, once per value of ``--concurrency``.
+drained either by the raw client, once per ``--batch`` size (``dequeue_many`` of that many
+items, each batch's ack riding on the next lease, as ``bench.throughput``'s dequeue_ack), or by
+a real ``blizzard worker bench.worker --burst --concurrency C`` process, once per value of
+``--concurrency``.
 
 Prints one JSON line per measurement: ``op`` raw_dequeue_ack or worker, ``ops_per_s`` (jobs
 acked per second; the worker's own count and clock, from its first lease to its last ack

@@ -166,7 +166,8 @@ def test_jobs_run_and_are_acked_and_burst_mode_exits_when_the_queue_is_empty(clu
         configure()
     with Client(cluster.master_addr) as c:
         assert c.queue_config("work")["max_attempts"] == 3  # the first enqueue created it
-        record.with_options(client=c).enqueue_many([("b",), {"tag": "c"}, (("d",), {"suffix": "!"})])
+        record.with_options(client=c).enqueue_many([("b",), {"tag": "c"},
+                                                     (("d",), {"suffix": "!"})])
         slow.with_options(client=c).enqueue("z", 0)  # another queue: the worker serves both
         assert isinstance(first, int)
         code, out = finish(start_worker(jobs_dir, cluster.master_addr, "--burst",
