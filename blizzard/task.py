@@ -18,6 +18,9 @@ Which cluster: ``enqueue`` uses a ``Client`` per thread (a client is not thread-
 first use from ``configure(master=..., keys=..., timeout_s=...)``; what that leaves unset comes
 from ``BLIZZARD_MASTER`` (else tcp://127.0.0.1:5555) and ``BLIZZARD_KEYS``.
 ``make_thumbnail.with_options(client=c)`` uses a client of your own instead.
+
+The package exports the decorator as ``blizzard.task``, which hides this module's name there:
+take its other names with ``from blizzard.task import ...``.
 """
 
 from __future__ import annotations

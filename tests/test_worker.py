@@ -82,6 +82,10 @@ def test_a_task_checks_its_queue_and_settings_and_still_runs_locally():
         task("q", retries=3)(lambda: None)
     with pytest.raises(InvalidArgument, match="queue name"):
         task("no spaces")(lambda: None)
+    with pytest.raises(InvalidArgument, match="a call is a tuple of arguments"):
+        record.enqueue_many([5])  # refused before any connection is made
+    with pytest.raises(InvalidArgument, match="msgpack types"):
+        record.enqueue({1, 2})
 
 
 def test_tasks_are_found_in_modules_and_must_agree_on_their_queues_settings():
