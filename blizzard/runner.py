@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 import traceback
 from dataclasses import dataclass
 from typing import Mapping
@@ -35,6 +36,7 @@ class Outcome:
     msg: Message
     error: str = ""
     poison: bool = False
+    seconds: float = 0.0  # how long the task ran
 
 
 def describe(exc: BaseException) -> str:
@@ -57,11 +59,12 @@ def run_job(tasks: Mapping[str, Task], msg: Message) -> Outcome:
     if found is None:
         return Outcome(msg, f"unknown task {name[:200]!r}: this worker runs "
                             f"{', '.join(sorted(tasks))[:1000]}", poison=True)
+    started = time.perf_counter()
     try:
         found.fn(*args, **kwargs)
     except BaseException as exc:  # a job's sys.exit() must not end its thread either
-        return Outcome(msg, describe(exc))
-    return Outcome(msg)
+        return Outcome(msg, describe(exc), seconds=time.perf_counter() - started)
+    return Outcome(msg, seconds=time.perf_counter() - started)
 
 
 class Runner:

@@ -4,7 +4,7 @@ One process, one ``Client``, ``concurrency`` runner threads (``runner.py`` says 
 Only this loop talks to the cluster; per round trip to the master it moves many jobs:
 
 - Leases come in batches: enough for every idle thread plus a prefetch sized by the recent
-  job rate (``Prefetch``: about ``BUFFER_S`` of work, at most ``MAX_PREFETCH`` jobs), so a
+  job length (``Prefetch``: about ``BUFFER_S`` of work, at most ``MAX_PREFETCH`` jobs), so a
   no-op task is leased a thousand at a time and a slow one a job per free thread.
 - The acks of finished jobs ride on the next lease (``Lease.ack_ids``). Acks that would wait
   longer than ``ACK_HOLD_S`` for one go out alone, unanswered (``Message.ack()``'s way).
@@ -17,8 +17,8 @@ Only this loop talks to the cluster; per round trip to the master it moves many 
 - The leases of jobs held, running or waiting, are extended when a third of them is left.
 
 ``stop()`` (SIGTERM) ends leasing; the jobs already leased are run (a prefetched one too:
-giving it back would count a delivery attempt against it, and the prefetch is a few
-milliseconds of work at the recent rate), their acks sent and waited for, and ``run``
+giving it back would count a delivery attempt against it, and the prefetch is about
+``BUFFER_S`` of work), their acks sent and waited for, and ``run``
 returns. ``burst``: ``run`` returns once every queue was found empty and no job is left.
 """
 
@@ -38,9 +38,9 @@ from blizzard.task import Task, ensure_queue
 
 log = logging.getLogger(__name__)
 
-BUFFER_S = 0.1  # prefetched work, at the recent rate, beyond the jobs running
+BUFFER_S = 0.1  # prefetched work, by the recent job length, beyond the jobs running
 MAX_PREFETCH = 2000  # jobs held beyond the running ones, at most
-RATE_WINDOW_S = 0.1  # the job rate is measured over windows this long
+JOB_S_WEIGHT = 0.1  # of a job's run time in the moving average
 ACK_HOLD_S = 0.2  # the longest an ack waits for a lease to ride on
 IDLE_POLL_S = 1.0  # a long poll on an empty queue; a recheck while only running jobs
 EXTEND_AT = 1 / 3  # extend a lease when this share of it is left
@@ -48,25 +48,24 @@ POISON_RETRY_S = 60.0  # an undoable job's retry delay in a queue that never dea
 
 
 class Prefetch:
-    """How many jobs to hold beyond those running: the recent job rate times ``buffer_s``."""
+    """How many jobs to hold beyond those running: ``buffer_s`` of work for the threads, by
+    the recent job length (no prefetch before the first job is done, nor for long jobs)."""
 
-    def __init__(self, buffer_s: float = BUFFER_S, cap: int = MAX_PREFETCH) -> None:
-        self.buffer_s, self.cap = buffer_s, cap
-        self.rate = 0.0  # jobs/s over windows of ``RATE_WINDOW_S``: up at once, down slowly
-        self.window_start: float | None = None
-        self.count = 0
+    def __init__(self, concurrency: int, buffer_s: float = BUFFER_S,
+                 cap: int = MAX_PREFETCH) -> None:
+        self.concurrency, self.buffer_s, self.cap = concurrency, buffer_s, cap
+        self.job_s: float | None = None  # a moving average of the jobs' run times
 
-    def record(self, n_done: int, now: float) -> None:
-        if self.window_start is None:
-            self.window_start = now
-        self.count += n_done
-        elapsed = now - self.window_start
-        if elapsed >= RATE_WINDOW_S:
-            self.rate = max(self.count / elapsed, 0.5 * self.rate + 0.5 * self.count / elapsed)
-            self.window_start, self.count = now, 0
+    def record(self, seconds: float) -> None:
+        if self.job_s is None:
+            self.job_s = seconds
+        else:
+            self.job_s += (seconds - self.job_s) * JOB_S_WEIGHT
 
     def target(self) -> int:
-        return min(self.cap, int(self.rate * self.buffer_s))
+        if self.job_s is None:
+            return 0
+        return min(self.cap, int(self.concurrency * self.buffer_s / max(self.job_s, 1e-9)))
 
 
 def tasks_in(modules: Iterable[ModuleType]) -> dict[str, Task]:
@@ -125,7 +124,7 @@ class Worker:
         if not config.queues or config.concurrency < 1:
             raise InvalidArgument("a worker needs at least one queue and one thread")
         self.client, self.tasks, self.config = client, tasks, config
-        self.prefetch = Prefetch()
+        self.prefetch = Prefetch(config.concurrency)
         self.held: dict[tuple[int, int], Held] = {}  # by (id, lease): a job may come twice
         self.acks: list[Held] = []
         self.acks_since = 0.0  # monotonic: when the oldest ack in ``acks`` was ready
@@ -253,7 +252,8 @@ class Worker:
         if not outcomes:
             return
         now = time.monotonic()
-        self.prefetch.record(len(outcomes), now)
+        for outcome in outcomes:
+            self.prefetch.record(outcome.seconds)
         self.settled_since_empty = True
         nacks: dict[tuple[str, float | None], list[Message]] = {}
         for outcome in outcomes:

@@ -121,18 +121,19 @@ def test_a_job_outcome_says_success_failure_or_poison():
     assert wrong_args.error.startswith("TypeError") and not wrong_args.poison
 
 
-def test_the_prefetch_follows_the_job_rate_up_at_once_and_down_slowly():
-    pre = Prefetch(buffer_s=0.1, cap=5000)
-    assert pre.target() == 0
-    pre.record(0, 0.0)
-    pre.record(1250, 0.125)  # 10,000 jobs/s: 0.1 s of them
-    assert pre.target() == 1000
-    pre.record(10, 0.25)  # 80 jobs/s: halfway down
-    assert 500 < pre.target() < 1000
-    for t in range(3, 30):
-        pre.record(1, t * 0.125)
-    assert pre.target() <= 2
-    assert Prefetch(buffer_s=1.0, cap=300).target() == 0
+def test_the_prefetch_is_a_tenth_of_a_second_of_work_by_the_recent_job_length():
+    pre = Prefetch(8, buffer_s=0.1, cap=2000)
+    assert pre.target() == 0  # nothing known yet: one job per thread
+    pre.record(0.01)
+    assert pre.target() == 80  # 8 threads x 0.1 s / 10 ms
+    pre.record(0.000001)
+    assert pre.target() == 88  # a moving average: one quick job changes little
+    for _ in range(200):
+        pre.record(0.000001)
+    assert pre.target() == 2000  # no-op jobs: capped
+    for _ in range(200):
+        pre.record(2.0)
+    assert pre.target() == 0  # long jobs: none held beyond the running ones
 
 
 # -- a real worker process ---------------------------------------------------------------------
