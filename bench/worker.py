@@ -94,10 +94,12 @@ def emit(op: str, n: int, seconds: float, **extra: Any) -> dict[str, Any]:
     return rec
 
 
-def measure(cluster: LocalCluster, n: int, batches: list[int], concurrencies: list[int]) -> None:
+def measure(cluster: LocalCluster, n: int, batches: list[int], concurrencies: list[int],
+            round_no: int) -> None:
     """The raw client at each batch size, then the worker at each concurrency; ``vs_raw`` is
-    the worker's rate over the best raw one."""
-    common = {"replication": cluster.replication, "security": security_of(cluster)}
+    the worker's rate over the best raw one of this round."""
+    common = {"replication": cluster.replication, "security": security_of(cluster),
+              "round": round_no}
     best = 0.0
     with Client(cluster.master_addr, timeout_s=30.0, keys=client_keys(cluster)) as client:
         for batch in batches:
@@ -124,19 +126,22 @@ def main(argv: list[str] | None = None) -> int:
                     help="the raw client's items per lease, one measurement each, e.g. 100,1000")
     ap.add_argument("--concurrency", type=int_list, default=[1, 8],
                     help="worker threads, one measurement each, e.g. 1,8")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="measure everything this many times in turn (on a busy machine)")
     ap.add_argument("--replication", type=int, default=1, help="replicas per item (R)")
     ap.add_argument("--datanodes", type=int, default=2, help="data nodes to start")
     security_option(ap)
     args = ap.parse_args(argv)
-    if args.n < 1 or min(args.batch, default=0) < 1 or min(args.concurrency, default=0) < 1:
-        ap.error("--n, --batch and --concurrency must be >= 1")
+    if min(args.n, args.rounds, min(args.batch, default=0), min(args.concurrency, default=0)) < 1:
+        ap.error("--n, --rounds, --batch and --concurrency must be >= 1")
     base = start("bench-worker")
     clusters = clusters_for(base, args.security, datanodes=args.datanodes,
                             replication=args.replication)
 
     def body() -> int:
-        for cluster in clusters:
-            measure(cluster, args.n, args.batch, args.concurrency)
+        for round_no in range(1, args.rounds + 1):  # alternating, so noise hits both sides
+            for cluster in clusters:
+                measure(cluster, args.n, args.batch, args.concurrency, round_no)
         return 0
     return on_clusters(base, clusters, body)
 
