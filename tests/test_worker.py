@@ -3,6 +3,7 @@ against a real cluster (success, retry and dead letter, SIGTERM, a hard stop, bu
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -271,3 +272,14 @@ def test_usage_errors_are_one_line_and_exit_2(cluster, jobs_dir):
                               cwd=jobs_dir, capture_output=True, text=True, timeout=60,
                               env=dict(os.environ, JOBS_OUT=str(jobs_dir / "out")))
         assert proc.returncode == 2 and text in proc.stderr, proc.stderr
+
+
+def test_the_worker_bench_prints_the_raw_client_and_the_worker_side_by_side():
+    proc = subprocess.run([sys.executable, "-m", "bench.worker", "--n", "300", "--batch", "50",
+                           "--concurrency", "2"], capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [(x["op"], x["n"], x["capped"]) for x in lines] == \
+        [("raw_dequeue_ack", 300, False), ("worker", 300, False)]
+    assert lines[1]["concurrency"] == 2 and lines[1]["vs_raw"] > 0
+    assert lines[1]["worker_cpu_us_per_job"] > 0
