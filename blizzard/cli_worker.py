@@ -12,8 +12,8 @@ from typing import Any
 
 import click
 
-from blizzard.cli_common import (KEYS_ENV, keys_opt, log_level, master_opt, setup_logging,
-                                 timeout_opt)
+from blizzard import logs
+from blizzard.cli_common import KEYS_ENV, keys_opt, master_opt, timeout_opt
 from blizzard.client import Client
 from blizzard.errors import InvalidArgument
 from blizzard.queue_settings import check_queue_name
@@ -74,9 +74,15 @@ def _stop_on_signals(worker: Worker) -> None:
 @master_opt
 @keys_opt
 @timeout_opt
-@log_level
+@click.option("--log-level", default="info", show_default=True,
+              type=click.Choice(["debug", "info", "warning", "error"]),
+              help="Logging verbosity (a failed job is a warning).")
+@click.option("--log-format", default="text", show_default=True, type=click.Choice(logs.FORMATS),
+              help="text for people; json: one object per line, as the servers write them "
+                   "(role: worker, addr: the master).")
 def worker(modules: tuple[str, ...], queues: tuple[str, ...], concurrency: int, burst: bool,
-           lease_s: float | None, master: str, timeout_s: float, log_level: str) -> None:
+           lease_s: float | None, master: str, timeout_s: float, log_level: str,
+           log_format: str) -> None:
     """Run the @task functions defined in MODULES (import paths such as jobs or app.tasks)
     on jobs from their queues, until SIGTERM or Ctrl-C.
 
@@ -88,7 +94,7 @@ def worker(modules: tuple[str, ...], queues: tuple[str, ...], concurrency: int, 
     exits at once with 128 + the signal number (unfinished jobs come back when their leases
     run out).
     """
-    setup_logging(log_level)
+    logs.setup(log_level, log_format, "worker", master)
     try:
         tasks = tasks_in(_import(modules))
     except InvalidArgument as exc:
