@@ -6,8 +6,9 @@ from blizzard.client import Client, Message
 from blizzard.errors import (BlizzardError, ClusterError, DataCorrupt, DatanodeUnavailable,
                              InvalidArgument, LeaseExpired, MasterUnavailable, NotEnoughDatanodes,
                              PayloadTooLarge, ProtocolError, RequestError)
+from blizzard.task import configure, task
 
-__all__ = ["Client", "Message", "BlizzardError", "ClusterError", "DataCorrupt",
+__all__ = ["Client", "Message", "task", "configure", "BlizzardError", "ClusterError", "DataCorrupt",
            "DatanodeUnavailable", "InvalidArgument", "LeaseExpired", "MasterUnavailable",
            "NotEnoughDatanodes", "PayloadTooLarge", "ProtocolError", "RequestError"]
 __version__ = "0.1.0"

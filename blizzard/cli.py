@@ -21,6 +21,7 @@ from blizzard.cli_dashboard import dashboard
 from blizzard.cli_common import (EXIT_ERROR, EXIT_USAGE, START_HINT, keys_opt, master_opt,
                                  master_origin, timeout_opt)
 from blizzard.cli_output import json_opt, echo_json
+from blizzard.cli_worker import worker as worker_command
 from blizzard.defaults import DATANODE_PORT, LOOPBACK, MASTER_PORT
 from blizzard.errors import BlizzardError, MasterUnavailable
 from datanode.cli import datanode_command
@@ -204,6 +205,7 @@ for _command in (master_command, datanode_command, cli_items.enqueue, cli_items.
 cli.add_command(dashboard)
 cli.add_command(cli_dispatch.dispatch)
 cli.add_command(cli_dispatch.task)
+cli.add_command(worker_command)
 
 
 def main() -> None:

@@ -4,9 +4,9 @@ Only the command lines call ``setup``; library code just logs through
 ``logging.getLogger(__name__)``. A JSON line is one object:
 ``{"time", "level", "logger", "message", "role", "node_id", "addr"}`` plus ``"exception"``
 (the formatted traceback) when a record carries one. ``time`` is UTC, ISO 8601 with
-milliseconds; ``role`` is ``master`` or ``datanode``; ``node_id`` is a data node's id (null on
-the master, and in a data node's lines before it has read its id); ``addr`` is the address the
-process serves.
+milliseconds; ``role`` is ``master``, ``datanode`` or ``worker``; ``node_id`` is a data node's
+id (null elsewhere, and in a data node's lines before it has read its id); ``addr`` is the
+address the process serves (a worker's: its master's).
 """
 
 from __future__ import annotations

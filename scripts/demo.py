@@ -79,6 +79,8 @@ def main(items: int, batch: int, datanodes: int, replication: int) -> None:
             if lost or stats["ready"] or stats["leased"]:
                 raise click.ClickException("items were lost or left behind")
             click.echo("nothing lost")
+            from worker_demo import worker_step  # scripts/ is on sys.path
+            click.echo(worker_step(cluster.master_addr))
             from spark_drain_demo import spark_step  # scripts/ is on sys.path
             click.echo("spark: enqueueing the items again and draining them to Parquet")
             out = os.path.join(base, "parquet")

@@ -1,0 +1,340 @@
+"""The worker's loop (``blizzard worker``): lease jobs in batches, run them, settle them.
+
+One process, one ``Client``, ``concurrency`` runner threads (``runner.py`` says why threads).
+Only this loop talks to the cluster; per round trip to the master it moves many jobs:
+
+- Leases come in batches: enough for every idle thread plus a prefetch sized by the recent
+  job length (``Prefetch``: about ``BUFFER_S`` of work, at most ``MAX_PREFETCH`` jobs), so a
+  no-op task is leased a thousand at a time and a slow one a job per free thread.
+- The acks of finished jobs ride on the next lease (``Lease.ack_ids``). Acks that would wait
+  longer than ``ACK_HOLD_S`` for one go out alone, unanswered (``Message.ack()``'s way).
+- A job that raised is nacked with its error: the queue's back-off says when it comes back,
+  its ``max_attempts`` when it moves to the dead-letter queue instead. A job that cannot
+  succeed on any worker running these tasks (its task name is unknown, its payload is not a
+  task call) is nacked without delay, so it reaches the dead-letter queue after
+  ``max_attempts`` quick deliveries (a queue with ``max_attempts`` 0 keeps it, retried every
+  ``POISON_RETRY_S``).
+- The leases of jobs held, running or waiting, are extended when a third of them is left.
+
+``stop()`` (SIGTERM) ends leasing; the jobs already leased are run (a prefetched one too:
+giving it back would count a delivery attempt against it, and the prefetch is about
+``BUFFER_S`` of work), their acks sent and waited for, and ``run``
+returns. ``burst``: ``run`` returns once every queue was found empty and no job is left.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, Iterable
+
+from blizzard.client import Client
+from blizzard.errors import ClusterError, InvalidArgument, LeaseExpired
+from blizzard.message import Message
+from blizzard.runner import Outcome, Runner
+from blizzard.task import Task, ensure_queue
+
+log = logging.getLogger(__name__)
+
+BUFFER_S = 0.1  # prefetched work, by the recent job length, beyond the jobs running
+MAX_PREFETCH = 2000  # jobs held beyond the running ones, at most
+JOB_S_WEIGHT = 0.1  # of a job's run time in the moving average
+ACK_HOLD_S = 0.2  # the longest an ack waits for a lease to ride on
+IDLE_POLL_S = 1.0  # a long poll on an empty queue; a recheck while only running jobs
+EXTEND_AT = 1 / 3  # extend a lease when this share of it is left
+POISON_RETRY_S = 60.0  # an undoable job's retry delay in a queue that never dead-letters
+
+
+class Prefetch:
+    """How many jobs to hold beyond those running: ``buffer_s`` of work for the threads, by
+    the recent job length (no prefetch before the first job is done, nor for long jobs)."""
+
+    def __init__(self, concurrency: int, buffer_s: float = BUFFER_S,
+                 cap: int = MAX_PREFETCH) -> None:
+        self.concurrency, self.buffer_s, self.cap = concurrency, buffer_s, cap
+        self.job_s: float | None = None  # a moving average of the jobs' run times
+
+    def record(self, seconds: float) -> None:
+        if self.job_s is None:
+            self.job_s = seconds
+        else:
+            self.job_s += (seconds - self.job_s) * JOB_S_WEIGHT
+
+    def target(self) -> int:
+        if self.job_s is None:
+            return 0
+        return min(self.cap, int(self.concurrency * self.buffer_s / max(self.job_s, 1e-9)))
+
+
+def tasks_in(modules: Iterable[ModuleType]) -> dict[str, Task]:
+    """The tasks the modules define or import, by name; ``InvalidArgument`` on two tasks of
+    one name, or two tasks of one queue naming different settings for it."""
+    by_name: dict[str, Task] = {}
+    for module in modules:
+        for value in vars(module).values():
+            if isinstance(value, Task):
+                other = by_name.setdefault(value.name, value)
+                if other is not value and other.fn is not value.fn:
+                    raise InvalidArgument(f"two tasks are named {value.name!r}: give one "
+                                          "@task(name=...)")
+    for t in by_name.values():
+        settings_of(by_name.values(), t.queue)
+    return by_name
+
+
+def settings_of(tasks: Iterable[Task], queue: str) -> dict[str, Any]:
+    """The queue settings ``queue``'s tasks name; ``InvalidArgument`` if two disagree."""
+    merged: dict[str, Any] = {}
+    for t in tasks:
+        if t.queue != queue:
+            continue
+        for key, value in t.settings.items():
+            if merged.setdefault(key, value) != value:
+                raise InvalidArgument(f"tasks of queue {queue} disagree on {key} ({merged[key]!r}"
+                                      f" and {value!r}, task {t.name}): a queue has one setting")
+    return merged
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """What to serve and how; ``lease_s`` None: each queue's own lease length."""
+
+    queues: tuple[str, ...]
+    concurrency: int = 8
+    burst: bool = False
+    lease_s: float | None = None
+
+
+@dataclass(slots=True)
+class Held:
+    """A leased job not yet settled: running, waiting for a thread, or done and not acked."""
+
+    msg: Message
+    lease_s: float
+    deadline: float  # monotonic: the lease ends then unless extended
+    doubtful: bool = False  # an extension found leases lost: ack it without riding a lease
+
+
+class Worker:
+    """Runs ``tasks`` on jobs from ``config.queues`` until stopped (or, in burst mode, idle)."""
+
+    def __init__(self, client: Client, tasks: dict[str, Task], config: WorkerConfig) -> None:
+        if not config.queues or config.concurrency < 1:
+            raise InvalidArgument("a worker needs at least one queue and one thread")
+        self.client, self.tasks, self.config = client, tasks, config
+        self.prefetch = Prefetch(config.concurrency)
+        self.held: dict[tuple[int, int], Held] = {}  # by (id, lease): a job may come twice
+        self.acks: list[Held] = []
+        self.acks_since = 0.0  # monotonic: when the oldest ack in ``acks`` was ready
+        self.lease_s: dict[str, float] = {}
+        self.max_attempts: dict[str, int] = {}
+        self.next_extend = float("inf")  # monotonic: the first lease to extend is due then
+        self.empty_at: float | None = None  # the last lease round found every queue empty
+        self.settled_since_empty = False
+        self.stopping = False
+        self.succeeded = self.failed = 0
+
+    def stop(self) -> None:
+        """Stop leasing; ``run`` returns when the jobs held are done (safe in a signal handler)."""
+        self.stopping = True
+
+    def run(self) -> None:
+        self._prepare()
+        runner = Runner(self.tasks, self.config.concurrency)
+        started = time.monotonic()
+        try:
+            while not self._finished():
+                self._settle(runner.outcomes(self._wait_s(), self._wake_at()))
+                if self._wants_lease():
+                    runner.submit(self._lease_round())
+                self._extend_due()
+                self._flush_acks()
+        finally:
+            self._flush_acks(final=True)
+            runner.close(5.0 if not self.held else 0.0)
+        log.info("worker done: %d jobs succeeded, %d failed in %.3f s", self.succeeded,
+                 self.failed, time.monotonic() - started)
+
+    def _prepare(self) -> None:
+        """Create the queues with their tasks' settings if new; learn their lease lengths."""
+        for queue in self.config.queues:
+            settings = settings_of(self.tasks.values(), queue)
+            if settings:
+                ensure_queue(self.client, queue, settings)
+            current = self.client.queue_config(queue)
+            self.lease_s[queue] = self.config.lease_s or current["lease_s"]
+            self.max_attempts[queue] = current["max_attempts"]
+
+    def _finished(self) -> bool:
+        if self.held:
+            return False
+        return self.stopping or (self.config.burst and self.empty_at is not None
+                                 and not self.settled_since_empty)
+
+    # -- leasing -----------------------------------------------------------------------------
+
+    def _room(self) -> int:
+        return self.config.concurrency + self.prefetch.target() - len(self.held)
+
+    def _wants_lease(self) -> bool:
+        if self.stopping or self._room() <= 0:
+            return False
+        if self.empty_at is not None and self.held and not self.settled_since_empty \
+                and time.monotonic() - self.empty_at < IDLE_POLL_S:
+            return False  # the queues were empty a moment ago and nothing has changed
+        return len(self.held) < self.config.concurrency + max(1, self.prefetch.target() // 2)
+
+    def _wait_s(self) -> float:
+        """How long to wait for outcomes before the loop looks at leases again."""
+        if self._wants_lease():
+            return 0.0
+        now = time.monotonic()
+        until = min(self.next_extend, now + IDLE_POLL_S)
+        if self.acks:
+            until = min(until, self.acks_since + ACK_HOLD_S)
+        return max(0.0, until - now)
+
+    def _wake_at(self) -> int:
+        """How many outcomes are worth waking for: as many as make room for the next lease
+        (all held jobs when stopping)."""
+        if self.stopping:
+            return max(1, len(self.held))
+        threshold = self.config.concurrency + max(1, self.prefetch.target() // 2)
+        return max(1, len(self.held) - threshold + 1)
+
+    def _lease_round(self) -> list[Message]:
+        """Lease from the queues in order until there is no room; long-poll the first queue
+        when all are empty and no job is held (not in burst mode)."""
+        riders = self._take_riders()
+        got: list[Message] = []
+        failed = False
+        for queue in self.config.queues:  # each lease adds its jobs to ``held``, so to room
+            msgs = self._lease(queue, self._room(), 0.0, riders)
+            riders = []
+            failed |= msgs is None
+            got += msgs or []
+            if self._room() <= 0:
+                break
+        if not got and not failed and not self.held and not self.config.burst:
+            got = self._lease(self.config.queues[0], self._room(), IDLE_POLL_S, []) or []
+        # a failed lease proves no queue empty: burst mode goes on
+        self.empty_at = None if got or failed else time.monotonic()
+        self.settled_since_empty = False
+        return got
+
+    def _lease(self, queue: str, n: int, wait_s: float,
+               riders: list[Held]) -> list[Message] | None:
+        """Jobs leased from ``queue`` with ``riders`` acked; None if the lease failed."""
+        sent = time.monotonic()
+        try:
+            msgs = self.client.dequeue_many(queue, n, lease_s=self.lease_s[queue],
+                                            wait_s=wait_s, ack=[h.msg for h in riders])
+        except LeaseExpired as exc:
+            log.warning("%s; the jobs leased with those acks went back to %s", exc.message, queue)
+            return None
+        except ClusterError as exc:
+            log.warning("leasing from %s failed, trying again: %s (%s)", queue, exc.message,
+                        type(exc).__name__)
+            self.acks[:0] = riders  # sent again: an ack already applied counts once
+            return None
+        lease_s = self.lease_s[queue]
+        for msg in msgs:
+            self.held[msg.id, msg.lease] = Held(msg, lease_s, sent + lease_s)
+        if msgs:
+            self.next_extend = min(self.next_extend, sent + lease_s * (1 - EXTEND_AT))
+        return msgs
+
+    # -- settling ----------------------------------------------------------------------------
+
+    def _settle(self, outcomes: list[Outcome]) -> None:
+        if not outcomes:
+            return
+        now = time.monotonic()
+        for outcome in outcomes:
+            self.prefetch.record(outcome.seconds)
+        self.settled_since_empty = True
+        nacks: dict[tuple[str, float | None], list[Message]] = {}
+        for outcome in outcomes:
+            held = self.held.pop((outcome.msg.id, outcome.msg.lease))
+            if not outcome.error:
+                if not self.acks:
+                    self.acks_since = now
+                self.acks.append(held)
+                self.succeeded += 1
+                continue
+            self.failed += 1
+            msg = outcome.msg
+            log.warning("job %d of %s failed (attempt %d): %s", msg.id, msg.queue,
+                        msg.attempts + 1, outcome.error)
+            nacks.setdefault((outcome.error, self._retry_delay(outcome)), []).append(msg)
+        for (error, delay_s), msgs in nacks.items():
+            try:
+                self.client.nack_many(msgs, delay_s=delay_s, error=error)
+            except ClusterError as exc:  # LeaseExpired, too: it was delivered again already
+                log.warning("could not give back %d failed jobs (they come back when their "
+                            "leases end): %s", len(msgs), exc.message)
+
+    def _retry_delay(self, outcome: Outcome) -> float | None:
+        """None: the queue's back-off; a poison job: at once, unless it could never die."""
+        if not outcome.poison:
+            return None
+        return 0.0 if self.max_attempts.get(outcome.msg.queue) else POISON_RETRY_S
+
+    def _take_riders(self) -> list[Held]:
+        """The acks to carry on the next lease; doubtful ones go out alone first."""
+        riders = [h for h in self.acks if not h.doubtful]
+        alone = [h.msg for h in self.acks if h.doubtful]
+        self.acks = []
+        self._ack_unawaited(alone)
+        return riders
+
+    def _ack_unawaited(self, msgs: list[Message]) -> None:
+        if not msgs:
+            return
+        try:
+            self.client.leases.ack_unawaited(msgs)
+        except ClusterError as exc:  # its fallback waits, and may give up
+            log.warning("could not ack %d jobs (they run again): %s", len(msgs), exc.message)
+
+    def _flush_acks(self, final: bool = False) -> None:
+        """Send acks that waited ``ACK_HOLD_S`` (or all, when stopping) without a reply;
+        ``final``: send the rest and wait until they are durable."""
+        if not self.acks:
+            return
+        if final:
+            msgs = [h.msg for h in self._take_riders()]
+            try:
+                self.client.ack_many(msgs)
+            except ClusterError as exc:
+                log.warning("the last %d acks may be lost (those jobs run again): %s",
+                            len(msgs), exc.message)
+        elif self.stopping or time.monotonic() - self.acks_since >= ACK_HOLD_S:
+            msgs, self.acks = [h.msg for h in self.acks], []
+            self._ack_unawaited(msgs)
+
+    def _extend_due(self) -> None:
+        """Extend every held lease with less than ``EXTEND_AT`` of it left."""
+        now = time.monotonic()
+        if now < self.next_extend:
+            return
+        due: dict[float, list[Held]] = {}
+        self.next_extend = float("inf")
+        for held in [*self.held.values(), *self.acks]:
+            if held.deadline - now < held.lease_s * EXTEND_AT:
+                due.setdefault(held.lease_s, []).append(held)
+            else:
+                self.next_extend = min(self.next_extend, held.deadline - held.lease_s * EXTEND_AT)
+        for lease_s, group in due.items():
+            try:
+                self.client.extend_many([h.msg for h in group], lease_s=lease_s)
+            except LeaseExpired as exc:
+                log.warning("%s (%d jobs running long)", exc.message, len(group))
+                for held in group:
+                    held.doubtful = True
+            except ClusterError as exc:
+                log.warning("could not extend %d leases: %s", len(group), exc.message)
+            for held in group:
+                held.deadline = now + lease_s
+            self.next_extend = min(self.next_extend, now + lease_s * (1 - EXTEND_AT))
