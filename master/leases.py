@@ -230,8 +230,11 @@ class Leases:
         if not self.waiters:
             return []
         replies, still = [], []
+        dry: set[str] = set()  # queues that gave one waiter nothing: no other gets more now
         for w in self.waiters:
-            ids = self._take(w.msg, now, mono)
+            ids = [] if w.msg.queue in dry else self._take(w.msg, now, mono)
+            if not ids:
+                dry.add(w.msg.queue)
             if ids or w.until <= mono:
                 replies.append((w.peer, w.rid, self.describe(w.msg.queue, ids, [], now)))
                 left = self.waiting_by_peer[w.peer] - 1

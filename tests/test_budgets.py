@@ -190,3 +190,15 @@ def test_the_master_answers_a_broken_handler_and_goes_on(monkeypatch):
     reply = master.handle(b"c", 1, p.Stats("q"), time.time(), time.monotonic())
     assert isinstance(reply, p.Error) and reply.code == "internal"
     alloc(master, 2)  # the next request is served as usual
+
+
+def test_a_pass_over_parked_long_polls_looks_at_a_queue_with_nothing_to_give_once():
+    master = in_process_master(replication=1)
+    for _ in range(50):
+        assert call(master, p.Lease("q", 1, 1.0, 5.0, "", [], [])) is None
+    assert call(master, p.Lease("other", 1, 1.0, 5.0, "", [], [])) is None
+    looked = []
+    take = master.leases._take
+    master.leases._take = lambda msg, now, mono: looked.append(msg.queue) or take(msg, now, mono)
+    assert master.leases.serve_waiters(time.time(), time.monotonic()) == []
+    assert sorted(looked) == ["other", "q"] and len(master.leases.waiters) == 51
