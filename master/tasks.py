@@ -19,6 +19,9 @@ from master.leases import MAX_ERROR
 from master.records import BuryItems
 from master.state import State
 
+LOOKUP_ERROR_BYTES = 4 * 1024 * 1024  # the most a Lookup reply spends on error texts
+MIN_ERROR_SHOWN = 100  # characters of each error shown, however many ids were asked
+
 
 class Tasks:
     """Handlers of ``Lookup``, ``Bury`` and ``TaskStats``."""
@@ -31,17 +34,22 @@ class Tasks:
 
     def lookup(self, msg: p.Lookup, now: float, *_: Any) -> p.ItemStates:
         checks.batch(len(msg.ids), "ids")
-        rows = [self.describe(item_id, now) for item_id in msg.ids]
-        return p.ItemStates(list(msg.ids), *(list(column) for column in zip(*rows)))
+        ids = list(dict.fromkeys(msg.ids))  # a repeated id is answered once
+        # the errors' share of the reply is bounded, however many ids (a char is up to 4 bytes)
+        cut = min(MAX_ERROR, max(MIN_ERROR_SHOWN, LOOKUP_ERROR_BYTES // (4 * max(1, len(ids)))))
+        rows = [self.describe(item_id, now, cut) for item_id in ids]
+        return p.ItemStates(ids, *(list(column) for column in zip(*rows)))
 
-    def describe(self, item_id: int, now: float) -> tuple[str, str, int, str, float]:
-        """One item's (state, queue, attempts, last error, until) as ``ItemStates`` has them."""
+    def describe(self, item_id: int, now: float,
+                 cut: int = MAX_ERROR) -> tuple[str, str, int, str, float]:
+        """One item's (state, queue, attempts, last error cut to ``cut`` characters, until)
+        as ``ItemStates`` has them."""
         state = self.state
         item = state.items.get(item_id)
         if item is None:
             # an ack forgets the item; the master remembers only that it was acked, recently
             return ("succeeded" if item_id in state.recent_acks else "unknown", "", 0, "", 0.0)
-        error = state.errors.get(item_id, "")
+        error = state.errors.get(item_id, "")[:cut]
         until = 0.0
         if item_id in state.origins:
             kind = "failed"

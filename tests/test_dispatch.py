@@ -319,3 +319,23 @@ def test_a_refused_key_stops_the_dispatcher_with_an_error(cluster, tmp_path):
     proc = subprocess.run([*BLIZZARD, "dispatch", "--master", cluster.master_addr,
                            "--queues", "q"], env=env, capture_output=True, timeout=60)
     assert proc.returncode == 1 and b"Traceback" not in proc.stderr, proc.stderr[-2000:]
+
+
+
+def test_a_lookup_answers_each_id_once_and_its_errors_stay_bounded():
+    from master import tasks
+    from tests.test_master_requests import alloc, call, in_process_master
+
+    master = in_process_master(replication=1)
+    placement = alloc(master, 1)
+    call(master, p.Commit(placement.ids, ["dn-a"], "c1"))
+    (item,) = placement.ids
+    leased = call(master, p.Lease("q", 1, 30.0, 0.0, "l1", [], []))
+    call(master, p.Nack(leased.ids, leased.leases, 60.0, "\N{SNOWMAN}" * tasks.MAX_ERROR))
+    (one,) = call(master, p.Lookup([item])).errors
+    assert one == "\N{SNOWMAN}" * tasks.MAX_ERROR  # one id: the whole error
+    reply = call(master, p.Lookup([item] * 9_999 + [item + 1]))
+    assert reply.ids == [item, item + 1] and reply.states == ["scheduled", "unknown"]
+    many = call(master, p.Lookup([item] + list(range(item + 1, item + 10_000))))
+    assert tasks.MIN_ERROR_SHOWN <= len(many.errors[0]) < 200  # cut, so 10,000 fit the budget
+    assert len(p.encode(1, many)) < tasks.LOOKUP_ERROR_BYTES
