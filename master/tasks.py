@@ -16,11 +16,12 @@ from master import checks
 from master.counts import QueueCounts
 from master.item import DELAYED, LEASED
 from master.leases import MAX_ERROR
-from master.records import BuryItems
+from master.records import BuryItems, ReleaseItems
 from master.state import State
 
 LOOKUP_ERROR_BYTES = 4 * 1024 * 1024  # the most a Lookup reply spends on error texts
 MIN_ERROR_SHOWN = 100  # characters of each error shown, however many ids were asked
+MIN_REBURY_S = 1.0  # an already dead item buried again is back in its queue no sooner
 
 
 class Tasks:
@@ -61,17 +62,30 @@ class Tasks:
             kind = "queued"
         return kind, item.queue, item.attempts, error, until
 
-    def bury(self, msg: p.Bury, *_: Any) -> p.Acked:
-        """Leased items die now; an id not held under the token given is reported lost."""
+    def bury(self, msg: p.Bury, now: float, *_: Any) -> p.Acked:
+        """Leased items die now; an id not held under the token given is reported lost.
+
+        An item already dead (leased from a dead-letter queue) has nowhere further to go: it
+        goes back to where it is after that queue's back-off, as a nack would send it, so a
+        dispatcher draining a dead-letter queue does not bury the same items in a tight loop.
+        """
         checks.batch(checks.same_length(ids=msg.ids, leases=msg.leases))
         held, lost = [], []
         for item_id, lease in dict(zip(msg.ids, msg.leases)).items():
             (held if self.state.lease_of(item_id) == lease else lost).append(item_id)
         if held:
-            dying = [self.state.items[i].queue for i in held if i not in self.state.origins]
-            self.counts.add_each("nacked", [self.state.items[i].queue for i in held])
-            self.counts.add_each("dead_lettered", dying)
-            self.log(BuryItems(ids=held, error=msg.error[:MAX_ERROR]))
+            items, origins, error = self.state.items, self.state.origins, msg.error[:MAX_ERROR]
+            self.counts.add_each("nacked", [items[i].queue for i in held])
+            dying = [i for i in held if i not in origins]
+            dead = [i for i in held if i in origins]  # before the bury below adds to origins
+            self.counts.add_each("dead_lettered", [items[i].queue for i in dying])
+            if dying:
+                self.log(BuryItems(ids=dying, error=error))
+            if dead:
+                backoffs = [self.state.config(items[i].queue).backoff_s(items[i].attempts + 1)
+                            for i in dead]
+                self.log(ReleaseItems(ids=dead, error=error,
+                                      not_befores=[now + max(b, MIN_REBURY_S) for b in backoffs]))
         return p.Acked(done=len(held), lost=lost)
 
     def task_stats(self, msg: p.TaskStats, now: float, *_: Any) -> p.TaskCounts:

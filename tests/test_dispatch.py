@@ -339,3 +339,21 @@ def test_a_lookup_answers_each_id_once_and_its_errors_stay_bounded():
     many = call(master, p.Lookup([item] + list(range(item + 1, item + 10_000))))
     assert tasks.MIN_ERROR_SHOWN <= len(many.errors[0]) < 200  # cut, so 10,000 fit the budget
     assert len(p.encode(1, many)) < tasks.LOOKUP_ERROR_BYTES
+
+
+def test_burying_an_item_already_dead_gives_it_back_after_a_back_off_not_at_once():
+    from master import tasks
+    from tests.test_master_requests import alloc, call, in_process_master
+
+    master = in_process_master(replication=1)
+    placement = alloc(master, 1)
+    call(master, p.Commit(placement.ids, ["dn-a"], "c1"))
+    leased = call(master, p.Lease("q", 1, 30.0, 0.0, "l1", [], []))
+    assert call(master, p.Bury(leased.ids, leased.leases, "gave up")).done == 1
+    from_dead = call(master, p.Lease("q.dead", 1, 30.0, 0.0, "l2", [], []))
+    assert from_dead.ids == leased.ids
+    before = time.time()
+    assert call(master, p.Bury(from_dead.ids, from_dead.leases, "again")).done == 1
+    assert call(master, p.Lease("q.dead", 1, 30.0, 0.0, "l3", [], [])).ids == []
+    assert call(master, p.Lookup(leased.ids)).states == ["failed"]  # still a dead task
+    assert master.state.delays[leased.ids[0]] >= before + tasks.MIN_REBURY_S
