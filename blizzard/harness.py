@@ -73,8 +73,13 @@ class StartFailed(RuntimeError):
 
 
 def check_port_free(port: int, what: str) -> None:
-    """Raise ``StartFailed`` if ``port`` on the loopback address is taken right now."""
+    """Raise ``StartFailed`` if ``port`` on the loopback address is taken right now.
+
+    With ``SO_REUSEADDR``, as ZeroMQ binds: connections of a cluster stopped a moment ago,
+    still in TIME_WAIT, do not count, a socket listening there does.
+    """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((LOOPBACK, port))
         except OSError as exc:

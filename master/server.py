@@ -7,8 +7,9 @@ durable with one fsync and only then sends the replies (group commit).
 
 The concepts live in collaborators: ``ItemIds`` (ids), ``Blocks`` (ids handed out, put reports), ``Enqueues`` (enqueue, commit, staged),
 ``Leases`` (lease, ack, nack, extend, waiters, expiry), ``QueueAdmin``, ``DatanodeReports``,
-``Deletes``, ``SafeMode`` and ``CapabilityKeys`` (the grants' signing keys); each gets
-``log_record`` to change durable state.
+``Deletes``, ``SafeMode``, ``CapabilityKeys`` (the grants' signing keys), ``ClusterIdentity``
+(the cluster id heartbeats are checked against) and ``Removals`` (node remove, item and queue
+deletes); each gets ``log_record`` to change durable state.
 """
 
 from __future__ import annotations
