@@ -6,6 +6,7 @@ and joins no data node to the first cluster.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -27,6 +28,7 @@ from master.server import MasterServer
 from master.state import State
 from master.wal import Wal
 from conftest import wait_for
+from test_cli_items import run
 from test_master_requests import NoRouter
 
 FAST = dict(heartbeat_s=0.2, dead_after_s=1.5)
@@ -47,6 +49,9 @@ def test_the_master_keeps_its_id_and_every_node_keeps_the_one_it_joined(cluster_
     cl = cluster_factory(datanodes=2, replication=2, **FAST)
     cluster_id = cl.status().cluster_id
     assert CLUSTER_ID.match(cluster_id)
+    assert json.loads(run("status", "--json", master=cl.master_addr).stdout)["cluster_id"] == \
+        cluster_id
+    assert f"cluster: {cluster_id}\n" in run("status", master=cl.master_addr).stdout.decode()
     with Client(cl.master_addr, timeout_s=10) as c:
         c.enqueue("jobs", b"x")
     # The id survives a crash (WAL replay) and a clean stop (checkpoint) of the master
