@@ -159,7 +159,7 @@ def test_a_master_that_cannot_start_starts_no_data_node(tmp_path):
             cl.start(timeout_s=30)
     finally:
         cl.stop()
-    assert failed.value.reason.startswith("master exited with")
+    assert failed.value.reason.startswith("master exited with 2: ")
     assert cl.nodes == []
 
 
@@ -188,9 +188,9 @@ def test_a_second_cluster_command_on_the_same_ports_fails_clearly(tmp_path):
             out, err = second.communicate(timeout=60)
             # Then it fails with one clear line, prints no banner and starts nothing
             assert second.returncode == 1, (out, err)
-            assert "export BLIZZARD_MASTER" not in out and "stopped" not in out
+            assert "export BLIZZARD_MASTER" not in out
             (line,) = err.strip().splitlines()
-            assert "did not start" in line and f"port {port}" in line and "taken" in line
+            assert f"port {port} on 127.0.0.1 is taken" in line
             assert not os.path.exists(tmp_path / "two" / "datanode0")
             # And the first cluster has its two nodes and no other
             st = c.status()
