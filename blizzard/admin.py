@@ -46,6 +46,15 @@ class QueueAdmin:
     def status(self) -> p.ClusterStatus:
         return self.master.call(p.Status())
 
+    def delete_item(self, queue: str, item_id: int, force: bool) -> None:
+        self.master.call(p.DeleteItem(check_queue_name(queue), item_id, force))
+
+    def delete_queue(self, queue: str, force: bool) -> int:
+        return self.master.call(p.DeleteQueue(check_queue_name(queue), force)).count
+
+    def remove_node(self, node_id: str) -> int:
+        return self.master.call(p.RemoveNode(node_id)).count
+
 
 def stats_dict(s: p.QueueStats) -> dict[str, Any]:
     return {"queue": s.queue, "ready": s.ready, "delayed": s.delayed, "leased": s.leased,

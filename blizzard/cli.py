@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from blizzard import cli_dispatch, cli_items, cli_queue, logs
+from blizzard import cli_dispatch, cli_items, cli_queue, cli_removal, logs
 from blizzard.cli_config import name_env_vars
 from blizzard.cli_keys import keys_group
 from blizzard.cli_dashboard import dashboard
@@ -106,10 +106,15 @@ def cluster(data_dir: str, datanodes: int, replication: int, port: int, node_por
 
 
 def _start(local: Any, data_dir: str) -> None:
-    """Start ``local``; a process that exits or hangs while starting is one line: the
-    harness's summary and the last line of that process's log (its own one-line error)."""
+    """Start ``local``; a port that is taken, or a process that exits or hangs while starting,
+    is one line: the harness's summary with the last line of that process's log (its own
+    one-line error). No data node starts before the master serves: none joins another cluster."""
+    from blizzard.harness import StartFailed
+
     try:
         local.start()
+    except StartFailed as exc:
+        raise click.ClickException(f"{exc.reason} (logs in {data_dir})") from None
     except (RuntimeError, TimeoutError) as exc:
         lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
         last = lines[-1].removeprefix("Error: ")
@@ -200,7 +205,7 @@ def wal_check(data_dir: str, as_json: bool) -> None:
 
 for _command in (master_command, datanode_command, cli_items.enqueue, cli_items.dequeue,
                  cli_items.ack, cli_items.nack, cli_items.extend, cli_queue.status,
-                 cli_queue.queue, keys_group):
+                 cli_queue.queue, keys_group, cli_removal.delete, cli_removal.node):
     cli.add_command(_command)
 cli.add_command(dashboard)
 cli.add_command(cli_dispatch.dispatch)

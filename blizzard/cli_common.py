@@ -157,8 +157,8 @@ def _keys_to_env(ctx: Any, param: Any, value: str | None) -> None:
 
 keys_opt = click.option("--keys", type=click.Path(file_okay=False), envvar=KEYS_ENV,
                         expose_value=False, callback=_keys_to_env,
-                        help="Key directory; the admin key is used for purge, redrive and "
-                             "configure.")
+                        help="Key directory; the admin key is used for purge, redrive, "
+                             "configure and deletes.")
 timeout_opt = click.option("--timeout-s", default=10.0, show_default=True, envvar=TIMEOUT_ENV,
                            type=click.FloatRange(0.1), help="Give up on an unresponsive master "
                            "after this long (requests are retried meanwhile).")

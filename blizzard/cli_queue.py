@@ -22,12 +22,13 @@ from blizzard.queue_settings import DEAD_SUFFIX, SETTINGS, Setting
 @json_opt
 @watch_opt
 def status(master: str, timeout_s: float, as_json: bool, watch_s: float | None) -> None:
-    """Show data nodes (alive, items, bytes) and queues (ready, leased, dead, oldest age).
+    """Show the cluster id, data nodes (alive, items, bytes) and queues (ready, leased, dead,
+    oldest age).
 
     Queue counts are the master's, exact when shown; a data node's items and bytes are
     those of its last heartbeat, shown with their age ("as of 0.4 s ago").
-    --json: {"secure", "replication", "under_replicated", "nodes": [{"node_id", "addr",
-    "alive", "heartbeat_age_s" (age of items, bytes_used and free_bytes), "items",
+    --json: {"cluster_id", "secure", "replication", "under_replicated", "nodes": [{"node_id",
+    "addr", "alive", "heartbeat_age_s" (age of items, bytes_used and free_bytes), "items",
     "bytes_used", "free_bytes"}], "queues": [{queue, ready, delayed, leased, pending, dead,
     oldest_age_s}]}. With --watch, one such document a line ({"error", "error_class"} while
     the master does not answer).
@@ -48,7 +49,7 @@ def status(master: str, timeout_s: float, as_json: bool, watch_s: float | None) 
 def _status_doc(st: Any) -> dict[str, Any]:
     from blizzard.admin import stats_dict
 
-    return {"secure": st.secure, "replication": st.replication,
+    return {"cluster_id": st.cluster_id, "secure": st.secure, "replication": st.replication,
             "under_replicated": st.under_replicated,
             "nodes": [{"node_id": n.node_id, "addr": n.addr, "alive": n.alive,
                        "heartbeat_age_s": round(n.heartbeat_age_s, 3), "items": n.items,
@@ -59,7 +60,8 @@ def _status_doc(st: Any) -> dict[str, Any]:
 
 def _status_lines(st: Any) -> list[str]:
     doc = _status_doc(st)
-    lines = ["security: on (CURVE keys, capabilities)" if st.secure else
+    lines = [f"cluster: {st.cluster_id}",
+             "security: on (CURVE keys, capabilities)" if st.secure else
              "security: OFF (servers started with --insecure)",
              f"data nodes (replication {st.replication}, under-replicated items "
              f"{st.under_replicated}; items and bytes as of heartbeats):",
@@ -220,6 +222,26 @@ def queue_purge(queue: str, master: str, timeout_s: float) -> None:
 
     with Client(master, timeout_s=timeout_s, admin=True) as c:
         click.echo(f"purged {c.purge(queue)} items")
+
+
+@queue.command("delete")
+@queue_arg
+@master_opt
+@keys_opt
+@timeout_opt
+@click.option("--force", is_flag=True,
+              help="Delete the queue even if it holds items (leased ones too); they go with it.")
+def queue_delete(queue: str, master: str, timeout_s: float, force: bool) -> None:
+    """Delete QUEUE: its settings and its items (admin key); says how many items went.
+
+    A queue holding items is refused unless --force. Its dead-letter queue is a queue of its
+    own and stays; delete it too if it should go.
+    """
+    from blizzard.client import Client
+
+    with Client(master, timeout_s=timeout_s, admin=True) as c:
+        count = c.delete_queue(queue, force=force)
+    click.echo(f"deleted queue {queue} and its {count} items")
 
 
 @queue.command("peek")

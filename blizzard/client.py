@@ -278,3 +278,23 @@ class Client:
     def status(self) -> p.ClusterStatus:
         """The cluster as the master sees it: data nodes and queues."""
         return self.admin.status()
+
+    # -- removals (admin key) ------------------------------------------------------------------
+
+    def delete(self, queue: str, item_id: int, *, force: bool = False) -> None:
+        """Delete one ready, delayed or dead item of ``queue`` for good (a dead item by its
+        dead-letter queue or the queue it died in). A leased item raises ``InUse`` unless
+        ``force``; an id the queue does not hold, ``UnknownItem``."""
+        if not 0 <= item_id <= p.MAX_ID:
+            raise InvalidArgument(f"item id {item_id} is out of range")
+        self.admin.delete_item(queue, item_id, force)
+
+    def delete_queue(self, queue: str, *, force: bool = False) -> int:
+        """Delete ``queue`` with its settings and items; returns how many items went. A queue
+        with items raises ``InUse`` unless ``force``; an unknown one, ``UnknownQueue``."""
+        return self.admin.delete_queue(queue, force)
+
+    def remove_node(self, node_id: str) -> int:
+        """Forget a dead data node; its items are re-replicated from their other copies.
+        Returns how many items had a replica there. A live node raises ``InUse``."""
+        return self.admin.remove_node(node_id)

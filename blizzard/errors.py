@@ -96,6 +96,13 @@ class DataCorrupt(ClusterError):
     code = "data_corrupt"
 
 
+class ForeignCluster(ClusterError):
+    """Raised when a master and a data node belong to different clusters (their cluster ids
+    differ): the master refuses such a node, and the node does not obey such a master."""
+
+    code = "foreign_cluster"
+
+
 # -- security: who may talk to the cluster, and what they may do ---------------------------
 
 
@@ -162,6 +169,19 @@ class LeaseExpired(RequestError):
     """Raised when a lease was lost (expired, possibly granted to another consumer) before the ack."""
 
     code = "lease_expired"
+
+
+class UnknownQueue(RequestError):
+    """Raised when an operation names a queue the master does not hold."""
+
+    code = "unknown_queue"
+
+
+class InUse(RequestError):
+    """Raised when an operator's removal would destroy something still in use (a live data
+    node, a leased item, a queue with items) and was not forced."""
+
+    code = "in_use"
 
 
 _BY_CODE: dict[str, type[BlizzardError]] = {}

@@ -25,7 +25,8 @@ from blizzard.defaults import LOOPBACK
 from blizzard.secure import connect_curve
 from blizzard.transport import Endpoint, call
 
-__all__ = ["AUTO_KEYS", "LOOPBACK", "LocalCluster", "Proc", "free_port", "process_keys"]
+__all__ = ["AUTO_KEYS", "LOOPBACK", "LocalCluster", "Proc", "StartFailed", "free_port",
+           "process_keys"]
 
 AUTO_KEYS = "auto"
 
@@ -60,6 +61,30 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((LOOPBACK, 0))
         return s.getsockname()[1]
+
+
+class StartFailed(RuntimeError):
+    """Raised when a local cluster cannot start: a port it was given is taken, or a process
+    exited while starting. ``reason`` is one line for a person; the message adds the log."""
+
+    def __init__(self, reason: str, log: str = "") -> None:
+        super().__init__(f"{reason}:\n{log}" if log else reason)
+        self.reason = reason
+
+
+def check_port_free(port: int, what: str) -> None:
+    """Raise ``StartFailed`` if ``port`` on the loopback address is taken right now.
+
+    With ``SO_REUSEADDR``, as ZeroMQ binds: connections of a cluster stopped a moment ago,
+    still in TIME_WAIT, do not count, a socket listening there does.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((LOOPBACK, port))
+        except OSError as exc:
+            raise StartFailed(f"{what} port {port} on {LOOPBACK} is taken ({exc.strerror}): is "
+                              "another cluster running there? Stop it or choose other ports")
 
 
 @dataclass
@@ -170,14 +195,18 @@ class LocalCluster:
         when ports were picked freely, such a start is retried on new ports.
         """
         os.makedirs(self.base_dir, exist_ok=True)
+        self._check_given_ports()
         attempts = 1 if self.master_port or self.node_base_port else 3
         for attempt in range(attempts):
             self.master = self._master_proc(f"tcp://{LOOPBACK}:{self.master_port or free_port()}").start()
             self.nodes = []
-            for i in range(self.datanodes):
-                port = self.node_base_port + i if self.node_base_port else free_port()
-                self.nodes.append(self._node_proc(i, f"tcp://{LOOPBACK}:{port}").start())
             try:
+                # The master first: a data node must never reach a master that is not ours
+                # (another one on a port ours failed to bind), or it joins that cluster.
+                self.wait_ready(timeout_s, nodes=0)
+                for i in range(self.datanodes):
+                    port = self.node_base_port + i if self.node_base_port else free_port()
+                    self.nodes.append(self._node_proc(i, f"tcp://{LOOPBACK}:{port}").start())
                 self.wait_ready(timeout_s)
                 return self
             except RuntimeError as exc:  # a process exited while starting
@@ -185,6 +214,14 @@ class LocalCluster:
                 if attempt == attempts - 1 or "Address already in use" not in str(exc):
                     raise
         return self
+
+    def _check_given_ports(self) -> None:
+        """Refuse to start on ports that are taken (``StartFailed``), before any process runs."""
+        if self.master_port:
+            check_port_free(self.master_port, "the master's")
+        if self.node_base_port:
+            for i in range(self.datanodes):
+                check_port_free(self.node_base_port + i, f"data node {i}'s")
 
     def _master_proc(self, addr: str) -> Proc:
         argv = [self.python, "-m", "master", "--data-dir", os.path.join(self.base_dir, "master"),
@@ -260,7 +297,10 @@ class LocalCluster:
             for proc in [self.master, *self.nodes]:
                 if proc is not None and proc.popen is not None and proc.popen.poll() is not None \
                         and proc.popen.returncode not in (0, -9, -15):
-                    raise RuntimeError(f"{proc.name} exited with {proc.popen.returncode}:\n{proc.tail()}")
+                    log = proc.tail()
+                    last = ([line for line in log.splitlines() if line.strip()] or ["no log"])[-1]
+                    raise StartFailed(f"{proc.name} exited with {proc.popen.returncode}: "
+                                      f"{last.strip().removeprefix('Error: ')[:300]}", log)
             try:
                 st = self.status(timeout_s=1.0)
                 if sum(1 for n in st.nodes if n.alive) >= want:

@@ -9,7 +9,7 @@ mode 0600:
 ``datanode`` the data nodes' key: their server key, and their key towards the master
              and towards each other (role ``node``)
 ``client``   producers and consumers (role ``client``)
-``admin``    operators: purge, redrive, configure, delete queues (role ``admin``)
+``admin``    operators: purge, redrive, configure, deletes, node removal (role ``admin``)
 ========== ===================================================================
 
 A server accepts every public key in the directory whose file name starts with a role's

@@ -32,6 +32,7 @@ class Heartbeat:
     items: int
     bytes_used: int
     free_bytes: int
+    cluster_id: str = ""  # the cluster this node joined ("": none yet, it adopts the master's)
 
 
 @message(31)
@@ -46,6 +47,7 @@ class HeartbeatReply:
     copies: list[CopyOrder]
     inventory: bool  # the master wants this node's full list of blob ids
     keys: list[CapabilityKey]
+    cluster_id: str = ""  # the master's cluster: a node of another one obeys nothing here
 
 
 @message(50)

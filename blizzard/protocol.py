@@ -330,6 +330,7 @@ class ClusterStatus:
     replication: int
     secure: bool  # CURVE keys on every socket; False: started with --insecure
     safe_mode: bool  # just started: nothing re-replicated or deleted until the nodes report
+    cluster_id: str = ""  # made by the master at its first start; data nodes keep it
 
 
 @message(55)
@@ -344,3 +345,41 @@ class Welcome:
     secure: bool
     node_key: bytes  # the data nodes' CURVE public key (z85); empty when insecure
     role: str  # the role this connection's key has ("" when insecure)
+
+
+# ---------------------------------------------------------------------------------------------
+# Operator removals (admin key): forget a dead data node, delete an item or a queue
+
+
+@message(60)
+class RemoveNode:
+    """Forget a dead data node: its replicas drop out and its items are re-replicated."""
+
+    node_id: str
+
+
+@message(61)
+class DeleteItem:
+    """Delete one item of ``queue`` (or a dead item that came from it) for good.
+
+    A leased item is refused unless ``force``.
+    """
+
+    queue: str
+    id: Id
+    force: bool
+
+
+@message(62)
+class DeleteQueue:
+    """Delete a queue, its settings and its items; a queue with items is refused unless ``force``."""
+
+    queue: str
+    force: bool
+
+
+@message(63)
+class Removed:
+    """Reply to the removals: how many items went (or, for a node, lost a replica)."""
+
+    count: int

@@ -50,6 +50,7 @@ def templates(rng: random.Random) -> list[Any]:
         p.Ack(ids, [1, 2, 3], False), p.Ack(ids, [1, 2, 3], True), p.Nack(ids[:1], [1], 0.5, "boom"), p.Extend(ids[:1], [1], 2.0),
         p.Stats("fz-q"), p.Ping(), p.ListQueues(), p.Status(), p.Peek("fz-q", 3), p.Redrive("fz-q", 1),
         p.Configure("fz-q", False, 2.0, 3, "", 0.0, 1.0, 0.0, 0), p.Purge("fz-q"),
+        p.RemoveNode("fz-node"), p.DeleteItem("fz-q", ids[0], True), p.DeleteQueue("fz-q", True),
         p.Heartbeat("fz-node", "tcp://127.0.0.1:9", 1, 2, 3),
         p.Replicated("fz-node", "fz-other", ids, ids[:1]), p.Inventory("fz-node", ids, True),
         p.BadReplica(ids[:2], ["fz-node", "fz-other"]),
@@ -58,7 +59,7 @@ def templates(rng: random.Random) -> list[Any]:
         p.Get(ids, None), p.Get(ids, get_grant), p.Delete(ids, None), p.Delete(ids, put_grant),
         p.Ok(), p.Error("x", "y"), p.Stored(["fz-node"]),
         p.Placement(ids[0], 3, [ref], 1, 1.0, put_grant), p.Unstored(["fz-node"], "x"),
-        p.Committed(3), p.Acked(1, []),
+        p.Committed(3), p.Acked(1, []), p.Removed(1),
         p.HeartbeatReply(ids, [p.CopyOrder(ref, ids)], True, [p.CapabilityKey(1, b"k" * 32)]),
     ]
 

@@ -17,7 +17,6 @@ import os
 import shutil
 import time
 import zlib
-from dataclasses import dataclass, field
 from typing import Any
 
 import plyvel
@@ -28,8 +27,10 @@ from blizzard import protocol as p
 from blizzard.errors import (BlizzardError, InvalidArgument, PayloadTooLarge, StorageError,
                              WrongNode)
 from blizzard.transport import Endpoint, RouterServer, check_addr, error_reply
+from datanode.cluster_id import ClusterMembership
 from datanode.config import DatanodeConfig, load_node_id
 from datanode.grants import Gate
+from datanode.jobs import PutJob, Refusals
 from datanode.metrics import DatanodeMetrics
 from datanode.store import BlobStore, LevelDbStore
 
@@ -40,30 +41,6 @@ MAX_REPLY_BYTES = 20 * 1024 * 1024  # blob bytes in one Get reply (plus at most 
 GET_SLICE = 256  # ids read from the store at a time while filling a reply
 MAX_PEERS = 64  # connections to other data nodes kept open; the least recently used goes
 MAX_FORWARD = 16  # replicas one put may name
-
-
-@dataclass
-class Refusals:
-    """Ids of reported puts that were refused in this pass, by the reason."""
-
-    by_error: dict[str, list[int]] = field(default_factory=dict)
-
-    def add(self, ids: list[int], error: str) -> None:
-        self.by_error.setdefault(error[:200], []).extend(ids)
-
-
-@dataclass
-class PutJob:
-    """A write waiting for replica confirmations: a client's Put, or a copy ordered by the master."""
-
-    peer: bytes | None  # the client to answer; None for a copy order
-    rid: int
-    needed: int
-    deadline: float
-    stored: list[str]
-    waiting: set[int] = field(default_factory=set)  # forward request ids
-    copy: p.Replicated | None = None  # the report to send the master once a copy is confirmed
-    done: bool = False
 
 
 class DatanodeServer:
@@ -78,6 +55,7 @@ class DatanodeServer:
         self.addr = config.advertise or config.bind
         self.store = store if store is not None else \
             LevelDbStore(os.path.join(config.data_dir, "blobs"))
+        self.cluster = ClusterMembership(self.store)  # obeys only a master of its cluster
         server_keys, self.keys = k.node_keys(config.keys) if config.keys else (None, None)
         self.router = RouterServer(self.ctx, config.bind, keys=server_keys)
         self.master = Endpoint(self.ctx, config.master, self.keys,
@@ -94,8 +72,8 @@ class DatanodeServer:
     # -- loop --------------------------------------------------------------------------------
 
     def serve_forever(self) -> None:
-        log.info("data node %s serving on %s (master %s)", self.node_id, self.addr,
-                 self.config.master)
+        log.info("data node %s serving on %s (master %s, cluster %s)", self.node_id, self.addr,
+                 self.config.master, self.cluster.cluster_id or "none yet")
         if self.keys is None:
             log.warning("SECURITY IS OFF (--insecure): anyone who reaches %s may read and "
                         "write blobs", self.addr)
@@ -297,7 +275,7 @@ class DatanodeServer:
             ep.discard_received()  # replies to reports need no action
             if reply is not None:
                 self.heartbeat_rid = None
-                if isinstance(reply, p.HeartbeatReply):
+                if self.cluster.accepts(reply):
                     self._obey(reply)
 
     def _obey(self, reply: p.HeartbeatReply) -> None:
@@ -395,6 +373,7 @@ class DatanodeServer:
         free = shutil.disk_usage(self.config.data_dir).free
         try:
             self.heartbeat_rid = self.master.send(p.Heartbeat(
-                self.node_id, self.addr, self.store.count, self.store.bytes_used, free))
+                self.node_id, self.addr, self.store.count, self.store.bytes_used, free,
+                self.cluster.cluster_id))
         except TimeoutError:
             self.heartbeat_rid = None

@@ -20,6 +20,12 @@ log = logging.getLogger(__name__)
 
 _KEY = struct.Struct(">Q")
 _CRC = struct.Struct("<I")
+# Blob keys are ids below 2**63, so their first byte is below 0x80; the node's own facts (the
+# cluster it joined) live under keys from 0xff on, outside every scan of blobs.
+_BLOBS_END = b"\x80"
+_META = b"\xffmeta:"
+
+
 def _id_range(ids: list[int]) -> tuple[int, int]:
     """The lowest and highest id; refuses ids the key format cannot hold (the codec refuses
     them first, and a store checks too)."""
@@ -45,6 +51,12 @@ class BlobStore(Protocol):
 
     def ids(self) -> Iterator[int]:
         """Every stored id, ascending."""
+
+    def get_meta(self, name: str) -> bytes | None:
+        """A fact about the node kept with its blobs (e.g. ``cluster_id``); None if never set."""
+
+    def put_meta(self, name: str, value: bytes) -> None:
+        """Keep a fact durably (synced) before the call returns."""
 
     checksum_failures: int  # reads that found a blob failing its checksum, since the start
 
@@ -83,7 +95,7 @@ class LevelDbStore:
         self._bytes = 0
         self.checksum_failures = 0
         self._max_id = -1  # ids only grow: a put above this cannot overwrite anything
-        for key, value in self.db.iterator():
+        for key, value in self.db.iterator(stop=_BLOBS_END):
             self._count += 1
             self._bytes += len(value) - _CRC.size
             self._max_id = _KEY.unpack(key)[0]
@@ -130,8 +142,14 @@ class LevelDbStore:
                     self._bytes -= len(raw) - _CRC.size
 
     def ids(self) -> Iterator[int]:
-        for key in self.db.iterator(include_value=False):
+        for key in self.db.iterator(include_value=False, stop=_BLOBS_END):
             yield _KEY.unpack(key)[0]
+
+    def get_meta(self, name: str) -> bytes | None:
+        return self.db.get(_META + name.encode())
+
+    def put_meta(self, name: str, value: bytes) -> None:
+        self.db.put(_META + name.encode(), value, sync=True)
 
     def corrupt_for_test(self, item_id: int) -> None:
         """Flip a payload byte in place (test hook for the checksum path)."""
@@ -157,6 +175,7 @@ class MemoryStore:
 
     def __init__(self) -> None:
         self.blobs: dict[int, bytes] = {}
+        self.meta: dict[str, bytes] = {}
         self.checksum_failures = 0
 
     def put_many(self, ids: list[int], blobs: list[bytes], crcs: list[int]) -> None:
@@ -175,6 +194,12 @@ class MemoryStore:
 
     def ids(self) -> Iterator[int]:
         return iter(sorted(self.blobs))
+
+    def get_meta(self, name: str) -> bytes | None:
+        return self.meta.get(name)
+
+    def put_meta(self, name: str, value: bytes) -> None:
+        self.meta[name] = value
 
     def corrupt_for_test(self, item_id: int) -> None:
         raw = bytearray(self.blobs[item_id])

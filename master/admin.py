@@ -113,4 +113,5 @@ class QueueAdmin:
         queues = [self.queue_stats(name, now) for name in sorted(self.state.queues)]
         under = self.repair.under_replicated(mono)
         return p.ClusterStatus(nodes, queues, under, self.config.replication,
-                               self.config.keys is not None, self.safe_mode.on)
+                               self.config.keys is not None, self.safe_mode.on,
+                               self.state.cluster_id)

@@ -139,3 +139,34 @@ class BuryItems:
     @property
     def not_befores(self) -> list[float]:
         return [0.0] * len(self.ids)
+
+
+# -- cluster identity and operator removals (codes 110-119) ----------------------------------
+
+
+@message(110)
+class ClusterCreated:
+    """The master's cluster id, made once at its first start: data nodes of another refuse it."""
+
+    cluster_id: str
+
+
+@message(111)
+class ForgetNode:
+    """An operator removed a dead data node: it is no longer a replica of anything."""
+
+    node_id: str
+
+
+@message(112)
+class DeleteItems:
+    """An operator deleted these items (ready, delayed, dead, or leased when forced)."""
+
+    ids: list[int]
+
+
+@message(113)
+class DeleteQueue:
+    """An operator deleted a queue: its settings and every item still in it are forgotten."""
+
+    queue: str

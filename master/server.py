@@ -7,8 +7,9 @@ durable with one fsync and only then sends the replies (group commit).
 
 The concepts live in collaborators: ``ItemIds`` (ids), ``Blocks`` (ids handed out, put reports), ``Enqueues`` (enqueue, commit, staged),
 ``Leases`` (lease, ack, nack, extend, waiters, expiry), ``QueueAdmin``, ``DatanodeReports``,
-``Deletes``, ``SafeMode`` and ``CapabilityKeys`` (the grants' signing keys); each gets
-``log_record`` to change durable state.
+``Deletes``, ``SafeMode``, ``CapabilityKeys`` (the grants' signing keys), ``ClusterIdentity``
+(the cluster id heartbeats are checked against) and ``Removals`` (node remove, item and queue
+deletes); each gets ``log_record`` to change durable state.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from master import checkpoint, records
 from master.admin import QueueAdmin
 from master.blocks import Blocks
 from master.capabilities import CapabilityKeys
+from master.cluster_id import ClusterIdentity
 from master.config import MasterConfig
 from master.counts import QueueCounts
 from master.datanodes import DatanodeReports
@@ -40,6 +42,7 @@ from master.item import LEASED
 from master.leases import Leases
 from master.membership import Membership
 from master.metrics import MasterMetrics
+from master.removal import Removals
 from master.repair import Repairer
 from master.safe_mode import SafeMode
 from master.state import State
@@ -62,6 +65,8 @@ NODE_OPS = frozenset({p.Heartbeat, p.PutReport, p.Replicated, p.Inventory})
 CLIENT_OPS = frozenset({p.Place, p.Enqueue, p.Commit, p.Lease, p.Ack, p.Nack, p.Extend,
                         p.Stats, p.ListQueues, p.BadReplica})
 ADMIN_OPS = frozenset({p.Configure, p.Purge, p.Redrive, p.Peek})
+# Operator removals (master/removal.py: forget a dead node, delete an item or a queue).
+ADMIN_OPS |= frozenset({p.RemoveNode, p.DeleteItem, p.DeleteQueue})
 ANY_OPS = frozenset({p.Ping, p.Hello, p.Status})
 CLIENT_OPS |= {p.Lookup, p.Bury, p.TaskStats}  # tasks: HTTP push delivery (master/tasks.py)
 ALLOWED = {"node": NODE_OPS | ANY_OPS, "client": CLIENT_OPS | ANY_OPS,
@@ -146,6 +151,11 @@ class MasterServer:
         }
         self.handlers.update({p.Lookup: self.tasks.lookup, p.Bury: self.tasks.bury,
                               p.TaskStats: self.tasks.task_stats})
+        # The cluster id gates heartbeats (master/cluster_id.py); operator removals.
+        self.identity = ClusterIdentity(self.state, self.log_record, self.datanodes)
+        self.removals = Removals(self.state, self.log_record, self.membership, self.safe_mode,
+                                 self.repair, self.deletes, self.leases)
+        self.handlers.update({p.Heartbeat: self.identity.heartbeat, **self.removals.handlers()})
 
     def hello(self, msg: p.Hello, now: float, mono: float, peer: bytes, rid: int) -> p.Welcome:
         return p.Welcome(self.config.keys is not None, self.node_key,

@@ -19,6 +19,7 @@ from dataclasses import asdict
 from typing import Any, Iterable, Iterator
 
 from master import checkpoint_schema as schema
+from master import state_removals
 from master.item import DELAYED, LEASED, READY, Item, QueueState
 from master.queues import QueueConfig
 from master.records import (AckItems, AddReplicas, BuryItems, CommitItems, ConfigureQueue,
@@ -35,6 +36,7 @@ class State:
     def __init__(self) -> None:
         self.id_hi = 1
         self.lease_seq = 0
+        self.cluster_id = ""  # made at the master's first start (``ClusterCreated``)
         self.items: dict[int, Item] = {}
         self.queues: dict[str, QueueState] = {}
         self.held: dict[int, tuple[int, float]] = {}  # leased id -> (lease token, deadline)
@@ -72,7 +74,7 @@ class State:
                 for old in self.waiting_with_key(rec.queue, key):
                     priority = min(priority, old.priority)
                     order = min(order, old.order)
-                    self._forget(old)
+                    self.forget(old)
             item = make(Item, (priority, order, item_id, q.name, rec.sizes[i], rec.crcs[i], key,
                                nodes, rec.at, 0, DELAYED if rec.not_befores[i] > 0 else READY))
             self._enter(q, item, rec.not_befores[i])
@@ -104,7 +106,7 @@ class State:
                     self.recent_acks[item_id] = self.held[item_id][0]
                     if len(self.recent_acks) > RECENT_ACKS:
                         self.recent_acks.popitem(last=False)
-                self._forget(item)
+                self.forget(item)
 
     def _apply_release(self, rec: ReleaseItems | BuryItems) -> None:
         for item_id, not_before in zip(rec.ids, rec.not_befores):
@@ -146,26 +148,25 @@ class State:
         for item_id in rec.ids:
             item = self.items.get(item_id)
             if item is not None and rec.node not in item.nodes:
-                self._set_nodes(item, item.nodes + (rec.node,))
+                self.set_nodes(item, item.nodes + (rec.node,))
 
     def _apply_drop_replicas(self, rec: DropReplicas) -> None:
         for item_id in rec.ids:
             item = self.items.get(item_id)
             if item is not None and rec.node in item.nodes:
-                self._set_nodes(item, tuple(n for n in item.nodes if n != rec.node))
+                self.set_nodes(item, tuple(n for n in item.nodes if n != rec.node))
 
     _APPLY = {
-        Reserve: _apply_reserve,
-        CommitItems: _apply_commit,
+        Reserve: _apply_reserve, CommitItems: _apply_commit,
         LeaseItems: _apply_lease,
         AckItems: _apply_ack,
-        ReleaseItems: _apply_release,
-        BuryItems: _apply_release,
+        ReleaseItems: _apply_release, BuryItems: _apply_release,
         RedriveItems: _apply_redrive,
         ConfigureQueue: _apply_configure,
         NodeSeen: _apply_node_seen,
         AddReplicas: _apply_add_replicas,
         DropReplicas: _apply_drop_replicas,
+        **state_removals.APPLY,  # cluster identity and operator removals
     }
 
     # -- helpers ---------------------------------------------------------------------------
@@ -207,7 +208,7 @@ class State:
         status = DELAYED if not_before > 0 else READY
         self._enter(q, item._replace(status=status, **changes), not_before)
 
-    def _set_nodes(self, item: Item, nodes: tuple[str, ...]) -> None:
+    def set_nodes(self, item: Item, nodes: tuple[str, ...]) -> None:
         """A new record with other replicas; a waiting item is pushed again under it."""
         new = item._replace(nodes=self.replica_set(nodes))
         self.items[item.id] = new
@@ -233,7 +234,7 @@ class State:
             if item.key:
                 q.active.discard(item.key)
 
-    def _forget(self, item: Item) -> None:
+    def forget(self, item: Item) -> None:
         q = self.queues[item.queue]
         self._leave(q, item)
         q.unindex(item)
@@ -320,7 +321,7 @@ class State:
         """Everything durable as plain data (msgpack-able), for a checkpoint: a header of named
         values, then one row per item, so neither writing nor reading needs it all at once."""
         yield {"version": schema.VERSION, "id_hi": self.id_hi, "lease_seq": self.lease_seq,
-               "node_addrs": self.node_addrs,
+               "node_addrs": self.node_addrs, "cluster_id": self.cluster_id,
                "recent_leases": [[k, list(v[0]), list(v[1])] for k, v in self.recent_leases.items()],
                "recent_commits": list(self.recent_commits),
                "queues": [{"name": q.name, **asdict(q.config)} for q in self.queues.values()],
@@ -345,6 +346,7 @@ class State:
         parts = iter(parts)
         head = schema.read_header(next(parts))
         s.id_hi, s.lease_seq, s.node_addrs = head["id_hi"], head["lease_seq"], head["node_addrs"]
+        s.cluster_id = head.get("cluster_id", "")  # none in checkpoints older than cluster ids
         s.recent_acks = OrderedDict((i, lease) for i, lease in head["recent_acks"])
         s.recent_leases = OrderedDict((k, (ids, leases)) for k, ids, leases in head["recent_leases"])
         s.recent_commits = OrderedDict.fromkeys(head["recent_commits"])
@@ -389,7 +391,7 @@ class State:
 
     def snapshot(self) -> tuple:
         """A comparable picture of the durable state (tests compare live and replayed)."""
-        return (self.id_hi, self.lease_seq, sorted(self.node_addrs.items()),
+        return (self.cluster_id, self.id_hi, self.lease_seq, sorted(self.node_addrs.items()),
                 list(self.recent_leases.items()), list(self.recent_commits),
                 list(self.recent_acks.items()),
                 sorted(self._row(i) for i in self.items.values()),

@@ -241,8 +241,8 @@ def test_a_cluster_on_a_port_in_use_is_one_clear_line(tmp_path):
                    str(port), "--node-port", str(free_port()), "--no-metrics")
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     (line,) = proc.stderr.splitlines()
-    assert line.startswith("Error: master exited with 1: cannot listen on ")
-    assert "Address already in use — is another master running?" in line
+    assert line.startswith(f"Error: the master's port {port} on 127.0.0.1 is taken (Address "
+                           "already in use): is another cluster running there?")
     assert proc.stdout == "stopped\n"  # no banner: the cluster never served
 
 

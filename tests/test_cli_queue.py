@@ -12,7 +12,8 @@ def test_status_and_queue_json_documents(cluster):
     m = cluster.master_addr
     run("enqueue", "jobs", "a", "b", master=m)
     status = json.loads(run("status", "--json", master=m).stdout)
-    assert set(status) == {"secure", "replication", "under_replicated", "nodes", "queues"}
+    assert set(status) == {"cluster_id", "secure", "replication", "under_replicated", "nodes",
+                           "queues"}
     assert status["secure"] is True and len(status["nodes"]) == 3
     assert set(status["nodes"][0]) == {"node_id", "addr", "alive", "heartbeat_age_s", "items",
                                        "bytes_used", "free_bytes"}

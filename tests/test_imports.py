@@ -21,7 +21,7 @@ ABOVE_GROUND = ("master", "datanode", "chaos", "bench", "blizzard.cli", "blizzar
                 "blizzard.cli_items", "blizzard.cli_output", "blizzard.cli_queue",
                 "blizzard.harness", "blizzard.spark",
                 "blizzard.cli_dashboard", "blizzard.dashboard", "blizzard.dashboard_server",
-                "blizzard.cli_dispatch", "blizzard.cli_worker")
+                "blizzard.cli_dispatch", "blizzard.cli_worker", "blizzard.cli_removal")
 
 
 def modules() -> dict[str, Path]:

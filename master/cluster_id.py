@@ -1,0 +1,69 @@
+"""The cluster's identity: made once, kept in the WAL, checked on every data node's heartbeat.
+
+Two clusters on one machine (or a data node pointed at the wrong master) must not mix: a node
+of one cluster joining another would be counted there as a replica holder and stay "dead" for
+good once it left. So the master makes a random id at its first start (``ClusterCreated``,
+kept in the WAL and in every checkpoint; a data dir from before cluster ids gets one on its
+next start), every data node keeps the id of the first master it reached in its store and
+sends it with each heartbeat, and each side refuses the other's cluster.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import secrets
+from typing import Any, Callable
+
+from blizzard import protocol as p
+from blizzard.errors import ForeignCluster
+from master.datanodes import DatanodeReports
+from master.records import ClusterCreated
+from master.state import State
+
+log = logging.getLogger(__name__)
+
+MAX_REFUSED_LOGGED = 1024  # foreign nodes remembered so each is logged once
+
+
+def new_cluster_id() -> str:
+    """16 random hex characters: two clusters never draw the same one in practice."""
+    return secrets.token_hex(8)
+
+
+class ClusterIdentity:
+    """The master's cluster id, and the gate every heartbeat passes before it registers a node."""
+
+    def __init__(self, state: State, log_record: Callable[[Any], None],
+                 datanodes: DatanodeReports) -> None:
+        self.state = state
+        self.datanodes = datanodes
+        self.refused: set[tuple[str, str]] = set()  # (node id, its cluster id) logged already
+        made = not state.cluster_id  # a first start, or a data dir from before cluster ids
+        if made:
+            log_record(ClusterCreated(new_cluster_id()))
+        log.info("cluster id %s%s", state.cluster_id, " (new)" if made else "")
+
+    @property
+    def cluster_id(self) -> str:
+        return self.state.cluster_id
+
+    def heartbeat(self, msg: p.Heartbeat, now: float, mono: float, peer: bytes = b"",
+                  rid: int = 0) -> p.HeartbeatReply:
+        """A node of this cluster (or a fresh one, which adopts this id) is served as usual;
+        a node of another cluster gets ``ForeignCluster`` and is not registered."""
+        if msg.cluster_id and msg.cluster_id != self.cluster_id:
+            self._log_refusal(msg.node_id[:64], msg.cluster_id[:64])
+            raise ForeignCluster(
+                f"this master is of cluster {self.cluster_id}; data node {msg.node_id[:64]} "
+                f"belongs to cluster {msg.cluster_id[:64]} (is its --master the right one?)")
+        reply = self.datanodes.heartbeat(msg, now, mono, peer, rid)
+        return dataclasses.replace(reply, cluster_id=self.cluster_id)
+
+    def _log_refusal(self, node_id: str, cluster_id: str) -> None:
+        """Once per node and foreign id: a refused node heartbeats every second."""
+        if (node_id, cluster_id) in self.refused or len(self.refused) >= MAX_REFUSED_LOGGED:
+            return
+        self.refused.add((node_id, cluster_id))
+        log.error("refusing data node %s of another cluster (%s; this is %s): it is not "
+                  "registered", node_id, cluster_id, self.cluster_id)

@@ -1,0 +1,41 @@
+"""How the state applies the records of cluster identity and of operator removals.
+
+Part of the pure state machine (``State.apply`` dispatches these records here), kept apart so
+each file stays short: like every apply, these touch no socket, file or clock.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from master.records import ClusterCreated, DeleteItems, DeleteQueue, ForgetNode
+
+
+def apply_cluster_created(state: Any, rec: ClusterCreated) -> None:
+    """The first id a master made is its cluster's for good."""
+    state.cluster_id = state.cluster_id or rec.cluster_id
+
+
+def apply_forget_node(state: Any, rec: ForgetNode) -> None:
+    """The node is no replica of anything any more; its address is forgotten too."""
+    state.node_addrs.pop(rec.node_id, None)
+    for item in [i for i in state.items.values() if rec.node_id in i.nodes]:
+        state.set_nodes(item, tuple(n for n in item.nodes if n != rec.node_id))
+
+
+def apply_delete_items(state: Any, rec: DeleteItems) -> None:
+    for item_id in rec.ids:
+        item = state.items.get(item_id)
+        if item is not None:
+            state.forget(item)
+
+
+def apply_delete_queue(state: Any, rec: DeleteQueue) -> None:
+    """Every item still in the queue goes, then the queue with its settings."""
+    for item in [i for i in state.items.values() if i.queue == rec.queue]:
+        state.forget(item)
+    state.queues.pop(rec.queue, None)
+
+
+APPLY = {ClusterCreated: apply_cluster_created, ForgetNode: apply_forget_node,
+         DeleteItems: apply_delete_items, DeleteQueue: apply_delete_queue}
