@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import heapq
 from typing import Any, Callable
 
 from blizzard import protocol as p
@@ -47,11 +48,23 @@ class QueueAdmin:
         dead = dead_q.n_ready + dead_q.n_delayed + dead_q.n_leased if dead_q is not None else 0
         if q is None:
             return p.QueueStats(name, 0, 0, 0, pending, dead, 0.0, enqueued, acked, settings)
-        # the heap's top may be a stale entry (leased or acked since): head() passes over those
-        head = self.state.head(name, 1, now)  # (and promotes delayed items whose time came)
-        oldest = max(0.0, now - self.state.items[head[0]].enqueued_at) if head else 0.0
+        top = self._first_ready(q, now)
+        oldest = max(0.0, now - top.enqueued_at) if top is not None else 0.0
         return p.QueueStats(name, q.n_ready, q.n_delayed, q.n_leased, pending, dead, oldest,
                             enqueued, acked, settings)
+
+    def _first_ready(self, q: Any, now: float) -> Any:
+        """The ready item served next, key exclusion aside (its age is the queue's age).
+
+        Stale heap entries (leased or acked since they were pushed) are dropped off the top
+        for good, as ``State.head`` drops them; unlike ``head`` this never walks past a live
+        item, so a large backlog behind one leased key costs nothing here.
+        """
+        self.state.promote_due(q, now)
+        heap, items = q.ready, self.state.items
+        while heap and items.get(heap[0].id) is not heap[0]:
+            heapq.heappop(heap)
+        return heap[0] if heap else None
 
     def stats(self, msg: p.Stats, now: float, *_: Any) -> p.QueueStats:
         return self.queue_stats(checks.queue_name(msg.queue), now)

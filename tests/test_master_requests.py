@@ -396,3 +396,15 @@ def test_the_oldest_age_is_the_heads_after_items_before_it_were_leased_and_acked
     time.sleep(0.01)
     stats = call(master, p.Stats("q"))
     assert stats.ready == 2 and stats.oldest_age_s >= 0.01
+
+
+def test_the_oldest_age_counts_items_waiting_behind_a_leased_key(master):
+    placement = place(master, 3)
+    report(master, placement.ids)
+    call(master, enqueue_msg(placement.ids, keys=["k"] * 3))
+    leased = call(master, p.Lease("q", 1, 30.0, 0.0, "l1", [], []))
+    assert len(leased.ids) == 1
+    assert call(master, p.Lease("q", 1, 30.0, 0.0, "l2", [], [])).ids == []  # the key is busy
+    time.sleep(0.01)
+    stats = call(master, p.Stats("q"))
+    assert stats.ready == 2 and stats.oldest_age_s >= 0.01  # two wait, however busy their key
