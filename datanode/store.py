@@ -90,7 +90,14 @@ class LevelDbStore:
     def __init__(self, path: str) -> None:
         # A large memtable means fewer level-0 files and so fewer compactions competing with
         # the synced writes of a node that holds a big backlog (LevelDB's default is 4 MiB).
-        self.db = plyvel.DB(path, create_if_missing=True, write_buffer_size=WRITE_BUFFER_BYTES)
+        try:
+            self.db = plyvel.DB(path, create_if_missing=True,
+                                write_buffer_size=WRITE_BUFFER_BYTES)
+        except plyvel.IOError as exc:
+            if "lock" not in str(exc):
+                raise
+            raise OSError(f"the store in {path} is in use by another process (is a data node "
+                          "already running on this data dir?)") from None
         self._count = 0
         self._bytes = 0
         self.checksum_failures = 0

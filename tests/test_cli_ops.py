@@ -257,6 +257,16 @@ def test_a_second_master_on_a_data_dir_in_use_is_one_clear_line(cluster):
     assert len(cluster.status().nodes) == 3  # the running master was not disturbed
 
 
+def test_a_second_data_node_on_a_store_in_use_is_one_clear_line(cluster):
+    store = os.path.join(cluster.base_dir, "datanode0")
+    proc = run("datanode", "--data-dir", store, "--bind", f"tcp://127.0.0.1:{free_port()}",
+               "--master", cluster.master_addr, "--insecure")
+    assert proc.returncode == 1
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith("Error: the store in ") and "is in use by another process" in line
+    assert len(cluster.status().nodes) == 3
+
+
 # -- status: the age of its counts, --watch ----------------------------------------------------
 
 def test_status_counts_say_their_age(cluster):
