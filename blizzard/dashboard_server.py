@@ -9,13 +9,16 @@ and the Content-Security-Policy header lets the browser load nothing but this se
 Defences of a page without a login: a request whose Host header names another site is
 refused (421), so a page of that site whose name was made to resolve to this address (DNS
 rebinding) cannot read ``/api/state``; a connection that sends nothing for
-``IDLE_TIMEOUT_S`` is closed; and at most ``MAX_CONNECTIONS`` are served at once (a thread
-each), those above it are closed at once, so idle connections cannot pile up threads.
+``IDLE_TIMEOUT_S``, or is still open after ``CONNECTION_S`` (one trickling a byte at a
+time), is closed; and at most ``MAX_CONNECTIONS`` are served at once (a thread each), those
+above it are closed at once, so slow or idle connections cannot pile up threads.
 """
 
 from __future__ import annotations
 
 import logging
+import socket
+import sys
 import threading
 import time
 from http import HTTPStatus
@@ -37,6 +40,7 @@ STATE_PATH = "/api/state"
 POLICY = "default-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'"
 LOCAL_NAMES = ("localhost", "127.0.0.1")  # Host names always answered, besides the bind address
 IDLE_TIMEOUT_S = 10.0  # a connection silent (or not reading) this long is closed
+CONNECTION_S = 30.0  # a connection's whole life: reading the request and sending the reply
 MAX_CONNECTIONS = 64  # served at once; more are closed unanswered
 
 
@@ -67,9 +71,12 @@ class PageServer(ThreadingHTTPServer):
     request_queue_size = MAX_CONNECTIONS
 
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler],
-                 allow_hosts: Iterable[str] = (), max_connections: int = MAX_CONNECTIONS) -> None:
-        self.max_connections = max_connections
+                 allow_hosts: Iterable[str] = (), max_connections: int = MAX_CONNECTIONS,
+                 connection_s: float = CONNECTION_S) -> None:
+        self.max_connections, self.connection_s = max_connections, connection_s
         self.slots = threading.BoundedSemaphore(max_connections)
+        self.deadlines: dict[socket.socket, float] = {}  # open connections: monotonic ends
+        self.deadlines_lock = threading.Lock()
         super().__init__(address, handler)
         self.names = frozenset(n.lower().rstrip(".")
                                for n in (address[0], *LOCAL_NAMES, *allow_hosts))
@@ -88,17 +95,43 @@ class PageServer(ThreadingHTTPServer):
                      self.max_connections, client_address[0])
             self.shutdown_request(request)
             return
+        with self.deadlines_lock:
+            self.deadlines[request] = time.monotonic() + self.connection_s
         try:
             super().process_request(request, client_address)
         except BaseException:
-            self.slots.release()  # no thread started to release it
+            self._forget(request)  # no thread started to do it
             raise
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self.slots.release()
+            self._forget(request)
+
+    def _forget(self, request: Any) -> None:
+        with self.deadlines_lock:
+            del self.deadlines[request]
+        self.slots.release()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A connection the client or the deadline cut is routine; anything else a fault."""
+        if isinstance(sys.exc_info()[1], OSError):
+            log.debug("connection from %s ended early", client_address[0], exc_info=True)
+        else:
+            log.exception("serving %s failed", client_address[0])
+
+    def service_actions(self) -> None:
+        """Cut connections open past ``connection_s`` (``serve_forever`` calls this at least
+        every half second): their threads' reads and writes end at once."""
+        now = time.monotonic()
+        with self.deadlines_lock:
+            overdue = [conn for conn, end in self.deadlines.items() if end < now]
+        for conn in overdue:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:  # closed meanwhile
+                pass
 
 
 def make_handler(state: Callable[[], bytes], assets: dict[str, tuple[bytes, str]],
@@ -146,9 +179,10 @@ def make_handler(state: Callable[[], bytes], assets: dict[str, tuple[bytes, str]
 
 def make_server(bind: str, port: int, history: History, master: str, *,
                 allow_hosts: Iterable[str] = (), idle_timeout_s: float = IDLE_TIMEOUT_S,
+                connection_s: float = CONNECTION_S,
                 max_connections: int = MAX_CONNECTIONS) -> PageServer:
     """A server listening on ``bind``:``port`` now (``OSError`` if it cannot), answering to
     Host names ``bind``, localhost, 127.0.0.1 and ``allow_hosts``; call ``serve_forever``."""
     cache = StateCache(history, master)
     handler = make_handler(lambda: cache.json(time.time()), load_assets(), idle_timeout_s)
-    return PageServer((bind, port), handler, allow_hosts, max_connections)
+    return PageServer((bind, port), handler, allow_hosts, max_connections, connection_s)

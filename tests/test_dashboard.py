@@ -110,7 +110,8 @@ def test_the_state_is_made_once_per_sample_however_many_requests(monkeypatch):
 
 def test_the_dead_letter_hint_names_the_queue_in_force():
     h = History()
-    h.add(1000.0, 0.0, status(queue("jobs", dead=2), queue("mail", dead=1, dead_letter="graveyard")))
+    h.add(1000.0, 0.0, status(queue("jobs", dead=2),
+                              queue("mail", dead=1, dead_letter="graveyard")))
     doc = state_doc(h, MASTER, now=1000.0)
     assert {q["queue"]: q["dead_letter"] for q in doc["queues"]} == \
         {"jobs": "jobs.dead", "mail": "graveyard"}
@@ -281,6 +282,19 @@ def test_idle_connections_cannot_pile_up_threads_and_time_out(serve):
     finally:
         for sock in idle:
             sock.close()
+
+
+def test_a_connection_trickling_its_request_is_cut_at_its_deadline(serve):
+    url = serve(idle_timeout_s=1.0, connection_s=2.0)
+    request = b"GET /api/state HTTP/1.0\r\nHost: 127.0.0.1\r\nX-Slow: " + b"a" * 100
+    with socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1]))) as slow:
+        opened = time.monotonic()
+        for byte in request:  # one byte each 0.2 s: never idle for the 1 s timeout
+            if closed(slow):
+                break
+            slow.send(bytes([byte]))
+            time.sleep(0.2)  # the attacker's pace, not a wait for the server
+        assert closed(slow) and 2.0 <= time.monotonic() - opened < 4.0
 
 
 # -- the real command, and the page in a real browser ---------------------------------------
