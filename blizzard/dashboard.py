@@ -209,6 +209,7 @@ def _queue_doc(q: p.QueueStats, recent: list[Sample]) -> dict[str, Any]:
             "pending": q.pending, "dead": q.dead, "dead_letter": dead_letter_queue(q),
             "oldest_age_s": round(q.oldest_age_s, 1),
             "enqueued_total": q.enqueued_total, "acked_total": q.acked_total,
+            # nothing measured yet (one answer so far): nothing moved, as far as is known
             "enqueue_per_s": enqueue_per_s or 0.0, "ack_per_s": ack_per_s or 0.0}
 
 
@@ -268,7 +269,7 @@ class StateCache:
         self._made_at = -1  # ``history.added`` when ``_body`` was made
         self._body = ""
 
-    def json(self, now: float) -> bytes:
+    def body(self, now: float) -> bytes:
         with self._lock:
             added = self.history.added
             if added != self._made_at:

@@ -184,5 +184,5 @@ def make_server(bind: str, port: int, history: History, master: str, *,
     """A server listening on ``bind``:``port`` now (``OSError`` if it cannot), answering to
     Host names ``bind``, localhost, 127.0.0.1 and ``allow_hosts``; call ``serve_forever``."""
     cache = StateCache(history, master)
-    handler = make_handler(lambda: cache.json(time.time()), load_assets(), idle_timeout_s)
+    handler = make_handler(lambda: cache.body(time.time()), load_assets(), idle_timeout_s)
     return PageServer((bind, port), handler, allow_hosts, max_connections, connection_s)

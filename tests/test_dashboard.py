@@ -102,10 +102,10 @@ def test_the_state_is_made_once_per_sample_however_many_requests(monkeypatch):
     h = History()
     h.add(1000.0, 0.0, status(queue("jobs")))
     cache = StateCache(h, MASTER)
-    first, second = json.loads(cache.json(1001.0)), json.loads(cache.json(1002.0))
+    first, second = json.loads(cache.body(1001.0)), json.loads(cache.body(1002.0))
     assert (first["now"], second["now"], len(made)) == (1001.0, 1002.0, 1)
     h.add(1002.0, 2.0, status(queue("jobs")))
-    assert json.loads(cache.json(1003.0)) == {"now": 1003.0, "queues": []} and len(made) == 2
+    assert json.loads(cache.body(1003.0)) == {"now": 1003.0, "queues": []} and len(made) == 2
 
 
 def test_the_dead_letter_hint_names_the_queue_in_force():
