@@ -27,11 +27,14 @@ def status(master: str, timeout_s: float, as_json: bool, watch_s: float | None) 
 
     Queue counts are the master's, exact when shown; a data node's items and bytes are
     those of its last heartbeat, shown with their age ("as of 0.4 s ago").
-    --json: {"cluster_id", "secure", "replication", "under_replicated", "nodes": [{"node_id",
-    "addr", "alive", "heartbeat_age_s" (age of items, bytes_used and free_bytes), "items",
-    "bytes_used", "free_bytes"}], "queues": [{queue, ready, delayed, leased, pending, dead,
-    oldest_age_s}]}. With --watch, one such document a line ({"error", "error_class"} while
-    the master does not answer).
+    Safe mode: the master just started and neither re-replicates nor deletes until the data
+    nodes have reported.
+    --json: {"cluster_id", "secure", "safe_mode", "replication", "under_replicated",
+    "nodes": [{"node_id", "addr", "alive", "heartbeat_age_s" (age of items, bytes_used and
+    free_bytes), "items", "bytes_used", "free_bytes"}], "queues": [{queue, ready, delayed, leased, pending, dead,
+    oldest_age_s, enqueued_total, acked_total (both since the master started)}]}. With
+    --watch, one such document a line ({"error", "error_class"} while the master does not
+    answer).
     """
     from blizzard.client import Client
 
@@ -49,13 +52,15 @@ def status(master: str, timeout_s: float, as_json: bool, watch_s: float | None) 
 def _status_doc(st: Any) -> dict[str, Any]:
     from blizzard.admin import stats_dict
 
-    return {"cluster_id": st.cluster_id, "secure": st.secure, "replication": st.replication,
+    return {"cluster_id": st.cluster_id, "secure": st.secure, "safe_mode": st.safe_mode,
+            "replication": st.replication,
             "under_replicated": st.under_replicated,
             "nodes": [{"node_id": n.node_id, "addr": n.addr, "alive": n.alive,
                        "heartbeat_age_s": round(n.heartbeat_age_s, 3), "items": n.items,
                        "bytes_used": n.bytes_used, "free_bytes": n.free_bytes}
                       for n in st.nodes],
-            "queues": [shown_stats(stats_dict(q)) for q in st.queues]}
+            "queues": [{**shown_stats(stats_dict(q)), "enqueued_total": q.enqueued_total,
+                        "acked_total": q.acked_total} for q in st.queues]}
 
 
 def _status_lines(st: Any) -> list[str]:
@@ -63,6 +68,8 @@ def _status_lines(st: Any) -> list[str]:
     lines = [f"cluster: {st.cluster_id}",
              "security: on (CURVE keys, capabilities)" if st.secure else
              "security: OFF (servers started with --insecure)",
+             "safe mode: ON (the master just started: no re-replication or deletion until "
+             "the data nodes report)" if st.safe_mode else "safe mode: off",
              f"data nodes (replication {st.replication}, under-replicated items "
              f"{st.under_replicated}; items and bytes as of heartbeats):",
              f"  {'node':<16} {'address':<24} {'state':<6} {'as of':>10} {'items':>9} "

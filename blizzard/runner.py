@@ -30,12 +30,14 @@ MAX_ERROR_CHARS = 2000  # what the master keeps of a nack's error
 
 @dataclass(slots=True)
 class Outcome:
-    """How one job went: ``error`` "" is success; ``poison``: no attempt can ever succeed
-    here (an unknown task name, a payload that is not a task call)."""
+    """How one job went: ``error`` "" is success; ``poison``: no attempt can succeed on this
+    worker (an unknown task name: another worker may know it); ``bury``: no attempt can
+    succeed on any worker (a payload that is not a task call)."""
 
     msg: Message
     error: str = ""
     poison: bool = False
+    bury: bool = False
     seconds: float = 0.0  # how long the task ran
 
 
@@ -54,7 +56,7 @@ def run_job(tasks: Mapping[str, Task], msg: Message) -> Outcome:
     try:
         name, args, kwargs = decode_call(msg.data)
     except ProtocolError as exc:
-        return Outcome(msg, f"undecodable task payload: {exc.message}", poison=True)
+        return Outcome(msg, f"undecodable task payload: {exc.message}", bury=True)
     found = tasks.get(name)
     if found is None:
         return Outcome(msg, f"unknown task {name[:200]!r}: this worker runs "

@@ -9,11 +9,11 @@ Only this loop talks to the cluster; per round trip to the master it moves many 
 - The acks of finished jobs ride on the next lease (``Lease.ack_ids``). Acks that would wait
   longer than ``ACK_HOLD_S`` for one go out alone, unanswered (``Message.ack()``'s way).
 - A job that raised is nacked with its error: the queue's back-off says when it comes back,
-  its ``max_attempts`` when it moves to the dead-letter queue instead. A job that cannot
-  succeed on any worker running these tasks (its task name is unknown, its payload is not a
-  task call) is nacked without delay, so it reaches the dead-letter queue after
-  ``max_attempts`` quick deliveries (a queue with ``max_attempts`` 0 keeps it, retried every
-  ``POISON_RETRY_S``).
+  its ``max_attempts`` when it moves to the dead-letter queue instead. A job whose task
+  name is unknown here (another worker may know it) is nacked without delay, so it reaches
+  the dead-letter queue after ``max_attempts`` quick deliveries (a queue with
+  ``max_attempts`` 0 keeps it, retried every ``POISON_RETRY_S``). A job whose payload is not
+  a task call can succeed on no worker: it is buried (moved to the dead-letter queue) at once.
 - The leases of jobs held, running or waiting, are extended when a third of them is left.
 
 ``stop()`` (SIGTERM) ends leasing; the jobs already leased are run (a prefetched one too:
@@ -32,6 +32,7 @@ from typing import Any, Iterable
 
 from blizzard.client import Client
 from blizzard.errors import ClusterError, InvalidArgument, LeaseExpired
+from blizzard.http_task import bury
 from blizzard.message import Message
 from blizzard.runner import Outcome, Runner
 from blizzard.task import Task, ensure_queue
@@ -256,6 +257,7 @@ class Worker:
             self.prefetch.record(outcome.seconds)
         self.settled_since_empty = True
         nacks: dict[tuple[str, float | None], list[Message]] = {}
+        burials: dict[str, list[Message]] = {}
         for outcome in outcomes:
             held = self.held.pop((outcome.msg.id, outcome.msg.lease))
             if not outcome.error:
@@ -268,13 +270,22 @@ class Worker:
             msg = outcome.msg
             log.warning("job %d of %s failed (attempt %d): %s", msg.id, msg.queue,
                         msg.attempts + 1, outcome.error)
-            nacks.setdefault((outcome.error, self._retry_delay(outcome)), []).append(msg)
+            if outcome.bury:
+                burials.setdefault(outcome.error, []).append(msg)
+            else:
+                nacks.setdefault((outcome.error, self._retry_delay(outcome)), []).append(msg)
         for (error, delay_s), msgs in nacks.items():
             try:
                 self.client.nack_many(msgs, delay_s=delay_s, error=error)
             except ClusterError as exc:  # LeaseExpired, too: it was delivered again already
                 log.warning("could not give back %d failed jobs (they come back when their "
                             "leases end): %s", len(msgs), exc.message)
+        for error, msgs in burials.items():
+            try:
+                bury(self.client, msgs, error)
+            except ClusterError as exc:  # they come back and are buried then
+                log.warning("could not move %d undoable jobs to the dead-letter queue (they "
+                            "come back when their leases end): %s", len(msgs), exc.message)
 
     def _retry_delay(self, outcome: Outcome) -> float | None:
         """None: the queue's back-off; a poison job: at once, unless it could never die."""

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import base64
 
+from blizzard import protocol as p
 from blizzard.cli_common import master_origin
 from blizzard.cli_output import escape, payload, seconds, shown_stats, size
+from blizzard.cli_queue import _status_doc, _status_lines
+from blizzard.queue_settings import SETTINGS
 
 
 def test_payloads_print_on_one_line_and_as_json_fields():
@@ -33,3 +36,17 @@ def test_the_master_address_origin_is_explained():
     assert "--master" in master_origin(["status", "--master=tcp://h:1"], {})
     assert "BLIZZARD_MASTER" in master_origin(["status"], {"BLIZZARD_MASTER": "tcp://h:1"})
     assert "default" in master_origin(["status"], {})
+
+
+def test_status_shows_safe_mode_and_the_queue_totals():
+    settings = p.QueueSettings(**{s.name: s.default for s in SETTINGS})
+    jobs = p.QueueStats("jobs", 3, 0, 1, 0, 0, 2.5, 40, 36, settings)
+    starting = p.ClusterStatus([], [jobs], 0, 3, True, True)
+    doc = _status_doc(starting)
+    assert doc["safe_mode"] is True
+    assert (doc["queues"][0]["enqueued_total"], doc["queues"][0]["acked_total"]) == (40, 36)
+    assert any(line.startswith("safe mode: ON (the master just started")
+               for line in _status_lines(starting))
+    settled = p.ClusterStatus([], [jobs], 0, 3, True, False)
+    assert _status_doc(settled)["safe_mode"] is False
+    assert "safe mode: off" in _status_lines(settled)

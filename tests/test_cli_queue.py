@@ -12,9 +12,12 @@ def test_status_and_queue_json_documents(cluster):
     m = cluster.master_addr
     run("enqueue", "jobs", "a", "b", master=m)
     status = json.loads(run("status", "--json", master=m).stdout)
-    assert set(status) == {"cluster_id", "secure", "replication", "under_replicated", "nodes",
-                           "queues"}
+    assert set(status) == {"cluster_id", "secure", "safe_mode", "replication",
+                           "under_replicated", "nodes", "queues"}
     assert status["secure"] is True and len(status["nodes"]) == 3
+    assert isinstance(status["safe_mode"], bool)
+    (queued,) = status["queues"]
+    assert (queued["queue"], queued["enqueued_total"], queued["acked_total"]) == ("jobs", 2, 0)
     assert set(status["nodes"][0]) == {"node_id", "addr", "alive", "heartbeat_age_s", "items",
                                        "bytes_used", "free_bytes"}
     jobs = json.loads(run("queue", "stats", "jobs", "--json", master=m).stdout)
@@ -29,6 +32,7 @@ def test_status_and_queue_json_documents(cluster):
     assert len(age.split(".")[-1]) <= 1  # 0.6 s, not 0.5903642177581787
     human = run("status", master=m).stdout.decode()
     assert "alive" in human and "jobs" in human and ("MiB" in human or "GiB" in human)
+    assert "\nsafe mode: " in human
 
 
 def test_dead_letter_triage_shows_error_key_and_no_age_when_empty(cluster):

@@ -11,17 +11,19 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 
 import pytest
 
-from blizzard import Client
+import blizzard.dashboard
+from blizzard import Client, InvalidArgument
 from blizzard import protocol as p
-from blizzard.dashboard import (MAX_QUEUES_SHOWN, History, Sampler, increase, state_doc,
-                                take_sample)
-from blizzard.dashboard_server import make_server
+from blizzard.dashboard import (MAX_POINTS, MAX_QUEUES_SHOWN, MAX_SAMPLES, History, Sampler,
+                                StateCache, increase, state_doc, take_sample)
+from blizzard.dashboard_server import host_and_port, make_server
 from blizzard.harness import free_port
 from blizzard.queue_settings import SETTINGS
 from conftest import wait_for
@@ -31,9 +33,10 @@ CHROMEDRIVER = "/usr/bin/chromedriver"
 MASTER = "tcp://127.0.0.1:5555"
 
 
-def queue(name: str, ready: int = 0, enqueued: int = 0, acked: int = 0, dead: int = 0) -> p.QueueStats:
-    settings = p.QueueSettings(**{s.name: s.default for s in SETTINGS})
-    return p.QueueStats(name, ready, 0, 0, 0, dead, 0.0, enqueued, acked, settings)
+def queue(name: str, ready: int = 0, enqueued: int = 0, acked: int = 0, dead: int = 0,
+          **settings: object) -> p.QueueStats:
+    chosen = p.QueueSettings(**{s.name: settings.get(s.name, s.default) for s in SETTINGS})
+    return p.QueueStats(name, ready, 0, 0, 0, dead, 0.0, enqueued, acked, chosen)
 
 
 def status(*queues: p.QueueStats, dead_nodes: int = 0) -> p.ClusterStatus:
@@ -69,6 +72,49 @@ def test_the_history_is_bounded():
         h.add(float(i), float(i), status(queue("jobs", ready=i)))
     samples = h.samples()
     assert len(samples) == 10 and samples[0].at == 90.0
+
+
+def test_a_history_longer_than_its_sample_bound_is_refused_with_what_would_fit():
+    with pytest.raises(InvalidArgument, match="432000 samples, more than 3600: sample every "
+                       "24 s or more, or keep at most 720 s"):
+        History(interval_s=0.2, history_s=86_400)
+    assert History(interval_s=24, history_s=86_400).interval_s == 24
+
+
+def test_a_full_history_is_drawn_in_a_bounded_number_of_points():
+    # Given the longest history allowed, a queue growing 10 items a second
+    h = History(interval_s=1.0, history_s=MAX_SAMPLES)
+    for i in range(MAX_SAMPLES + 10):
+        h.add(1000.0 + i, float(i), status(queue("jobs", ready=i, enqueued=10 * i)))
+    doc = state_doc(h, MASTER, now=5000.0)
+    # Then each chart has at most MAX_POINTS points, the newest last, with the runs' rates
+    t, series = doc["history"]["t"], doc["history"]["queues"]["jobs"]
+    assert 100 < len(t) <= MAX_POINTS and t[-1] == 1000.0 + MAX_SAMPLES + 9
+    assert len(series["ready"]) == len(t) and series["ready"][-1] == MAX_SAMPLES + 9
+    assert set(series["enqueue_per_s"]) == {10.0} and set(series["ack_per_s"]) == {0.0}
+    assert doc["queues"][0]["enqueue_per_s"] == 10.0
+
+
+def test_the_state_is_made_once_per_sample_however_many_requests(monkeypatch):
+    made = []
+    monkeypatch.setattr(blizzard.dashboard, "state_doc",
+                        lambda *args: made.append(args) or {"now": args[2], "queues": []})
+    h = History()
+    h.add(1000.0, 0.0, status(queue("jobs")))
+    cache = StateCache(h, MASTER)
+    first, second = json.loads(cache.body(1001.0)), json.loads(cache.body(1002.0))
+    assert (first["now"], second["now"], len(made)) == (1001.0, 1002.0, 1)
+    h.add(1002.0, 2.0, status(queue("jobs")))
+    assert json.loads(cache.body(1003.0)) == {"now": 1003.0, "queues": []} and len(made) == 2
+
+
+def test_the_dead_letter_hint_names_the_queue_in_force():
+    h = History()
+    h.add(1000.0, 0.0, status(queue("jobs", dead=2),
+                              queue("mail", dead=1, dead_letter="graveyard")))
+    doc = state_doc(h, MASTER, now=1000.0)
+    assert {q["queue"]: q["dead_letter"] for q in doc["queues"]} == \
+        {"jobs": "jobs.dead", "mail": "graveyard"}
 
 
 def test_an_unreachable_master_is_said_with_the_last_figures_and_their_time():
@@ -118,22 +164,34 @@ def test_a_sample_that_fails_in_any_way_is_a_failed_sample_not_a_dead_sampler():
 # -- HTTP -----------------------------------------------------------------------------------
 
 @pytest.fixture
-def page_server() -> Iterator[str]:
-    h = History()
-    h.add(1000.0, 0.0, status(queue("jobs", ready=3)))
-    server = make_server("127.0.0.1", 0, h, MASTER)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
+def serve() -> Iterator:
+    """Start page servers on a history with one queue: ``serve(**make_server options)`` is
+    the page's address."""
+    servers = []
+
+    def start(**options: object) -> str:
+        h = History()
+        h.add(1000.0, 0.0, status(queue("jobs", ready=3)))
+        server = make_server("127.0.0.1", 0, h, MASTER, **options)
+        servers.append(server)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        return f"http://127.0.0.1:{server.server_address[1]}"
+    yield start
+    for server in servers:
         server.shutdown()
         server.server_close()
 
 
-def get(url: str, method: str = "GET") -> tuple[int, dict[str, str], bytes]:
+@pytest.fixture
+def page_server(serve) -> str:
+    return serve()
+
+
+def get(url: str, method: str = "GET",
+        headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+    request = urllib.request.Request(url, method=method, headers=headers or {})
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, method=method), timeout=10) as r:
+        with urllib.request.urlopen(request, timeout=10) as r:
             return r.status, dict(r.headers), r.read()
     except urllib.error.HTTPError as exc:
         return exc.code, dict(exc.headers), exc.read()
@@ -163,13 +221,90 @@ def test_unknown_paths_and_methods_are_refused_and_the_server_lives_on(page_serv
     assert get(page_server + "/api/state")[0] == 200
 
 
+def test_a_host_header_is_read_as_a_name_and_a_port():
+    assert host_and_port("LocalHost:8080") == ("localhost", 8080)
+    assert host_and_port("dash.example.") == ("dash.example", None)
+    assert host_and_port("[::1]:80") == ("[::1]", 80) and host_and_port("[::1]") == ("[::1]", None)
+    for bad in ("evil@127.0.0.1:80", "a:b", ":80", "a:٣", "a/b"):
+        assert host_and_port(bad) is None
+
+
+def raw_get(url: str, request: bytes) -> bytes:
+    """The reply to ``request`` sent as is (urllib always sends a Host header)."""
+    with socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1])), timeout=10) as s:
+        s.sendall(request)
+        reply = b""
+        while chunk := s.recv(65536):
+            reply += chunk
+    return reply
+
+
+def test_a_request_for_another_host_is_refused(serve):
+    # DNS rebinding: a page of evil.example, its name now resolving to 127.0.0.1, asks
+    url = serve(allow_hosts=["Dash.Example"])
+    port = url.rsplit(":", 1)[1]
+    for host in ("evil.example:" + port, "evil.example", "127.0.0.1:1", "localhost:" + port + "0"):
+        code, _, body = get(url + "/api/state", headers={"Host": host})
+        assert code == 421 and b"--allow-host" in body and b"jobs" not in body, host
+    assert raw_get(url, b"GET /api/state HTTP/1.0\r\n\r\n").startswith(b"HTTP/1.0 421 ")
+    for host in ("127.0.0.1:" + port, "localhost:" + port, "LOCALHOST", "dash.example:" + port,
+                 "dash.example"):
+        code, _, body = get(url + "/api/state", headers={"Host": host})
+        assert code == 200 and json.loads(body)["queues"][0]["queue"] == "jobs", host
+
+
+def closed(sock: socket.socket) -> bool:
+    """Whether the server closed ``sock`` (it never sent anything on it)."""
+    sock.setblocking(False)
+    try:
+        return sock.recv(1, socket.MSG_PEEK) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
+def test_idle_connections_cannot_pile_up_threads_and_time_out(serve):
+    url = serve(idle_timeout_s=2.0, max_connections=4)
+    port = int(url.rsplit(":", 1)[1])
+    threads_before = threading.active_count()
+    # When 12 connections are opened and send nothing
+    idle = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(12)]
+    try:
+        opened = time.monotonic()
+        # then the 8 above the limit are closed at once, and at most 4 threads serve the rest
+        wait_for(lambda: sum(map(closed, idle)) >= 8, timeout_s=10, what="8 closed at once")
+        assert time.monotonic() - opened < 2.0 and sum(map(closed, idle)) == 8
+        assert threading.active_count() <= threads_before + 4
+        # and once the others time out, the page answers again
+        wait_for(lambda: all(map(closed, idle)), timeout_s=10, what="idle ones timed out")
+        assert get(url + "/api/state")[0] == 200
+    finally:
+        for sock in idle:
+            sock.close()
+
+
+def test_a_connection_trickling_its_request_is_cut_at_its_deadline(serve):
+    url = serve(idle_timeout_s=1.0, connection_s=2.0)
+    request = b"GET /api/state HTTP/1.0\r\nHost: 127.0.0.1\r\nX-Slow: " + b"a" * 100
+    with socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1]))) as slow:
+        opened = time.monotonic()
+        for byte in request:  # one byte each 0.2 s: never idle for the 1 s timeout
+            if closed(slow):
+                break
+            slow.send(bytes([byte]))
+            time.sleep(0.2)  # the attacker's pace, not a wait for the server
+        assert closed(slow) and 2.0 <= time.monotonic() - opened < 4.0
+
+
 # -- the real command, and the page in a real browser ---------------------------------------
 
-def start_dashboard(master: str, port: int, env: dict[str, str], tmp_path) -> subprocess.Popen:
+def start_dashboard(master: str, port: int, env: dict[str, str], tmp_path,
+                    *options: str) -> subprocess.Popen:
     log = open(tmp_path / "dashboard.log", "wb")
     proc = subprocess.Popen([sys.executable, "-m", "blizzard.cli", "dashboard", "--master", master,
-                             "--port", str(port), "--interval-s", "0.5", "--timeout-s", "0.5"],
-                            stdout=log, stderr=subprocess.STDOUT, env=env)
+                             "--port", str(port), "--interval-s", "0.5", "--timeout-s", "0.5",
+                             *options], stdout=log, stderr=subprocess.STDOUT, env=env)
     log.close()
     url = f"http://127.0.0.1:{port}"
 
@@ -198,11 +333,15 @@ def test_the_command_serves_an_insecure_cluster(cluster_factory, tmp_path):
     with Client(c.master_addr, keys="") as client:
         client.enqueue_many("plain", [b"a", b"b"])
     port = free_port()
-    proc = start_dashboard(c.master_addr, port, env, tmp_path)
+    proc = start_dashboard(c.master_addr, port, env, tmp_path, "--allow-host", "dash.example",
+                           "--allow-host", "other.example")
     try:
         doc = wait_for(lambda: (d := json.loads(get(f"http://127.0.0.1:{port}/api/state")[2]))
                        ["queues"] and d, what="queues on the page")
         assert doc["cluster"]["secure"] is False and doc["queues"][0]["ready"] == 2
+        for host, code in (("other.example", 200), (f"dash.example:{port}", 200),
+                           (f"evil.example:{port}", 421)):
+            assert get(f"http://127.0.0.1:{port}/api/state", headers={"Host": host})[0] == code
     finally:
         stop(proc)
     assert proc.returncode == 0
@@ -220,6 +359,10 @@ def test_a_port_in_use_or_a_bad_option_is_one_line_and_an_exit_code():
     bad = subprocess.run([sys.executable, "-m", "blizzard.cli", "dashboard", "--interval-s", "0"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--interval-s" in bad.stderr
+    long = subprocess.run([sys.executable, "-m", "blizzard.cli", "dashboard", "--history-s",
+                           "86400", "--interval-s", "0.2"], capture_output=True, text=True,
+                          timeout=60)
+    assert long.returncode == 2 and "more than 3600: sample every 24 s or more" in long.stderr
 
 
 @pytest.fixture
@@ -256,16 +399,22 @@ def test_the_page_shows_a_queue_and_follows_it_without_a_reload(cluster, browser
     def ready_cell(driver) -> str:
         return text(driver, 'tr[data-queue="pages"] td[data-field="ready"]')
 
-    # Given a queue with 5 items and the dashboard on it
+    # Given a queue with 5 items, one with a dead item in a dead-letter queue of its own name,
+    # and the dashboard on them
     with Client(cluster.master_addr, admin=True) as client:
         client.create_queue("pages")
         client.enqueue_many("pages", [b"x"] * 5)
+        client.create_queue("triage", dead_letter="graveyard", max_attempts=1)
+        client.enqueue("triage", b"z")
+        client.dequeue("triage").nack(delay_s=0, error="ValueError")
         proc = start_dashboard(cluster.master_addr, free_port(), dict(os.environ), tmp_path)
         try:
             # When the page loads, it shows the queue with its depth
             browser.get(f"http://127.0.0.1:{proc.args[proc.args.index('--port') + 1]}/")
             WebDriverWait(browser, 20, poll_frequency=0.1).until(lambda d: ready_cell(d) == "5")
             browser.execute_script("window.notReloaded = true")
+            hint = text(browser, 'tr[data-dead="triage"] td.hint')
+            assert hint.startswith("blizzard queue peek graveyard --n 10; ")  # its own setting
             # and after more items arrive, it shows the new depth by itself
             client.enqueue_many("pages", [b"y"] * 7)
             WebDriverWait(browser, 20, poll_frequency=0.1).until(lambda d: ready_cell(d) == "12")

@@ -117,7 +117,11 @@ def test_a_job_outcome_says_success_failure_or_poison():
     unknown = run_job(tasks, msg(encode_call("nope", [], {})))
     assert unknown.poison and "unknown task 'nope'" in unknown.error and "bad, ok" in unknown.error
     garbage = run_job(tasks, msg(b"raw bytes"))
-    assert garbage.poison and garbage.error.startswith("undecodable task payload")
+    assert garbage.bury and not garbage.poison
+    assert garbage.error.startswith("undecodable task payload")
+    wrong_shape = run_job(tasks, msg(dumps([1, "ok", "not a list", {}])))
+    assert wrong_shape.bury and wrong_shape.error.startswith("undecodable task payload")
+    assert not unknown.bury  # another worker may know the name: retried, not buried
     wrong_args = run_job(tasks, msg(encode_call("ok", [1, 2, 3], {})))
     assert wrong_args.error.startswith("TypeError") and not wrong_args.poison
 
@@ -211,7 +215,8 @@ def test_a_failing_job_is_retried_after_its_back_off_then_dead_lettered_with_its
         assert decode_call(dead[0].data) == ("fail", ["x"], {})
 
 
-def test_an_unknown_task_or_a_foreign_payload_goes_to_the_dead_letter_queue(cluster, jobs_dir):
+def test_an_unknown_task_dies_after_its_attempts_and_a_foreign_payload_at_once(cluster,
+                                                                               jobs_dir):
     with Client(cluster.master_addr) as c:
         record.with_options(client=c).enqueue("before")
         c.enqueue("work", encode_call("no_such_task", [1], {}))
@@ -226,10 +231,11 @@ def test_an_unknown_task_or_a_foreign_payload_goes_to_the_dead_letter_queue(clus
             code, out = finish(proc)
         assert code == 0, out
     with Client(cluster.master_addr, admin=True) as admin:
-        errors = sorted(m.error for m in admin.peek("work.dead", 10))
-        assert errors[0].startswith("undecodable task payload")
-        assert errors[1].startswith("unknown task 'no_such_task': this worker runs fail, "
-                                    "record, slow")
+        dead = sorted((m.error, m.attempts) for m in admin.peek("work.dead", 10))
+        assert dead[0][0].startswith("undecodable task payload") and dead[0][1] == 1  # buried
+        assert dead[1][0].startswith("unknown task 'no_such_task': this worker runs fail, "
+                                     "record, slow")
+        assert dead[1][1] == 3  # the queue's max_attempts: another worker might have known it
 
 
 def test_sigterm_during_a_job_lets_it_finish_acks_it_and_exits_0(cluster, jobs_dir):

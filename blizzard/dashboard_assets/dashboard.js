@@ -107,7 +107,7 @@ function drawDead(doc) {
   const rows = doc.queues.filter(q => q.dead > 0).map(q => {
     const tr = el("tr", {"data-dead": q.queue});
     tr.append(el("td", {class: "name"}, q.queue), el("td", {class: "num"}, String(q.dead)),
-              el("td", {class: "hint"}, `blizzard queue peek ${q.queue}.dead --n 10; ` +
+              el("td", {class: "hint"}, `blizzard queue peek ${q.dead_letter} --n 10; ` +
                                         `blizzard queue redrive ${q.queue}`));
     return tr;
   });
