@@ -232,7 +232,9 @@ class Worker:
         except ClusterError as exc:
             log.warning("leasing from %s failed, trying again: %s (%s)", queue, exc.message,
                         type(exc).__name__)
-            self.acks[:0] = riders  # sent again: an ack already applied counts once
+            for held in riders:  # sent again, alone: the call may have outlived their leases
+                held.doubtful = True
+            self.acks[:0] = riders  # an ack already applied counts once
             return None
         lease_s = self.lease_s[queue]
         self.prefetch.record_sizes(len(msg.data) for msg in msgs)

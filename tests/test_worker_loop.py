@@ -44,6 +44,7 @@ class FakeClient:
         self.lost: set[int] = set()
         self.extend_error: Exception | None = None
         self.ack_error: Exception | None = None
+        self.lease_error: Exception | None = None  # raised once, by the first lease with acks
         self.riders: list[list[int]] = []  # the acks carried by each lease
         self.extends: list[tuple[float, list[int]]] = []
         self.nacks: list[list[int]] = []
@@ -59,6 +60,9 @@ class FakeClient:
     def dequeue_many(self, queue: str, n: int, *, lease_s: float, wait_s: float,
                      ack: list[Message]) -> list[Message]:
         self.riders.append([m.id for m in ack])
+        if ack and self.lease_error is not None:
+            error, self.lease_error = self.lease_error, None
+            raise error
         got = [m for m in self.waiting if m.queue == queue][:n]
         self.waiting = [m for m in self.waiting if m not in got]
         if self.lost & {m.id for m in ack}:  # as Leases.lease: the new jobs go back
@@ -149,6 +153,15 @@ def test_a_failed_extension_keeps_its_deadline_retries_soon_and_its_ack_never_ri
     # ... and the ack of the job whose lease was in doubt did not ride on a lease
     assert all(1 not in ids for ids in client.riders)
     assert [1] in client.leases.unawaited + client.acks
+
+
+def test_the_acks_of_a_lease_the_master_did_not_answer_are_sent_again_alone():
+    client = FakeClient([job("ok"), job("ok")], {"q": 30.0})
+    client.lease_error = MasterUnavailable("no answer")
+    run_worker(client, {"ok": lambda: None}, concurrency=1)
+    first = next(ids for ids in client.riders if ids)
+    assert first == [1] and [1] in client.leases.unawaited
+    assert sum(1 in ids for ids in client.riders) == 1
 
 
 @pytest.mark.parametrize("error", [LeaseExpired("items [1] are no longer leased"),
