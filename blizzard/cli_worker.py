@@ -17,8 +17,8 @@ from blizzard.cli_common import KEYS_ENV, keys_opt, master_opt, timeout_opt
 from blizzard.client import Client
 from blizzard.errors import InvalidArgument
 from blizzard.queue_settings import check_queue_name
-from blizzard.task import configure
-from blizzard.worker import Worker, WorkerConfig, tasks_in
+from blizzard.task import configure, tasks_in
+from blizzard.worker import Worker, WorkerConfig
 
 __all__ = ["worker"]
 

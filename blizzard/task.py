@@ -19,6 +19,8 @@ first use from ``configure(master=..., keys=..., timeout_s=...)``; what that lea
 from ``BLIZZARD_MASTER`` (else tcp://127.0.0.1:5555) and ``BLIZZARD_KEYS``.
 ``make_thumbnail.with_options(client=c)`` uses a client of your own instead.
 
+``tasks_in`` finds the tasks a worker's modules hold; ``settings_of``, what they say of a queue.
+
 The package exports the decorator as ``blizzard.task``, which hides this module's name there:
 take its other names with ``from blizzard.task import ...``.
 """
@@ -31,6 +33,7 @@ import os
 import threading
 import weakref
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any, Callable, Iterable, Mapping
 
 from blizzard.client import Client
@@ -39,7 +42,8 @@ from blizzard.errors import InvalidArgument, ProtocolError, QueueExists
 from blizzard.queue_settings import check_changes, check_queue_name
 from blizzard.wire import brief, dumps, loads
 
-__all__ = ["Task", "configure", "task", "encode_call", "decode_call", "ensure_queue"]
+__all__ = ["Task", "configure", "task", "encode_call", "decode_call", "ensure_queue",
+           "tasks_in", "settings_of"]
 
 log = logging.getLogger(__name__)
 
@@ -239,3 +243,32 @@ def task(queue: str, *, name: str | None = None,
     def wrap(fn: Callable[..., Any]) -> Task:
         return Task(fn, queue, name or fn.__name__, settings)
     return wrap
+
+
+def tasks_in(modules: Iterable[ModuleType]) -> dict[str, Task]:
+    """The tasks the modules define or import, by name; ``InvalidArgument`` on two tasks of
+    one name, or two tasks of one queue naming different settings for it."""
+    by_name: dict[str, Task] = {}
+    for module in modules:
+        for value in vars(module).values():
+            if isinstance(value, Task):
+                other = by_name.setdefault(value.name, value)
+                if other is not value and other.fn is not value.fn:
+                    raise InvalidArgument(f"two tasks are named {value.name!r}: give one "
+                                          "@task(name=...)")
+    for t in by_name.values():
+        settings_of(by_name.values(), t.queue)
+    return by_name
+
+
+def settings_of(tasks: Iterable[Task], queue: str) -> dict[str, Any]:
+    """The queue settings ``queue``'s tasks name; ``InvalidArgument`` if two disagree."""
+    merged: dict[str, Any] = {}
+    for t in tasks:
+        if t.queue != queue:
+            continue
+        for key, value in t.settings.items():
+            if merged.setdefault(key, value) != value:
+                raise InvalidArgument(f"tasks of queue {queue} disagree on {key} ({merged[key]!r}"
+                                      f" and {value!r}, task {t.name}): a queue has one setting")
+    return merged

@@ -4,10 +4,13 @@ One process, one ``Client``, ``concurrency`` runner threads (``runner.py`` says 
 Only this loop talks to the cluster; per round trip to the master it moves many jobs:
 
 - Leases come in batches: enough for every idle thread plus a prefetch sized by the recent
-  job length (``Prefetch``: about ``BUFFER_S`` of work, at most ``MAX_PREFETCH`` jobs), so a
-  no-op task is leased a thousand at a time and a slow one a job per free thread.
+  job length (``Prefetch``: about ``BUFFER_S`` of work, at most ``MAX_PREFETCH`` jobs and
+  about ``MAX_PREFETCH_BYTES`` of payloads by the recent item size), so a no-op task is
+  leased a thousand at a time and a slow one a job per free thread.
 - The acks of finished jobs ride on the next lease (``Lease.ack_ids``). Acks that would wait
-  longer than ``ACK_HOLD_S`` for one go out alone, unanswered (``Message.ack()``'s way).
+  longer than ``ACK_HOLD_S`` for one go out alone, unanswered (``Message.ack()``'s way), and
+  so does the ack of a job whose lease may be lost: a lost ack on a lease makes the master's
+  answer void and the jobs that lease took go back, each with an attempt counted.
 - A job that raised is nacked with its error: the queue's back-off says when it comes back,
   its ``max_attempts`` when it moves to the dead-letter queue instead. A job whose task
   name is unknown here (another worker may know it) is nacked without delay, so it reaches
@@ -15,11 +18,16 @@ Only this loop talks to the cluster; per round trip to the master it moves many 
   ``max_attempts`` 0 keeps it, retried every ``POISON_RETRY_S``). A job whose payload is not
   a task call can succeed on no worker: it is buried (moved to the dead-letter queue) at once.
 - The leases of jobs held, running or waiting, are extended when a third of them is left.
+  An extension the cluster did not answer is tried again soon (``EXTEND_RETRY_S``); until
+  one succeeds, those leases are in doubt and keep their old deadlines.
+- A lost lease or an unreachable cluster while settling is logged, never fatal: a job not
+  settled comes back when its lease ends (delivery is at least once).
 
 ``stop()`` (SIGTERM) ends leasing; the jobs already leased are run (a prefetched one too:
 giving it back would count a delivery attempt against it, and the prefetch is about
-``BUFFER_S`` of work), their acks sent and waited for, and ``run``
-returns. ``burst``: ``run`` returns once every queue was found empty and no job is left.
+``BUFFER_S`` of work), their acks kept for one last ``ack_many`` that waits (up to the
+client's ``timeout_s``) until they are durable, and ``run`` returns. ``burst``: ``run``
+returns once every queue was found empty and no job is left.
 """
 
 from __future__ import annotations
@@ -27,75 +35,59 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from types import ModuleType
-from typing import Any, Iterable
+from typing import Callable, Iterable
 
 from blizzard.client import Client
 from blizzard.errors import ClusterError, InvalidArgument, LeaseExpired
 from blizzard.http_task import bury
 from blizzard.message import Message
 from blizzard.runner import Outcome, Runner
-from blizzard.task import Task, ensure_queue
+from blizzard.task import Task, ensure_queue, settings_of
 
 log = logging.getLogger(__name__)
 
 BUFFER_S = 0.1  # prefetched work, by the recent job length, beyond the jobs running
 MAX_PREFETCH = 2000  # jobs held beyond the running ones, at most
-JOB_S_WEIGHT = 0.1  # of a job's run time in the moving average
+MAX_PREFETCH_BYTES = 64 << 20  # payloads held beyond the running jobs, by the recent item size
+JOB_S_WEIGHT = 0.1  # of a job's run time (or an item's size) in the moving average
 ACK_HOLD_S = 0.2  # the longest an ack waits for a lease to ride on
 IDLE_POLL_S = 1.0  # a long poll on an empty queue; a recheck while only running jobs
 EXTEND_AT = 1 / 3  # extend a lease when this share of it is left
+EXTEND_RETRY_S = 1.0  # try an unanswered extension again this soon (sooner for short leases)
 POISON_RETRY_S = 60.0  # an undoable job's retry delay in a queue that never dead-letters
 
 
 class Prefetch:
     """How many jobs to hold beyond those running: ``buffer_s`` of work for the threads, by
-    the recent job length (no prefetch before the first job is done, nor for long jobs)."""
+    the recent job length (no prefetch before the first job is done, nor for long jobs), at
+    most ``cap`` jobs and about ``cap_bytes`` of payloads, by the recent item size (big
+    payloads must not fill the worker's memory)."""
 
-    def __init__(self, concurrency: int, buffer_s: float = BUFFER_S,
-                 cap: int = MAX_PREFETCH) -> None:
-        self.concurrency, self.buffer_s, self.cap = concurrency, buffer_s, cap
+    def __init__(self, concurrency: int, buffer_s: float = BUFFER_S, cap: int = MAX_PREFETCH,
+                 cap_bytes: int = MAX_PREFETCH_BYTES) -> None:
+        self.concurrency, self.buffer_s = concurrency, buffer_s
+        self.cap, self.cap_bytes = cap, cap_bytes
         self.job_s: float | None = None  # a moving average of the jobs' run times
+        self.item_bytes: float | None = None  # a moving average of the payloads' sizes
 
     def record(self, seconds: float) -> None:
-        if self.job_s is None:
-            self.job_s = seconds
-        else:
-            self.job_s += (seconds - self.job_s) * JOB_S_WEIGHT
+        self.job_s = _moved(self.job_s, seconds)
+
+    def record_sizes(self, sizes: Iterable[int]) -> None:
+        for size in sizes:
+            self.item_bytes = _moved(self.item_bytes, size)
 
     def target(self) -> int:
         if self.job_s is None:
             return 0
-        return min(self.cap, int(self.concurrency * self.buffer_s / max(self.job_s, 1e-9)))
+        by_time = int(self.concurrency * self.buffer_s / max(self.job_s, 1e-9))
+        by_bytes = int(self.cap_bytes / max(self.item_bytes or 1.0, 1.0))
+        return min(self.cap, by_time, by_bytes)
 
 
-def tasks_in(modules: Iterable[ModuleType]) -> dict[str, Task]:
-    """The tasks the modules define or import, by name; ``InvalidArgument`` on two tasks of
-    one name, or two tasks of one queue naming different settings for it."""
-    by_name: dict[str, Task] = {}
-    for module in modules:
-        for value in vars(module).values():
-            if isinstance(value, Task):
-                other = by_name.setdefault(value.name, value)
-                if other is not value and other.fn is not value.fn:
-                    raise InvalidArgument(f"two tasks are named {value.name!r}: give one "
-                                          "@task(name=...)")
-    for t in by_name.values():
-        settings_of(by_name.values(), t.queue)
-    return by_name
-
-
-def settings_of(tasks: Iterable[Task], queue: str) -> dict[str, Any]:
-    """The queue settings ``queue``'s tasks name; ``InvalidArgument`` if two disagree."""
-    merged: dict[str, Any] = {}
-    for t in tasks:
-        if t.queue != queue:
-            continue
-        for key, value in t.settings.items():
-            if merged.setdefault(key, value) != value:
-                raise InvalidArgument(f"tasks of queue {queue} disagree on {key} ({merged[key]!r}"
-                                      f" and {value!r}, task {t.name}): a queue has one setting")
-    return merged
+def _moved(average: float | None, value: float) -> float:
+    """A moving average with ``value`` taken in (the first value starts it)."""
+    return value if average is None else average + (value - average) * JOB_S_WEIGHT
 
 
 @dataclass(frozen=True)
@@ -115,7 +107,7 @@ class Held:
     msg: Message
     lease_s: float
     deadline: float  # monotonic: the lease ends then unless extended
-    doubtful: bool = False  # an extension found leases lost: ack it without riding a lease
+    doubtful: bool = False  # its lease may be lost: settle it on its own, never on a lease
 
 
 class Worker:
@@ -153,8 +145,10 @@ class Worker:
                 self._extend_due()
                 self._flush_acks()
         finally:
-            self._flush_acks(final=True)
-            runner.close(5.0 if not self.held else 0.0)
+            try:
+                self._ack_last()
+            finally:
+                runner.close(5.0 if not self.held else 0.0)
         log.info("worker done: %d jobs succeeded, %d failed in %.3f s", self.succeeded,
                  self.failed, time.monotonic() - started)
 
@@ -193,7 +187,7 @@ class Worker:
             return 0.0
         now = time.monotonic()
         until = min(self.next_extend, now + IDLE_POLL_S)
-        if self.acks:
+        if self.acks and not self.stopping:  # stopping, the acks wait for the last flush
             until = min(until, self.acks_since + ACK_HOLD_S)
         return max(0.0, until - now)
 
@@ -238,9 +232,12 @@ class Worker:
         except ClusterError as exc:
             log.warning("leasing from %s failed, trying again: %s (%s)", queue, exc.message,
                         type(exc).__name__)
-            self.acks[:0] = riders  # sent again: an ack already applied counts once
+            for held in riders:  # sent again, alone: the call may have outlived their leases
+                held.doubtful = True
+            self.acks[:0] = riders  # an ack already applied counts once
             return None
         lease_s = self.lease_s[queue]
+        self.prefetch.record_sizes(len(msg.data) for msg in msgs)
         for msg in msgs:
             self.held[msg.id, msg.lease] = Held(msg, lease_s, sent + lease_s)
         if msgs:
@@ -256,8 +253,9 @@ class Worker:
         for outcome in outcomes:
             self.prefetch.record(outcome.seconds)
         self.settled_since_empty = True
-        nacks: dict[tuple[str, float | None], list[Message]] = {}
-        burials: dict[str, list[Message]] = {}
+        # by error, delay and doubt: a job whose lease may be lost is given back on its own
+        nacks: dict[tuple[str, float | None, bool], list[Message]] = {}
+        burials: dict[tuple[str, bool], list[Message]] = {}
         for outcome in outcomes:
             held = self.held.pop((outcome.msg.id, outcome.msg.lease))
             if not outcome.error:
@@ -271,21 +269,34 @@ class Worker:
             log.warning("job %d of %s failed (attempt %d): %s", msg.id, msg.queue,
                         msg.attempts + 1, outcome.error)
             if outcome.bury:
-                burials.setdefault(outcome.error, []).append(msg)
+                burials.setdefault((outcome.error, held.doubtful), []).append(msg)
             else:
-                nacks.setdefault((outcome.error, self._retry_delay(outcome)), []).append(msg)
-        for (error, delay_s), msgs in nacks.items():
-            try:
-                self.client.nack_many(msgs, delay_s=delay_s, error=error)
-            except ClusterError as exc:  # LeaseExpired, too: it was delivered again already
-                log.warning("could not give back %d failed jobs (they come back when their "
-                            "leases end): %s", len(msgs), exc.message)
-        for error, msgs in burials.items():
-            try:
-                bury(self.client, msgs, error)
-            except ClusterError as exc:  # they come back and are buried then
-                log.warning("could not move %d undoable jobs to the dead-letter queue (they "
-                            "come back when their leases end): %s", len(msgs), exc.message)
+                key = (outcome.error, self._retry_delay(outcome), held.doubtful)
+                nacks.setdefault(key, []).append(msg)
+        for (error, delay_s, _), msgs in nacks.items():
+            self._guarded("give back", msgs, lambda m: self.client.nack_many(
+                m, delay_s=delay_s, error=error))
+        for (error, _), msgs in burials.items():  # not buried now: buried when back
+            self._guarded("move to the dead-letter queue", msgs,
+                          lambda m: bury(self.client, m, error))
+
+    def _guarded(self, doing: str, msgs: list[Message],
+                 send: Callable[[list[Message]], None]) -> bool:
+        """``send(msgs)``; False if a lease was lost or the cluster did not answer, which is
+        logged: a job's settling never ends the worker (a job not settled comes back when
+        its lease ends, and runs again)."""
+        if not msgs:
+            return True
+        try:
+            send(msgs)
+            return True
+        except LeaseExpired as exc:
+            log.warning("could not %s %d jobs: their leases were lost (delivered again, or "
+                        "soon): %s", doing, len(msgs), exc.message)
+        except ClusterError as exc:
+            log.warning("could not %s jobs %s: %s (%s); they come back when their leases end",
+                        doing, _ids(msgs), exc.message, type(exc).__name__)
+        return False
 
     def _retry_delay(self, outcome: Outcome) -> float | None:
         """None: the queue's back-off; a poison job: at once, unless it could never die."""
@@ -294,36 +305,41 @@ class Worker:
         return 0.0 if self.max_attempts.get(outcome.msg.queue) else POISON_RETRY_S
 
     def _take_riders(self) -> list[Held]:
-        """The acks to carry on the next lease; doubtful ones go out alone first."""
-        riders = [h for h in self.acks if not h.doubtful]
-        alone = [h.msg for h in self.acks if h.doubtful]
+        """The acks to carry on the next lease; those whose lease may be lost go out alone
+        first (one lost ack would void the lease it rides on)."""
+        now = time.monotonic()
+        riders = [h for h in self.acks if self._sure(h, now)]
+        alone = [h.msg for h in self.acks if not self._sure(h, now)]
         self.acks = []
-        self._ack_unawaited(alone)
+        self._guarded("ack", alone, self.client.leases.ack_unawaited)
         return riders
 
-    def _ack_unawaited(self, msgs: list[Message]) -> None:
-        if not msgs:
-            return
-        try:
-            self.client.leases.ack_unawaited(msgs)
-        except ClusterError as exc:  # its fallback waits, and may give up
-            log.warning("could not ack %d jobs (they run again): %s", len(msgs), exc.message)
+    @staticmethod
+    def _sure(held: Held, now: float) -> bool:
+        """Whether ``held``'s lease is surely still ours, with time to spare for a lease call."""
+        return not held.doubtful and held.deadline - now > held.lease_s * EXTEND_AT / 2
 
-    def _flush_acks(self, final: bool = False) -> None:
-        """Send acks that waited ``ACK_HOLD_S`` (or all, when stopping) without a reply;
-        ``final``: send the rest and wait until they are durable."""
-        if not self.acks:
-            return
-        if final:
-            msgs = [h.msg for h in self._take_riders()]
-            try:
-                self.client.ack_many(msgs)
-            except ClusterError as exc:
-                log.warning("the last %d acks may be lost (those jobs run again): %s",
-                            len(msgs), exc.message)
-        elif self.stopping or time.monotonic() - self.acks_since >= ACK_HOLD_S:
+    def _flush_acks(self) -> None:
+        """Send the acks that waited ``ACK_HOLD_S`` for a lease, unanswered; none while
+        stopping: the last flush sends those and waits for them."""
+        if self.acks and not self.stopping \
+                and time.monotonic() - self.acks_since >= ACK_HOLD_S:
             msgs, self.acks = [h.msg for h in self.acks], []
-            self._ack_unawaited(msgs)
+            self._guarded("ack", msgs, self.client.leases.ack_unawaited)
+
+    def _ack_last(self) -> None:
+        """Ack the jobs left and wait until those acks, and the ones sent unanswered before,
+        are durable (up to the client's ``timeout_s``); log the ones not confirmed."""
+        sure = [h.msg for h in self.acks if not h.doubtful]
+        doubtful = [h.msg for h in self.acks if h.doubtful]
+        self.acks = []
+        self._guarded("ack", sure, self.client.ack_many)
+        self._guarded("ack", doubtful, self.client.ack_many)
+        try:
+            self.client.leases.flush(self.client.timeout_s)
+        except (ClusterError, TimeoutError) as exc:
+            log.warning("the acks sent unanswered may not be durable (those jobs may run "
+                        "again): %s", exc)
 
     def _extend_due(self) -> None:
         """Extend every held lease with less than ``EXTEND_AT`` of it left."""
@@ -338,14 +354,34 @@ class Worker:
             else:
                 self.next_extend = min(self.next_extend, held.deadline - held.lease_s * EXTEND_AT)
         for lease_s, group in due.items():
-            try:
-                self.client.extend_many([h.msg for h in group], lease_s=lease_s)
-            except LeaseExpired as exc:
-                log.warning("%s (%d jobs running long)", exc.message, len(group))
-                for held in group:
-                    held.doubtful = True
-            except ClusterError as exc:
-                log.warning("could not extend %d leases: %s", len(group), exc.message)
+            self.next_extend = min(self.next_extend, self._extend(group, lease_s, now))
+
+    def _extend(self, group: list[Held], lease_s: float, now: float) -> float:
+        """Extend ``group``'s leases to ``lease_s`` from ``now``; when to extend them next.
+
+        Unanswered, the extension may or may not have happened: the leases keep their old
+        deadlines, are in doubt, and the extension is tried again soon.
+        """
+        try:
+            self.client.extend_many([h.msg for h in group], lease_s=lease_s)
+        except LeaseExpired as exc:  # the others were extended; which were lost is not said
+            log.warning("%s (%d jobs running long)", exc.message, len(group))
+            doubtful = True
+        except ClusterError as exc:
+            retry_s = min(EXTEND_RETRY_S, lease_s * EXTEND_AT / 4)
+            log.warning("could not extend %d leases, trying again in %.2f s: %s (%s)",
+                        len(group), retry_s, exc.message, type(exc).__name__)
             for held in group:
-                held.deadline = now + lease_s
-            self.next_extend = min(self.next_extend, now + lease_s * (1 - EXTEND_AT))
+                held.doubtful = True
+            return now + retry_s
+        else:
+            doubtful = False  # every lease was still ours
+        for held in group:
+            held.doubtful, held.deadline = doubtful, now + lease_s
+        return now + lease_s * (1 - EXTEND_AT)
+
+
+def _ids(msgs: list[Message]) -> str:
+    """The ids of ``msgs`` for a log line: the first 20, and how many more."""
+    shown = ", ".join(str(m.id) for m in msgs[:20])
+    return f"[{shown}{f' and {len(msgs) - 20} more' if len(msgs) > 20 else ''}]"

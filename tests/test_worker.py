@@ -15,9 +15,9 @@ import pytest
 
 from blizzard import Client, InvalidArgument, ProtocolError, configure, task
 from blizzard.runner import run_job
-from blizzard.task import Task, decode_call, encode_call
+from blizzard.task import Task, decode_call, encode_call, settings_of, tasks_in
 from blizzard.wire import dumps
-from blizzard.worker import Prefetch, settings_of, tasks_in
+from blizzard.worker import Prefetch
 from conftest import wait_for
 
 BLIZZARD = [sys.executable, "-m", "blizzard.cli"]
