@@ -18,7 +18,7 @@ import pytest
 
 from blizzard import Client
 from blizzard import protocol as p
-from blizzard.errors import ForeignCluster
+from blizzard.errors import ForeignCluster, InvalidArgument
 from blizzard.harness import LocalCluster, StartFailed, free_port
 from datanode.cluster_id import ClusterMembership
 from datanode.store import LevelDbStore, MemoryStore
@@ -29,7 +29,7 @@ from master.state import State
 from master.wal import Wal
 from conftest import wait_for
 from test_cli_items import run
-from test_master_requests import NoRouter
+from test_master_requests import NoRouter, in_process_master
 
 FAST = dict(heartbeat_s=0.2, dead_after_s=1.5)
 BLIZZARD = [sys.executable, "-m", "blizzard.cli"]
@@ -198,3 +198,51 @@ def test_a_second_cluster_command_on_the_same_ports_fails_clearly(tmp_path):
     finally:
         first.terminate()
         first.communicate(timeout=30)
+
+
+def heartbeat(server: MasterServer, node: str, items: int, cluster_id: str = "", port: int = 9):
+    """Data node ``node`` (holding ``items`` blobs) heartbeats through the master's gate."""
+    msg = p.Heartbeat(node, f"tcp://127.0.0.1:{port}", items, items * 10, 10**12, cluster_id)
+    return server.handle(node.encode(), 1, msg, time.time(), time.monotonic())
+
+
+def test_an_unknown_node_with_blobs_and_no_id_is_refused_until_told_to_join():
+    """A master that lost its data dir (or a node at the wrong address) must not adopt a node
+    from before cluster ids and then order all its blobs deleted as strays."""
+    server = in_process_master(replication=1)
+    cluster_id = server.state.cluster_id
+    # Given a node from before cluster ids, holding 5 blobs, new to this master
+    refused = heartbeat(server, "dn-old", 5)
+    assert refused.code == ForeignCluster.code
+    assert "holds 5 blobs and no cluster id" in refused.message
+    assert refused.message.endswith(f"restart it with --join-cluster {cluster_id}")
+    # Then it is not registered, asked for no inventory, ordered to delete nothing
+    assert "dn-old" not in server.membership.nodes and "dn-old" not in server.state.node_addrs
+    server.tick(time.time(), time.monotonic())
+    assert server.deletes.take("dn-old") == []
+    # A node the master knows (a cluster upgraded from before ids), or one holding nothing,
+    # adopts the id as before; a node started with --join-cluster sends the id and is served
+    for node, items, given, port in [("dn-a", 5, "", 1), ("dn-new", 0, "", 2),
+                                     ("dn-old", 5, cluster_id, 3)]:
+        reply = heartbeat(server, node, items, given, port)
+        assert isinstance(reply, p.HeartbeatReply) and reply.cluster_id == cluster_id, node
+    assert reply.inventory and "dn-old" in server.state.node_addrs
+    server.close()
+
+
+def test_join_cluster_keeps_the_id_the_operator_gave(tmp_path):
+    store = MemoryStore()
+    assert ClusterMembership(store, "dddd000011112222").cluster_id == "dddd000011112222"
+    assert store.get_meta("cluster_id") == b"dddd000011112222"
+    assert ClusterMembership(store, "dddd000011112222").cluster_id == "dddd000011112222"
+    with pytest.raises(InvalidArgument, match="belongs to cluster dddd000011112222"):
+        ClusterMembership(store, "eeee000011112222")  # a node of a cluster stays in it
+    assert store.get_meta("cluster_id") == b"dddd000011112222"
+    # A bad id is refused by the command in one line, before anything starts
+    proc = subprocess.run([sys.executable, "-m", "datanode", "--data-dir", str(tmp_path / "d"),
+                           "--bind", f"tcp://127.0.0.1:{free_port()}", "--insecure",
+                           "--join-cluster", "not-an-id"], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 1
+    (line,) = proc.stderr.strip().splitlines()
+    assert "--join-cluster takes a cluster id" in line
