@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from blizzard import Client
+from blizzard import Client, harness
 from blizzard import protocol as p
 from blizzard.errors import ForeignCluster, InvalidArgument
 from blizzard.harness import LocalCluster, StartFailed, free_port
@@ -246,3 +246,28 @@ def test_join_cluster_keeps_the_id_the_operator_gave(tmp_path):
     assert proc.returncode == 1
     (line,) = proc.stderr.strip().splitlines()
     assert "--join-cluster takes a cluster id" in line
+
+
+def test_data_nodes_start_only_once_our_own_master_serves(cluster_factory, tmp_path,
+                                                         monkeypatch):
+    """A free port may be taken between the probe and the master's bind; the master there
+    answers too, and data nodes sent to it would join its cluster."""
+    other = cluster_factory(datanodes=1, replication=1, **FAST)
+    taken = int(other.master_addr.rsplit(":", 1)[1])
+    # Given the port picked for our master is the other master's
+    picks = iter([taken])
+    monkeypatch.setattr(harness, "free_port", lambda: next(picks, 0) or free_port())
+    cl = LocalCluster(str(tmp_path / "ours"), datanodes=2, replication=1, **FAST)
+    sent_to: list[str] = []
+    make_node = cl._node_proc
+    monkeypatch.setattr(cl, "_node_proc",
+                        lambda i, addr: sent_to.append(cl.master_addr) or make_node(i, addr))
+    try:
+        cl.start()  # our master fails to bind; the start is retried on a new port
+        # Then no data node was ever pointed at the other master, and each cluster has its own
+        assert other.master_addr not in sent_to and len(sent_to) == 2
+        assert cl.master_addr != other.master_addr
+        assert cl.status().cluster_id != other.status().cluster_id
+        assert len(cl.status().nodes) == 2 and len(other.status().nodes) == 1
+    finally:
+        cl.stop()
