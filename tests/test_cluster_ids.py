@@ -13,6 +13,7 @@ import re
 import subprocess
 import sys
 import time
+import zlib
 
 import pytest
 
@@ -271,3 +272,28 @@ def test_data_nodes_start_only_once_our_own_master_serves(cluster_factory, tmp_p
         assert len(cl.status().nodes) == 2 and len(other.status().nodes) == 1
     finally:
         cl.stop()
+
+
+def test_a_node_from_before_ids_with_blobs_joins_only_when_told(cluster_factory):
+    cl = cluster_factory(datanodes=1, replication=1, **FAST)
+    cluster_id = cl.status().cluster_id
+    # Given a data dir from before cluster ids: three blobs, no id
+    os.makedirs(os.path.join(cl.base_dir, "datanode1"))
+    store = LevelDbStore(os.path.join(cl.base_dir, "datanode1", "blobs"))
+    blobs = [b"a", b"b", b"c"]
+    store.put_many([7, 8, 9], blobs, [zlib.crc32(b) for b in blobs])
+    store.close()
+    node = cl._node_proc(1, f"tcp://127.0.0.1:{free_port()}").start()
+    cl.nodes.append(node)
+    # Then the master refuses it, saying how to attach it, and it keeps its blobs and no id
+    wait_for(lambda: f"--join-cluster {cluster_id}" in node.tail(), what="the node's complaint")
+    assert "holds 3 blobs and no cluster id" in node.tail()
+    assert len(cl.status().nodes) == 1
+    node.stop()
+    assert node_store_id(cl, 1) == ""
+    # When the operator restarts it with --join-cluster, it joins
+    cl.nodes[1] = type(node)(node.name, [*node.argv, "--join-cluster", cluster_id],
+                             node.log_path, node.addr).start()
+    assert len(cl.wait_ready(nodes=2).nodes) == 2
+    cl.nodes[1].stop()
+    assert node_store_id(cl, 1) == cluster_id
