@@ -237,12 +237,15 @@ def queue_purge(queue: str, master: str, timeout_s: float) -> None:
 @keys_opt
 @timeout_opt
 @click.option("--force", is_flag=True,
-              help="Delete the queue even if it holds items (leased ones too); they go with it.")
+              help="Delete the queue even if it holds items (leased ones too) or items on "
+                   "their way in; they go with it.")
 def queue_delete(queue: str, master: str, timeout_s: float, force: bool) -> None:
     """Delete QUEUE: its settings and its items (admin key); says how many items went.
 
-    A queue holding items is refused unless --force. Its dead-letter queue is a queue of its
-    own and stays; delete it too if it should go.
+    A queue holding items is refused unless --force, and so is one with items on their way
+    in (staged and not committed, or an enqueue waiting for its data nodes): forced, their
+    commit or enqueue fails. Its dead-letter queue is a queue of its own and stays; delete it
+    too if it should go.
     """
     from blizzard.client import Client
 

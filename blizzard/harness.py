@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -29,6 +30,8 @@ __all__ = ["AUTO_KEYS", "LOOPBACK", "LocalCluster", "Proc", "StartFailed", "free
            "process_keys"]
 
 AUTO_KEYS = "auto"
+MASTER_ID_LOGGED = re.compile(r"cluster id ([0-9a-f]{16})")  # master/cluster_id.py logs it
+MASTER_SERVING_LOGGED = "master serving on "  # master/server.py, as its loop starts
 
 
 def process_keys() -> str:
@@ -96,9 +99,11 @@ class Proc:
     log_path: str
     addr: str
     popen: subprocess.Popen | None = None
+    log_start: int = 0  # where this run's lines begin in the (appended) log file
 
     def start(self) -> "Proc":
         log = open(self.log_path, "ab")
+        self.log_start = log.tell()
         self.popen = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT,
                                       stdin=subprocess.DEVNULL, start_new_session=True)
         log.close()
@@ -132,6 +137,15 @@ class Proc:
             except subprocess.TimeoutExpired:
                 self.popen.kill()
                 self.popen.wait()
+
+    def head(self, nbytes: int = 64_000) -> str:
+        """The first lines this run logged (what a process says as it starts)."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(self.log_start)
+                return f.read(nbytes).decode(errors="replace")
+        except OSError:
+            return ""
 
     def tail(self, nbytes: int = 4000) -> str:
         try:
@@ -203,7 +217,7 @@ class LocalCluster:
             try:
                 # The master first: a data node must never reach a master that is not ours
                 # (another one on a port ours failed to bind), or it joins that cluster.
-                self.wait_ready(timeout_s, nodes=0)
+                self._wait_own_master(timeout_s)
                 for i in range(self.datanodes):
                     port = self.node_base_port + i if self.node_base_port else free_port()
                     self.nodes.append(self._node_proc(i, f"tcp://{LOOPBACK}:{port}").start())
@@ -214,6 +228,26 @@ class LocalCluster:
                 if attempt == attempts - 1 or "Address already in use" not in str(exc):
                     raise
         return self
+
+    def _wait_own_master(self, timeout_s: float) -> None:
+        """Poll until the master started here serves: its log says so, and the master that
+        answers on its address has the cluster id it logged. An answer alone may come from
+        another master on that port (ours failed to bind and is about to exit)."""
+        assert self.master is not None
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            self._raise_if_exited()
+            logged = self.master.head()
+            ours = MASTER_ID_LOGGED.search(logged)
+            if ours is not None and MASTER_SERVING_LOGGED in logged:
+                answering = self.wait_ready(max(0.1, deadline - time.monotonic()), nodes=0)
+                if answering.cluster_id != ours.group(1):
+                    raise StartFailed(f"another master (cluster {answering.cluster_id}) answers "
+                                      f"on {self.master_addr}, not ours ({ours.group(1)})")
+                return
+            time.sleep(0.05)
+        raise TimeoutError(f"the master did not log that it serves after {timeout_s}s; its "
+                           f"log:\n{self.master.tail()}")
 
     def _check_given_ports(self) -> None:
         """Refuse to start on ports that are taken (``StartFailed``), before any process runs."""
@@ -228,6 +262,7 @@ class LocalCluster:
                 "--bind", addr, "--replication", str(self.replication),
                 "--heartbeat-s", str(self.heartbeat_s), "--dead-after-s", str(self.dead_after_s),
                 *self._security(), *self._metrics("master"), "--log-format", self.log_format,
+                "--log-level", "info",  # its start lines prove it serves (``_wait_own_master``)
                 *self.master_args]
         if self.min_replicas is not None:
             argv += ["--min-replicas", str(self.min_replicas)]
@@ -294,13 +329,7 @@ class LocalCluster:
         deadline = time.monotonic() + timeout_s
         last: Exception | None = None
         while time.monotonic() < deadline:
-            for proc in [self.master, *self.nodes]:
-                if proc is not None and proc.popen is not None and proc.popen.poll() is not None \
-                        and proc.popen.returncode not in (0, -9, -15):
-                    log = proc.tail()
-                    last = ([line for line in log.splitlines() if line.strip()] or ["no log"])[-1]
-                    raise StartFailed(f"{proc.name} exited with {proc.popen.returncode}: "
-                                      f"{last.strip().removeprefix('Error: ')[:300]}", log)
+            self._raise_if_exited()
             try:
                 st = self.status(timeout_s=1.0)
                 if sum(1 for n in st.nodes if n.alive) >= want:
@@ -310,6 +339,16 @@ class LocalCluster:
             time.sleep(0.05)
         raise TimeoutError(f"cluster not ready after {timeout_s}s ({last}); master log:\n"
                            f"{self.master.tail() if self.master else ''}")
+
+    def _raise_if_exited(self) -> None:
+        """``StartFailed`` with the last line of its log if a process exited on its own."""
+        for proc in [self.master, *self.nodes]:
+            if proc is not None and proc.popen is not None and proc.popen.poll() is not None \
+                    and proc.popen.returncode not in (0, -9, -15):
+                log = proc.tail()
+                last = ([line for line in log.splitlines() if line.strip()] or ["no log"])[-1]
+                raise StartFailed(f"{proc.name} exited with {proc.popen.returncode}: "
+                                  f"{last.strip().removeprefix('Error: ')[:300]}", log)
 
     def stop(self) -> None:
         for proc in [*self.nodes, self.master]:

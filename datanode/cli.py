@@ -24,8 +24,13 @@ _DEFAULT = config_defaults(DatanodeConfig)
               type=click.FloatRange(0.01), help="Seconds between heartbeats to the master.")
 @click.option("--max-item-bytes", default=_DEFAULT["max_item_bytes"], show_default=True,
               type=click.IntRange(1), help="Largest blob accepted.")
+@click.option("--join-cluster", default="", metavar="ID",
+              help="Attach a node that holds blobs but no cluster id (from before cluster ids) "
+                   "to cluster ID; its master refuses it otherwise. Blobs no item of that "
+                   "cluster names are deleted.")
 def datanode_command(data_dir: str, bind: str, advertise: str | None, master: str,
-                     heartbeat_s: float, max_item_bytes: int, keys: str | None, insecure: bool,
+                     heartbeat_s: float, max_item_bytes: int, join_cluster: str,
+                     keys: str | None, insecure: bool,
                      metrics_port: int | None, metrics_addr: str, log_level: str,
                      log_format: str) -> None:
     """Run a data node: stores payload blobs in LevelDB.
@@ -40,7 +45,7 @@ def datanode_command(data_dir: str, bind: str, advertise: str | None, master: st
     config = DatanodeConfig(data_dir=data_dir, bind=bind, master=master, advertise=advertise,
                             heartbeat_s=heartbeat_s, max_item_bytes=max_item_bytes,
                             keys=security(keys, insecure), metrics_port=metrics_port,
-                            metrics_addr=metrics_addr)
+                            metrics_addr=metrics_addr, join_cluster=join_cluster)
     server = start(lambda: DatanodeServer(config), "data node", bind)
     fields.node_id = server.node_id
     serve(server, "data node")

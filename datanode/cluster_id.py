@@ -5,6 +5,10 @@ heartbeat. A reply from a master of another cluster is not obeyed: no deletes, n
 capability keys, no inventory. The node does not exit either. It goes on heartbeating and logs
 the mismatch once, so fixing the address or starting the right master is all it takes,
 and a supervisor that restarts exiting processes does not spin on it.
+
+A node from before cluster ids that holds blobs is refused by a master that has never seen
+it (see ``master/cluster_id.py``); ``--join-cluster ID`` is the operator's word that it
+belongs to cluster ``ID``: the id is kept in the store at start, before any heartbeat.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import logging
 from typing import Any
 
 from blizzard import protocol as p
-from blizzard.errors import ForeignCluster
+from blizzard.errors import ForeignCluster, InvalidArgument
 from datanode.store import BlobStore
 
 log = logging.getLogger(__name__)
@@ -24,11 +28,23 @@ META_KEY = "cluster_id"
 class ClusterMembership:
     """This node's cluster id, and the check every heartbeat reply passes before it is obeyed."""
 
-    def __init__(self, store: BlobStore) -> None:
+    def __init__(self, store: BlobStore, join: str = "") -> None:
         self.store = store
         raw = store.get_meta(META_KEY)
         self.cluster_id = raw.decode() if raw else ""  # "": a fresh node (or one from before ids)
         self.refusal = ""  # the complaint logged last, so it is logged once
+        if join:
+            self._join(join)
+
+    def _join(self, cluster_id: str) -> None:
+        """The operator says this node is of ``cluster_id``: kept, unless it is of another."""
+        if self.cluster_id and self.cluster_id != cluster_id:
+            raise InvalidArgument(f"this node belongs to cluster {self.cluster_id}; it cannot "
+                                  f"join cluster {cluster_id} (drop --join-cluster)")
+        if not self.cluster_id:
+            self.store.put_meta(META_KEY, cluster_id.encode())
+            self.cluster_id = cluster_id
+            log.info("joined cluster %s as told (--join-cluster)", cluster_id)
 
     def accepts(self, reply: Any) -> bool:
         """True if ``reply`` (to a heartbeat) comes from this node's cluster; a fresh node

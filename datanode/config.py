@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import uuid
 from dataclasses import dataclass
 
@@ -24,12 +25,16 @@ class DatanodeConfig:
     keys: str | None = None  # key directory (``blizzard keys generate``); None: insecure
     metrics_port: int | None = None  # Prometheus /metrics on metrics_addr:port; None: off
     metrics_addr: str = "127.0.0.1"
+    join_cluster: str = ""  # the cluster an unjoined node holding blobs joins (the operator's word)
 
     def validate(self) -> "DatanodeConfig":
         if self.heartbeat_s <= 0:
             raise InvalidArgument("heartbeat-s must be positive")
         if not 0 < self.max_item_bytes <= p.MAX_ITEM_BYTES:
             raise InvalidArgument(f"max-item-bytes must be between 1 and {p.MAX_ITEM_BYTES}")
+        if self.join_cluster and not re.fullmatch(r"[0-9a-f]{16}", self.join_cluster):
+            raise InvalidArgument("--join-cluster takes a cluster id: 16 hex digits, as "
+                                  "`blizzard status` shows it")
         if ":0" == self.bind[-2:] and self.advertise is None:
             raise InvalidArgument("binding port 0 needs --advertise")
         return self

@@ -55,7 +55,8 @@ class DatanodeServer:
         self.addr = config.advertise or config.bind
         self.store = store if store is not None else \
             LevelDbStore(os.path.join(config.data_dir, "blobs"))
-        self.cluster = ClusterMembership(self.store)  # obeys only a master of its cluster
+        # obeys only a master of its cluster
+        self.cluster = ClusterMembership(self.store, config.join_cluster)
         server_keys, self.keys = k.node_keys(config.keys) if config.keys else (None, None)
         self.router = RouterServer(self.ctx, config.bind, keys=server_keys)
         self.master = Endpoint(self.ctx, config.master, self.keys,

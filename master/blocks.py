@@ -182,6 +182,17 @@ class Blocks:
             self.touched.add(item_id)  # an enqueue still waiting on it learns it is gone
             self._settle(block)
 
+    def forget_node(self, node_id: str) -> None:
+        """An operator removed this node: what it reported stored no longer counts, and it
+        stores nothing more, so an enqueue waiting on it settles with the other nodes, or fails."""
+        for item_id, block in self.by_id.items():
+            if node_id in block.nodes:
+                holders = self.stored.get(item_id, [])
+                if node_id in holders:
+                    holders.remove(node_id)
+                self.refused.setdefault(item_id, {})[node_id] = "the data node was removed"
+                self.touched.add(item_id)
+
     def expire(self, mono: float) -> None:
         """Blocks past their time: ids some node reported are dropped (see ``drop``); ids no
         node ever mentioned were most likely never used, and are just forgotten."""

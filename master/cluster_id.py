@@ -6,6 +6,12 @@ good once it left. So the master makes a random id at its first start (``Cluster
 kept in the WAL and in every checkpoint; a data dir from before cluster ids gets one on its
 next start), every data node keeps the id of the first master it reached in its store and
 sends it with each heartbeat, and each side refuses the other's cluster.
+
+A node with no id yet adopts the master's only while it holds nothing, or while the master
+knows it already (a cluster from before ids, upgraded): a node from before ids that holds
+blobs and is new to this master most likely reached the wrong master, or one that lost its
+data dir, and would have every blob ordered deleted as a stray. Such a node is refused until
+the operator vouches for it (``datanode --join-cluster ID``).
 """
 
 from __future__ import annotations
@@ -57,6 +63,14 @@ class ClusterIdentity:
             raise ForeignCluster(
                 f"this master is of cluster {self.cluster_id}; data node {msg.node_id[:64]} "
                 f"belongs to cluster {msg.cluster_id[:64]} (is its --master the right one?)")
+        if not msg.cluster_id and msg.items > 0 and msg.node_id not in self.state.node_addrs:
+            self._log_refusal(msg.node_id[:64], "")
+            raise ForeignCluster(
+                f"data node {msg.node_id[:64]} holds {msg.items} blobs and no cluster id, and "
+                f"this master (cluster {self.cluster_id}) has never seen it: is its --master "
+                "the right one, and did this master keep its data dir? To attach the node "
+                f"anyway (its blobs that no item here names get deleted), restart it with "
+                f"--join-cluster {self.cluster_id}")
         reply = self.datanodes.heartbeat(msg, now, mono, peer, rid)
         return dataclasses.replace(reply, cluster_id=self.cluster_id)
 
@@ -65,5 +79,10 @@ class ClusterIdentity:
         if (node_id, cluster_id) in self.refused or len(self.refused) >= MAX_REFUSED_LOGGED:
             return
         self.refused.add((node_id, cluster_id))
-        log.error("refusing data node %s of another cluster (%s; this is %s): it is not "
-                  "registered", node_id, cluster_id, self.cluster_id)
+        if cluster_id:
+            log.error("refusing data node %s of another cluster (%s; this is %s): it is not "
+                      "registered", node_id, cluster_id, self.cluster_id)
+        else:
+            log.error("refusing data node %s: it holds blobs, has no cluster id and is new "
+                      "to this master; to attach it, restart it with --join-cluster %s",
+                      node_id, self.cluster_id)

@@ -93,6 +93,19 @@ class Enqueues:
     def count(self, queue: str) -> int:
         return self.by_queue.get(queue, 0)
 
+    def drop_queue(self, queue: str) -> None:
+        """Its staged items go, its parked enqueues fail (ids gone); their blobs are deleted."""
+        self.blocks.drop([i for w in self.waiting.values() if w.msg.queue == queue
+                          for i in w.msg.ids])
+        for item_id, batch in [(i, b) for i, b in self.pending.items() if b.queue == queue]:
+            self._drop_staged(item_id, batch)
+
+    def forget_node(self, node_id: str) -> None:
+        """A removed node holds nothing staged or placed: no commit or report re-adds it."""
+        self.blocks.forget_node(node_id)
+        for batch in {id(b): b for b in self.pending.values() if node_id in b.nodes}.values():
+            batch.nodes = tuple(n for n in batch.nodes if n != node_id)
+
     def __contains__(self, item_id: int) -> bool:
         """True for ids handed out or staged: their blobs are not strays."""
         return item_id in self.pending or self.blocks.holds(item_id)
@@ -117,8 +130,8 @@ class Enqueues:
             return p.Committed(count=n)  # a retry of an enqueue that landed
         parked = self.waiting.get(msg.request)
         if parked is not None:  # a retry while the first is still waiting: answer the retry
-            self._count_waiting(parked.peer, -1)
-            self._count_waiting(peer, 1)
+            self._count(self.waiting_by_peer, parked.peer, -1)
+            self._count(self.waiting_by_peer, peer, 1)
             parked.peer, parked.rid = peer, rid
             return None
         if len(set(msg.ids)) != n:
@@ -146,7 +159,7 @@ class Enqueues:
             return reply
         self.waiting[msg.request] = parked
         self.waiting_ids.update(dict.fromkeys(msg.ids, parked))
-        self._count_waiting(peer, 1)
+        self._count(self.waiting_by_peer, peer, 1)
         heapq.heappush(self.timeouts, (parked.until, next(self._seq), parked))
         return None
 
@@ -165,12 +178,14 @@ class Enqueues:
         if isinstance(reply, (p.Unstored, p.Error)):
             self.blocks.drop(msg.ids)
 
-    def _count_waiting(self, peer: bytes, n: int) -> None:
-        left = self.waiting_by_peer.get(peer, 0) + n
+    @staticmethod
+    def _count(counts: dict, key: Any, n: int) -> None:
+        """Add ``n`` (maybe negative) to ``counts[key]``; a count at zero leaves the dict."""
+        left = counts.get(key, 0) + n
         if left > 0:
-            self.waiting_by_peer[peer] = left
+            counts[key] = left
         else:
-            self.waiting_by_peer.pop(peer, None)
+            counts.pop(key, None)
 
     def serve_waiting(self, now: float, mono: float) -> list[tuple[bytes, int, Any]]:
         """Replies for parked enqueues whose reports came in, or whose time ran out."""
@@ -193,7 +208,7 @@ class Enqueues:
         del self.waiting[parked.msg.request]
         for item_id in parked.msg.ids:
             self.waiting_ids.pop(item_id, None)
-        self._count_waiting(parked.peer, -1)
+        self._count(self.waiting_by_peer, parked.peer, -1)
         self._forget_if_failed(parked.msg, reply)
         return parked.peer, parked.rid, reply
 
@@ -363,16 +378,8 @@ class Enqueues:
         if not batch.left:  # its expiry entry lingers until the deadline; its columns need not
             batch.ids = batch.sizes = batch.crcs = batch.priorities = []
             batch.not_befores, batch.keys = [], []
-        left = self.by_queue[batch.queue] - n
-        if left:
-            self.by_queue[batch.queue] = left
-        else:
-            del self.by_queue[batch.queue]
-        left = self.by_peer[batch.peer] - n
-        if left:
-            self.by_peer[batch.peer] = left
-        else:
-            del self.by_peer[batch.peer]
+        self._count(self.by_queue, batch.queue, -n)
+        self._count(self.by_peer, batch.peer, -n)
 
     # -- expiry ------------------------------------------------------------------------------
 
@@ -385,6 +392,9 @@ class Enqueues:
                 continue
             for item_id in batch.ids:
                 if self.pending.get(item_id) is batch:
-                    del self.pending[item_id]
-                    self._settle(batch, 1)
-                    self.deletes.drop_blobs(item_id, batch.nodes)
+                    self._drop_staged(item_id, batch)
+
+    def _drop_staged(self, item_id: int, batch: Pending) -> None:
+        del self.pending[item_id]
+        self._settle(batch, 1)
+        self.deletes.drop_blobs(item_id, batch.nodes)

@@ -1,7 +1,8 @@
 """Operator removals (admin key): forget a dead data node, delete one item, delete a queue.
 
 Each refuses what would destroy something in use unless forced (``InUse``): a live node (never
-forced), a leased item, a queue with items. What it removes is logged first (``ForgetNode``,
+forced), a leased item, a queue with items or with enqueues on their way into it (staged and
+not committed, or waiting for their data nodes). What it removes is logged first (``ForgetNode``,
 ``DeleteItems``, ``DeleteQueue``), so it stays removed after a restart; blobs that lost their
 item are deleted on their holders through the usual delete orders.
 """
@@ -14,6 +15,7 @@ from blizzard import protocol as p
 from blizzard.errors import InUse, InvalidArgument, MasterStarting, UnknownItem, UnknownQueue
 from master import checks
 from master.deletes import Deletes
+from master.enqueue import Enqueues
 from master.leases import Leases
 from master.membership import Membership
 from master.records import DeleteItems, DeleteQueue, ForgetNode
@@ -26,7 +28,8 @@ class Removals:
     """The handlers of ``RemoveNode``, ``DeleteItem`` and ``DeleteQueue``."""
 
     def __init__(self, state: State, log_record: Callable[[Any], None], membership: Membership,
-                 safe_mode: SafeMode, repair: Repairer, deletes: Deletes, leases: Leases) -> None:
+                 safe_mode: SafeMode, repair: Repairer, deletes: Deletes, leases: Leases,
+                 enqueues: Enqueues) -> None:
         self.state = state
         self.log = log_record
         self.membership = membership
@@ -34,6 +37,7 @@ class Removals:
         self.repair = repair
         self.deletes = deletes
         self.leases = leases
+        self.enqueues = enqueues
 
     def handlers(self) -> dict[type, Callable[..., Any]]:
         return {p.RemoveNode: self.remove_node, p.DeleteItem: self.delete_item,
@@ -65,6 +69,7 @@ class Removals:
         self.log(ForgetNode(node_id))
         self.membership.nodes.pop(node_id, None)
         self.deletes.forget(node_id)
+        self.enqueues.forget_node(node_id)
         self.repair.node_died(node_id)  # every item is looked at again: re-replication
         return p.Removed(len(held))
 
@@ -91,13 +96,26 @@ class Removals:
         if q is None:
             raise UnknownQueue(f"no queue named {queue!r}")
         held = q.n_ready + q.n_delayed + q.n_leased
-        if held and not msg.force:
-            raise InUse(f"queue {queue!r} holds {held} items ({q.n_leased} leased); force to "
-                        "delete them with it")
+        coming = self._coming(queue)
+        if (held or coming) and not msg.force:
+            why = [f"holds {held} items ({q.n_leased} leased)"] if held else []
+            if coming:
+                why.append(f"has {coming} items on their way in (staged and not committed, or "
+                           "waiting for their data nodes), which would make it again with "
+                           "default settings")
+            raise InUse(f"queue {queue!r} {' and '.join(why)}; force to delete them with it "
+                        "(items on their way in are dropped: their commit or enqueue fails)")
         doomed = [(item.id, item.nodes) for item in self.state.items.values()
                   if item.queue == queue]
         self.log(DeleteQueue(queue))
         for item_id, nodes in doomed:
             self.deletes.drop_blobs(item_id, nodes)
+        self.enqueues.drop_queue(queue)
         self.leases.buckets.pop(queue, None)
         return p.Removed(len(doomed))
+
+    def _coming(self, queue: str) -> int:
+        """Items staged or parked for ``queue``: not in it yet, but their commit would make it."""
+        return self.enqueues.count(queue) + sum(len(w.msg.ids) for w in
+                                                self.enqueues.waiting.values()
+                                                if w.msg.queue == queue)

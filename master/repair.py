@@ -96,11 +96,22 @@ class Repairer:
         return self.orders.pop(node_id, [])
 
     def node_died(self, node_id: str) -> None:
-        """Forget a dead node's inventory and the copies it was to make; look at every item again."""
+        """Forget a dead node's inventory and every copy from or to it; look at every item again.
+
+        A copy to it that was still confirmed later would make it a replica again: for a
+        removed node, one with no address (a phantom).
+        """
         self.inventories.pop(node_id, None)
-        for order in self.orders.pop(node_id, []):
-            for item_id in order.ids:
-                self.in_flight.pop(item_id, None)
+        self.orders.pop(node_id, None)
+        for source, orders in list(self.orders.items()):
+            kept = [order for order in orders if order.target.node_id != node_id]
+            if kept:
+                self.orders[source] = kept
+            else:
+                del self.orders[source]
+        for item_id, (_, source, target) in list(self.in_flight.items()):
+            if node_id in (source, target):
+                del self.in_flight[item_id]
         self.rescan()
 
     def _drop_unless_last(self, item_ids: list[int], node: str) -> list[int]:
@@ -132,6 +143,8 @@ class Repairer:
         stale = []
         confirmed = []
         forget: dict[str, list[int]] = {}
+        if msg.target not in self.state.node_addrs:  # removed by the operator meanwhile
+            return [], []
         ordered = [i for i in msg.ids if self._ordered(i, msg.node_id, msg.target)]
         missing = [i for i in msg.missing if self._ordered(i, msg.node_id, msg.target)]
         for item_id in ordered:

@@ -154,7 +154,7 @@ class MasterServer:
         # The cluster id gates heartbeats (master/cluster_id.py); operator removals.
         self.identity = ClusterIdentity(self.state, self.log_record, self.datanodes)
         self.removals = Removals(self.state, self.log_record, self.membership, self.safe_mode,
-                                 self.repair, self.deletes, self.leases)
+                                 self.repair, self.deletes, self.leases, self.enqueues)
         self.handlers.update({p.Heartbeat: self.identity.heartbeat, **self.removals.handlers()})
 
     def hello(self, msg: p.Hello, now: float, mono: float, peer: bytes, rid: int) -> p.Welcome:

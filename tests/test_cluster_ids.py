@@ -13,12 +13,13 @@ import re
 import subprocess
 import sys
 import time
+import zlib
 
 import pytest
 
-from blizzard import Client
+from blizzard import Client, harness
 from blizzard import protocol as p
-from blizzard.errors import ForeignCluster
+from blizzard.errors import ForeignCluster, InvalidArgument
 from blizzard.harness import LocalCluster, StartFailed, free_port
 from datanode.cluster_id import ClusterMembership
 from datanode.store import LevelDbStore, MemoryStore
@@ -29,7 +30,7 @@ from master.state import State
 from master.wal import Wal
 from conftest import wait_for
 from test_cli_items import run
-from test_master_requests import NoRouter
+from test_master_requests import NoRouter, in_process_master
 
 FAST = dict(heartbeat_s=0.2, dead_after_s=1.5)
 BLIZZARD = [sys.executable, "-m", "blizzard.cli"]
@@ -198,3 +199,101 @@ def test_a_second_cluster_command_on_the_same_ports_fails_clearly(tmp_path):
     finally:
         first.terminate()
         first.communicate(timeout=30)
+
+
+def heartbeat(server: MasterServer, node: str, items: int, cluster_id: str = "", port: int = 9):
+    """Data node ``node`` (holding ``items`` blobs) heartbeats through the master's gate."""
+    msg = p.Heartbeat(node, f"tcp://127.0.0.1:{port}", items, items * 10, 10**12, cluster_id)
+    return server.handle(node.encode(), 1, msg, time.time(), time.monotonic())
+
+
+def test_an_unknown_node_with_blobs_and_no_id_is_refused_until_told_to_join():
+    """A master that lost its data dir (or a node at the wrong address) must not adopt a node
+    from before cluster ids and then order all its blobs deleted as strays."""
+    server = in_process_master(replication=1)
+    cluster_id = server.state.cluster_id
+    # Given a node from before cluster ids, holding 5 blobs, new to this master
+    refused = heartbeat(server, "dn-old", 5)
+    assert refused.code == ForeignCluster.code
+    assert "holds 5 blobs and no cluster id" in refused.message
+    assert refused.message.endswith(f"restart it with --join-cluster {cluster_id}")
+    # Then it is not registered, asked for no inventory, ordered to delete nothing
+    assert "dn-old" not in server.membership.nodes and "dn-old" not in server.state.node_addrs
+    server.tick(time.time(), time.monotonic())
+    assert server.deletes.take("dn-old") == []
+    # A node the master knows (a cluster upgraded from before ids), or one holding nothing,
+    # adopts the id as before; a node started with --join-cluster sends the id and is served
+    for node, items, given, port in [("dn-a", 5, "", 1), ("dn-new", 0, "", 2),
+                                     ("dn-old", 5, cluster_id, 3)]:
+        reply = heartbeat(server, node, items, given, port)
+        assert isinstance(reply, p.HeartbeatReply) and reply.cluster_id == cluster_id, node
+    assert reply.inventory and "dn-old" in server.state.node_addrs
+    server.close()
+
+
+def test_join_cluster_keeps_the_id_the_operator_gave(tmp_path):
+    store = MemoryStore()
+    assert ClusterMembership(store, "dddd000011112222").cluster_id == "dddd000011112222"
+    assert store.get_meta("cluster_id") == b"dddd000011112222"
+    assert ClusterMembership(store, "dddd000011112222").cluster_id == "dddd000011112222"
+    with pytest.raises(InvalidArgument, match="belongs to cluster dddd000011112222"):
+        ClusterMembership(store, "eeee000011112222")  # a node of a cluster stays in it
+    assert store.get_meta("cluster_id") == b"dddd000011112222"
+    # A bad id is refused by the command in one line, before anything starts
+    proc = subprocess.run([sys.executable, "-m", "datanode", "--data-dir", str(tmp_path / "d"),
+                           "--bind", f"tcp://127.0.0.1:{free_port()}", "--insecure",
+                           "--join-cluster", "not-an-id"], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 1
+    (line,) = proc.stderr.strip().splitlines()
+    assert "--join-cluster takes a cluster id" in line
+
+
+def test_data_nodes_start_only_once_our_own_master_serves(cluster_factory, tmp_path,
+                                                         monkeypatch):
+    """A free port may be taken between the probe and the master's bind; the master there
+    answers too, and data nodes sent to it would join its cluster."""
+    other = cluster_factory(datanodes=1, replication=1, **FAST)
+    taken = int(other.master_addr.rsplit(":", 1)[1])
+    # Given the port picked for our master is the other master's
+    picks = iter([taken])
+    monkeypatch.setattr(harness, "free_port", lambda: next(picks, 0) or free_port())
+    cl = LocalCluster(str(tmp_path / "ours"), datanodes=2, replication=1, **FAST)
+    sent_to: list[str] = []
+    make_node = cl._node_proc
+    monkeypatch.setattr(cl, "_node_proc",
+                        lambda i, addr: sent_to.append(cl.master_addr) or make_node(i, addr))
+    try:
+        cl.start()  # our master fails to bind; the start is retried on a new port
+        # Then no data node was ever pointed at the other master, and each cluster has its own
+        assert other.master_addr not in sent_to and len(sent_to) == 2
+        assert cl.master_addr != other.master_addr
+        assert cl.status().cluster_id != other.status().cluster_id
+        assert len(cl.status().nodes) == 2 and len(other.status().nodes) == 1
+    finally:
+        cl.stop()
+
+
+def test_a_node_from_before_ids_with_blobs_joins_only_when_told(cluster_factory):
+    cl = cluster_factory(datanodes=1, replication=1, **FAST)
+    cluster_id = cl.status().cluster_id
+    # Given a data dir from before cluster ids: three blobs, no id
+    os.makedirs(os.path.join(cl.base_dir, "datanode1"))
+    store = LevelDbStore(os.path.join(cl.base_dir, "datanode1", "blobs"))
+    blobs = [b"a", b"b", b"c"]
+    store.put_many([7, 8, 9], blobs, [zlib.crc32(b) for b in blobs])
+    store.close()
+    node = cl._node_proc(1, f"tcp://127.0.0.1:{free_port()}").start()
+    cl.nodes.append(node)
+    # Then the master refuses it, saying how to attach it, and it keeps its blobs and no id
+    wait_for(lambda: f"--join-cluster {cluster_id}" in node.tail(), what="the node's complaint")
+    assert "holds 3 blobs and no cluster id" in node.tail()
+    assert len(cl.status().nodes) == 1
+    node.stop()
+    assert node_store_id(cl, 1) == ""
+    # When the operator restarts it with --join-cluster, it joins
+    cl.nodes[1] = type(node)(node.name, [*node.argv, "--join-cluster", cluster_id],
+                             node.log_path, node.addr).start()
+    assert len(cl.wait_ready(nodes=2).nodes) == 2
+    cl.nodes[1].stop()
+    assert node_store_id(cl, 1) == cluster_id

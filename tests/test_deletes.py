@@ -22,7 +22,8 @@ from master.state import State
 from master.wal import MemoryWal
 from conftest import wait_for
 from test_cli_items import run
-from test_master_requests import NoRouter, in_process_master, join
+from test_master_requests import (NoRouter, alloc, call, enqueue_msg, in_process_master, join,
+                                  place, report, waiting_replies)
 
 FAST = dict(heartbeat_s=0.2, dead_after_s=1.5)
 
@@ -188,3 +189,68 @@ def test_a_node_with_an_items_only_replica_is_not_removed_and_replay_agrees():
     fresh.log_record(NodeSeen("dn-c", "tcp://127.0.0.1:3"))
     assert fresh.handle(b"admin", 1, p.RemoveNode("dn-c"), time.time(),
                                             time.monotonic()).code == MasterStarting.code
+
+
+UNSET = dict.fromkeys(p.Configure.__dataclass_fields__)
+
+
+def test_a_queue_with_enqueues_on_their_way_in_is_deleted_only_when_forced():
+    """Staged and parked enqueues are not in the queue yet, but their commit would make it
+    again with default settings: a delete must not overlook them."""
+    server = in_process_master(replication=1)
+    call(server, p.Configure(**UNSET | {"queue": "jobs", "create": True, "max_attempts": 2}))
+    staged = alloc(server, 3, queue="jobs")
+    parked = place(server, 2)  # placed, its enqueue waits for the node's report
+    assert call(server, enqueue_msg(parked.ids, queue="jobs", request="parked")) is None
+    # Unforced, the delete is refused and changes nothing
+    refused = server.handle(b"admin", 1, p.DeleteQueue("jobs", False), time.time(),
+                            time.monotonic())
+    assert refused.code == InUse.code and "has 5 items on their way in" in refused.message
+    assert server.state.config("jobs").max_attempts == 2
+    # Forced, the queue goes and so do they: the commit and the enqueue fail, blobs are deleted
+    assert call(server, p.DeleteQueue("jobs", True)) == p.Removed(0)
+    with pytest.raises(UnknownItem):
+        call(server, p.Commit(staged.ids, ["dn-a"], "c1"))
+    report(server, parked.ids)
+    (failed,) = waiting_replies(server)
+    assert failed.code == UnknownItem.code
+    assert "jobs" not in server.state.queues and server.enqueues.count("jobs") == 0
+    assert set(server.deletes.take("dn-a")) == {*staged.ids, *parked.ids}
+    server.close()
+
+
+def test_a_removed_node_never_comes_back_as_a_replica():
+    """Copies to it in flight, staged batches naming it and its earlier put reports must not
+    make it a replica again: it would have no address."""
+    server = in_process_master(replication=2, min_replicas=1)
+    join(server, "dn-b", 2)
+    now, mono = time.time(), time.monotonic()
+    server.log_record(CommitItems("q", [1], [1], [0], [0], [0.0], [""], False, ["dn-a"], now, ""))
+    for node, held in [("dn-a", [1]), ("dn-b", [])]:  # both done with their inventories
+        assert call(server, p.Inventory(node, held, True), node.encode()) == p.Ok()
+    # Given a copy of item 1 ordered to dn-b, an item staged on dn-a and dn-b, and a placed
+    # id that dn-b reported stored
+    server.repair.rescan()
+    server.repair.plan(mono)
+    assert server.repair.in_flight[1][1:] == ("dn-a", "dn-b")
+    both = place(server, 1)
+    assert sorted(n.node_id for n in both.nodes) == ["dn-a", "dn-b"]
+    report(server, both.ids, "dn-a")
+    report(server, both.ids, "dn-b")
+    assert call(server, enqueue_msg(both.ids, request="s", hold=True)) == \
+        p.Stored(["dn-a", "dn-b"])
+    placed = place(server, 1)
+    report(server, placed.ids, "dn-b")
+    # When dn-b, long silent, is removed
+    assert raise_if_error(server.handle(b"admin", 1, p.RemoveNode("dn-b"), now,
+                                        mono + 60)) == p.Removed(0)
+    assert server.repair.take_orders("dn-a") == []
+    # Then the late confirmation of the copy, a commit naming dn-b and the enqueue of the id
+    # it reported leave it out
+    assert call(server, p.Replicated("dn-a", "dn-b", [1], [])) == p.Ok()
+    assert call(server, p.Commit(both.ids, ["dn-a", "dn-b"], "c")) == p.Committed(1)
+    report(server, placed.ids, "dn-a")
+    assert call(server, enqueue_msg(placed.ids, request="e")) == p.Committed(1)
+    assert [server.state.items[i].nodes for i in [1, *both.ids, *placed.ids]] == \
+        [("dn-a",)] * 3
+    server.close()
