@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import subprocess
+import sys
 import time
 from typing import Callable
 
@@ -111,6 +113,27 @@ def test_a_lease_loop_that_raises_stops_the_dispatcher():
     fake.lease_errors = [ValueError("a bug in leasing")]
     with pytest.raises(ValueError, match="a bug in leasing"):
         run_until(dispatcher(fake), lambda: False, 20)
+
+
+def test_blizzard_dispatch_with_a_failed_loop_exits_1_at_once():
+    # Given a `blizzard dispatch` process whose settler has a bug (injected), and no master
+    inject = ("import sys, blizzard.dispatch_settle as s\n"
+              "async def broken(self): raise RuntimeError('injected bug')\n"
+              "s.Settler.run = broken\n"
+              "from blizzard.cli import main\n"
+              "main()\n")
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", inject, "dispatch", "--master",
+                           f"tcp://127.0.0.1:{free_port()}", "--queues", "q"],
+                          capture_output=True, timeout=60)
+    # Then it logs the traceback and exits 1 with one line saying why, without waiting for
+    # the master its lease loop is still calling
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert proc.stderr.decode().splitlines()[-1] == (
+        "error: the dispatcher stopped at once: RuntimeError: injected bug (the traceback is "
+        "in the log)")
+    assert b"the dispatcher's settler failed" in proc.stderr and b"Traceback" in proc.stderr
+    assert time.monotonic() - started < 10
 
 
 def test_a_master_refusing_leases_for_a_while_is_waited_out(target, caplog):
