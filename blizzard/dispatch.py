@@ -221,19 +221,17 @@ class Dispatcher:
             pass
 
     def _admit(self, msg: Message) -> None:
-        """A leased message into the line, or straight to burial if it cannot be sent."""
+        """A leased message into the line, or straight to burial if it must not be sent."""
         self.totals["leased"] += 1
         try:
-            delivery = Delivery(msg, Task.decode(msg.data))
+            task, problem = Task.decode(msg.data), ""
         except InvalidArgument as exc:
-            delivery = Delivery(msg, None)
-            self.held[delivery.key] = delivery
-            self._fail(delivery, exc.message, final=True)
-            return
+            task, problem = None, exc.message
+        delivery = Delivery(msg, task)
         self.held[delivery.key] = delivery
-        task = delivery.task
-        assert task is not None
-        if refusal := self.hosts.refusal(task.url):
+        if task is None:
+            self._fail(delivery, problem, final=True)
+        elif refusal := self.hosts.refusal(task.url):
             self._fail(delivery, refusal, final=True)
         elif msg.attempts >= task.max_attempts:  # earlier deliveries' leases ran out
             self._fail(delivery, f"{msg.attempts} deliveries without success; last: "

@@ -105,17 +105,17 @@ class Outcomes:
 
     def _calls(self, client: Client) -> list[tuple[str, Callable[[], None]]]:
         calls: list[tuple[str, Callable[[], None]]] = []
+        # each call binds its own messages (a closure would see the loop's last ones)
         if self.acks:
-            msgs = [d.msg for d in self.acks]
-            calls.append((f"{len(msgs)} acks", lambda: client.ack_many(msgs)))
+            acks = [d.msg for d in self.acks]
+            calls.append((f"{len(acks)} acks", lambda: client.ack_many(acks)))
         for (delay_s, error), group in self.nacks.items():
-            msgs = [d.msg for d in group]
-            calls.append((f"{len(msgs)} nacks", lambda m=msgs, d=delay_s, e=error:
-                          client.nack_many(m, delay_s=d, error=e)))
+            calls.append((f"{len(group)} nacks", lambda m=[d.msg for d in group], s=delay_s,
+                          e=error: client.nack_many(m, delay_s=s, error=e)))
         for error, group in self.burials.items():
             for start in range(0, len(group), p.MAX_BATCH):
-                msgs = [d.msg for d in group[start:start + p.MAX_BATCH]]
-                calls.append((f"{len(msgs)} burials", lambda m=msgs, e=error: bury(client, m, e)))
+                part = [d.msg for d in group[start:start + p.MAX_BATCH]]
+                calls.append((f"{len(part)} burials", lambda m=part, e=error: bury(client, m, e)))
         return calls
 
 

@@ -18,6 +18,7 @@ from typing import Callable
 import pytest
 
 from blizzard.dispatch import DispatchConfig, Dispatcher
+from blizzard.dispatch_settle import Delivery, Outcomes
 from blizzard.errors import MasterUnavailable, RequestError, TooManyItems
 from blizzard.harness import free_port
 from blizzard.http_task import Task
@@ -50,6 +51,24 @@ def run_until(d: Dispatcher, done: Callable[[], bool], timeout_s: float) -> bool
         await asyncio.wait_for(running, 30)
         return reached
     return asyncio.run(drive())
+
+
+def test_a_batch_settles_each_outcome_as_it_was_decided():
+    # Given four leased items: one succeeded, two failed with different back-offs, one dead
+    fake = FakeMaster()
+    for i in range(4):
+        fake.add(i + 1, b"")
+    one, two, three, four = (Delivery(m, None) for m in fake.lease(4, 30.0))
+    outcomes = Outcomes()
+    outcomes.acks.append(one)
+    outcomes.nacks[(0.5, "HTTP 503")].append(two)
+    outcomes.nacks[(2.0, "HTTP 502")].append(three)
+    outcomes.burials["attempt 5/5: HTTP 500"].append(four)
+    # When they are settled, then each call names its own items: one call per group
+    assert outcomes.send(fake.client()) == 0
+    assert fake.calls == [("ack", [one.key]), ("nack", [two.key]), ("nack", [three.key]),
+                          ("bury", [four.key])]
+    assert fake.nacks == [(0.5, "HTTP 503"), (2.0, "HTTP 502")]
 
 
 def test_failures_faster_than_settling_stay_bounded_and_leased_until_settled():
