@@ -13,7 +13,6 @@ from typing import Any, NoReturn
 import click
 
 from blizzard import logs
-from blizzard.allow_hosts import HostPolicy
 from blizzard.cli_common import EXIT_ERROR, keys_opt, master_opt, timeout_opt
 from blizzard.cli_output import echo_json, escape, json_opt
 from blizzard.errors import InvalidArgument
@@ -39,6 +38,8 @@ def _queue_list(ctx: Any, param: Any, value: str) -> tuple[str, ...]:
 
 
 def _host_list(ctx: Any, param: Any, value: str | None) -> tuple[str, ...]:
+    from blizzard.allow_hosts import HostPolicy  # yarl: loaded only by dispatch
+
     patterns = tuple(h.strip() for h in (value or "").split(",") if h.strip())
     if value is not None and not patterns:
         raise click.BadParameter("name at least one host", ctx, param)
