@@ -13,9 +13,10 @@ spent, buried in the queue's dead-letter queue with that error. Each request car
 per queue for leases (a long poll on one queue must not hold up another) and one for settling
 (``dispatch_settle.py``: acks, nacks and burials in batches, lease extensions). A task is held
 from its lease until its outcome is settled, its lease extended every third of ``lease_s``
-meanwhile, so a slow endpoint or a busy master does not cost it; the tasks held bound how
-many more are leased. A dispatcher killed mid-request loses nothing: its leases run out and
-the tasks come back (at least once, not exactly once).
+meanwhile, so a slow endpoint or a busy master does not cost it. The tasks held bound how
+many more are leased, those decided and waiting to be settled too. A dispatcher killed
+mid-request loses nothing: its leases run out and the tasks come back (at least once, not
+exactly once).
 
 A lease the master refuses for now (too many long polls, unavailable) is tried again after a
 jittered, doubling pause; one refused for good (keys, arguments) stops the dispatcher. A loop
@@ -110,7 +111,7 @@ class Dispatcher:
         self.held: dict[Key, Delivery] = {}  # leased and not yet settled
         self.settler: Settler | None = None
         self.line: asyncio.Queue[Delivery | None] = asyncio.Queue()
-        self.room = asyncio.Event()  # a task was settled: there may be room to lease more
+        self.room = asyncio.Event()  # a task was decided or settled: room to lease more?
         self.stopping = asyncio.Event()  # no more leases
         self.hard = False  # stopped at once: requests and outcomes abandoned
         self._tasks: list[asyncio.Task] = []  # every loop (a hard stop cancels them)
@@ -172,22 +173,23 @@ class Dispatcher:
 
     async def _lease_loop(self, queue: str, thread: ClientThread) -> None:
         """Keep the senders fed, while not stopping: lease once no more than a round of work
-        (``workers`` tasks) is held, up to two rounds.
+        (``workers`` tasks) waits to be sent or is in flight, up to two rounds; and only
+        while no more than two rounds of outcomes wait for the master to settle them.
 
-        Held counts every task leased and not yet settled, outcomes waiting to be sent too,
-        so the senders cannot run ahead of the master. Leases come in batches, not one per
-        finished request; each queue asks for the room there is when it asks, so with several
-        queues more may be held for a while.
+        So the senders cannot run ahead of the master (an endpoint failing at once, a master
+        slow to fsync), and a round of work waits in line while the first is sent. Leases
+        come in batches, not one per finished request; each queue asks for the room there is
+        when it asks, so with several queues more may be held for a while.
         """
-        cfg = self.config
+        cfg, settler = self.config, self._settler()
         refusals = 0  # leases refused in a row
         while not self.stopping.is_set():
-            held = len(self.held)
-            if held > cfg.workers:
+            undecided = len(self.held) - settler.unsettled
+            if undecided > cfg.workers or settler.unsettled > 2 * cfg.workers:
                 self.room.clear()
                 await self.room.wait()
                 continue
-            n = min(2 * cfg.workers - held, cfg.batch)
+            n = min(2 * cfg.workers - undecided, cfg.batch)
             try:
                 msgs = await thread.call(lambda c: c.dequeue_many(
                     queue, n, lease_s=cfg.lease_s, wait_s=cfg.wait_s))
@@ -249,6 +251,7 @@ class Dispatcher:
                 self._settler().ack(delivery)
             else:
                 self._fail(delivery, error)
+            self.room.set()
 
     async def _send(self, session: aiohttp.ClientSession, delivery: Delivery) -> tuple[bool, str]:
         """Make the task's request: (True, "") on a 2xx reply, else (False, what went wrong)."""

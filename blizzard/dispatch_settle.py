@@ -124,7 +124,7 @@ class Settler:
 
     ``held`` is the dispatcher's: deliveries leased and not yet settled. The settler drops a
     delivery from it once its outcome is sent, and calls ``on_settled`` (there is room to
-    lease more).
+    lease more). ``unsettled`` counts the held deliveries already decided.
     """
 
     def __init__(self, thread: ClientThread, held: dict[Key, Delivery], lease_s: float,
@@ -134,20 +134,25 @@ class Settler:
         self.lease_s = lease_s
         self.on_settled = on_settled
         self.pending = Outcomes()
+        self.unsettled = 0  # outcomes pending or being sent
         self.failures = 0  # settle calls that failed
         self._wake = asyncio.Event()
         self._finishing = False
 
     def ack(self, delivery: Delivery) -> None:
         self.pending.acks.append(delivery)
-        self._wake.set()
+        self._added()
 
     def nack(self, delivery: Delivery, delay_s: float, error: str) -> None:
         self.pending.nacks[(delay_s, error)].append(delivery)
-        self._wake.set()
+        self._added()
 
     def bury(self, delivery: Delivery, error: str) -> None:
         self.pending.burials[error].append(delivery)
+        self._added()
+
+    def _added(self) -> None:
+        self.unsettled += 1
         self._wake.set()
 
     def finish(self) -> None:
@@ -160,10 +165,12 @@ class Settler:
         every_s = self.lease_s / 3
         extend_at = time.monotonic() + every_s
         while True:
-            try:
-                await asyncio.wait_for(self._wake.wait(), max(0.0, extend_at - time.monotonic()))
-            except TimeoutError:
-                pass
+            if not self.pending:
+                try:
+                    await asyncio.wait_for(self._wake.wait(),
+                                           max(0.0, extend_at - time.monotonic()))
+                except TimeoutError:
+                    pass
             self._wake.clear()
             if self.pending:
                 await self._settle()
@@ -176,8 +183,10 @@ class Settler:
     async def _settle(self) -> None:
         batch, self.pending = self.pending, Outcomes()
         self.failures += await self.thread.call(batch.send)
-        for delivery in batch.deliveries():
+        settled = batch.deliveries()
+        for delivery in settled:
             self.held.pop(delivery.key, None)
+        self.unsettled -= len(settled)
         self.on_settled()
 
     async def _extend(self) -> None:
