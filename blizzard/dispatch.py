@@ -32,7 +32,9 @@ Per-queue rates give one queue priority over another.
 
 ``stop()`` (SIGTERM): no more leases; the tasks leased already are sent and settled, then the
 clients close. ``stop(hard=True)`` cancels every loop at once and waits for no thread: the
-requests in flight and the outcomes not yet sent are abandoned (their leases run out).
+requests in flight and the outcomes not yet sent are abandoned (their leases run out). A
+client thread still inside a master call would hold up the interpreter's exit, so ``blizzard
+dispatch`` leaves with ``os._exit`` after a hard stop.
 """
 
 from __future__ import annotations
