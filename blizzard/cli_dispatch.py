@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import logging
+import os
 import signal
-from typing import Any
+import sys
+from typing import Any, NoReturn
 
 import click
 
 from blizzard import logs
-from blizzard.cli_common import keys_opt, master_opt, timeout_opt
+from blizzard.cli_common import EXIT_ERROR, keys_opt, master_opt, timeout_opt
 from blizzard.cli_output import echo_json, escape, json_opt
 from blizzard.errors import InvalidArgument
 from blizzard.queue_settings import check_queue_name
 
+log = logging.getLogger(__name__)
+EXIT_OK = 0
 STATE_WORDS = {"queued": "queued (ready to send)", "scheduled": "scheduled (waiting to be sent "
                "again, or delayed)", "in_flight": "in flight (leased by a dispatcher)",
                "succeeded": "succeeded (acked)", "failed": "failed (dead-lettered)",
@@ -32,6 +37,19 @@ def _queue_list(ctx: Any, param: Any, value: str) -> tuple[str, ...]:
         raise click.BadParameter(exc.message, ctx, param) from None
 
 
+def _host_list(ctx: Any, param: Any, value: str | None) -> tuple[str, ...]:
+    from blizzard.allow_hosts import HostPolicy  # yarl: loaded only by dispatch
+
+    patterns = tuple(h.strip() for h in (value or "").split(",") if h.strip())
+    if value is not None and not patterns:
+        raise click.BadParameter("name at least one host", ctx, param)
+    try:
+        HostPolicy.parse(patterns)
+    except InvalidArgument as exc:
+        raise click.BadParameter(exc.message, ctx, param) from None
+    return patterns
+
+
 @click.command()
 @master_opt
 @keys_opt
@@ -45,13 +63,21 @@ def _queue_list(ctx: Any, param: Any, value: str) -> tuple[str, ...]:
 @click.option("--batch", default=100, show_default=True, type=click.IntRange(1, 10_000),
               help="Tasks leased at once per queue, at most; up to two rounds of --workers "
                    "are held at a time.")
+@click.option("--allow-hosts", callback=_host_list, metavar="HOST[,HOST...]",
+              help="Send tasks only to these hosts: exact names or IP addresses, or *.suffix "
+                   "patterns (*.example.com: any name below example.com); a task to another "
+                   "host is dead-lettered unsent. Default: any host. Without it, anyone who "
+                   "may enqueue can make this process request any URL it can reach, internal "
+                   "services included (SSRF). Names are not resolved: an allowed name that "
+                   "resolves to an internal address is still allowed.")
 @timeout_opt
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"]), help="Logging verbosity.")
 @click.option("--log-format", default="text", show_default=True, type=click.Choice(logs.FORMATS),
               help="text for people; json: one object per line (role \"dispatch\").")
 def dispatch(master: str, queues: tuple[str, ...], workers: int, lease_s: float, batch: int,
-             timeout_s: float, log_level: str, log_format: str) -> None:
+             allow_hosts: tuple[str, ...], timeout_s: float, log_level: str,
+             log_format: str) -> None:
     """Deliver HTTP tasks (`Client.enqueue_task`) from QUEUES until stopped.
 
     A 2xx reply acks a task. Another status, no reply within the task's timeout, or a
@@ -60,15 +86,26 @@ def dispatch(master: str, queues: tuple[str, ...], workers: int, lease_s: float,
     Retries do not wait for the queue's rate limit (`queue config --rate-per-s`), which
     paces new tasks only. SIGTERM or Ctrl-C: lease no more, finish the requests in flight,
     settle them, exit; a second signal exits at once (those tasks come back after --lease-s).
+    An internal error in the dispatcher is logged and stops it at once, exit 1.
     """
     from blizzard.dispatch import DispatchConfig, Dispatcher
 
     logs.setup(log_level, log_format, "dispatch", master)
     dispatcher = Dispatcher(DispatchConfig(master, queues, workers=workers, lease_s=lease_s,
-                                           batch=batch, timeout_s=timeout_s))
-    totals = asyncio.run(_until_signalled(dispatcher))
-    click.echo("dispatched: " + ", ".join(f"{k} {totals[k]}" for k in
-                                          ("leased", "succeeded", "retried", "dead")))
+                                           batch=batch, timeout_s=timeout_s,
+                                           allow_hosts=allow_hosts))
+    try:
+        asyncio.run(_until_signalled(dispatcher))
+    except Exception as exc:
+        if not dispatcher.hard:
+            raise  # a lease refused for good, the dispatcher stopped cleanly: main says why
+        _exit_now(EXIT_ERROR, f"error: the dispatcher stopped at once: {type(exc).__name__}: "
+                              f"{exc} (the traceback is in the log)")
+    summary = "dispatched: " + ", ".join(f"{k} {dispatcher.totals[k]}" for k in
+                                         ("leased", "succeeded", "retried", "dead"))
+    if dispatcher.hard:
+        _exit_now(EXIT_OK, summary)
+    click.echo(summary)
 
 
 async def _until_signalled(dispatcher: Any) -> Any:
@@ -79,10 +116,26 @@ async def _until_signalled(dispatcher: Any) -> Any:
     def on_signal() -> None:
         nonlocal signals
         signals += 1
+        if signals == 1:
+            log.info("stopping: sending and settling the tasks held; a second signal stops "
+                     "at once")
         dispatcher.stop(hard=signals > 1)
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal)
     return await dispatcher.run()
+
+
+def _exit_now(code: int, line: str) -> NoReturn:
+    """Say ``line``, flush the logs and exit without waiting for the client threads.
+
+    After a hard stop a thread may be inside a master call that will not answer for
+    ``--timeout-s``; the interpreter would join it before exiting.
+    """
+    click.echo(line, err=code != EXIT_OK)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 @click.command()

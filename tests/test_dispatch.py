@@ -257,18 +257,49 @@ def test_sigterm_finishes_the_requests_in_flight_and_acks_them(cluster, target, 
         assert target.keys() == {f"g{i}" for i in range(6)}
 
 
-def test_a_second_sigterm_abandons_the_requests_in_flight(cluster, target, dispatchers):
+def test_a_second_sigterm_exits_at_once_even_with_the_master_not_answering(cluster, target,
+                                                                           dispatchers):
     with Client(cluster.master_addr) as c:
+        # Given two requests in flight, and a master that has stopped answering
         ids = [c.enqueue_task("stuck", url=target.url(f"h{i}", "slow:30"), timeout_s=60)
                for i in range(2)]
         proc = dispatchers("stuck", "--workers", "2", "--lease-s", "60")
         wait_for(lambda: target.count() == 2, 20, "two requests in flight")
-        proc.signal(signal.SIGTERM)
-        time.sleep(0.5)  # two signals, not one: the second must find the first under way
-        proc.signal(signal.SIGTERM)
-        assert proc.popen.wait(10) == 0
-        # the tasks stay leased until their leases run out, then come back
+        cluster.master.signal(signal.SIGSTOP)
+        try:
+            # When a first SIGTERM has begun a gentle stop, and a second one follows
+            proc.signal(signal.SIGTERM)
+            wait_for(lambda: "stopping: " in proc.tail(), 10, "the first signal taken")
+            signalled = time.monotonic()
+            proc.signal(signal.SIGTERM)
+            # Then the dispatcher exits at once, without waiting for the master
+            assert proc.popen.wait(10) == 0, proc.tail()
+            assert time.monotonic() - signalled < 2.0
+        finally:
+            cluster.master.signal(signal.SIGCONT)
+        assert "dispatched: leased 2, succeeded 0" in proc.tail()
+        # And the tasks stay leased until their leases run out, then come back
         assert {r["state"] for r in lookup(c, ids)} == {"in_flight"}
+
+
+def test_tasks_go_only_to_allowed_hosts(cluster, target, dispatchers):
+    with Client(cluster.master_addr) as c:
+        # Given a dispatcher allowed 127.0.0.1 and *.example.com only
+        proc = dispatchers("guarded", "--allow-hosts", "127.0.0.1, *.example.com")
+        allowed = c.enqueue_task("guarded", url=target.url("allowed"))
+        # When a task names another host (here the same endpoint by another name)
+        refused = c.enqueue_task("guarded", url=f"http://localhost:{target.port}/refused",
+                                 max_attempts=5)
+        rows = settled(c, [allowed, refused])
+    # Then it is dead-lettered at once with the reason, and nothing was sent to it
+    assert rows[allowed]["state"] == "succeeded"
+    assert (rows[refused]["state"], rows[refused]["attempts"]) == ("failed", 1)
+    assert rows[refused]["error"] == ("attempt 1/5: host 'localhost' is not in the "
+                                      "dispatcher's --allow-hosts; not sent")
+    assert target.keys() == {"allowed"}
+    proc.signal(signal.SIGTERM)
+    assert proc.popen.wait(15) == 0
+    assert "dispatched: leased 2, succeeded 1, retried 0, dead 1" in proc.tail()
 
 
 def test_task_shows_queued_scheduled_in_flight_failed_and_unknown(cluster):
@@ -308,7 +339,10 @@ def test_task_shows_queued_scheduled_in_flight_failed_and_unknown(cluster):
 def test_bad_command_lines_are_usage_errors(cluster):
     m = cluster.master_addr
     for args in (["dispatch", "--queues", "bad name!"], ["dispatch", "--queues", ","],
-                 ["dispatch", "--queues", "q", "--workers", "0"], ["task", "abc"], ["task"]):
+                 ["dispatch", "--queues", "q", "--workers", "0"], ["task", "abc"], ["task"],
+                 ["dispatch", "--queues", "q", "--allow-hosts", "http://a.example.com/"],
+                 ["dispatch", "--queues", "q", "--allow-hosts", "*"],
+                 ["dispatch", "--queues", "q", "--allow-hosts", ","]):
         proc = run(*args, master=m, check=False)
         assert proc.returncode == 2, (args, proc.stderr)
         assert proc.stderr.count(b"\n") <= 4 and b"Traceback" not in proc.stderr
