@@ -172,7 +172,7 @@ def hang_in_second_batch(p):
         print("in batch 1", flush=True)
         time.sleep(600)
 drain(local_session("local[1]"), "jobs", path, master=master, max_items_per_batch=1000,
-      lease_s=2, on_batch=hang_in_second_batch, progress=False)
+      lease_s=6, on_batch=hang_in_second_batch, progress=False)
 """
 
 
@@ -195,7 +195,7 @@ def test_a_killed_drain_loses_nothing_its_items_return_when_the_leases_end(
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-    wait_for(lambda: leases_ended(cluster.master_addr, "jobs"), timeout_s=15,
+    wait_for(lambda: leases_ended(cluster.master_addr, "jobs"), timeout_s=30,
              what="the killed run's leases to end")
 
     summary = drain(spark, "jobs", path, master=cluster.master_addr, progress=False)
