@@ -1,0 +1,135 @@
+"""The Spark source on a real Spark standalone cluster: a master and two workers, each its own
+JVM started from the installed pyspark, executors started by the workers.
+
+The workers know nothing of the test: no key directory, only ``blizzard`` on their
+``PYTHONPATH``, as a user would install it. Each Spark driver runs in a process of its own
+(the command, or a script), since a process holds one SparkContext and test_spark.py's is local.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+
+import pyarrow.parquet as pq
+import pytest
+
+from blizzard import Client
+from blizzard.spark.standalone import StandaloneSpark
+
+ITEMS = 5000
+DRIVER_TIMEOUT_S = 240
+
+
+@pytest.fixture(scope="module")
+def spark_cluster(tmp_path_factory):
+    """One Spark master and two workers (1 core, 1 GiB each) for this module's tests."""
+    spark = StandaloneSpark(str(tmp_path_factory.mktemp("spark-standalone")))
+    spark.start()
+    try:
+        yield spark
+    finally:
+        spark.stop()
+    assert not _left_behind(spark.base_dir), "executors outlived the cluster"
+
+
+def _left_behind(base_dir: str) -> list[int]:
+    """Processes still running with ``base_dir`` on their command line."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if base_dir.encode() in f.read():
+                    found.append(int(pid))
+        except OSError:
+            continue
+    return found
+
+
+def run_driver(argv: list[str], spark_cluster: StandaloneSpark) -> subprocess.CompletedProcess:
+    """Run a Spark driver process; fail with its output and the cluster's logs if it fails."""
+    env = dict(os.environ, SPARK_EXECUTOR_MEMORY="512m")  # fits a 1 GiB worker twice over
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=DRIVER_TIMEOUT_S, env=env)
+    assert proc.returncode == 0, (proc.stdout[-3000:] + proc.stderr[-3000:]
+                                  + spark_cluster.logs())
+    return proc
+
+
+def payloads(path: str) -> list[tuple[int, bytes]]:
+    table = pq.read_table(path, columns=["id", "data"])
+    return list(zip(table.column("id").to_pylist(), table.column("data").to_pylist()))
+
+
+def assert_each_once(rows: list[tuple[int, bytes]], expected: dict[int, bytes]) -> None:
+    ids = [item_id for item_id, _ in rows]
+    assert len(ids) == len(set(ids)), f"{len(ids) - len(set(ids))} items written twice"
+    assert set(ids) == expected.keys(), f"{len(expected.keys() - set(ids))} items missing"
+    assert dict(rows) == expected, "payloads differ"
+
+
+def assert_queue_empty(master: str, queue: str) -> None:
+    with Client(master) as c:
+        stats = c.stats(queue)
+    assert (stats["ready"], stats["leased"], stats["pending"]) == (0, 0, 0)
+
+
+def test_the_drain_command_on_a_standalone_cluster_writes_each_item_once(
+        cluster, spark_cluster, tmp_path):
+    rng = random.Random(16)
+    blobs = [rng.randbytes(rng.randint(0, 300)) for _ in range(ITEMS)]
+    with Client(cluster.master_addr) as c:
+        expected = dict(zip(c.enqueue_many("jobs", blobs), blobs))
+    out = str(tmp_path / "out")
+
+    proc = run_driver([sys.executable, "-m", "blizzard.cli", "drain", "jobs", "--to", out,
+                       "--master", cluster.master_addr, "--batch", "2000",
+                       "--spark-master", spark_cluster.url], spark_cluster)
+
+    assert f"drained {ITEMS:,} items" in proc.stdout
+    assert_each_once(payloads(out), expected)
+    assert_queue_empty(cluster.master_addr, "jobs")
+    assert _executor_runs(spark_cluster.base_dir) == 2  # the reads ran on both workers
+
+
+WRITE_THEN_DRAIN = """
+import json, sys
+from pyspark.sql import functions as F
+from blizzard.spark import drain, local_session
+spark_url, master, path, n, conf = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), \\
+    json.loads(sys.argv[5])
+spark = local_session(spark_url, app_name="blizzard-standalone-test", conf=conf)
+df = spark.range(n).repartition(4).select(
+    F.concat(F.lit("row-"), F.col("id").cast("string")).alias("data"))
+df.write.format("blizzard").option("master", master).option("queue", "rows").mode("append").save()
+summary = drain(spark, "rows", path, master=master, max_items_per_batch=2000, progress=False)
+print(json.dumps({"executors": spark._jsc.sc().getExecutorIds().size(), "written": summary.written,
+                  "duplicates": summary.duplicates, "batches": summary.batches}))
+spark.stop()
+"""
+
+
+def test_a_batch_write_then_a_drain_through_a_session_on_a_standalone_cluster(
+        cluster, spark_cluster, tmp_path):
+    out = str(tmp_path / "out")
+
+    proc = run_driver([sys.executable, "-c", WRITE_THEN_DRAIN, spark_cluster.url,
+                       cluster.master_addr, out, str(ITEMS),
+                       json.dumps(spark_cluster.session_conf())], spark_cluster)
+
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result == {"executors": 2, "written": ITEMS, "duplicates": 0, "batches": 3}
+    rows = payloads(out)
+    assert len({item_id for item_id, _ in rows}) == len(rows) == ITEMS
+    assert sorted(data for _, data in rows) == sorted(f"row-{i}".encode() for i in range(ITEMS))
+    assert_queue_empty(cluster.master_addr, "rows")
+
+
+def _executor_runs(base_dir: str) -> int:
+    """Workers that ran an executor of the last application (work dirs hold one per run)."""
+    workers = [d for d in os.listdir(base_dir) if d.startswith("worker") and
+               os.path.isdir(os.path.join(base_dir, d))]
+    apps = sorted(a for w in workers for a in os.listdir(os.path.join(base_dir, w)))
+    return sum(1 for w in workers if apps and apps[-1] in os.listdir(os.path.join(base_dir, w)))
