@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from blizzard import Client
+from blizzard.spark.session import on_loopback
 from blizzard.spark.standalone import StandaloneSpark
 
 ITEMS = 5000
@@ -133,3 +134,41 @@ def _executor_runs(base_dir: str) -> int:
                os.path.isdir(os.path.join(base_dir, d))]
     apps = sorted(a for w in workers for a in os.listdir(os.path.join(base_dir, w)))
     return sum(1 for w in workers if apps and apps[-1] in os.listdir(os.path.join(base_dir, w)))
+
+
+def test_the_spark_daemons_listen_on_loopback_only(spark_cluster):
+    inodes = set()
+    for proc in spark_cluster.procs:
+        for fd in os.listdir(f"/proc/{proc.pid}/fd"):
+            try:
+                target = os.readlink(f"/proc/{proc.pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    listening = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                cols = line.split()
+                if cols[3] == "0A" and cols[9] in inodes:  # 0A: LISTEN
+                    listening.append(cols[1].split(":")[0])
+    assert len(listening) >= 5  # master: RPC and web UI; each worker: the same
+    loopback = {"0100007F", "0000000000000000FFFF00000100007F"}
+    assert set(listening) <= loopback, listening
+
+
+def test_the_workers_have_no_key_directory_of_their_own(spark_cluster):
+    """So the drains above pass only because the driver's session hands executors its keys."""
+    for proc in spark_cluster.procs:
+        with open(f"/proc/{proc.pid}/environ", "rb") as f:
+            names = {entry.split(b"=", 1)[0] for entry in f.read().split(b"\0")}
+        assert b"BLIZZARD_KEYS" not in names and b"PYTHONPATH" in names
+
+
+def test_a_session_binds_to_loopback_only_when_spark_runs_on_this_machine():
+    assert on_loopback("local[2]") and on_loopback("spark://127.0.0.1:7077")
+    assert on_loopback("spark://localhost:7077,127.0.0.1:7078")
+    assert not on_loopback("spark://10.0.0.5:7077")
+    assert not on_loopback("spark://127.0.0.1:7077,spark-2:7077")
+    assert not on_loopback("yarn") and not on_loopback("k8s://https://127.0.0.1:6443")
