@@ -133,7 +133,8 @@ def _start(local: Any, data_dir: str) -> None:
 @click.option("--batch", default=100_000, show_default=True, type=click.IntRange(1, 1_000_000),
               help="Items per Spark micro-batch at most (batches also stop near 64 MiB).")
 @click.option("--spark-master", default="local[*]", show_default=True,
-              help="Spark master URL; the local session listens on 127.0.0.1 only.")
+              help="Spark master URL: local[N] or a cluster (spark://HOST:PORT), whose "
+                   "workers need blizzard installed and the --keys directory (README: Spark).")
 def drain(queue: str, path: str, fmt: str, master: str, timeout_s: float, batch: int,
           spark_master: str) -> None:
     """Copy QUEUE into Parquet or JSON files under PATH with Spark until it is empty.
