@@ -22,6 +22,7 @@ import pytest
 from blizzard import Client
 from blizzard.harness import free_port
 from conftest import wait_for
+from processes import stop
 
 BLIZZARD = [sys.executable, "-m", "blizzard.cli"]
 
@@ -99,14 +100,6 @@ def json_lines(path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def test_server_options_from_config_file_env_and_command_line_json_logs(tmp_path):

@@ -27,6 +27,7 @@ from blizzard.dashboard_server import host_and_port, make_server
 from blizzard.harness import free_port
 from blizzard.queue_settings import SETTINGS
 from conftest import wait_for
+from processes import stop
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -318,13 +319,6 @@ def start_dashboard(master: str, port: int, env: dict[str, str], tmp_path,
     return proc
 
 
-def stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 def test_the_command_serves_an_insecure_cluster(cluster_factory, tmp_path):

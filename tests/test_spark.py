@@ -20,6 +20,7 @@ from pyspark.sql import functions as F
 from blizzard import Client
 from blizzard.spark import SCHEMA, drain, local_session
 from conftest import wait_for
+from processes import LOOPBACK_HEX, listening_addresses
 
 FAST = dict(datanodes=3, replication=2, heartbeat_s=0.2, dead_after_s=1.5)
 
@@ -359,25 +360,9 @@ def test_a_write_refuses_unknown_columns_and_overwrite(spark, cluster):
 
 
 def test_spark_listens_on_loopback_only(spark):
-    pid = spark._jvm.java.lang.ProcessHandle.current().pid()
-    inodes = set()
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
-    listening = []
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with open(table) as f:
-            for line in f.readlines()[1:]:
-                cols = line.split()
-                if cols[3] == "0A" and cols[9] in inodes:  # 0A: LISTEN
-                    listening.append(cols[1].split(":")[0])
+    listening = listening_addresses([spark._jvm.java.lang.ProcessHandle.current().pid()])
     assert listening, "the JVM should listen somewhere (block manager, driver)"
-    loopback = {"0100007F", "00000000000000000000000001000000", "0000000000000000FFFF00000100007F"}
-    assert set(listening) <= loopback, listening
+    assert set(listening) <= LOOPBACK_HEX, listening
 
 
 # -- pure parts (no Spark job, no processes) -------------------------------------------------

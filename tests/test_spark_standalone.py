@@ -21,6 +21,7 @@ from blizzard import Client
 from blizzard.spark.session import on_loopback
 from blizzard.spark.standalone import StandaloneSpark
 from conftest import wait_for
+from processes import LOOPBACK_HEX, listening_addresses
 
 ITEMS = 5000
 DRIVER_TIMEOUT_S = 240
@@ -143,25 +144,9 @@ def _executor_runs(base_dir: str) -> int:
 
 
 def test_the_spark_daemons_listen_on_loopback_only(spark_cluster):
-    inodes = set()
-    for proc in spark_cluster.procs:
-        for fd in os.listdir(f"/proc/{proc.pid}/fd"):
-            try:
-                target = os.readlink(f"/proc/{proc.pid}/fd/{fd}")
-            except OSError:
-                continue
-            if target.startswith("socket:["):
-                inodes.add(target[8:-1])
-    listening = []
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with open(table) as f:
-            for line in f.readlines()[1:]:
-                cols = line.split()
-                if cols[3] == "0A" and cols[9] in inodes:  # 0A: LISTEN
-                    listening.append(cols[1].split(":")[0])
+    listening = listening_addresses([proc.pid for proc in spark_cluster.procs])
     assert len(listening) >= 5  # master: RPC and web UI; each worker: the same
-    loopback = {"0100007F", "0000000000000000FFFF00000100007F"}
-    assert set(listening) <= loopback, listening
+    assert set(listening) <= LOOPBACK_HEX, listening
 
 
 def test_the_workers_have_no_key_directory_of_their_own(spark_cluster):
