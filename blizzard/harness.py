@@ -278,6 +278,8 @@ class LocalCluster:
     def restart_master(self, timeout_s: float = 30.0) -> None:
         """Start the master again on the same address and data dir (after a kill or stop)."""
         assert self.master is not None
+        if self.master.alive:  # a second one would answer nothing, and this one would leak
+            raise RuntimeError("restart_master: the master is still running; kill or stop it first")
         self.master = Proc("master", self.master.argv, self.master.log_path, self.master.addr).start()
         self.wait_ready(timeout_s)
 

@@ -145,8 +145,8 @@ def test_delete_a_queue_refuses_one_with_items_unless_forced(cluster_factory):
     wait_for(lambda: sum(n.items for n in cl.status().nodes) == 0, what="blobs deleted")
     # It stays deleted after a crash and after a clean restart; a new queue of that name
     # starts with default settings
-    for restart in (cl.master.kill, cl.master.stop):
-        restart()
+    for how in ("kill", "stop"):
+        getattr(cl.master, how)()  # the master of the moment: restart_master makes a new one
         cl.restart_master()
         with Client(m, timeout_s=10, admin=True) as c:
             assert c.queues() == []
