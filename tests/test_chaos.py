@@ -15,7 +15,7 @@ from chaos.checker import check
 from chaos.schedule import (CHURN, KILL_MASTER, PAUSE_MASTER, PAUSE_NODE, STALL_CONSUMER,
                             FaultPlan, Timing, make_schedule)
 
-CHAOS_DURATION_S = float(os.environ.get("BLIZZARD_CHAOS_DURATION_S", "60"))
+CHAOS_DURATION_S = float(os.environ.get("BLIZZARD_CHAOS_DURATION_S", "40"))
 
 
 class Story:

@@ -104,23 +104,3 @@ def test_cluster_command_runs_everything_and_stops_on_ctrl_c(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
-
-
-def test_the_drain_command_writes_the_queue_to_files(cluster, tmp_path):
-    import pyarrow.parquet as pq
-
-    blobs = [os.urandom(i % 200) for i in range(300)]
-    with Client(cluster.master_addr) as c:
-        expected = dict(zip(c.enqueue_many("cli", blobs), blobs))
-    out = tmp_path / "out"
-    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable)
-    proc = subprocess.run([sys.executable, "-m", "blizzard.cli", "drain", "cli", "--to", str(out),
-                           "--master", cluster.master_addr, "--spark-master", "local[1]"],
-                          capture_output=True, text=True, timeout=300, env=env)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert "300" in proc.stdout + proc.stderr  # the summary
-    table = pq.read_table(str(out))
-    assert sorted(zip(table.column("id").to_pylist(), table.column("data").to_pylist())) == \
-        sorted(expected.items())
-    with Client(cluster.master_addr) as c:
-        assert (c.stats("cli")["ready"], c.stats("cli")["leased"]) == (0, 0)
