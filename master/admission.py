@@ -1,46 +1,51 @@
-"""Which ready items a rate-limited lease may take: redeliveries freely, new items by token.
+"""Which ready items a lease may take: the one walk of a queue's ready heap, in serving order.
 
-A queue's token bucket limits how fast new work goes out (the c12s task queue's rule, the
-seed of ``blizzard dispatch``). An item that has been delivered before (``attempts`` > 0: it
-was nacked, its lease ran out, or its consumer gave it back) already had its token; making it
-wait for another would stretch the back-off its retry policy asked for, so it passes without
-one. Redriven items start again at zero attempts and take a token.
+An item whose key is leased, or taken earlier in the same batch, is passed over (per-key
+exclusivity). A rate-limited lease also gives ``new``: how many never-delivered items its
+tokens admit. A queue's token bucket limits how fast new work goes out (the c12s task queue's
+rule, the seed of ``blizzard dispatch``). An item that has been delivered before (``attempts``
+> 0: it was nacked, its lease ran out, or its consumer gave it back) already had its token;
+making it wait for another would stretch the back-off its retry policy asked for, so it passes
+without one. Redriven items start again at zero attempts and take a token.
 
-The walk is the queue's serving order, as ``State.head`` walks it: a redelivery behind new
-items the bucket holds back is found within ``SCAN_PAST_LIMIT`` entries past them (retried
-items keep their id, so they sort ahead of newer work of the same priority).
+A redelivery behind new items the bucket holds back is found within ``SCAN_PAST_LIMIT``
+entries past them (retried items keep their id, so they sort ahead of newer work of the same
+priority).
 """
 
 from __future__ import annotations
 
 import heapq
+from typing import Any
 
-from master.state import State
+from master.item import Item
 
 SCAN_PAST_LIMIT = 128  # heap entries looked at for redeliveries once the tokens ran out
 
 
-def take_admitted(state: State, name: str, n: int, tokens: int,
-                  now: float) -> tuple[list[int], int]:
-    """Up to ``n`` ids a lease may take now, at most ``tokens`` of them new; and how many are.
+def head(state: Any, name: str, n: int, now: float, new: int | None = None) -> list[int]:
+    """Up to ``n`` ids a lease would take now from ``state`` (a ``State``: the walk is its
+    ``head``); with ``new`` given, at most that many of them never delivered before.
 
-    Like ``State.head`` it changes no durable state: popped entries go back on the heap, and an
-    item whose key is leased (or taken earlier in this batch) is passed over.
+    A query: it changes no durable state, and popped entries go back on the heap (stale ones,
+    leased or moved since they were pushed, are dropped).
     """
     q = state.queues.get(name)
     if q is None:
-        return [], 0
+        return []
     state.promote_due(q, now)
     heap, items = q.ready, state.items
-    popped, taken, keys = [], [], set()
-    fresh, skipped = 0, 0
+    popped: list[Item] = []
+    taken: list[int] = []
+    keys: set[str] = set()
+    skipped = 0
     while heap and len(taken) < n and skipped <= SCAN_PAST_LIMIT:
         item = heapq.heappop(heap)
         if items.get(item.id) is not item:
             continue  # stale: leased, moved or forgotten since it was pushed
         popped.append(item)
-        is_new = item.attempts == 0
-        if is_new and fresh >= tokens:
+        needs_token = new is not None and item.attempts == 0
+        if needs_token and new <= 0:
             skipped += 1
             continue
         if item.key:
@@ -48,7 +53,8 @@ def take_admitted(state: State, name: str, n: int, tokens: int,
                 continue
             keys.add(item.key)
         taken.append(item.id)
-        fresh += is_new
+        if needs_token:
+            new -= 1
     for item in popped:
         heapq.heappush(heap, item)
-    return taken, fresh
+    return taken

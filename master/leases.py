@@ -15,7 +15,6 @@ from typing import Any, Callable
 from blizzard import protocol as p
 from blizzard.errors import TooManyItems
 from master import checks
-from master.admission import take_admitted
 from master.capabilities import CapabilityKeys
 from master.config import MasterConfig
 from master.counts import QueueCounts
@@ -96,7 +95,8 @@ class Leases:
                 bucket = self.buckets[msg.queue] = TokenBucket(config.rate_per_s, config.burst)
             tokens = bucket.take(msg.n, mono)
             # only new items need a token; redeliveries pass (``master/admission.py``)
-            ids, fresh = take_admitted(self.state, msg.queue, msg.n, tokens, now)
+            ids = self.state.head(msg.queue, msg.n, now, new=tokens)
+            fresh = sum(1 for i in ids if self.state.items[i].attempts == 0)
             bucket.tokens += tokens - fresh  # unused grants go back
         else:
             ids = self.state.head(msg.queue, msg.n, now)

@@ -18,7 +18,7 @@ from collections import OrderedDict
 from dataclasses import asdict
 from typing import Any, Iterable, Iterator
 
-from master import checkpoint_schema as schema
+from master import admission, checkpoint_schema as schema
 from master import state_removals
 from master.item import DELAYED, LEASED, READY, Item, QueueState
 from master.queues import QueueConfig
@@ -268,32 +268,10 @@ class State:
             q.n_ready += 1
             heapq.heappush(q.ready, item)
 
-    def head(self, name: str, n: int, now: float) -> list[int]:
-        """The ids a lease of ``n`` would take right now, in serving order.
-
-        An item whose key is leased, or already taken earlier in this batch, is passed over.
-        """
-        q = self.queues.get(name)
-        if q is None:
-            return []
-        self.promote_due(q, now)
-        heap, items = q.ready, self.items
-        popped: list[Item] = []
-        taken: list[int] = []
-        keys: set[str] = set()
-        while heap and len(taken) < n:
-            item = heapq.heappop(heap)
-            if items.get(item.id) is not item:
-                continue  # stale: leased, moved or forgotten since it was pushed
-            popped.append(item)
-            if item.key:
-                if item.key in q.active or item.key in keys:
-                    continue
-                keys.add(item.key)
-            taken.append(item.id)
-        for item in popped:  # a query must not change the heap's contents
-            heapq.heappush(heap, item)
-        return taken
+    def head(self, name: str, n: int, now: float, new: int | None = None) -> list[int]:
+        """The ids a lease of ``n`` would take right now, in serving order; ``new``: at most
+        that many never delivered (a rate-limited lease's tokens). See ``master/admission.py``."""
+        return admission.head(self, name, n, now, new)
 
     def expired(self, now: float, limit: int = 10_000) -> list[int]:
         """Ids whose lease deadline has passed (at most ``limit``)."""

@@ -22,7 +22,6 @@ from blizzard.harness import Proc
 from blizzard.http_task import Task, bury, lookup, task_counts
 from conftest import wait_for
 from http_target import HttpTarget
-from master.admission import take_admitted
 from master import records
 from master.records import BuryItems, CommitItems, LeaseItems, ReleaseItems
 from master.state import State
@@ -109,9 +108,9 @@ def test_rate_limited_leases_take_retries_without_a_token():
     s.apply(LeaseItems([2], [1], 100.0, ""))
     s.apply(ReleaseItems([2], [0.0], "HTTP 503"))
     # When a lease finds no token left, the retry still goes; new items wait for tokens
-    assert take_admitted(s, "q", 10, 0, 1.0) == ([2], 0)
-    assert take_admitted(s, "q", 10, 1, 1.0) == ([1, 2], 1)
-    assert take_admitted(s, "q", 10, 5, 1.0) == ([1, 2, 3], 2)
+    assert s.head("q", 10, 1.0, new=0) == [2]
+    assert s.head("q", 10, 1.0, new=1) == [1, 2]
+    assert s.head("q", 10, 1.0, new=5) == [1, 2, 3]
     assert s.head("q", 10, 1.0) == [1, 2, 3]  # the walk changed nothing
 
 
