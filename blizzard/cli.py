@@ -130,8 +130,8 @@ def _start(local: Any, data_dir: str) -> None:
 @master_opt
 @keys_opt
 @timeout_opt
-@click.option("--batch", default=100_000, show_default=True, type=click.IntRange(1, 1_000_000),
-              help="Items per Spark micro-batch at most (batches also stop near 64 MiB).")
+@click.option("--batch", default=250_000, show_default=True, type=click.IntRange(1, 1_000_000),
+              help="Items per Spark micro-batch at most (batches also stop near 256 MiB).")
 @click.option("--spark-master", default="local[*]", show_default=True,
               help="Spark master URL: local[N] or a cluster (spark://HOST:PORT), whose "
                    "workers need blizzard installed and the --keys directory (README: Spark).")
@@ -140,7 +140,9 @@ def drain(queue: str, path: str, fmt: str, master: str, timeout_s: float, batch:
     """Copy QUEUE into Parquet or JSON files under PATH with Spark until it is empty.
 
     Each item is written once (ids already under PATH are left out) and acked only after
-    the batch holding it is written. Needs the spark extra (pyspark, pyarrow) and Java 17+.
+    the batch holding it is written. On a terminal a progress line shows items and MB
+    written, items/s, MB/s and what is left in the queue. Needs the spark extra (pyspark,
+    pyarrow) and Java 17+.
     """
     try:
         from pyspark.errors import PySparkException

@@ -183,6 +183,11 @@ class Client:
         """
         return self.leases.lease(queue, n, lease_s=lease_s, wait_s=wait_s, ack=ack)
 
+    def lease_columns(self, queue: str, n: int, *, lease_s: float | None = None,
+                      wait_s: float = 0.0) -> p.Leased:
+        """``lease`` as the master's reply, one list per field and no object per item."""
+        return self.leases.lease_columns(queue, n, lease_s=lease_s, wait_s=wait_s)
+
     def fetch(self, items: list[LeasedItem]) -> tuple[dict[int, bytes], list[LeasedItem]]:
         """Read payloads from the data nodes, trying each item's replicas in turn, checking size
         and checksum (P5); returns payloads by id and the items no replica could serve.
@@ -235,6 +240,19 @@ class Client:
                   error: str = "") -> None:
         """Give leased messages back: after ``delay_s``, or (None) the queue's retry back-off."""
         self.leases.nack_many(msgs, delay_s=delay_s, error=error)
+
+    def ack_ids(self, ids: Sequence[int], leases: Sequence[int]) -> None:
+        """``ack_many`` by ids and lease tokens (e.g. the lists of ``lease_columns``)."""
+        self.leases.ack_ids(ids, leases)
+
+    def extend_ids(self, ids: Sequence[int], leases: Sequence[int], *, lease_s: float) -> None:
+        """``extend_many`` by ids and lease tokens."""
+        self.leases.extend_ids(ids, leases, lease_s=lease_s)
+
+    def nack_ids(self, ids: Sequence[int], leases: Sequence[int], *,
+                 delay_s: float | None = None, error: str = "") -> None:
+        """``nack_many`` by ids and lease tokens."""
+        self.leases.nack_ids(ids, leases, delay_s=delay_s, error=error)
 
     def suspected(self) -> list[str]:
         """Data nodes this client avoids for now: they failed a put or timed out on a read."""

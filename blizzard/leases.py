@@ -27,6 +27,12 @@ class Leases:
     def lease(self, queue: str, n: int, *, lease_s: float | None = None, wait_s: float = 0.0,
               ack: Sequence[Any] = ()) -> list[LeasedItem]:
         """Up to ``n`` head items of ``queue``, leased; ``ack`` settles a previous batch first."""
+        return leased_items(self.lease_columns(queue, n, lease_s=lease_s, wait_s=wait_s, ack=ack))
+
+    def lease_columns(self, queue: str, n: int, *, lease_s: float | None = None,
+                      wait_s: float = 0.0, ack: Sequence[Any] = ()) -> p.Leased:
+        """``lease`` as the master's reply: one list per field, no object per item (what a
+        Spark driver leasing a million items wants)."""
         check_queue_name(queue)
         if type(n) is not int:
             raise InvalidArgument("n must be an integer")
@@ -41,20 +47,25 @@ class Leases:
             p.Lease(queue, n, float(lease_s), float(wait_s), self.master.call_id(),
                     [m.id for m in ack], [m.lease for m in ack]),
             extra_s=float(wait_s) if wait_s > 0 else 0.0)
-        items = leased_items(leased)
         if leased.lost:
-            if items:
-                self.master.call(p.Nack([i.id for i in items], [i.lease for i in items], 0.0, ""))
+            if leased.ids:
+                self.master.call(p.Nack(leased.ids, leased.leases, 0.0, ""))
             raise LeaseExpired(f"items {leased.lost[:10]} were no longer leased under the tokens "
                                "acked: already settled (acked or nacked), or the lease ran out; "
                                "another consumer may hold them now")
-        return items
+        return leased
 
     def extend_many(self, msgs: Sequence[Any], *, lease_s: float) -> None:
-        self._settle(msgs, lambda ids, leases: p.Extend(ids, leases, float(lease_s)))
+        self.extend_ids(*_columns(msgs), lease_s=lease_s)
+
+    def extend_ids(self, ids: Sequence[int], leases: Sequence[int], *, lease_s: float) -> None:
+        self._settle(ids, leases, lambda ids, leases: p.Extend(ids, leases, float(lease_s)))
 
     def ack_many(self, msgs: Sequence[Any]) -> None:
-        self._settle(msgs, lambda ids, leases: p.Ack(ids, leases, False))
+        self.ack_ids(*_columns(msgs))
+
+    def ack_ids(self, ids: Sequence[int], leases: Sequence[int]) -> None:
+        self._settle(ids, leases, lambda ids, leases: p.Ack(ids, leases, False))
 
     def ack_unawaited(self, msgs: Sequence[Any]) -> None:
         """Send acks the master applies without replying (``Message.ack()``): nothing to wait for.
@@ -82,14 +93,27 @@ class Leases:
 
     def nack_many(self, msgs: Sequence[Any], *, delay_s: float | None = None,
                   error: str = "") -> None:
-        delay = None if delay_s is None else float(delay_s)
-        self._settle(msgs, lambda ids, leases: p.Nack(ids, leases, delay, str(error)))
+        self.nack_ids(*_columns(msgs), delay_s=delay_s, error=error)
 
-    def _settle(self, msgs: Sequence[Any], make: Callable[[list[int], list[int]], Any]) -> None:
+    def regrant(self, ids: Sequence[int], leases: Sequence[int]) -> tuple[p.GetGrant, list[int]]:
+        """A fresh grant to read items still leased under these tokens (at most MAX_BATCH),
+        and the ids that are not (the grant leaves them out)."""
+        reply: p.Regranted = self.master.call(p.Regrant(list(ids), list(leases)))
+        return reply.grant, reply.lost
+
+    def nack_ids(self, ids: Sequence[int], leases: Sequence[int], *, delay_s: float | None = None,
+                 error: str = "") -> None:
+        delay = None if delay_s is None else float(delay_s)
+        self._settle(ids, leases, lambda ids, leases: p.Nack(ids, leases, delay, str(error)))
+
+    def _settle(self, ids: Sequence[int], leases: Sequence[int],
+                make: Callable[[list[int], list[int]], Any]) -> None:
+        if len(ids) != len(leases):
+            raise InvalidArgument(f"{len(ids)} ids but {len(leases)} lease tokens")
         lost: list[int] = []
-        for start in range(0, len(msgs), p.MAX_BATCH):
-            part = msgs[start:start + p.MAX_BATCH]
-            reply: p.Acked = self.master.call(make([m.id for m in part], [m.lease for m in part]))
+        for start in range(0, len(ids), p.MAX_BATCH):
+            end = start + p.MAX_BATCH
+            reply: p.Acked = self.master.call(make(list(ids[start:end]), list(leases[start:end])))
             lost += reply.lost
         if lost:
             # the master tells a held lease from one that is not: it does not keep why a
@@ -97,3 +121,8 @@ class Leases:
             raise LeaseExpired(f"items {lost[:10]} are no longer leased under the tokens given: "
                                "already settled (acked or nacked), or the lease ran out; "
                                "another consumer may hold them now")
+
+
+def _columns(msgs: Sequence[Any]) -> tuple[list[int], list[int]]:
+    """The ids and lease tokens of messages or leased items."""
+    return [m.id for m in msgs], [m.lease for m in msgs]

@@ -88,6 +88,24 @@ class GetGrant:
     mac: bytes
 
 
+@message(75)
+class Regrant:
+    """Client -> master: a fresh ``GetGrant`` for items still leased under these tokens
+    (a grant ends with the leases it came with; extending them does not renew it)."""
+
+    ids: list[Id]
+    leases: list[int]
+
+
+@message(76)
+class Regranted:
+    """Reply to Regrant: a grant for the ids still held (until their leases end); ``lost``
+    lists the ones no longer leased under the tokens given."""
+
+    grant: GetGrant
+    lost: list[Id]
+
+
 @message(32)
 class CopyOrder:
     """Copy these blobs to ``target`` (re-replication), then report with ``Replicated``."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from blizzard.node_messages import (BadReplica, Blobs, CapabilityKey, CopyOrder, Delete, Get,
                                     GetGrant, Heartbeat, HeartbeatReply, Inventory, NodeRef, Put,
-                                    PutGrant, PutReport, Replicated, Stored)
+                                    PutGrant, PutReport, Regrant, Regranted, Replicated, Stored)
 from blizzard.queue_settings import with_settings
 from blizzard.task_messages import Bury, ItemStates, Lookup, TaskCounts, TaskStats
 from blizzard.wire import (MAX_BATCH, MAX_FRAME_BYTES, MAX_ID, MAX_ITEM_BYTES, VERSION, Id, _BY_OP, _OP_OF, decode, dumps,
@@ -22,7 +22,7 @@ __all__ = ["MAX_BATCH", "MAX_FRAME_BYTES", "MAX_ID", "MAX_ITEM_BYTES", "VERSION"
            "loads", "message", "op_name", "pack", "peek_request_id", "unpack", "_BY_OP", "_OP_OF",
            "BadReplica", "Blobs", "CapabilityKey", "CopyOrder", "Delete", "Get", "GetGrant",
            "Heartbeat", "HeartbeatReply", "Inventory", "NodeRef", "Put", "PutGrant", "PutReport",
-           "Replicated", "Stored"]
+           "Regrant", "Regranted", "Replicated", "Stored"]
 __all__ += ["Bury", "ItemStates", "Lookup", "TaskCounts", "TaskStats"]  # task_messages.py
 
 

@@ -211,6 +211,14 @@ class Leases:
                                 deadline=now + msg.lease_s, request=""))
         return p.Acked(done=len(held), lost=lost)
 
+    def regrant(self, msg: p.Regrant, now: float, *_: Any) -> p.Regranted:
+        """A fresh read grant for the items still leased under the tokens given, until the
+        latest of their leases ends (a grant ends with the leases it came with)."""
+        held, lost, _ = self._settle(msg.ids, msg.leases)
+        nodes = {node for i in held for node in self.state.items[i].nodes}
+        until = max((self.state.held[i][1] for i in held), default=now)
+        return p.Regranted(self.capabilities.get_grant(held, list(nodes), now, until), lost)
+
     # -- timers ------------------------------------------------------------------------------
 
     def expire(self, now: float) -> None:

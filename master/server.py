@@ -63,7 +63,7 @@ Handler = Callable[[Any, float, float, bytes, int], Any]
 # comes from readers: from a client it counts only for items leased at the time.
 NODE_OPS = frozenset({p.Heartbeat, p.PutReport, p.Replicated, p.Inventory})
 CLIENT_OPS = frozenset({p.Place, p.Enqueue, p.Commit, p.Lease, p.Ack, p.Nack, p.Extend,
-                        p.Stats, p.ListQueues, p.BadReplica})
+                        p.Regrant, p.Stats, p.ListQueues, p.BadReplica})
 ADMIN_OPS = frozenset({p.Configure, p.Purge, p.Redrive, p.Peek})
 # Operator removals (master/removal.py: forget a dead node, delete an item or a queue).
 ADMIN_OPS |= frozenset({p.RemoveNode, p.DeleteItem, p.DeleteQueue})
@@ -135,6 +135,7 @@ class MasterServer:
             p.Ack: self.leases.ack,
             p.Nack: self.leases.nack,
             p.Extend: self.leases.extend,
+            p.Regrant: self.leases.regrant,
             p.Stats: self.admin.stats,
             p.ListQueues: self.admin.list_queues,
             p.Configure: self.admin.configure,

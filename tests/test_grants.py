@@ -255,3 +255,28 @@ def test_a_client_with_a_bad_grant_hears_why(secure_cluster):
     assert reads.failed == [item] and not reads.bad
     error = reads.unreadable()
     assert isinstance(error, Forbidden) and "signature" in error.message
+
+
+def test_a_lease_holder_gets_a_fresh_read_grant_when_the_first_one_ended(secure_cluster):
+    master, nodes, client = secure_cluster
+    ids = client.enqueue_many("late", [b"a", b"b"])
+    leased = client.lease_columns("late", 2, lease_s=1.0)
+    client.extend_ids(leased.ids, leased.leases, lease_s=60.0)  # held on, the grant is not
+    ep = Endpoint(client.ctx, nodes[0].addr, client.keys, client.keys.datanode)
+    try:
+        def refused() -> bool:
+            try:
+                call(ep, p.Get(leased.ids, leased.grant), 5)
+                return False
+            except Forbidden as exc:
+                return "expired" in exc.message
+        wait_for(refused, timeout_s=10, what="the first grant to end")
+        # Then a fresh grant reads them, and covers only what is still leased to the caller
+        grant, lost = client.leases.regrant(leased.ids, leased.leases)
+        assert (grant.ids, lost) == (leased.ids, [])
+        assert call(ep, p.Get(leased.ids, grant), 5).blobs == [b"a", b"b"]
+        client.ack_ids(leased.ids[:1], leased.leases[:1])
+        grant, lost = client.leases.regrant(leased.ids, [leased.leases[0], leased.leases[1] + 7])
+        assert (grant.ids, lost) == ([], [ids[1]])  # one acked (gone), one under another token
+    finally:
+        ep.close()

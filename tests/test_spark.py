@@ -112,14 +112,16 @@ def test_a_failed_batch_loses_nothing_and_a_rerun_writes_each_id_once(spark, clu
         if p.batch == 1:
             raise RuntimeError("injected failure after the write")
 
+    # leases long enough for a batch's two reads (the second reads its redeliveries), short
+    # enough to wait out
     with pytest.raises(PySparkException, match="injected failure"):
         drain(spark, "jobs", path, master=cluster.master_addr, max_items_per_batch=1000,
-              lease_s=2, on_batch=fail_second_batch, progress=False)
-    wait_for(lambda: leases_ended(cluster.master_addr, "jobs"), timeout_s=15,
+              lease_s=6, on_batch=fail_second_batch, progress=False)
+    wait_for(lambda: leases_ended(cluster.master_addr, "jobs"), timeout_s=20,
              what="the failed run's leases to end")
 
     summary = drain(spark, "jobs", path, master=cluster.master_addr, max_items_per_batch=1000,
-                    lease_s=2, progress=False)
+                    lease_s=6, progress=False)
 
     assert summary.duplicates == 1000  # batch 1 came back and was left out
     rows = output(spark, path)

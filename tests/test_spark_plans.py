@@ -6,34 +6,54 @@ import time
 
 import pytest
 
-from blizzard.client import LeasedItem
 from blizzard.errors import InvalidArgument, UnknownItem
-from blizzard.protocol import NodeRef
+from blizzard.protocol import Leased, NodeRef, ReplicaSet
 from blizzard.spark import ReadOptions, WriteOptions
 from blizzard.spark.fetch import ARROW_SCHEMA, to_arrow
-from blizzard.spark.reader import plan_partitions
+from blizzard.spark.plan import Batch, plan_partitions
 from blizzard.spark.writer import BlizzardWriter, StagedChunks, check_write_schema, commit_plan
 
 
-def item(item_id: int, *node_ids: str, size: int = 10) -> LeasedItem:
-    return LeasedItem(id=item_id, lease=1, size=size, crc=0, attempts=0, priority=0,
-                      enqueued_at=0.0,
-                      nodes=[NodeRef(n, f"tcp://127.0.0.1:{6000 + ord(n[-1])}") for n in node_ids])
+def node(name: str) -> NodeRef:
+    return NodeRef(name, f"tcp://127.0.0.1:{6000 + ord(name[-1])}")
+
+
+def reply(first: int, n: int, *replica_sets: tuple[str, ...], keys: list[str] | None = None
+          ) -> Leased:
+    """A lease reply of ids first.. ; item k is in replica set k % len(replica_sets)."""
+    ids = list(range(first, first + n))
+    return Leased("q", ids, [1] * n, [10] * n, [0] * n, [0] * n, [0] * n, [1.5] * n,
+                  keys or [""] * n, [k % len(replica_sets) for k in range(n)],
+                  [ReplicaSet([node(x) for x in nodes]) for nodes in replica_sets], [], None,
+                  [""] * n)
 
 
 def test_partitions_spread_items_over_their_live_replicas():
-    items = [item(i, "a", "b") for i in range(100)] + [item(100 + i, "c", "a") for i in range(50)]
-    parts = plan_partitions(items, alive={"a", "b", "c"})
-    sizes = sorted(len(p.items) for p in parts)
-    assert len(parts) == 3 and sum(sizes) == 150 and sizes[-1] - sizes[0] <= 2
+    batch = Batch([reply(0, 100, ("a", "b")), reply(100, 50, ("c", "a"))])
+    parts = plan_partitions(batch, alive={"a", "b", "c"})
+    sizes = sorted(len(p) for p in parts)
+    assert len(parts) == 3 and sum(sizes) == 150 and sizes[-1] - sizes[0] <= 1
+    assert sorted(i for p in parts for r in p.runs for i in r.ids) == list(range(150))
     for p in parts:
-        assert all(i.nodes[0].addr == p.value for i in p.items)
+        assert all(r.nodes[0].addr == p.value for r in p.runs)
+
+
+def test_partitions_split_mixed_replica_sets_and_keep_each_items_columns():
+    batch = Batch([reply(0, 9, ("a", "b"), ("b", "c"), ("c", "a"))])
+    parts = plan_partitions(batch, alive={"a", "b", "c"})
+    for p in parts:
+        for r in p.runs:
+            homes = {k % 3 for k in r.ids}
+            assert len(homes) == 1  # one replica set per run
+            assert len(r.ids) == len(r.leases) == len(r.sizes) == len(r.keys)
+    assert sorted(i for p in parts for r in p.runs for i in r.ids) == list(range(9))
 
 
 def test_partitions_put_dead_replicas_last():
-    parts = plan_partitions([item(1, "a", "b"), item(2, "a", "b")], alive={"b"})
+    parts = plan_partitions(Batch([reply(1, 2, ("a", "b"))]), alive={"b"})
     assert len(parts) == 1
-    assert [[n.node_id for n in i.nodes] for i in parts[0].items] == [["b", "a"], ["b", "a"]]
+    assert [n.node_id for n in parts[0].runs[0].nodes] == ["b", "a"]
+    assert [i.nodes for i in parts[0].runs[0].items()] == [parts[0].runs[0].nodes] * 2
 
 
 def test_commit_plan_merges_fully_replicated_chunks_only():
@@ -81,6 +101,12 @@ def test_write_schema_check():
 
 
 def test_rows_are_built_in_the_declared_arrow_schema():
-    batch = to_arrow("q", [item(7, "a")], {7: b"\x00\xff"})
-    assert batch.schema.equals(ARROW_SCHEMA)
-    assert batch.to_pylist()[0]["data"] == b"\x00\xff"
+    (part,) = plan_partitions(Batch([reply(7, 3, ("a",), keys=["k", "", "m"])]), alive={"a"})
+    run = part.runs[0]
+    rows = to_arrow("q", run, 0, 3, {7: b"\x00\xff", 8: b"", 9: b"z"})
+    assert rows.schema.equals(ARROW_SCHEMA)
+    assert [r["data"] for r in rows.to_pylist()] == [b"\x00\xff", b"", b"z"]
+    assert [r["key"] for r in rows.to_pylist()] == ["k", None, "m"]
+    assert rows.to_pylist()[0]["enqueued_at"].timestamp() == 1.5
+    some = to_arrow("q", run, 1, 3, {9: b"z"})  # an item not read is left out
+    assert [r["id"] for r in some.to_pylist()] == [9]

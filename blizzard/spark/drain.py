@@ -2,8 +2,11 @@
 
 A streaming query with ``trigger(availableNow=True)`` reads the queue; ``foreachBatch`` appends
 each micro-batch to the output, leaving out ids the output already holds (a batch delivered again
-after a failure or a killed run). The source acks a batch once this function has returned for
-it, the last batch included, so the queue ends empty.
+after a failure or a killed run). Only a redelivered item (``attempts > 0``) can already be
+there, so a batch of first deliveries is written in one pass, counted on the way
+(``Observation``), with nothing collected to the driver; redeliveries are checked against the
+output's ids. The source acks a batch once this function has returned for it, the last batch
+included, so the queue ends empty.
 """
 
 from __future__ import annotations
@@ -15,8 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from pyspark import StorageLevel
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from blizzard.client import Client
@@ -39,6 +41,7 @@ class DrainProgress:
     bytes: int  # payload bytes written so far
     total: int  # items ready when the drain started
     elapsed_s: float
+    left: int = 0  # items ready in the queue after this batch
 
 
 @dataclass(frozen=True)
@@ -79,7 +82,7 @@ class DrainSummary:
 
 
 def drain(spark: SparkSession, queue: str, path: str, format: str = "parquet",
-          master: str = DEFAULT_MASTER, *, max_items_per_batch: int = 100_000,
+          master: str = DEFAULT_MASTER, *, max_items_per_batch: int = 250_000,
           lease_s: float = 60.0, options: Mapping[str, Any] | None = None,
           progress: bool = True, on_batch: Callable[[DrainProgress], None] | None = None,
           timeout_s: float = 30.0) -> DrainSummary:
@@ -96,48 +99,41 @@ def drain(spark: SparkSession, queue: str, path: str, format: str = "parquet",
     register(spark)
     with Client(master, timeout_s=timeout_s) as client:
         total = client.stats(queue)["ready"]
-    seen = existing_ids(spark, path, format)
-    reader = (spark.readStream.format("blizzard").option("master", master).option("queue", queue)
-              .option("maxItemsPerBatch", max_items_per_batch).option("leaseSeconds", lease_s)
-              .option("timeoutSeconds", timeout_s))
-    for key, value in (options or {}).items():
-        reader = reader.option(key, str(value))
-    counts = {"written": 0, "duplicates": 0, "bytes": 0, "batches": 0}
-    started = time.monotonic()
+        reader = (spark.readStream.format("blizzard").option("master", master)
+                  .option("queue", queue).option("maxItemsPerBatch", max_items_per_batch)
+                  .option("leaseSeconds", lease_s).option("timeoutSeconds", timeout_s))
+        for key, value in (options or {}).items():
+            reader = reader.option(key, str(value))
+        counts = {"written": 0, "duplicates": 0, "bytes": 0, "batches": 0}
+        started = time.monotonic()
 
-    def write_batch(df: DataFrame, batch_id: int) -> None:
-        df.persist(StorageLevel.MEMORY_AND_DISK)  # read the data nodes once, not per action
+        def write_batch(df: DataFrame, batch_id: int) -> None:
+            written, nbytes, again = _write_new(df, path, format)
+            if again:
+                kept, kept_bytes, duplicates = _write_redelivered(df, path, format)
+                written, nbytes = written + kept, nbytes + kept_bytes
+                counts["duplicates"] += duplicates
+            counts["written"] += written
+            counts["bytes"] += nbytes
+            counts["batches"] += 1
+            left = client.stats(queue)["ready"] if progress else 0
+            now = DrainProgress(batch_id, counts["written"], counts["duplicates"],
+                                counts["bytes"], total, time.monotonic() - started, left)
+            if progress:
+                _show(now)
+            if on_batch is not None:
+                on_batch(now)
+
+        checkpoint = tempfile.mkdtemp(prefix="blizzard-drain-")  # nothing in it is worth resuming
         try:
-            rows = df.select("id", F.length("data")).collect()
-            dups = {item_id for item_id, _ in rows if item_id in seen}
-            if len(dups) < len(rows):
-                out = df.filter(~F.col("id").isin(sorted(dups))) if dups else df
-                out.write.mode("append").format(format).save(path)
+            query = (reader.load().writeStream.foreachBatch(write_batch)
+                     .trigger(availableNow=True).option("checkpointLocation", checkpoint).start())
+            query.awaitTermination()
         finally:
-            df.unpersist()
-        seen.update(item_id for item_id, _ in rows)
-        counts["written"] += len(rows) - len(dups)
-        counts["duplicates"] += len(dups)
-        counts["bytes"] += sum(size for item_id, size in rows if item_id not in dups)
-        counts["batches"] += 1
-        now = DrainProgress(batch_id, counts["written"], counts["duplicates"], counts["bytes"],
-                            total, time.monotonic() - started)
-        if progress:
-            _show(now)
-        if on_batch is not None:
-            on_batch(now)
-
-    checkpoint = tempfile.mkdtemp(prefix="blizzard-drain-")  # nothing in it is worth resuming
-    try:
-        query = (reader.load().writeStream.foreachBatch(write_batch)
-                 .trigger(availableNow=True).option("checkpointLocation", checkpoint).start())
-        query.awaitTermination()
-    finally:
-        shutil.rmtree(checkpoint, ignore_errors=True)
-        if progress and counts["batches"] and sys.stderr.isatty():
-            sys.stderr.write("\n")
-    elapsed_s = time.monotonic() - started
-    with Client(master, timeout_s=timeout_s) as client:
+            shutil.rmtree(checkpoint, ignore_errors=True)
+            if progress and counts["batches"] and sys.stderr.isatty():
+                sys.stderr.write("\n")
+        elapsed_s = time.monotonic() - started
         after = client.stats(queue)
     summary = DrainSummary(queue, path, format, counts["written"], counts["duplicates"],
                            counts["batches"], counts["bytes"], elapsed_s, after["ready"],
@@ -147,19 +143,46 @@ def drain(spark: SparkSession, queue: str, path: str, format: str = "parquet",
     return summary
 
 
-def existing_ids(spark: SparkSession, path: str, format: str) -> set[int]:
-    """Ids already written under ``path`` (none if it does not exist yet)."""
-    jvm_path = spark._jvm.org.apache.hadoop.fs.Path(path)  # any Hadoop file system, not just local
-    if not jvm_path.getFileSystem(spark._jsc.hadoopConfiguration()).exists(jvm_path):
-        return set()
-    df = spark.read.schema(SCHEMA).format(format).load(path)
-    return {row[0] for row in df.select("id").collect()}
+def _write_new(df: DataFrame, path: str, format: str) -> tuple[int, int, int]:
+    """Append the batch's first deliveries (``attempts == 0``: no copy can be in the output
+    yet), in one pass over the batch; returns rows and bytes written, and how many rows were
+    redeliveries (left for ``_write_redelivered``)."""
+    seen, kept = Observation(), Observation()
+    new = (df.observe(seen, F.count_if(F.col("attempts") > 0).alias("again"))
+           .filter(F.col("attempts") == 0)
+           .observe(kept, F.count(F.lit(1)).alias("rows"),
+                    F.coalesce(F.sum(F.length("data")), F.lit(0)).alias("bytes")))
+    new.write.mode("append").format(format).save(path)
+    return kept.get["rows"], kept.get["bytes"], seen.get["again"]
+
+
+def _write_redelivered(df: DataFrame, path: str, format: str) -> tuple[int, int, int]:
+    """Append the batch's redeliveries whose ids the output does not hold yet (a batch written
+    but not acked before a failure comes back); a second read of the batch, only when it has
+    redeliveries. Returns rows and bytes written, and how many were left out as duplicates."""
+    read, kept = Observation(), Observation()
+    again = (df.filter(F.col("attempts") > 0)
+             .observe(read, F.count(F.lit(1)).alias("rows")).dropDuplicates(["id"]))
+    if _exists(df.sparkSession, path):
+        done = df.sparkSession.read.schema(SCHEMA).format(format).load(path).select("id")
+        again = again.join(done, "id", "left_anti").select(*SCHEMA.fieldNames())
+    (again.observe(kept, F.count(F.lit(1)).alias("rows"),
+                   F.coalesce(F.sum(F.length("data")), F.lit(0)).alias("bytes"))
+     .write.mode("append").format(format).save(path))
+    return kept.get["rows"], kept.get["bytes"], read.get["rows"] - kept.get["rows"]
+
+
+def _exists(spark: SparkSession, path: str) -> bool:
+    """Whether ``path`` exists, on any Hadoop file system (not just local)."""
+    jvm_path = spark._jvm.org.apache.hadoop.fs.Path(path)
+    return jvm_path.getFileSystem(spark._jsc.hadoopConfiguration()).exists(jvm_path)
 
 
 def _show(p: DrainProgress) -> None:
     rate = p.written / p.elapsed_s if p.elapsed_s > 0 else 0.0
-    line = (f"drained {p.written:,} of {p.total:,} items, {p.bytes / MB:,.1f} MB "
-            f"({rate:,.0f} items/s), batch {p.batch}")
+    mb_s = p.bytes / MB / p.elapsed_s if p.elapsed_s > 0 else 0.0
+    line = (f"drained {p.written:,} of {p.total:,} items, {p.bytes / MB:,.1f} MB, "
+            f"{rate:,.0f} items/s, {mb_s:,.1f} MB/s; queue left {p.left:,}; batch {p.batch}")
     if p.duplicates:
         line += f", {p.duplicates:,} duplicates left out"
     sys.stderr.write(("\r" + line) if sys.stderr.isatty() else line + "\n")

@@ -1,9 +1,10 @@
 """The executor side of the streaming read: fetch a partition's payloads from data nodes.
 
-A partition holds the leased items that one data node serves first (``plan_partitions`` in
-``reader.py`` decides). ``read_partition`` opens its own ``Client`` (clients are never pickled),
-reads in chunks with replica failover and checksum checks (``Client.fetch``), and yields Arrow
-record batches in ``SCHEMA``. An item no replica can serve is given back to the queue; if even
+A partition holds runs of leased items that one data node serves first (``plan.py``).
+``read_partition`` opens its own ``Client`` (clients are never pickled) and reads each chunk of
+a run with one ``Get`` to that node, checking sizes and checksums (P5); whatever that did not
+bring back intact goes through the client's read with replica fail-over (``Client.fetch``).
+Each chunk becomes an Arrow record batch in ``SCHEMA``, built column by column. An item no replica can serve is given back to the queue; if even
 that fails, the task fails, so the batch is never acked without it.
 """
 
@@ -12,75 +13,148 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from typing import Iterator
+import zlib
+from typing import Any, Iterator
 
 import pyarrow as pa
-from pyspark.sql.datasource import InputPartition
+import pyarrow.compute as pc
 from pyspark.sql.pandas.types import to_arrow_schema
 
+from blizzard import protocol as p
 from blizzard.client import Client
-from blizzard.errors import LeaseExpired
+from blizzard.errors import ClusterError, Forbidden, LeaseExpired
 from blizzard.message import LeasedItem
 from blizzard.spark.options import ReadOptions
+from blizzard.spark.plan import NodePartition, Run
 from blizzard.spark.schema import SCHEMA
+from blizzard.spark.timings import Timings
+from blizzard.transport import call_many
 
 log = logging.getLogger(__name__)
 
 ARROW_SCHEMA = to_arrow_schema(SCHEMA, timezone="UTC")
-FETCH_ITEMS = 1000  # items per data-node read
+FETCH_ITEMS = 2000  # items per data-node read
 FETCH_BYTES = 8 * 1024 * 1024
 UNREADABLE_DELAY_S = 1.0  # an item no replica could serve returns to the queue after this
-
-
-class NodePartition(InputPartition):
-    """The items of one micro-batch that one data node (``value``, its address) serves first."""
-
-    def __init__(self, addr: str, items: list[LeasedItem]) -> None:
-        super().__init__(addr)
-        self.items = items
-
-    def __repr__(self) -> str:
-        return f"NodePartition({self.value!r}, {len(self.items)} items)"
 
 
 def read_partition(opts: ReadOptions, part: NodePartition) -> Iterator[pa.RecordBatch]:
     """Fetch a partition's payloads in chunks and yield them as Arrow record batches."""
     client = Client(opts.master, timeout_s=opts.timeout_s, node_timeout_s=opts.node_timeout_s)
-    slow = False  # once the partition's node timed out, try the other replicas first
+    reader = _RunReader(client, part.value)
+    timings = Timings(opts.timings_dir, "executor")
+    spent = dict.fromkeys(("executor fetch", "Arrow", "Spark consumes"), 0.0)
+    clock = time.monotonic
     try:
-        for chunk in _chunks(part.items):
-            if slow:
-                chunk = [_demoted(item, part.value) for item in chunk]
-            started = time.monotonic()
-            got, failed = client.fetch(chunk)
-            if not slow and time.monotonic() - started >= 0.9 * client.node_timeout_s:
-                log.warning("data node %s is slow or down; reading from other replicas", part.value)
-                slow = True
-            if failed:
-                log.warning("no replica could serve %d items; giving them back", len(failed))
-                try:  # if this fails, the task fails and the batch is not acked: nothing lost
-                    client.nack_many(failed, delay_s=UNREADABLE_DELAY_S,
-                                     error="no replica could be read")
-                except LeaseExpired:
-                    pass
-            rows = [item for item in chunk if item.id in got]
-            if rows:
-                yield to_arrow(opts.queue, rows, got)
+        for run in part.runs:
+            for start, end in _chunks(run.sizes):
+                t0 = clock()
+                got = reader.read(run, start, end)
+                t1 = clock()
+                spent["executor fetch"] += t1 - t0
+                if got:
+                    rows = to_arrow(opts.queue, run, start, end, got)
+                    t2 = clock()
+                    spent["Arrow"] += t2 - t1
+                    yield rows  # Spark converts and writes it before asking for the next
+                    spent["Spark consumes"] += clock() - t2
     finally:
         client.close()
+        for stage, seconds in spent.items():
+            timings.add(stage, seconds, len(part))
 
 
-def _chunks(items: list[LeasedItem]) -> Iterator[list[LeasedItem]]:
-    chunk: list[LeasedItem] = []
-    size = 0
-    for item in items:
-        if chunk and (len(chunk) >= FETCH_ITEMS or size + item.size > FETCH_BYTES):
-            yield chunk
-            chunk, size = [], 0
-        chunk.append(item)
-        size += item.size
-    if chunk:
-        yield chunk
+class _RunReader:
+    """Reads chunks of runs: one ``Get`` to the run's first node when all goes well, the
+    client's read with replica fail-over for whatever that did not bring back intact."""
+
+    def __init__(self, client: Client, addr: str) -> None:
+        self.client = client
+        self.addr = addr
+        self.slow = False  # once the partition's node timed out, the other replicas first
+        self.renewed: set[int] = set()  # runs whose grant was renewed (``id(run)``)
+
+    def read(self, run: Run, start: int, end: int) -> dict[int, bytes]:
+        got: dict[int, bytes] = {}
+        rest = range(start, end)
+        if not self.slow and run.nodes[0].addr:
+            got, rest = self._direct(run, start, end)
+        if rest:
+            got.update(self._with_failover(run, list(rest)))
+        return got
+
+    def _direct(self, run: Run, start: int, end: int) -> tuple[dict[int, bytes], list[int]]:
+        """One Get to the run's first node; returns the intact payloads and the positions
+        of the items it did not bring back intact."""
+        reply = self._get(run, start, end)
+        if isinstance(reply, p.Error) and reply.code == Forbidden.code and self._renew(run):
+            reply = self._get(run, start, end)
+        if not isinstance(reply, p.Blobs):
+            if isinstance(reply, TimeoutError):
+                log.warning("data node %s is slow or down; reading from other replicas",
+                            run.nodes[0].addr)
+                self.slow = True
+            return {}, list(range(start, end))
+        got = dict(zip(reply.ids, reply.blobs))
+        crc32, ids, sizes, crcs = zlib.crc32, run.ids, run.sizes, run.crcs
+        rest = []
+        for k in range(start, end):
+            blob = got.get(ids[k])
+            if blob is None or len(blob) != sizes[k] or crc32(blob) != crcs[k]:
+                got.pop(ids[k], None)
+                rest.append(k)
+        return got, rest
+
+    def _get(self, run: Run, start: int, end: int) -> Any:
+        ep = self.client.datanodes.endpoint(run.nodes[0].addr)
+        return call_many([(ep, p.Get(run.ids[start:end], run.grant))],
+                         self.client.node_timeout_s)[0]
+
+    def _renew(self, run: Run) -> bool:
+        """Replace the run's grant, once: it ends with the leases it came with, and a batch
+        read late (Spark slow to start, a second read of a batch) outlives it while its
+        extended leases still hold."""
+        if id(run) in self.renewed:
+            return False
+        self.renewed.add(id(run))
+        try:
+            run.grant, lost = self.client.leases.regrant(run.ids, run.leases)
+        except ClusterError as exc:
+            log.warning("could not renew a read grant: %s", exc)
+            return False
+        if lost:
+            log.warning("%d items of this batch are no longer leased to it, e.g. %s",
+                        len(lost), lost[:5])
+        return True
+
+    def _with_failover(self, run: Run, positions: list[int]) -> dict[int, bytes]:
+        """The client's read of these items (replicas in turn, bad copies reported); items no
+        replica serves are given back to the queue."""
+        items = [run.items(k, k + 1)[0] for k in positions]
+        if self.slow:
+            items = [_demoted(item, self.addr) for item in items]
+        got, failed = self.client.fetch(items)
+        if failed:
+            log.warning("no replica could serve %d items; giving them back", len(failed))
+            try:  # if this fails, the task fails and the batch is not acked: nothing lost
+                self.client.nack_many(failed, delay_s=UNREADABLE_DELAY_S,
+                                      error="no replica could be read")
+            except LeaseExpired:
+                pass
+        return got
+
+
+def _chunks(sizes: list[int]) -> Iterator[tuple[int, int]]:
+    """``(start, end)`` positions of chunks of at most FETCH_ITEMS items and about
+    FETCH_BYTES bytes (a single item may be bigger)."""
+    start, size = 0, 0
+    for k, n in enumerate(sizes):
+        if k > start and (k - start >= FETCH_ITEMS or size + n > FETCH_BYTES):
+            yield start, k
+            start, size = k, 0
+        size += n
+    if start < len(sizes):
+        yield start, len(sizes)
 
 
 def _demoted(item: LeasedItem, addr: str) -> LeasedItem:
@@ -88,15 +162,28 @@ def _demoted(item: LeasedItem, addr: str) -> LeasedItem:
     return dataclasses.replace(item, nodes=nodes)
 
 
-def to_arrow(queue: str, items: list[LeasedItem], payloads: dict[int, bytes]) -> pa.RecordBatch:
-    """Rows in ``SCHEMA`` for items whose payloads were read."""
-    n = len(items)
+def to_arrow(queue: str, run: Run, start: int, end: int,
+             payloads: dict[int, bytes]) -> pa.RecordBatch:
+    """Rows in ``SCHEMA`` for the items ``start:end`` of ``run`` whose payloads were read."""
+    ids = run.ids[start:end]
+    if len(payloads) == len(ids):
+        keep = slice(start, end)
+        pick = lambda column: column[keep]  # noqa: E731
+    else:
+        positions = [k for k in range(start, end) if run.ids[k] in payloads]
+        pick = lambda column: [column[k] for k in positions]  # noqa: E731
+        ids = pick(run.ids)
+    n = len(ids)
+    micros = pc.multiply(pa.array(pick(run.enqueued_at), pa.float64()), 1_000_000)
+    keys = pick(run.keys)
+    key_column = pa.array([k or None for k in keys], pa.string()) if any(keys) \
+        else pa.nulls(n, pa.string())
     return pa.RecordBatch.from_arrays([
-        pa.array([i.id for i in items], pa.int64()),
+        pa.array(ids, pa.int64()),
         pa.array([queue] * n, pa.string()),
-        pa.array([i.priority for i in items], pa.int32()),
-        pa.array([i.attempts for i in items], pa.int32()),
-        pa.array([round(i.enqueued_at * 1_000_000) for i in items], pa.timestamp("us", tz="UTC")),
-        pa.array([i.key or None for i in items], pa.string()),
-        pa.array([payloads[i.id] for i in items], pa.binary()),
+        pa.array(pick(run.priorities), pa.int32()),
+        pa.array(pick(run.attempts), pa.int32()),
+        pc.round(micros).cast(pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+        key_column,
+        pa.array([payloads[i] for i in ids], pa.binary()),
     ], schema=ARROW_SCHEMA)

@@ -66,11 +66,13 @@ class ReadOptions:
     master: str = DEFAULT_MASTER  # master address
     queue: str  # queue to read
     max_items_per_batch: int = 10_000  # items in one micro-batch at most
-    max_bytes_per_batch: int = 64 * MiB  # payload bytes in one micro-batch (may overshoot a little)
+    max_bytes_per_batch: int = 256 * MiB  # payload bytes in one micro-batch (may overshoot a
+    # little); executors stream them in chunks of 8 MiB, the driver holds only ids and sizes
     lease_s: float = 60.0  # lease length; renewed every lease_s / 3 while a batch is in flight
     wait_s: float = 1.0  # an idle stream long-polls the master this long per trigger
     timeout_s: float = 30.0  # give up on an unresponsive master after this long
     node_timeout_s: float = 5.0  # try another replica after a data node is silent this long
+    timings_dir: str | None = None  # append per-stage timings here (``timings.py``); None: off
 
     SPELLINGS = {
         "master": ("master", _text), "queue": ("queue", _text),
@@ -80,6 +82,7 @@ class ReadOptions:
         "waitSeconds": ("wait_s", lambda n, v: _seconds(n, v, zero_ok=True)),
         "timeoutSeconds": ("timeout_s", _seconds),
         "nodeTimeoutSeconds": ("node_timeout_s", _seconds),
+        "timingsDir": ("timings_dir", _text),
     }
 
     @classmethod

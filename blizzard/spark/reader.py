@@ -20,11 +20,11 @@ come back: nothing is lost, some items may be delivered twice (at least once).
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
+import time
 import uuid
-from collections import defaultdict
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Iterator, Sequence
 
 import pyarrow as pa
@@ -32,18 +32,24 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxRows,
                                               SupportsTriggerAvailableNow)
 
+from blizzard import protocol as p
 from blizzard.client import Client
 from blizzard.errors import ClusterError, LeaseExpired
-from blizzard.message import LeasedItem
 from blizzard.protocol import MAX_BATCH
-from blizzard.spark.fetch import NodePartition, read_partition
+from blizzard.spark.fetch import read_partition
 from blizzard.spark.options import ReadOptions
+from blizzard.spark.plan import Batch, NodePartition, plan_partitions
+from blizzard.spark.timings import Timings
 
 log = logging.getLogger(__name__)
 
 PROBE_ITEMS = 32  # first lease of a batch, to learn the payload size before leasing the rest
 ALL_AVAILABLE_ITEMS = 100_000  # "read all available" of an unbounded queue, for one batch
 STALE_ROUNDS = 3  # availableNow: batches of nothing but redeliveries before giving up
+# The next batch is leased ahead only with leases this long: its read grant ends with the
+# leases it was issued with (extending them does not renew it), and it is read only after
+# the batch before it has been written.
+LEASE_AHEAD_MIN_S = 20.0
 
 
 class BlizzardStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -95,19 +101,30 @@ class BlizzardStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 
 class _Driver:
-    """The runner's state for one query: batches leased and not yet known written, kept alive."""
+    """The runner's state for one query: batches leased and not yet known written, kept alive.
+
+    The next batch is leased in the background as soon as one is handed to Spark (``ahead``,
+    with leases of ``LEASE_AHEAD_MIN_S`` or more), so the master's lease work overlaps the
+    writing of the batch before it; acks go out from that thread too.
+    """
 
     def __init__(self, opts: ReadOptions, run: str) -> None:
         self.opts = opts
         self.run = run
         self.client = Client(opts.master, timeout_s=opts.timeout_s,
                              node_timeout_s=opts.node_timeout_s)
-        self.lock = threading.Lock()  # guards ``batches`` against the keep-alive thread
-        self.batches: dict[int, list[LeasedItem]] = {}  # batch number -> items, oldest first
+        self.lock = threading.Lock()  # guards ``batches`` and ``leased`` against other threads
+        self.batches: dict[int, Batch] = {}  # batch number -> items, oldest first
+        self.leased: list[Batch] = []  # leased ahead, not yet a batch (kept alive too)
         self.last = 0  # number of the last batch leased
         self.budget: int | None = None  # availableNow: new items still to take; None: unbounded
         self.seen: set[int] = set()  # availableNow: ids taken by this run (redeliveries are free)
         self.stale = 0
+        self.ahead: Future[Batch] | None = None
+        self.acking: list[Future[None]] = []  # acks sent from the leasing thread
+        self.leaser = ThreadPoolExecutor(1, thread_name_prefix="blizzard-lease-ahead")
+        self.ahead_client = Client(opts.master, timeout_s=opts.timeout_s)  # the leaser's own
+        self.timings = Timings(opts.timings_dir, "driver")
         self.stopping = threading.Event()
         self.keeper = threading.Thread(target=self._keep_alive, name="blizzard-lease-keeper",
                                        daemon=True)
@@ -125,7 +142,8 @@ class _Driver:
         log.info("availableNow: draining up to %d items of queue %r", self.budget, self.opts.queue)
 
     def next_batch(self, start: dict, limit: ReadLimit) -> dict:
-        """Ack what the sink has written (everything up to ``start``), lease the next batch."""
+        """Ack what the sink has written (everything up to ``start``), hand out the next batch
+        (leased ahead, or now), and start leasing the one after."""
         self.settle(start)
         if isinstance(limit, ReadMaxRows):
             n = limit.max_rows
@@ -133,121 +151,166 @@ class _Driver:
             n = ALL_AVAILABLE_ITEMS
         else:
             n = self.opts.max_items_per_batch
-        if self.budget is not None:
-            n = min(n, self.budget)
-        items = self._lease(n) if n > 0 else []
-        if self.budget is not None and items:
-            fresh = [i for i in items if i.id not in self.seen]
-            self.stale = 0 if fresh else self.stale + 1
-            if self.stale >= STALE_ROUNDS:  # only items no executor could read, again and again
-                log.warning("giving up on %d items that could not be read %d times in a row",
-                            len(items), STALE_ROUNDS)
-                self._give_back(items)
-                items = []
-            self.seen.update(i.id for i in fresh)
-            self.budget -= len(fresh)
-        if not items:
-            return start
+        want = n if self.budget is None else min(n, self.budget)
+        if self.ahead is not None:
+            batch, self.ahead = self.ahead.result(), None
+        else:
+            batch = self._lease_ahead(want, self.client) if want > 0 else Batch([])
+        batch = self._count(batch)
         with self.lock:
-            self.last += 1
-            self.batches[self.last] = items
+            if batch in self.leased:
+                self.leased.remove(batch)
+            if len(batch):
+                self.last += 1
+                self.batches[self.last] = batch
+        following = n if self.budget is None else min(n, self.budget)
+        if len(batch) and following > 0 and self.opts.lease_s >= LEASE_AHEAD_MIN_S:
+            self.ahead = self.leaser.submit(self._lease_ahead, following, self.ahead_client)
+        if not len(batch):
+            self.wait_for_acks()  # the query may end now: the last acks must be in
+            return start
         return {"run": self.run, "batch": self.last}
 
-    def _lease(self, n: int) -> list[LeasedItem]:
+    def _count(self, batch: Batch) -> Batch:
+        """availableNow: charge the batch's new items to the budget; give up on items that
+        come back again and again (no executor could read them)."""
+        if self.budget is None or not len(batch):
+            return batch
+        ids = batch.ids
+        fresh = [i for i in ids if i not in self.seen]
+        self.stale = 0 if fresh else self.stale + 1
+        if self.stale >= STALE_ROUNDS:
+            log.warning("giving up on %d items that could not be read %d times in a row",
+                        len(ids), STALE_ROUNDS)
+            self._give_back([batch])
+            with self.lock:
+                if batch in self.leased:
+                    self.leased.remove(batch)
+            return Batch([])
+        self.seen.update(fresh)
+        self.budget -= len(fresh)
+        return batch
+
+    def _lease_ahead(self, n: int, client: Client) -> Batch:
+        """Lease a batch with ``client`` and keep it alive from then on."""
+        started = time.monotonic()
+        batch = self._lease(n, client)
+        self.timings.add("driver lease", time.monotonic() - started, len(batch))
+        with self.lock:
+            self.leased.append(batch)
+        return batch
+
+    def _lease(self, n: int, client: Client) -> Batch:
         """Up to ``n`` items and about ``max_bytes_per_batch`` payload bytes, in a few leases."""
-        items: list[LeasedItem] = []
-        size = 0
+        replies: list[p.Leased] = []
+        taken_at = time.monotonic()  # the leases run from (a little after) now
+        count = size = 0
         wait_s = self.opts.wait_s if self.budget is None else 0.0
-        while len(items) < n and size < self.opts.max_bytes_per_batch:
-            want = min(n - len(items), MAX_BATCH)
-            if not items:
+        while count < n and size < self.opts.max_bytes_per_batch:
+            want = min(n - count, MAX_BATCH)
+            if not count:
                 want = min(want, PROBE_ITEMS)
             else:
                 room = self.opts.max_bytes_per_batch - size
-                want = min(want, max(1, int(room / max(1.0, size / len(items)))))
-            got = self.client.lease(self.opts.queue, want, lease_s=self.opts.lease_s, wait_s=wait_s)
+                want = min(want, max(1, int(room / max(1.0, size / count))))
+            got = client.lease_columns(self.opts.queue, want, lease_s=self.opts.lease_s,
+                                       wait_s=wait_s)
             wait_s = 0.0
-            items += got
-            size += sum(i.size for i in got)
-            if len(got) < want:
+            if got.ids:
+                replies.append(got)
+            count += len(got.ids)
+            size += sum(got.sizes)
+            if len(got.ids) < want:
                 break
-        return items
+        return Batch(replies, taken_at)
 
     def partitions(self, end: dict) -> list[NodePartition]:
         number = self._number(end)
         with self.lock:
-            items = self.batches.get(number) if number is not None else None
-        if not items:  # nothing, or a batch of an earlier run: its leases run out, items return
+            batch = self.batches.get(number) if number is not None else None
+        if batch is None or not len(batch):  # a batch of an earlier run: its leases run out
             return []
-        alive = {n.node_id for n in self.client.status().nodes if n.alive}
-        return plan_partitions(items, alive)
+        with self.timings.stage("partition planning", len(batch)):
+            alive = {n.node_id for n in self.client.status().nodes if n.alive}
+            return plan_partitions(batch, alive)
 
     def settle(self, offset: dict) -> None:
-        """Ack every batch up to the one ending at ``offset``: the sink has written them."""
+        """Ack every batch up to the one ending at ``offset``: the sink has written them.
+
+        The acks go out from the leasing thread, while Spark carries on with the next batch;
+        ``wait_for_acks`` waits until they are done.
+        """
         number = self._number(offset)
         if number is None:
             return
-        with self.lock:
-            done = [b for b in self.batches if b <= number]
-            items = [i for b in done for i in self.batches[b]]
-            if items:
-                try:
-                    self.client.ack_many(items)
-                except LeaseExpired as exc:  # given back by an executor, or a lease ran out
-                    log.warning("some acks came too late; those items will be delivered again: %s",
-                                exc)
-            for b in done:
-                del self.batches[b]
+        with self.lock:  # out of ``batches`` first: the keeper extends no batch being acked
+            done = [self.batches.pop(b) for b in sorted(self.batches) if b <= number]
+        if done:
+            self.acking = [f for f in self.acking if not f.done()]
+            self.acking.append(self.leaser.submit(self._ack, done, self.ahead_client))
+
+    def _ack(self, done: list[Batch], client: Client) -> None:
+        started = time.monotonic()
+        ids = [i for b in done for i in b.ids]
+        try:
+            client.ack_ids(ids, [t for b in done for t in b.leases])
+        except LeaseExpired as exc:  # given back by an executor, or a lease ran out
+            log.warning("some acks came too late; those items will be delivered again: %s", exc)
+        except ClusterError as exc:  # their leases run out: delivered again, not lost
+            log.warning("could not ack %d written items; they will be delivered again: %s",
+                        len(ids), exc)
+        self.timings.add("acks", time.monotonic() - started, len(ids))
+
+    def wait_for_acks(self) -> None:
+        """Wait for the acks sent so far."""
+        for future in self.acking:
+            future.result()
+        self.acking.clear()
 
     def _keep_alive(self) -> None:
-        every_s = max(0.1, self.opts.lease_s / 3)
-        with Client(self.opts.master, timeout_s=min(self.opts.timeout_s, every_s)) as client:
-            while not self.stopping.wait(every_s):
+        """Extend each batch's leases once a third of the lease has passed since they were
+        taken or last extended (a batch written sooner is never extended)."""
+        renew_s = max(0.1, self.opts.lease_s / 3)
+        with Client(self.opts.master, timeout_s=min(self.opts.timeout_s, renew_s)) as client:
+            while not self.stopping.wait(renew_s / 2):
                 with self.lock:  # held so that an ack cannot race an extend of the same items
-                    items = [i for b in self.batches.values() for i in b]
-                    if not items:
+                    now = time.monotonic()
+                    due = [b for b in (*self.batches.values(), *self.leased)
+                           if now - b.renewed >= renew_s]
+                    ids = [i for b in due for i in b.ids]
+                    if not ids:
                         continue
                     try:
-                        client.extend_many(items, lease_s=self.opts.lease_s)
+                        client.extend_ids(ids, [t for b in due for t in b.leases],
+                                          lease_s=self.opts.lease_s)
+                        for b in due:
+                            b.renewed = now
+                        self.timings.add("lease keep-alive", time.monotonic() - now, len(ids))
                     except LeaseExpired as exc:
                         log.warning("leases lost while in flight (those items will be delivered "
                                     "again): %s", exc)
+                        for b in due:  # the others were extended
+                            b.renewed = now
                     except ClusterError as exc:
-                        log.warning("could not extend %d leases (retrying): %s", len(items), exc)
+                        log.warning("could not extend %d leases (retrying): %s", len(ids), exc)
 
-    def _give_back(self, items: list[LeasedItem]) -> None:
+    def _give_back(self, batches: list[Batch]) -> None:
+        ids = [i for b in batches for i in b.ids]
+        if not ids:
+            return
         try:
-            self.client.nack_many(items, delay_s=0.0)
+            self.client.nack_ids(ids, [t for b in batches for t in b.leases], delay_s=0.0)
         except (LeaseExpired, ClusterError) as exc:  # their leases will run out instead
-            log.warning("could not give back %d items: %s", len(items), exc)
+            log.warning("could not give back %d items: %s", len(ids), exc)
 
     def close(self) -> None:
         """Best effort: Spark usually kills the runner instead of calling ``stop()``."""
         self.stopping.set()
+        self.leaser.shutdown(wait=True)  # a lease ahead in flight ends within wait_s
         with self.lock:
-            items = [i for b in self.batches.values() for i in b]
+            held = [*self.batches.values(), *self.leased]
             self.batches.clear()
-        if items:
-            self._give_back(items)
+            self.leased.clear()
+        self._give_back(held)
+        self.ahead_client.close()
         self.client.close()
-
-
-def plan_partitions(items: list[LeasedItem], alive: set[str]) -> list[NodePartition]:
-    """One partition per data node: each item goes to its least loaded live replica.
-
-    The chosen replica is put first in the item's node list, the other live ones next, so an
-    executor tries them in that order.
-    """
-    load: dict[str, int] = defaultdict(int)
-    groups: dict[str, list[LeasedItem]] = defaultdict(list)
-    for item in items:
-        usable = [n for n in item.nodes if n.addr]
-        live = [n for n in usable if n.node_id in alive] or usable
-        if not live:
-            groups[""].append(item)  # no known replica: the executor gives it back
-            continue
-        best = min(live, key=lambda n: load[n.node_id])  # ties: the master's order
-        load[best.node_id] += max(item.size, 1)
-        rest = [n for n in live if n is not best] + [n for n in item.nodes if n not in live]
-        groups[best.addr].append(dataclasses.replace(item, nodes=[best, *rest]))
-    return [NodePartition(addr, group) for addr, group in groups.items()]

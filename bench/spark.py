@@ -1,0 +1,155 @@
+"""Spark at pipeline speed: ``blizzard drain`` and the batch writer, on local and standalone Spark.
+
+Run as ``scripts/bench --spark`` (or ``python -m bench.spark``). For each Spark (``local[*]``,
+and a standalone cluster of a master and two workers started here from pyspark's own launch
+classes, on loopback) and each ``--drain`` case ``ITEMS:SIZE``: a fresh cluster of one master
+and two data nodes (R=2) is filled with ITEMS payloads of SIZE random bytes, then drained to
+Parquet with ``blizzard.spark.drain``; then ``--write`` rows go through
+``df.write.format("blizzard")``.
+
+Prints one JSON line per measurement: ``items_per_s`` and ``mb_per_s`` from the first
+micro-batch's lease to the last ack (what the issue measures), ``spark_start_s`` (the
+session), ``query_start_s`` (drain call to the first lease), and ``stages``: seconds per stage
+summed over calls (driver lease, partition planning, executor fetch, Arrow, Spark consumes (its
+conversion and Parquet write of each Arrow batch), acks, lease keep-alive; executor stages add
+up over parallel tasks), from the source's ``timingsDir`` records.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import tempfile
+import time
+from typing import Any
+
+from bench.common import clusters_for, parser, security_of, security_option, start
+from blizzard.client import Client
+from blizzard.harness import LocalCluster
+from blizzard.keys import ENV as KEYS_ENV
+from blizzard.spark.timings import records, summarize
+
+log = logging.getLogger(__name__)
+
+QUEUE = "bench-spark"
+MB = 1_000_000
+
+
+def fill(cluster: LocalCluster, items: int, size: int) -> float:
+    """Enqueue ``items`` payloads of ``size`` random bytes (a pool of distinct blobs, so
+    Parquet cannot compress them away); returns items/s."""
+    rng = random.Random(size)
+    pool = [rng.randbytes(size) for _ in range(64)]
+    chunk = max(1, min(1000, (4 << 20) // max(1, size)))
+    started = time.monotonic()
+    with Client(cluster.master_addr, timeout_s=60.0) as client:
+        with client.producer(QUEUE, window=4) as producer:
+            for at in range(0, items, chunk):
+                producer.send([pool[(at + k) % len(pool)] for k in range(min(chunk, items - at))])
+    return items / (time.monotonic() - started)
+
+
+def drain_once(spark: Any, cluster: LocalCluster, items: int, size: int, batch: int,
+               base: str) -> dict[str, Any]:
+    from blizzard.spark import drain
+    timings = tempfile.mkdtemp(prefix="timings-", dir=base)
+    out = os.path.join(tempfile.mkdtemp(prefix="out-", dir=base), "parquet")
+    called = time.time()
+    summary = drain(spark, QUEUE, out, master=cluster.master_addr, max_items_per_batch=batch,
+                    options={"timingsDir": timings}, progress=False, timeout_s=60.0)
+    recs = records(timings)
+    leases = [r for r in recs if r["stage"] == "driver lease" and r["items"]]
+    acks = [r for r in recs if r["stage"] == "acks"]
+    first = min(r["at"] - r["s"] for r in leases)
+    seconds = max(r["at"] for r in acks) - first
+    if summary.written != items or summary.ready_after or summary.leased_after:
+        raise RuntimeError(f"the drain did not take every item: {summary}")
+    return {"items_per_s": round(items / seconds, 1),
+            "mb_per_s": round(summary.bytes / MB / seconds, 2), "elapsed_s": round(seconds, 3),
+            "query_start_s": round(first - called, 3), "batches": summary.batches,
+            "stages": summarize(timings)}
+
+
+def session(spark_master: str, base: str, keys: str | None) -> tuple[Any, Any]:
+    """A session on ``local[*]`` or (``standalone``) on a cluster started here; returns it with
+    the cluster (or None) and the time it took."""
+    from blizzard.spark import local_session
+    from blizzard.spark.standalone import StandaloneSpark
+    if keys:
+        os.environ[KEYS_ENV] = keys
+    else:
+        os.environ.pop(KEYS_ENV, None)
+    if spark_master == "standalone":
+        cluster = StandaloneSpark(os.path.join(base, "spark")).start()
+        return local_session(cluster.url, app_name="bench-spark",
+                             conf=cluster.session_conf()), cluster
+    return local_session(spark_master, app_name="bench-spark"), None
+
+
+def measure(args: Any, base: str, spark_master: str, security: str) -> None:
+    for case in args.drain:
+        items, size = case
+        cluster = clusters_for(os.path.join(base, f"drain-{items}-{size}"), security,
+                               datanodes=2, replication=2)[0]
+        spark = standalone = None
+        try:
+            cluster.start()
+            log.info("filling %d items of %d B", items, size)
+            enqueue_rate = fill(cluster, items, size)
+            started = time.monotonic()
+            spark, standalone = session(spark_master, base, cluster.keys)
+            spark_start = time.monotonic() - started
+            log.info("draining on %s (Spark started in %.1f s)", spark_master, spark_start)
+            rec = drain_once(spark, cluster, items, size, args.batch, base)
+            emit({"op": "drain", "items": items, "size": size, **rec,
+                  "spark_start_s": round(spark_start, 2),
+                  "enqueue_items_per_s": round(enqueue_rate, 1)}, spark_master, cluster)
+            if args.write:
+                from bench.spark_write import measure_write
+                log.info("writing %d rows of %d B", args.write, size)
+                emit({"op": "write", **measure_write(spark, cluster.master_addr, QUEUE + "-w",
+                                                     args.write, size)}, spark_master, cluster)
+        finally:
+            if spark is not None:
+                spark.stop()
+            if standalone is not None:
+                standalone.stop()
+            cluster.stop()
+
+
+def emit(rec: dict[str, Any], spark_master: str, cluster: LocalCluster) -> None:
+    print(json.dumps({"system": "blizzard", "bench": "spark", "spark": spark_master,
+                      "replication": cluster.replication, "security": security_of(cluster),
+                      **rec}), flush=True)
+
+
+def case(text: str) -> tuple[int, int]:
+    items, _, size = text.partition(":")
+    return int(items), int(size or 256)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = parser("scripts/bench --spark", __doc__)
+    ap.add_argument("--spark", action="store_true", help="(how scripts/bench picks this one)")
+    ap.add_argument("--drain", type=case, nargs="+", default=[(1_000_000, 256), (20_000, 65536)],
+                    metavar="ITEMS:SIZE", help="drain cases (default 1000000:256 20000:65536)")
+    ap.add_argument("--write", type=int, default=1_000_000,
+                    help="rows for the batch-writer measurement after each drain (0: none)")
+    ap.add_argument("--batch", type=int, default=250_000, help="drain's maxItemsPerBatch")
+    ap.add_argument("--spark-master", choices=["local[*]", "standalone", "both"],
+                    default="both", help="where Spark runs (both: local first)")
+    security_option(ap)
+    args = ap.parse_args(argv)
+    if args.security == "both":
+        ap.error("--security both is not supported here; run on and off in turn")
+    base = start("bench-spark")
+    masters = ["local[*]", "standalone"] if args.spark_master == "both" else [args.spark_master]
+    for spark_master in masters:
+        measure(args, base, spark_master, args.security)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,148 @@
+"""Micro-batches as columns: what the driver leased, and how it is split into partitions.
+
+The driver keeps each lease reply (``protocol.Leased``) as it came: one list per field, no
+object per item. ``plan_partitions`` cuts a batch into ``Run``s, contiguous slices of one reply
+whose items share a replica set, and gives each run to one of the set's live nodes, balancing
+the items each node serves; each node's runs make one ``NodePartition``. Pickling a partition
+(Spark ships it to an executor) is then a few lists of numbers per run.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from operator import itemgetter
+from typing import Iterator
+
+from pyspark.sql.datasource import InputPartition
+
+from blizzard import protocol as p
+from blizzard.message import LeasedItem
+
+
+@dataclass(eq=False)  # compared by identity: a batch is one lease's, however alike
+class Batch:
+    """One micro-batch: the lease replies that make it, oldest first."""
+
+    replies: list[p.Leased]
+    renewed: float = 0.0  # monotonic time its leases were taken or last extended
+
+    def __len__(self) -> int:
+        return sum(len(r.ids) for r in self.replies)
+
+    @property
+    def ids(self) -> list[int]:
+        return [i for r in self.replies for i in r.ids]
+
+    @property
+    def leases(self) -> list[int]:
+        return [t for r in self.replies for t in r.leases]
+
+    @property
+    def bytes(self) -> int:
+        return sum(sum(r.sizes) for r in self.replies)
+
+
+@dataclass
+class Run:
+    """Items of one lease reply that one data node serves first, column by column.
+
+    ``nodes`` is the order to try their replicas in: the chosen node, the set's other live
+    nodes, then the rest.
+    """
+
+    ids: list[int]
+    leases: list[int]
+    sizes: list[int]
+    crcs: list[int]
+    attempts: list[int]
+    priorities: list[int]
+    enqueued_at: list[float]
+    keys: list[str]
+    nodes: list[p.NodeRef]
+    grant: p.GetGrant | None
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def items(self, start: int = 0, end: int | None = None) -> list[LeasedItem]:
+        """Items ``start:end`` as ``LeasedItem``s (for the client's read with fail-over)."""
+        end = len(self.ids) if end is None else end
+        return [LeasedItem(self.ids[k], self.leases[k], self.sizes[k], self.crcs[k],
+                           self.attempts[k], self.priorities[k], self.enqueued_at[k],
+                           self.nodes, self.keys[k], self.grant)
+                for k in range(start, end)]
+
+
+class NodePartition(InputPartition):
+    """The runs of one micro-batch that one data node (``value``, its address) serves first."""
+
+    def __init__(self, addr: str, runs: list[Run]) -> None:
+        super().__init__(addr)
+        self.runs = runs
+
+    def __len__(self) -> int:
+        return sum(len(r) for r in self.runs)
+
+    def __repr__(self) -> str:
+        return f"NodePartition({self.value!r}, {len(self)} items in {len(self.runs)} runs)"
+
+
+COLUMNS = ("ids", "leases", "sizes", "crcs", "attempts", "priorities", "enqueued_at", "keys")
+
+
+def plan_partitions(batch: Batch, alive: set[str]) -> list[NodePartition]:
+    """One partition per data node, each item served first by a live replica; every node's
+    share evens out (items counted, as the items of a batch are of similar size)."""
+    load: dict[str, int] = defaultdict(int)
+    by_addr: dict[str, list[Run]] = defaultdict(list)
+    for reply in batch.replies:
+        for nodes, columns in _by_replica_set(reply):
+            usable = [n for n in nodes if n.addr]
+            live = [n for n in usable if n.node_id in alive] or usable
+            if not live:  # no known replica: the executor gives these items back
+                by_addr[""].append(Run(*columns, nodes=list(nodes), grant=reply.grant))
+                continue
+            start = 0
+            for node, count in zip(live, _shares([load[n.node_id] for n in live],
+                                                 len(columns[0]))):
+                if count:
+                    order = [node] + [n for n in live if n is not node] + \
+                        [n for n in nodes if n not in live]
+                    by_addr[node.addr].append(Run(*(c[start:start + count] for c in columns),
+                                                  nodes=order, grant=reply.grant))
+                    load[node.node_id] += count
+                    start += count
+    return [NodePartition(addr, runs) for addr, runs in by_addr.items()]
+
+
+def _by_replica_set(reply: p.Leased) -> Iterator[tuple[list[p.NodeRef], list[list]]]:
+    """The reply's columns split by replica set (one slice each when all items share one)."""
+    columns = [getattr(reply, name) for name in COLUMNS]
+    kinds = set(reply.replica_set)
+    if len(kinds) == 1:
+        yield reply.replica_sets[reply.replica_set[0]].nodes, columns
+        return
+    positions: dict[int, list[int]] = defaultdict(list)
+    for k, s in enumerate(reply.replica_set):
+        positions[s].append(k)
+    for s, where in positions.items():
+        pick = itemgetter(*where)
+        yield reply.replica_sets[s].nodes, [list(pick(c)) if len(where) > 1 else [c[where[0]]]
+                                            for c in columns]
+
+
+def _shares(loads: list[int], n: int) -> list[int]:
+    """Split ``n`` items among nodes with these loads so the loads end as even as they can:
+    the least loaded nodes are filled up to a common level, the others get nothing."""
+    order = sorted(range(len(loads)), key=loads.__getitem__)
+    m = len(loads)
+    while m > 1 and (sum(loads[k] for k in order[:m]) + n) / m < loads[order[m - 1]]:
+        m -= 1
+    level = (sum(loads[k] for k in order[:m]) + n) / m
+    shares = [0] * len(loads)
+    for k in order[:m]:
+        shares[k] = int(level - loads[k])
+    for k in order[:n - sum(shares)]:  # what rounding down left, one each
+        shares[k] += 1
+    return shares
