@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from master.queues import QueueConfig
+from master.ready import ReadyLine
 
 READY, DELAYED, LEASED = 0, 1, 2
 
@@ -42,13 +43,19 @@ class Item(NamedTuple):
         return tuple.__new__(Item, self[:-1] + (status,))
 
 
+def columns(records: list[Item]) -> Any:
+    """The records' fields column by column, as an ``Item`` whose every field is a tuple
+    (``columns(rs).size``): one pass in C where a list per field is a loop each."""
+    return tuple.__new__(Item, tuple(zip(*records)) or ((),) * len(Item._fields))
+
+
 @dataclass
 class QueueState:
     """One named queue: config, ordered ready items, delayed items, key index, counters."""
 
     name: str
     config: QueueConfig = field(default_factory=QueueConfig)
-    ready: list[Item] = field(default_factory=list)  # heap of records (stale ones skipped)
+    ready: ReadyLine = field(default_factory=ReadyLine)  # records in serving order (some stale)
     delayed: list[tuple[float, Item]] = field(default_factory=list)  # heap of (not_before, record)
     keyed: dict[str, set[int]] = field(default_factory=dict)  # key -> ids in this queue
     active: set[str] = field(default_factory=set)  # keys with a leased item
