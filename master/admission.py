@@ -34,19 +34,19 @@ def head(state: Any, name: str, n: int, now: float, new: int | None = None) -> l
         return []
     state.promote_due(q, now)
     line, current = q.ready, state.items.get
-    pop = line.pop
     popped: list[Item] = []
     taken: list[int] = []
     keys: set[str] = set()
     skipped = 0
-    while line and len(taken) < n and skipped <= SCAN_PAST_LIMIT:
-        item = pop()
+    for item in line.popping() if n > 0 else ():
         if current(item.id) is not item:
             continue  # stale: leased, moved or forgotten since it was pushed
         popped.append(item)
         needs_token = new is not None and item.attempts == 0
         if needs_token and new <= 0:
             skipped += 1
+            if skipped > SCAN_PAST_LIMIT:
+                break
             continue
         if item.key:
             if item.key in q.active or item.key in keys:
@@ -55,5 +55,7 @@ def head(state: Any, name: str, n: int, now: float, new: int | None = None) -> l
         taken.append(item.id)
         if needs_token:
             new -= 1
+        if len(taken) == n:
+            break
     line.put_back(popped)
     return taken

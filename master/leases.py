@@ -116,9 +116,11 @@ class Leases:
         """
         state = self.state
         items = state.items
-        cols = columns([items[i] for i in ids])
+        sizes, crcs, attempts, priorities, enqueued_at, keys, nodes_of = columns(
+            [items[i] for i in ids], "size", "crc", "attempts", "priority", "enqueued_at", "key",
+            "nodes")
         set_index: dict[tuple[str, ...], int] = {}
-        replica_set = [set_index.setdefault(nodes, len(set_index)) for nodes in cols.nodes]
+        replica_set = [set_index.setdefault(nodes, len(set_index)) for nodes in nodes_of]
         lookup = state.held.get
         held = [lookup(i) for i in ids]
         leases = [h[0] if h is not None else 0 for h in held]
@@ -127,8 +129,8 @@ class Leases:
         addrs = state.node_addrs
         holders = {node for nodes in set_index for node in nodes}
         errors = state.errors
-        return p.Leased(queue, ids, leases, list(cols.size), list(cols.crc), list(cols.attempts),
-                        list(cols.priority), list(cols.enqueued_at), list(cols.key), replica_set,
+        return p.Leased(queue, ids, leases, sizes, crcs, attempts, priorities, enqueued_at, keys,
+                        replica_set,
                         [p.ReplicaSet(self.membership.refs(nodes, addrs)) for nodes in set_index],
                         lost, self.capabilities.get_grant(ids, list(holders), now, until),
                         [errors.get(i, "") for i in ids] if errors else [""] * len(ids))
@@ -169,10 +171,10 @@ class Leases:
         held, lost, gone = self._settle(ids, leases)
         if held:
             items = self.state.items
-            cols = columns([items[i] for i in held])
+            queues, holders = columns([items[i] for i in held], "queue", "nodes")
             self.log(AckItems(ids=held))
-            self.counts.add_each("acked", cols.queue)
-            self.deletes.drop_blobs_of(held, cols.nodes)
+            self.counts.add_each("acked", queues)
+            self.deletes.drop_blobs_of(held, holders)
         return p.Acked(done=len(held) + gone, lost=lost)
 
     def nack(self, msg: p.Nack, now: float, *_: Any) -> p.Acked:
