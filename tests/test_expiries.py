@@ -44,3 +44,14 @@ def test_a_lease_extended_twice_to_the_same_deadline_expires_once():
     # the queue's counts)
     assert s.expired(10.0) == []
     assert s.expired(30.0) == [1]
+
+
+def test_an_entry_whose_leases_were_all_settled_goes_before_its_deadline():
+    e = Expiries()
+    e.add(100.0, [1, 2], [1, 2])
+    e.add(200.0, [3], [3])
+    held = {2: (2, 100.0), 3: (3, 200.0)}  # 1 acked
+    assert e.due(50.0, held, 100) == [] and len(e) == 2  # 2 still held: its entry stays
+    del held[2]
+    assert e.due(50.0, held, 100) == [] and len(e) == 1  # all of it acked: gone, not due yet
+    assert e.due(200.0, held, 100) == [3] and len(e) == 0
