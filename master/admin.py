@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import heapq
 from typing import Any, Callable
 
 from blizzard import protocol as p
@@ -56,15 +55,12 @@ class QueueAdmin:
     def _first_ready(self, q: Any, now: float) -> Any:
         """The ready item served next, key exclusion aside (its age is the queue's age).
 
-        Stale heap entries (leased or acked since they were pushed) are dropped off the top
+        Stale entries (leased or acked since they were pushed) are dropped off the front
         for good, as ``State.head`` drops them; unlike ``head`` this never walks past a live
         item, so a large backlog behind one leased key costs nothing here.
         """
         self.state.promote_due(q, now)
-        heap, items = q.ready, self.state.items
-        while heap and items.get(heap[0].id) is not heap[0]:
-            heapq.heappop(heap)
-        return heap[0] if heap else None
+        return q.ready.first_live(self.state.items)
 
     def stats(self, msg: p.Stats, now: float, *_: Any) -> p.QueueStats:
         return self.queue_stats(checks.queue_name(msg.queue), now)

@@ -1,4 +1,4 @@
-"""Which ready items a lease may take: the one walk of a queue's ready heap, in serving order.
+"""Which ready items a lease may take: the one walk of a queue's ready line, in serving order.
 
 An item whose key is leased, or taken earlier in the same batch, is passed over (per-key
 exclusivity). A rate-limited lease also gives ``new``: how many never-delivered items its
@@ -15,38 +15,38 @@ priority).
 
 from __future__ import annotations
 
-import heapq
 from typing import Any
 
 from master.item import Item
 
-SCAN_PAST_LIMIT = 128  # heap entries looked at for redeliveries once the tokens ran out
+SCAN_PAST_LIMIT = 128  # entries looked at for redeliveries once the tokens ran out
 
 
 def head(state: Any, name: str, n: int, now: float, new: int | None = None) -> list[int]:
     """Up to ``n`` ids a lease would take now from ``state`` (a ``State``: the walk is its
     ``head``); with ``new`` given, at most that many of them never delivered before.
 
-    A query: it changes no durable state, and popped entries go back on the heap (stale ones,
-    leased or moved since they were pushed, are dropped).
+    A query: it changes no durable state, and popped entries go back in front of the line
+    (stale ones, leased or moved since they were pushed, are dropped).
     """
     q = state.queues.get(name)
     if q is None:
         return []
     state.promote_due(q, now)
-    heap, items = q.ready, state.items
+    line, current = q.ready, state.items.get
     popped: list[Item] = []
     taken: list[int] = []
     keys: set[str] = set()
     skipped = 0
-    while heap and len(taken) < n and skipped <= SCAN_PAST_LIMIT:
-        item = heapq.heappop(heap)
-        if items.get(item.id) is not item:
+    for item in line.popping() if n > 0 else ():
+        if current(item.id) is not item:
             continue  # stale: leased, moved or forgotten since it was pushed
         popped.append(item)
         needs_token = new is not None and item.attempts == 0
         if needs_token and new <= 0:
             skipped += 1
+            if skipped > SCAN_PAST_LIMIT:
+                break
             continue
         if item.key:
             if item.key in q.active or item.key in keys:
@@ -55,6 +55,7 @@ def head(state: Any, name: str, n: int, now: float, new: int | None = None) -> l
         taken.append(item.id)
         if needs_token:
             new -= 1
-    for item in popped:
-        heapq.heappush(heap, item)
+        if len(taken) == n:
+            break
+    line.put_back(popped)
     return taken

@@ -9,6 +9,9 @@ counters: a restart starts them from zero. One dictionary addition per batch or 
 
 from __future__ import annotations
 
+from collections import Counter
+from typing import Iterable
+
 KINDS = ("enqueued", "leased", "acked", "nacked", "expired", "dead_lettered")
 
 
@@ -23,11 +26,11 @@ class QueueCounts:
             totals = self.by_kind[kind]
             totals[queue] = totals.get(queue, 0) + n
 
-    def add_each(self, kind: str, queues: list[str]) -> None:
-        """One event per entry (the queue of each item of a batch)."""
+    def add_each(self, kind: str, queues: Iterable[str]) -> None:
+        """One event per entry (the queue of each item of a batch), counted in C."""
         totals = self.by_kind[kind]
-        for queue in queues:
-            totals[queue] = totals.get(queue, 0) + 1
+        for queue, n in Counter(queues).items():
+            totals[queue] = totals.get(queue, 0) + n
 
     def get(self, kind: str, queue: str) -> int:
         return self.by_kind[kind].get(queue, 0)

@@ -55,6 +55,20 @@ class Deletes:
             else:
                 self.order(node, (item_id,))  # over a cap: counted and warned there
 
+    def drop_blobs_of(self, ids: list[int], holders: Iterable[tuple[str, ...]]) -> None:
+        """``drop_blobs`` for a batch (``holders[i]``: item i's nodes), with one order per node
+        and replica set: the ack path's way, a list extension where ``drop_blobs`` is a call
+        and an append per item and node."""
+        by_set: dict[tuple[str, ...], list[int]] = {}
+        for item_id, nodes in zip(ids, holders):
+            group = by_set.get(nodes)
+            if group is None:
+                group = by_set[nodes] = []
+            group.append(item_id)
+        for nodes, group in by_set.items():
+            for node in nodes:
+                self.order(node, group)
+
     def take(self, node: str) -> list[int]:
         """Up to one request's worth of ids for ``node`` (its heartbeat reply carries them)."""
         todo = self.orders.pop(node, [])

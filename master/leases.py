@@ -19,6 +19,7 @@ from master.capabilities import CapabilityKeys
 from master.config import MasterConfig
 from master.counts import QueueCounts
 from master.deletes import Deletes
+from master.item import columns
 from master.membership import Membership
 from master.queues import TokenBucket
 from master.records import AckItems, LeaseItems, ReleaseItems
@@ -113,26 +114,26 @@ class Leases:
 
         With a grant to read them from the nodes named (the reply to a lease or a peek).
         """
-        items = [self.state.items[i] for i in ids]
+        state = self.state
+        items = state.items
+        sizes, crcs, attempts, priorities, enqueued_at, keys, nodes_of = columns(
+            [items[i] for i in ids], "size", "crc", "attempts", "priority", "enqueued_at", "key",
+            "nodes")
         set_index: dict[tuple[str, ...], int] = {}
-        replica_set = []
-        for item in items:
-            k = set_index.get(item.nodes)
-            if k is None:
-                k = set_index[item.nodes] = len(set_index)
-            replica_set.append(k)
-        leases = [self.state.lease_of(i) or 0 for i in ids]
-        addrs = self.state.node_addrs
-        holders = {node for nodes in set_index for node in nodes}
-        held = self.state.held
-        ends = [held[i][1] for i in ids if i in held]  # the grant ends with the leases
+        replica_set = [set_index.setdefault(nodes, len(set_index)) for nodes in nodes_of]
+        lookup = state.held.get
+        held = [lookup(i) for i in ids]
+        leases = [h[0] if h is not None else 0 for h in held]
+        ends = [h[1] for h in held if h is not None]  # the grant ends with the leases
         until = max(ends) if ends else None
-        return p.Leased(queue, ids, leases, [i.size for i in items], [i.crc for i in items],
-                        [i.attempts for i in items], [i.priority for i in items],
-                        [i.enqueued_at for i in items], [i.key for i in items], replica_set,
+        addrs = state.node_addrs
+        holders = {node for nodes in set_index for node in nodes}
+        errors = state.errors
+        return p.Leased(queue, ids, leases, sizes, crcs, attempts, priorities, enqueued_at, keys,
+                        replica_set,
                         [p.ReplicaSet(self.membership.refs(nodes, addrs)) for nodes in set_index],
                         lost, self.capabilities.get_grant(ids, list(holders), now, until),
-                        [self.state.errors.get(i, "") for i in ids])
+                        [errors.get(i, "") for i in ids] if errors else [""] * len(ids))
 
     # -- settling ----------------------------------------------------------------------------
 
@@ -140,21 +141,20 @@ class Leases:
         """Split (id, lease) pairs into still-held leases, lost leases, and already-gone ids."""
         checks.batch(checks.same_length(ids=ids, leases=leases))
         held, lost, gone = [], [], 0
-        acked = self.state.recent_acks
+        acked, holding, items = self.state.recent_acks, self.state.held, self.state.items
         if len(set(ids)) != len(ids):  # an id named twice counts once (its first lease)
             pairs = dict(zip(reversed(ids), reversed(leases)))
             ids, leases = list(pairs), list(pairs.values())
         for item_id, lease in zip(ids, leases):
-            item = self.state.items.get(item_id)
-            if item is None:
-                if acked.get(item_id, lease) == lease:
-                    gone += 1  # acked under this very lease: a retry
-                else:
-                    lost.append(item_id)  # another consumer's delivery was acked
-            elif self.state.lease_of(item_id) == lease:
+            h = holding.get(item_id)  # (lease, deadline); only items there are leased
+            if h is not None and h[0] == lease:
                 held.append(item_id)
-            else:
+            elif item_id in items:
                 lost.append(item_id)
+            elif acked.get(item_id, lease) == lease:
+                gone += 1  # acked under this very lease: a retry
+            else:
+                lost.append(item_id)  # another consumer's delivery was acked
         return held, lost, gone
 
     def ack(self, msg: p.Ack, *_: Any) -> p.Acked | None:
@@ -170,12 +170,11 @@ class Leases:
     def _ack(self, ids: list[int], leases: list[int]) -> p.Acked:
         held, lost, gone = self._settle(ids, leases)
         if held:
-            items = [self.state.items[i] for i in held]
-            holders = [item.nodes for item in items]
+            items = self.state.items
+            queues, holders = columns([items[i] for i in held], "queue", "nodes")
             self.log(AckItems(ids=held))
-            self.counts.add_each("acked", [item.queue for item in items])
-            for item_id, nodes in zip(held, holders):
-                self.deletes.drop_blobs(item_id, nodes)
+            self.counts.add_each("acked", queues)
+            self.deletes.drop_blobs_of(held, holders)
         return p.Acked(done=len(held) + gone, lost=lost)
 
     def nack(self, msg: p.Nack, now: float, *_: Any) -> p.Acked:
@@ -207,7 +206,8 @@ class Leases:
         held, lost, gone = self._settle(msg.ids, msg.leases)
         lost += [i for i in msg.ids if i not in self.state.items]  # gone: nothing to extend
         if held:
-            self.log(LeaseItems(ids=held, leases=[self.state.lease_of(i) for i in held],
+            holding = self.state.held
+            self.log(LeaseItems(ids=held, leases=[holding[i][0] for i in held],
                                 deadline=now + msg.lease_s, request=""))
         return p.Acked(done=len(held), lost=lost)
 

@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-HEAD_SCAN = 64  # ready-heap entries a scrape looks at for the head item
+HEAD_SCAN = 64  # entries of each part of a ready line a scrape looks at for the head item
 
 QUEUE_DEPTHS = (  # (metric, help)
     ("blizzard_queue_ready_items", "Items a lease could take now."),
@@ -119,16 +119,14 @@ class MasterMetrics(metrics.ServedCollector):
             yield family
 
     def _head_age(self, q: object, now: float) -> float:
-        """Seconds since the head item of ``q``'s ready heap was enqueued.
+        """Seconds since the head item of ``q``'s ready line was enqueued.
 
-        The heap keeps records that changed since (leased, dead-lettered, replaced) until the
-        loop pops them, and only the loop may: the first current one near the top stands in.
+        The line keeps records that changed since (leased, dead-lettered, replaced) until the
+        loop pops them, and only the loop may: the first current one near the front stands in.
         """
         items = self.server.state.items
-        for entry in q.ready[:HEAD_SCAN]:  # a slice: the heap may change meanwhile
-            if items.get(entry.id) is entry:
-                return max(0.0, now - entry.enqueued_at)
-        return 0.0
+        live = [entry for entry in q.ready.near_front(HEAD_SCAN) if items.get(entry.id) is entry]
+        return max(0.0, now - min(live).enqueued_at) if live else 0.0
 
     def _master(self) -> Iterator[Metric]:
         server = self.server

@@ -6,9 +6,9 @@ depend on time (what is due, what has expired) take ``now`` as an argument.
 
 Order within a queue: lowest priority first, then FIFO by ``order`` (the id, or for a
 coalesced item the place in line it inherited). Items sharing a key are never leased at
-the same time. Heaps hold the item records themselves and use lazy deletion: a change
-stores a new record, and an entry that is no longer its item's record is dropped when it
-reaches the top.
+the same time. The ready lines (``master/ready.py``) and heaps hold the item records
+themselves and use lazy deletion: a change stores a new record, and an entry that is no longer
+its item's record is dropped when it reaches the front.
 """
 
 from __future__ import annotations
@@ -20,8 +20,10 @@ from typing import Any, Iterable, Iterator
 
 from master import admission, checkpoint_schema as schema
 from master import state_removals
+from master.expiries import Expiries
 from master.item import DELAYED, LEASED, READY, Item, QueueState
 from master.queues import QueueConfig
+from master.ready import ReadyLine
 from master.records import (AckItems, AddReplicas, BuryItems, CommitItems, ConfigureQueue,
                             DropReplicas, LeaseItems, NodeSeen, RedriveItems, ReleaseItems, Reserve)
 
@@ -43,7 +45,7 @@ class State:
         self.delays: dict[int, float] = {}  # delayed id -> not-before time
         self.origins: dict[int, str] = {}  # dead id -> the queue it died in
         self.errors: dict[int, str] = {}  # id -> the last error a consumer gave
-        self.expiries: list = []  # heap of (lease_deadline, id, lease)
+        self.expiries = Expiries()  # when leases run out
         self.node_addrs: dict[str, str] = {}
         self.recent_leases: OrderedDict[str, tuple[list[int], list[int]]] = OrderedDict()
         self.recent_commits: OrderedDict[str, None] = OrderedDict()
@@ -81,32 +83,59 @@ class State:
             self.id_hi = max(self.id_hi, item_id + 1)
 
     def _apply_lease(self, rec: LeaseItems) -> None:
+        """Lease ready items, or extend leased ones. It runs for every item a consumer takes,
+        so the common case (a ready item) is written out here, and the whole record gets one
+        expiry entry."""
+        items, held, queues, deadline = self.items, self.held, self.queues, rec.deadline
+        make = tuple.__new__
+        q = None
         for item_id, lease in zip(rec.ids, rec.leases):
-            item = self.items[item_id]
-            q = self.queues[item.queue]
-            self._leave(q, item)
-            if item.status != LEASED:  # else an extension: the record stays as it is
-                self.items[item_id] = item = item.with_status(LEASED)
-            self.held[item_id] = (lease, rec.deadline)
-            q.n_leased += 1
+            item = items[item_id]
+            if q is None or q.name != item.queue:
+                q = queues[item.queue]
+            if item.status != LEASED:  # else an extension: record, count and key stay as they are
+                if item.status == READY:
+                    q.n_ready -= 1
+                else:
+                    self._leave(q, item)
+                items[item_id] = item = make(Item, item[:-1] + (LEASED,))  # with_status, inline
+                q.n_leased += 1
+            held[item_id] = (lease, deadline)
             if item.key:
                 q.active.add(item.key)
-            heapq.heappush(self.expiries, (rec.deadline, item_id, lease))
-            self.lease_seq = max(self.lease_seq, lease)
+        if rec.ids:
+            self.lease_seq = max(self.lease_seq, max(rec.leases))
+            self.expiries.add(deadline, rec.ids, rec.leases)
         if rec.request:
             self.recent_leases[rec.request] = (rec.ids, rec.leases)
             if len(self.recent_leases) > RECENT_LEASES:
                 self.recent_leases.popitem(last=False)
 
     def _apply_ack(self, rec: AckItems) -> None:
+        """Forget acked items, keeping leased ones' tokens (``forget`` written out for a leased
+        item: this runs for every item a consumer finishes)."""
+        items, held, queues, acks = self.items, self.held, self.queues, self.recent_acks
+        origins, errors = self.origins, self.errors
         for item_id in rec.ids:
-            item = self.items.get(item_id)
-            if item is not None:
-                if item.status == LEASED:
-                    self.recent_acks[item_id] = self.held[item_id][0]
-                    if len(self.recent_acks) > RECENT_ACKS:
-                        self.recent_acks.popitem(last=False)
+            item = items.get(item_id)
+            if item is None:
+                continue
+            if item.status != LEASED:
                 self.forget(item)
+                continue
+            q = queues[item.queue]
+            acks[item_id] = held.pop(item_id)[0]
+            q.n_leased -= 1
+            if item.key:
+                q.active.discard(item.key)
+                q.unindex(item)
+            del items[item_id]
+            if origins:
+                origins.pop(item_id, None)
+            if errors:
+                errors.pop(item_id, None)
+        while len(acks) > RECENT_ACKS:  # ids are never acked twice: trimming once is the same
+            acks.popitem(last=False)
 
     def _apply_release(self, rec: ReleaseItems | BuryItems) -> None:
         for item_id, not_before in zip(rec.ids, rec.not_befores):
@@ -201,7 +230,7 @@ class State:
             heapq.heappush(q.delayed, (not_before, item))
         else:
             q.n_ready += 1
-            heapq.heappush(q.ready, item)
+            q.ready.push(item)
 
     def _place(self, q: QueueState, item: Item, not_before: float, **changes: object) -> None:
         """Put an item back in line (a new record, so its old heap entries go stale)."""
@@ -214,7 +243,7 @@ class State:
         self.items[item.id] = new
         q = self.queues[item.queue]
         if new.status == READY:
-            heapq.heappush(q.ready, new)
+            q.ready.push(new)
         elif new.status == DELAYED:
             heapq.heappush(q.delayed, (self.delays[item.id], new))
 
@@ -252,7 +281,7 @@ class State:
         return [self.items[i] for i in sorted(q.keyed.get(key, ())) if self.items[i].status != LEASED]
 
     def promote_due(self, q: QueueState, now: float) -> None:
-        """Move delayed items whose time has come into the ready heap."""
+        """Move delayed items whose time has come into the ready line."""
         items = self.items
         while q.delayed:
             not_before, item = q.delayed[0]
@@ -266,7 +295,7 @@ class State:
             del self.delays[item.id]
             items[item.id] = item = item.with_status(READY)
             q.n_ready += 1
-            heapq.heappush(q.ready, item)
+            q.ready.push(item)
 
     def head(self, name: str, n: int, now: float, new: int | None = None) -> list[int]:
         """The ids a lease of ``n`` would take right now, in serving order; ``new``: at most
@@ -274,19 +303,8 @@ class State:
         return admission.head(self, name, n, now, new)
 
     def expired(self, now: float, limit: int = 10_000) -> list[int]:
-        """Ids whose lease deadline has passed (at most ``limit``)."""
-        out: list[int] = []
-        heap = self.expiries
-        while heap and len(out) < limit:
-            deadline, item_id, lease = heap[0]
-            if self.held.get(item_id) != (lease, deadline):  # settled, re-leased or extended
-                heapq.heappop(heap)
-                continue
-            if deadline > now:
-                break
-            heapq.heappop(heap)
-            out.append(item_id)
-        return out
+        """Ids whose lease deadline has passed (at most ``limit``), by deadline, then id."""
+        return self.expiries.due(now, self.held, limit)
 
     def leased_by(self, request: str) -> list[int]:
         """Items a lease call with this request id obtained and still holds (for retries)."""
@@ -318,8 +336,8 @@ class State:
 
     @classmethod
     def restore(cls, parts: Iterable[Any]) -> "State":
-        """Rebuild a state from ``export_parts()`` (or an older checkpoint's parts); heaps are
-        rebuilt in one pass each."""
+        """Rebuild a state from ``export_parts()`` (or an older checkpoint's parts); lines and
+        heaps are rebuilt in one pass each."""
         s = cls()
         parts = iter(parts)
         head = schema.read_header(next(parts))
@@ -333,6 +351,8 @@ class State:
             s.queue(settings["name"]).config = QueueConfig(
                 **{name: settings[name] for name in names if name in settings})
         read_row = schema.row_reader(head["item_fields"])
+        ready: dict[str, list[Item]] = {}
+        leased: dict[float, list[tuple[int, int]]] = {}  # deadline -> (id, lease) pairs
         for row in map(read_row, parts):
             (item_id, queue, size, crc, priority, order, key, nodes, attempts, enqueued_at,
              status, lease, deadline, not_before, origin, error) = row
@@ -347,7 +367,7 @@ class State:
                 s.errors[item_id] = error
             if status == READY:
                 q.n_ready += 1
-                q.ready.append(item)
+                ready.setdefault(q.name, []).append(item)
             elif status == DELAYED:
                 q.n_delayed += 1
                 s.delays[item_id] = not_before
@@ -357,11 +377,12 @@ class State:
                 if key:
                     q.active.add(key)
                 s.held[item_id] = (lease, deadline)
-                s.expiries.append((deadline, item_id, lease))
+                leased.setdefault(deadline, []).append((item_id, lease))
         for q in s.queues.values():
-            heapq.heapify(q.ready)
+            q.ready = ReadyLine(ready.get(q.name, ()))
             heapq.heapify(q.delayed)
-        heapq.heapify(s.expiries)
+        for deadline, pairs in leased.items():  # one expiry entry per deadline
+            s.expiries.add(deadline, *map(list, zip(*pairs)))
         if len(s.items) != head["items"]:
             raise ValueError(f"checkpoint holds {len(s.items)} items, its header says "
                              f"{head['items']}")
