@@ -4,7 +4,7 @@ Run as ``python -m bench.spark_write [--rows N] [--size B] [--spark-master URL]`
 ``scripts/bench --spark``): it starts a local cluster (1 master, 2 data nodes, replication 2,
 security on) in a scratch dir and a SparkSession, writes ``--rows`` rows of ``--size`` bytes
 into a fresh queue, checks the queue then holds exactly that many more ready items, and
-prints one JSON line.
+prints one JSON line (one per write with ``--repeat``).
 
 Where the time goes comes from Spark's own status store (the write's one stage): ``job_start_s``
 from the ``save()`` call to the stage's submission, ``stage_s`` from there to its last task's
@@ -23,6 +23,7 @@ import time
 from typing import Any
 
 from bench.common import on_clusters, parser, start
+from bench.throughput import CpuMeter, machine_cpu, proc_cpu_s
 from blizzard.client import Client
 from blizzard.harness import LocalCluster
 
@@ -43,20 +44,26 @@ def payloads(spark: Any, rows: int, size: int, partitions: int) -> Any:
 
 
 def measure_write(spark: Any, master_addr: str, queue: str, rows: int, size: int, *,
-                  partitions: int | None = None) -> dict[str, Any]:
+                  partitions: int | None = None,
+                  cluster: LocalCluster | None = None) -> dict[str, Any]:
     """Write ``rows`` rows of ``size`` bytes to ``queue`` through the data source, check that
-    exactly that many more items are ready, and return the rates and where the time went."""
+    exactly that many more items are ready, and return the rates and where the time went
+    (CPU too: Spark's JVM with its Python workers, and ``cluster``'s processes if given)."""
     partitions = partitions or spark.sparkContext.defaultParallelism
     df = payloads(spark, rows, size, partitions)
     with Client(master_addr) as c:
         before = c.stats(queue)["ready"]
     group = f"blizzard-bench-write-{secrets.token_hex(4)}"
     spark.sparkContext.setJobGroup(group, "bench write")
+    jvm_pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+    meter = CpuMeter(cluster) if cluster is not None else None
+    spark_cpu0, machine0 = tree_cpu_s(jvm_pid), machine_cpu()
     try:
         t0 = time.time()
         (df.write.format("blizzard").option("master", master_addr).option("queue", queue)
          .mode("append").save())
         t1 = time.time()
+        spark_cpu1, machine1 = tree_cpu_s(jvm_pid), machine_cpu()
     finally:
         spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
     with Client(master_addr) as c:
@@ -69,7 +76,32 @@ def measure_write(spark: Any, master_addr: str, queue: str, rows: int, size: int
                            "mb_per_s": round(rows * size / elapsed / 1e6, 2),
                            "elapsed_s": round(elapsed, 3)}
     out.update(stage_times(spark, group, t0, t1))
+    cpu = meter.report(rows, {}).get("cpu_us_per_item", {}) if meter is not None else {}
+    cpu["spark"] = round((spark_cpu1 - spark_cpu0) / rows * 1e6, 1)
+    out["cpu_us_per_item"] = cpu
+    if machine0 and machine1 and machine1[1] > machine0[1]:
+        out["machine_busy"] = round((machine1[0] - machine0[0]) / (machine1[1] - machine0[1]), 2)
     return out
+
+
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds of process ``pid`` and its descendants, the reaped ones included (Spark's
+    JVM and the Python workers it forks)."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    tree, todo = {pid}, [pid]
+    while todo:
+        parent = todo.pop()
+        children = [p for p, pp in parents.items() if pp == parent and p not in tree]
+        tree.update(children)
+        todo += children
+    return sum(proc_cpu_s(p, children=True) or 0.0 for p in tree)
 
 
 def stage_times(spark: Any, group: str, t0: float, t1: float) -> dict[str, float]:
@@ -100,6 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--spark-master", default="local[*]", help="Spark master URL")
     ap.add_argument("--partitions", type=int, default=None,
                     help="partitions (tasks) of the write; default: Spark's default parallelism")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="writes in one Spark session, each to a fresh queue (the first one "
+                         "also pays for starting Spark's Python workers and warming its JVM)")
     args = ap.parse_args(argv)
     base = start("spark-write")
     cluster = LocalCluster(os.path.join(base, "cluster"), datanodes=2, replication=2)
@@ -110,11 +145,13 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["BLIZZARD_KEYS"] = cluster.keys or ""  # executors' clients find them here
         spark = local_session(args.spark_master, app_name="blizzard-bench-write")
         try:
-            result = measure_write(spark, cluster.master_addr, "bench-write", args.rows,
-                                   args.size, partitions=args.partitions)
+            for run in range(args.repeat):
+                result = measure_write(spark, cluster.master_addr, f"bench-write-{run}",
+                                       args.rows, args.size, partitions=args.partitions,
+                                       cluster=cluster)
+                print(json.dumps(dict(result, run=run)), flush=True)
         finally:
             spark.stop()
-        print(json.dumps(result), flush=True)
         return 0
 
     return on_clusters(base, [cluster], body)
