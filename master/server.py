@@ -54,6 +54,9 @@ log = logging.getLogger(__name__)
 # The largest request the master takes: an enqueue of 10,000 items with 256-character keys is
 # under 3 MiB; the master never sees payloads.
 MAX_REQUEST_BYTES = 8 * 1024 * 1024
+# A full collection after 1,000 young ones (Python's default: 10): committing a million items
+# took 4.2 s with the default and 1.6 s with this (State.apply alone, measured)
+GC_THRESHOLDS = (700, 10, 1000)
 
 Handler = Callable[[Any, float, float, bytes, int], Any]
 
@@ -222,13 +225,16 @@ class MasterServer:
 
         The cyclic garbage collector is off meanwhile and the result frozen: recovery makes
         millions of objects and none of them is garbage, so collection only costs time (more
-        than half of it with 1M items, measured) and later pauses.
+        than half of it with 1M items, measured) and later pauses. Afterwards full collections
+        are made rare (``GC_THRESHOLDS``) for the same reason: the items a running master adds
+        are long-lived tuples in no cycle, and each full collection walks all of them.
         """
         gc.disable()
         try:
             return self._load()
         finally:
             gc.freeze()
+            gc.set_threshold(*GC_THRESHOLDS)
             gc.enable()
 
     def _load(self) -> tuple[State, int]:
