@@ -3,13 +3,17 @@
 Run as ``python -m bench.spark_write [--rows N] [--size B] [--spark-master URL]`` (or through
 ``scripts/bench --spark``): it starts a local cluster (1 master, 2 data nodes, replication 2,
 security on) in a scratch dir and a SparkSession, writes ``--rows`` rows of ``--size`` bytes
-into a fresh queue, checks the queue then holds exactly that many more ready items, and
-prints one JSON line (one per write with ``--repeat``).
+into a fresh queue (after a warm-up write of ``--warmup-rows`` to another queue), checks
+the queue then holds exactly that many more ready items, and prints one JSON line (one per
+write with ``--repeat``).
 
 Where the time goes comes from Spark's own status store (the write's one stage): ``job_start_s``
 from the ``save()`` call to the stage's submission, ``stage_s`` from there to its last task's
 end (the executors' staging), ``commit_s`` from then until ``save()`` returned (the driver's
 job commit, which makes every row visible at once), and ``task_s`` the tasks' summed run time.
+``cpu_us_per_item``: CPU per row of Spark (its JVM and Python workers, the writer's clients
+among them), the master and the data nodes; ``machine_busy``: all cores' busy share meanwhile
+(above what those add up to: other programs shared the machine).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from blizzard.harness import LocalCluster
 
 log = logging.getLogger(__name__)
 
+WARMUP_ROWS = 20_000
 ID_DIGITS = 12  # each payload starts with its row number: no two payloads alike
 
 
@@ -44,12 +49,20 @@ def payloads(spark: Any, rows: int, size: int, partitions: int) -> Any:
 
 
 def measure_write(spark: Any, master_addr: str, queue: str, rows: int, size: int, *,
-                  partitions: int | None = None,
-                  cluster: LocalCluster | None = None) -> dict[str, Any]:
+                  partitions: int | None = None, cluster: LocalCluster | None = None,
+                  warmup_rows: int = WARMUP_ROWS) -> dict[str, Any]:
     """Write ``rows`` rows of ``size`` bytes to ``queue`` through the data source, check that
     exactly that many more items are ready, and return the rates and where the time went
-    (CPU too: Spark's JVM with its Python workers, and ``cluster``'s processes if given)."""
+    (CPU too: Spark's JVM with its Python workers, and ``cluster``'s processes if given).
+
+    First, unless ``warmup_rows`` is 0, that many rows go to ``<queue>.warmup`` (left there):
+    a session's first write also starts Spark's Python workers and warms its JVM, seconds
+    that a long-running session pays once and that are not the writer's rate.
+    """
     partitions = partitions or spark.sparkContext.defaultParallelism
+    if warmup_rows:
+        (payloads(spark, warmup_rows, size, partitions).write.format("blizzard")
+         .option("master", master_addr).option("queue", f"{queue}.warmup").mode("append").save())
     df = payloads(spark, rows, size, partitions)
     with Client(master_addr) as c:
         before = c.stats(queue)["ready"]
@@ -72,6 +85,7 @@ def measure_write(spark: Any, master_addr: str, queue: str, rows: int, size: int
         raise RuntimeError(f"the write of {rows} rows left {added} more ready items in {queue!r}")
     elapsed = t1 - t0
     out: dict[str, Any] = {"mode": "write", "rows": rows, "size": size, "partitions": partitions,
+                           "warmup_rows": warmup_rows,
                            "items_per_s": round(rows / elapsed),
                            "mb_per_s": round(rows * size / elapsed / 1e6, 2),
                            "elapsed_s": round(elapsed, 3)}
@@ -133,8 +147,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--partitions", type=int, default=None,
                     help="partitions (tasks) of the write; default: Spark's default parallelism")
     ap.add_argument("--repeat", type=int, default=1,
-                    help="writes in one Spark session, each to a fresh queue (the first one "
-                         "also pays for starting Spark's Python workers and warming its JVM)")
+                    help="writes in one Spark session, each to a fresh queue")
+    ap.add_argument("--warmup-rows", type=int, default=WARMUP_ROWS,
+                    help="rows written to another queue before each measured write (0: none, "
+                         "so the first write also pays for starting Spark's Python workers)")
     args = ap.parse_args(argv)
     base = start("spark-write")
     cluster = LocalCluster(os.path.join(base, "cluster"), datanodes=2, replication=2)
@@ -148,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
             for run in range(args.repeat):
                 result = measure_write(spark, cluster.master_addr, f"bench-write-{run}",
                                        args.rows, args.size, partitions=args.partitions,
-                                       cluster=cluster)
+                                       cluster=cluster, warmup_rows=args.warmup_rows)
                 print(json.dumps(dict(result, run=run)), flush=True)
         finally:
             spark.stop()

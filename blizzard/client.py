@@ -141,10 +141,11 @@ class Client:
         """
         return self.pipeline.stage(queue, items, EnqueueOptions.make(priority, delay_s, None, key))
 
-    def stager(self, queue: str, *, window: int = 8) -> Stager:
+    def stager(self, queue: str, *, window: int = 8, chunk_items: int = 1000) -> Stager:
         """A pipelining ``stage``: ``send`` batches (each with its own priority, delay and key),
-        ``flush`` for what ``commit`` takes; up to ``window`` chunks are stored at once."""
-        return Stager(self.pipeline, queue, window=window)
+        ``flush`` for what ``commit`` takes; up to ``window`` chunks of up to ``chunk_items``
+        items (at most 10,000) are stored at once."""
+        return Stager(self.pipeline, queue, window=window, chunk_items=chunk_items)
 
     def commit(self, staged: Staged) -> None:
         """Phase 3: make staged items visible, all chunks in one round trip (idempotent)."""

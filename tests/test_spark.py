@@ -362,6 +362,15 @@ def test_a_write_job_that_fails_halfway_leaves_the_queue_unchanged(spark, cluste
         assert c.stats("bulk")["ready"] == 10
 
 
+def test_the_write_bench_measures_a_small_write(spark, cluster):
+    from bench.spark_write import measure_write
+
+    line = measure_write(spark, cluster.master_addr, "bench", 3000, 64, warmup_rows=0)
+    assert (line["mode"], line["rows"], line["size"]) == ("write", 3000, 64)
+    assert line["items_per_s"] > 0 and line["tasks"] == line["partitions"] == 2
+    assert line["stage_s"] > 0 and line["commit_s"] > 0 and line["cpu_us_per_item"]["spark"] > 0
+
+
 def test_a_write_refuses_unknown_columns_and_overwrite(spark, cluster):
     writer = spark.range(3).select(F.col("id").cast("string").alias("data"),
                                    F.lit(1).alias("colour")).write.format("blizzard")

@@ -34,9 +34,10 @@ from blizzard.spark.options import WriteOptions
 
 log = logging.getLogger(__name__)
 
-STAGE_ITEMS = 1000  # rows buffered before they are sent on (whole Arrow batches at a time)
+STAGE_ITEMS = 4000  # rows buffered before they are sent on (whole Arrow batches at a time)
 STAGE_BYTES = 16 * 1024 * 1024
-STAGE_WINDOW = 8  # chunks (of up to 1000 rows) one task has being stored at once
+STAGE_CHUNK = 4000  # rows per stage request: per-message costs are most of the servers' work
+STAGE_WINDOW = 4  # chunks one task has being stored at once
 # rows one task stages through one connection: the master keeps at most 200,000 items staged
 # and not committed per connection (MAX_PENDING_PER_PEER), so a big task opens another
 PER_CONNECTION = 150_000
@@ -200,7 +201,8 @@ class Staging:
             self.finish()
             self.client.close()
         self.client = Client(self.opts.master, timeout_s=self.opts.timeout_s)
-        self.stager = self.client.stager(self.opts.queue, window=STAGE_WINDOW)
+        self.stager = self.client.stager(self.opts.queue, window=STAGE_WINDOW,
+                                         chunk_items=STAGE_CHUNK)
         self.sent = 0
 
 
