@@ -54,12 +54,14 @@ def own_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def proc_cpu_s(pid: int) -> float | None:
-    """CPU seconds another process has used (Linux /proc), or None where unreadable."""
+def proc_cpu_s(pid: int, children: bool = False) -> float | None:
+    """CPU seconds another process has used (Linux /proc), or None where unreadable;
+    ``children``: with its children that exited and were waited for."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        used = fields[11:15] if children else fields[11:13]
+        return sum(map(int, used)) / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError):
         return None
 

@@ -31,10 +31,10 @@ from blizzard.leases import Leases
 from blizzard.master_link import MasterLink
 from blizzard.message import LeasedItem, Message, leased_items
 from blizzard.pipeline import EnqueuePipeline, Staged
-from blizzard.producer import Producer
+from blizzard.producer import Producer, Stager
 from blizzard.queue_settings import check_queue_name
 
-__all__ = ["Client", "Consumer", "EnqueueOptions", "LeasedItem", "Message", "Producer"]
+__all__ = ["Client", "Consumer", "EnqueueOptions", "LeasedItem", "Message", "Producer", "Stager"]
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +140,12 @@ class Client:
         drops the items after its pending timeout and deletes their blobs.
         """
         return self.pipeline.stage(queue, items, EnqueueOptions.make(priority, delay_s, None, key))
+
+    def stager(self, queue: str, *, window: int = 8, chunk_items: int = 1000) -> Stager:
+        """A pipelining ``stage``: ``send`` batches (each with its own priority, delay and key),
+        ``flush`` for what ``commit`` takes; up to ``window`` chunks of up to ``chunk_items``
+        items (at most 10,000) are stored at once."""
+        return Stager(self.pipeline, queue, window=window, chunk_items=chunk_items)
 
     def commit(self, staged: Staged) -> None:
         """Phase 3: make staged items visible, all chunks in one round trip (idempotent)."""

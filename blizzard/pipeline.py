@@ -101,12 +101,13 @@ class Block:
         return list(range(first, first + n))
 
 
-def split(items: Iterable[Any]) -> list[list[bytes]]:
-    """Payloads as bytes, cut into chunks of at most CHUNK_ITEMS items and about CHUNK_BYTES."""
+def split(items: Iterable[Any], chunk_items: int = CHUNK_ITEMS) -> list[list[bytes]]:
+    """Payloads as bytes, cut into chunks of at most ``chunk_items`` items and about
+    CHUNK_BYTES."""
     chunks: list[list[bytes]] = [[]]
     size = 0
     for blob in map(as_bytes, items):
-        if len(chunks[-1]) >= CHUNK_ITEMS or (size + len(blob) > CHUNK_BYTES and chunks[-1]):
+        if len(chunks[-1]) >= chunk_items or (size + len(blob) > CHUNK_BYTES and chunks[-1]):
             chunks.append([])
             size = 0
         chunks[-1].append(blob)
@@ -126,11 +127,11 @@ class EnqueuePipeline:
         self.placing: weakref.WeakSet[Chunk] = weakref.WeakSet()
 
     def chunks(self, queue: str, items: Iterable[Any], opts: EnqueueOptions, *,
-               commit: bool = True) -> list[Chunk]:
+               commit: bool = True, chunk_items: int = CHUNK_ITEMS) -> list[Chunk]:
         """``items`` cut into chunks, not started yet (a payload that is not bytes fails here)."""
         check_queue_name(queue)
         return [Chunk(queue, blobs, [zlib.crc32(b) for b in blobs], opts, commit)
-                for blobs in split(items)]
+                for blobs in split(items, chunk_items)]
 
     def enqueue(self, queue: str, items: Iterable[Any], opts: EnqueueOptions) -> list[int]:
         """Every item committed, in order; their ids."""

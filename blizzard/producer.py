@@ -1,9 +1,10 @@
-"""A pipelining producer: several enqueue batches in flight on one client.
+"""Pipelining producers: several enqueue (or stage) batches in flight on one client.
 
 ``send`` hands a batch to the enqueue pipeline (the one ``Client.enqueue_many`` uses) and
 returns as soon as it is under way, so the round trips and fsyncs of up to ``window`` chunks
 overlap. A batch is acknowledged (its ids returned by ``flush``) only after its commit is
-durable; a step that fails is retried as ``enqueue_many`` retries it.
+durable; a step that fails is retried as ``enqueue_many`` retries it. ``Stager`` does the same
+for ``Client.stage``: batches stored durably but invisible, for one ``commit`` later.
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from blizzard.enqueue_options import EnqueueOptions
-from blizzard.pipeline import EnqueuePipeline, Window
+from blizzard.errors import InvalidArgument
+from blizzard.pipeline import CHUNK_ITEMS, EnqueuePipeline, Staged, Window
+from blizzard.protocol import MAX_BATCH
 
 
 class Producer:
@@ -43,3 +46,33 @@ class Producer:
     def flush(self) -> list[int]:
         """Wait for every batch sent so far; return their ids in send order."""
         return [i for chunk in self.window.wait() for i in chunk.ids]
+
+
+class Stager:
+    """``st = client.stager("jobs"); st.send(batch) ...; client.commit(st.flush())``.
+
+    Each ``send`` may carry its own priority, delay and key; up to ``window`` chunks of up
+    to ``chunk_items`` items are being stored at once (bigger chunks: fewer messages, the
+    larger part of the servers' cost per item).
+    """
+
+    def __init__(self, pipeline: EnqueuePipeline, queue: str, *, window: int = 8,
+                 chunk_items: int = CHUNK_ITEMS) -> None:
+        if not 1 <= chunk_items <= MAX_BATCH:
+            raise InvalidArgument(f"chunk_items must be 1..{MAX_BATCH}, got {chunk_items}")
+        self.pipeline = pipeline
+        self.queue = queue
+        self.window = Window(pipeline, window)
+        self.chunk_items = chunk_items
+
+    def send(self, items: Iterable[bytes], *, priority: int = 0, delay_s: float = 0.0,
+             key: str | None = None) -> None:
+        """Start staging one batch; waits only while ``window`` chunks are already in flight."""
+        opts = EnqueueOptions.make(priority, delay_s, None, key)
+        for chunk in self.pipeline.chunks(self.queue, items, opts, commit=False,
+                                          chunk_items=self.chunk_items):
+            self.window.add(chunk)
+
+    def flush(self) -> Staged:
+        """Wait for every batch sent so far; (ids, node ids) per chunk, in send order."""
+        return [(chunk.ids, chunk.stored_on) for chunk in self.window.wait()]

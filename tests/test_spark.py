@@ -5,6 +5,7 @@ pyspark and Java 17 are required: a missing pyspark fails this module instead of
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Iterator
 
 import pytest
 from pyspark.errors import PySparkException
@@ -43,6 +45,26 @@ def fill(master: str, queue: str, n: int, *, seed: int = 0,
     with Client(master) as c:
         ids = c.enqueue_many(queue, blobs)
     return dict(zip(ids, blobs))
+
+
+@contextlib.contextmanager
+def watching(master: str, queue: str) -> Iterator[list[dict]]:
+    """``queue``'s stats, polled in a thread as long as the block runs."""
+    seen: list[dict] = []
+    done = threading.Event()
+
+    def watch() -> None:
+        with Client(master) as c:
+            while not done.is_set():
+                seen.append(c.stats(queue))
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        yield seen
+    finally:
+        done.set()
+        watcher.join()
 
 
 def output(spark, path: str, fmt: str = "parquet") -> list:
@@ -286,23 +308,11 @@ def test_a_batch_write_of_10000_rows_becomes_visible_all_at_once(spark, cluster)
         (F.col("id") % 3).cast("int").alias("priority"),
         F.lit(None).cast("string").alias("key"),
         F.lit(0.0).alias("delay_s")).repartition(4)
-    observed: set[int] = set()
-    done = threading.Event()
-
-    def watch() -> None:
-        with Client(cluster.master_addr) as c:
-            while not done.is_set():
-                observed.add(c.stats("bulk")["ready"])
-
-    watcher = threading.Thread(target=watch)
-    watcher.start()
-    try:
+    with watching(cluster.master_addr, "bulk") as seen:
         (df.write.format("blizzard").option("master", cluster.master_addr)
          .option("queue", "bulk").mode("append").save())
-    finally:
-        done.set()
-        watcher.join()
 
+    observed = {s["ready"] for s in seen}
     assert observed <= {0, 10_000} and 10_000 in observed
     with Client(cluster.master_addr) as c:
         got = []
@@ -333,22 +343,34 @@ def test_a_batch_write_passes_priority_delay_and_key_on(spark, cluster):
 
 
 def test_a_write_job_that_fails_halfway_leaves_the_queue_unchanged(spark, cluster_factory):
+    """One task stages 25,000 rows (chunks in flight, through its window), then fails."""
     cluster = cluster_factory(master_args=["--pending-timeout-s", "3"], **FAST)
     fill(cluster.master_addr, "bulk", 10, max_size=16)
-    bad = F.when(F.col("id") == 7000, F.lit(None)).otherwise(F.col("id").cast("string"))
-    df = spark.range(10_000).repartition(4).select(bad.cast("binary").alias("data"))
+    bad = F.when(F.col("id") == 25_000, F.lit(None)).otherwise(F.col("id").cast("string"))
+    df = spark.range(0, 30_000, 1, 1).select(bad.cast("binary").alias("data"))
 
-    with pytest.raises(PySparkException, match="null 'data'"):
+    with pytest.raises(PySparkException, match="null 'data'"), \
+            watching(cluster.master_addr, "bulk") as seen:
         (df.write.format("blizzard").option("master", cluster.master_addr)
          .option("queue", "bulk").mode("append").save())
 
+    assert max(s["pending"] for s in seen) > 0  # it did stage rows before failing
+    assert {s["ready"] for s in seen} == {10}
     with Client(cluster.master_addr) as c:
-        assert c.stats("bulk")["ready"] == 10
         wait_for(lambda: c.stats("bulk")["pending"] == 0, timeout_s=15,
                  what="staged items of the failed job to be dropped")
         wait_for(lambda: sum(n.items for n in c.status().nodes) == 20, timeout_s=15,
                  what="their blobs to be deleted")
         assert c.stats("bulk")["ready"] == 10
+
+
+def test_the_write_bench_measures_a_small_write(spark, cluster):
+    from bench.spark_write import measure_write
+
+    line = measure_write(spark, cluster.master_addr, "bench", 3000, 64, warmup_rows=0)
+    assert (line["mode"], line["rows"], line["size"]) == ("write", 3000, 64)
+    assert line["items_per_s"] > 0 and line["tasks"] == line["partitions"] == 2
+    assert line["stage_s"] > 0 and line["commit_s"] > 0 and line["cpu_us_per_item"]["spark"] > 0
 
 
 def test_a_write_refuses_unknown_columns_and_overwrite(spark, cluster):

@@ -1,10 +1,15 @@
 """The batch write: executors stage payloads, the driver's job commit makes them visible at once.
 
 ``write`` (one task per partition, on executors) stores payloads durably but invisibly with
-``Client.stage``; its commit message lists the staged ids. ``commit`` (on the driver, only when
-every task succeeded) makes them visible with ``Client.commit``. A failed or aborted job commits
-nothing, and the master drops the staged items after its pending timeout (P3: an enqueue that
-failed does not appear later).
+``Client.stager`` (``Client.stage`` with several chunks in flight); its commit message lists the
+staged ids. ``commit`` (on the driver, only when every task succeeded) makes them visible with
+``Client.commit``. A failed or aborted job commits nothing, and the master drops the staged
+items after its pending timeout (P3: an enqueue that failed does not appear later).
+
+Rows are taken from Arrow column by column; only a DataFrame with ``priority``, ``delay_s`` or
+``key`` columns is looked at row by row (one stage call shares them). The master keeps at most
+200,000 staged items per connection and 1,000,000 in all: a task opens a new connection every
+``PER_CONNECTION`` rows, and one job writes at most a million rows.
 """
 
 from __future__ import annotations
@@ -23,15 +28,22 @@ from pyspark.sql.types import (BinaryType, ByteType, DataType, DoubleType, Float
 from blizzard.client import Client
 from blizzard.errors import InvalidArgument, UnknownItem
 from blizzard.pipeline import Staged
+from blizzard.producer import Stager
 from blizzard.protocol import MAX_BATCH
 from blizzard.spark.options import WriteOptions
 
 log = logging.getLogger(__name__)
 
-STAGE_ITEMS = 1000  # rows buffered per stage call
+STAGE_ITEMS = 4000  # rows buffered before they are sent on (whole Arrow batches at a time)
 STAGE_BYTES = 16 * 1024 * 1024
+STAGE_CHUNK = 4000  # rows per stage request: per-message costs are most of the servers' work
+STAGE_WINDOW = 4  # chunks one task has being stored at once
+# rows one task stages through one connection: the master keeps at most 200,000 items staged
+# and not committed per connection (MAX_PENDING_PER_PEER), so a big task opens another
+PER_CONNECTION = 150_000
 PENDING_MARGIN_S = 5.0  # commit only if the oldest staged chunk is this far from expiring
 
+Group = tuple[int, float, Optional[str]]  # priority, delay_s, key: what one stage call shares
 INTEGRAL = (ByteType, ShortType, IntegerType, LongType)
 COLUMNS: dict[str, tuple[type[DataType], ...]] = {
     "data": (BinaryType, StringType),  # required; text is stored as UTF-8
@@ -75,37 +87,20 @@ class BlizzardWriter(DataSourceArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedChunks:
         out = StagedChunks()
         # Client.stage takes one priority, delay and key per call, so rows are grouped by them.
-        buffers: dict[tuple[int, float, str | None], list[bytes]] = defaultdict(list)
-        buffered = 0
-        with Client(self.opts.master, timeout_s=self.opts.timeout_s) as client:
-            def flush() -> None:
-                nonlocal buffered
-                if buffers and not out.started_at:  # the master's pending clock starts now
-                    out.started_at = time.time()
-                for (priority, delay_s, key), blobs in buffers.items():
-                    out.staged += client.stage(self.opts.queue, blobs, priority=priority,
-                                               delay_s=delay_s, key=key)
-                buffers.clear()
-                buffered = 0
-
+        buffers: dict[Group, list[bytes]] = defaultdict(list)
+        buffered = nbytes = 0
+        with Staging(self.opts) as staging:
             for batch in iterator:
-                n = batch.num_rows
-                data = batch.column("data").to_pylist()
-                priorities, delays, keys = (batch.column(c).to_pylist() if c in self.columns
-                                            else [None] * n for c in ("priority", "delay_s", "key"))
-                for blob, priority, delay_s, key in zip(data, priorities, delays, keys):
-                    if blob is None:
-                        raise InvalidArgument(f"row {out.rows} has a null 'data' value")
-                    if isinstance(blob, str):
-                        blob = blob.encode()
-                    group = (0 if priority is None else int(priority),
-                             0.0 if delay_s is None else float(delay_s), key)
-                    buffers[group].append(blob)
-                    buffered += len(blob)
-                    out.rows += 1
-                    if out.rows % STAGE_ITEMS == 0 or buffered >= STAGE_BYTES:
-                        flush()
-            flush()
+                for group, blobs in rows(batch, self.columns, out.rows):
+                    buffers[group] += blobs
+                    nbytes += sum(map(len, blobs))
+                buffered += batch.num_rows
+                out.rows += batch.num_rows
+                if buffered >= STAGE_ITEMS or nbytes >= STAGE_BYTES:
+                    staging.send(buffers)
+                    buffered = nbytes = 0
+            staging.send(buffers)
+            out.staged, out.started_at = staging.finish(), staging.started_at
         return out
 
     def commit(self, messages: list[Optional[WriterCommitMessage]]) -> None:
@@ -132,6 +127,85 @@ class BlizzardWriter(DataSourceArrowWriter):
                     "after the master's pending timeout", self.opts.queue, staged)
 
 
+def rows(batch: pa.RecordBatch, columns: list[str],
+         first_row: int) -> Iterator[tuple[Group, list[bytes]]]:
+    """A batch's payloads, grouped by (priority, delay_s, key), taken column by column.
+
+    Without those columns (the common case) the batch is one group, with no per-row Python.
+    """
+    data = batch.column("data")
+    if data.null_count:
+        at = data.is_null().index(True).as_py()
+        raise InvalidArgument(f"row {first_row + at} has a null 'data' value")
+    if pa.types.is_string(data.type) or pa.types.is_large_string(data.type):
+        data = data.cast(pa.large_binary() if pa.types.is_large_string(data.type) else pa.binary())
+    blobs = data.to_pylist()  # text is stored as its UTF-8 bytes
+    extra = [c for c in ("priority", "delay_s", "key") if c in columns]
+    if not extra:
+        yield (0, 0.0, None), blobs
+        return
+    n = batch.num_rows
+    priorities, delays, keys = (batch.column(c).to_pylist() if c in columns else [None] * n
+                                for c in ("priority", "delay_s", "key"))
+    groups: dict[Group, list[bytes]] = defaultdict(list)
+    for blob, priority, delay_s, key in zip(blobs, priorities, delays, keys):
+        groups[(0 if priority is None else int(priority),
+                0.0 if delay_s is None else float(delay_s), key)].append(blob)
+    yield from groups.items()
+
+
+class Staging:
+    """One task's staging: chunks pipelined (``STAGE_WINDOW`` at once), through a new
+    connection every ``per_connection`` rows, all collected for the job commit."""
+
+    def __init__(self, opts: WriteOptions, per_connection: int = PER_CONNECTION) -> None:
+        self.opts = opts
+        self.per_connection = per_connection
+        self.staged: Staged = []
+        self.started_at = 0.0  # wall clock: the master's pending clock starts after this
+        self.client: Client | None = None
+        self.stager: Stager | None = None
+        self.sent = 0  # rows sent through the current connection
+
+    def __enter__(self) -> "Staging":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.client is not None:  # on failure, what is in flight stays invisible
+            self.client.close()
+
+    def send(self, buffers: dict[Group, list[bytes]]) -> None:
+        """Start staging every group's buffered rows (emptying ``buffers``)."""
+        if buffers and not self.started_at:
+            self.started_at = time.time()
+        for (priority, delay_s, key), blobs in buffers.items():
+            while blobs:
+                if self.stager is None or self.sent >= self.per_connection:
+                    self._connect()
+                assert self.stager is not None
+                room = self.per_connection - self.sent
+                part, blobs = blobs[:room], blobs[room:]
+                self.stager.send(part, priority=priority, delay_s=delay_s, key=key)
+                self.sent += len(part)
+        buffers.clear()
+
+    def finish(self) -> Staged:
+        """Wait until everything sent is stored; (ids, node ids) per chunk."""
+        if self.stager is not None:
+            self.staged += self.stager.flush()
+        return self.staged
+
+    def _connect(self) -> None:
+        """A fresh connection (the old one's staged rows are collected first)."""
+        if self.client is not None:
+            self.finish()
+            self.client.close()
+        self.client = Client(self.opts.master, timeout_s=self.opts.timeout_s)
+        self.stager = self.client.stager(self.opts.queue, window=STAGE_WINDOW,
+                                         chunk_items=STAGE_CHUNK)
+        self.sent = 0
+
+
 def commit_plan(staged: Staged, replication: int) -> Staged:
     """Regroup staged chunks into as few Commit requests as stay exact (one if <= MAX_BATCH ids).
 
@@ -139,11 +213,14 @@ def commit_plan(staged: Staged, replication: int) -> Staged:
     nodes of its placement that are in the set. A chunk stored on ``replication`` nodes was
     stored on its whole placement, so all such chunks can share the union of their node sets;
     a chunk stored on fewer nodes keeps its own set, so no replica is claimed that was not made.
+
+    Chunks go in id order, which is the order the master handed the ids out in: the oldest
+    staged items are committed first, so a long commit does not outlive them.
     """
     groups: dict[tuple[str, ...], list[int]] = defaultdict(list)
     full: list[int] = []
     union: set[str] = set()
-    for ids, nodes in staged:
+    for ids, nodes in sorted(staged, key=lambda chunk: chunk[0][0] if chunk[0] else 0):
         if len(set(nodes)) >= replication:
             full += ids
             union.update(nodes)
