@@ -45,6 +45,7 @@ def read_partition(opts: ReadOptions, part: NodePartition) -> Iterator[pa.Record
     timings = Timings(opts.timings_dir, "executor")
     spent = dict.fromkeys(("executor fetch", "Arrow", "Spark consumes"), 0.0)
     clock = time.monotonic
+    began = clock()
     try:
         for run in part.runs:
             for start, end in _chunks(run.sizes):
@@ -62,6 +63,7 @@ def read_partition(opts: ReadOptions, part: NodePartition) -> Iterator[pa.Record
         client.close()
         for stage, seconds in spent.items():
             timings.add(stage, seconds, len(part))
+        timings.add("executor task", clock() - began, len(part))
 
 
 class _RunReader:

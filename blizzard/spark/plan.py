@@ -26,6 +26,7 @@ class Batch:
 
     replies: list[p.Leased]
     renewed: float = 0.0  # monotonic time its leases were taken or last extended
+    plan: list["NodePartition"] | None = None  # its partitions, planned when it was leased
 
     def __len__(self) -> int:
         return sum(len(r.ids) for r in self.replies)

@@ -100,6 +100,11 @@ class BlizzardStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return read_partition(self.opts, partition)
 
 
+def _alive(client: Client) -> set[str]:
+    """The data nodes the master counts as alive now."""
+    return {n.node_id for n in client.status().nodes if n.alive}
+
+
 class _Driver:
     """The runner's state for one query: batches leased and not yet known written, kept alive.
 
@@ -196,6 +201,9 @@ class _Driver:
         started = time.monotonic()
         batch = self._lease(n, client)
         self.timings.add("driver lease", time.monotonic() - started, len(batch))
+        if len(batch):  # planned here, off the path Spark waits on
+            with self.timings.stage("partition planning", len(batch)):
+                batch.plan = plan_partitions(batch, _alive(client))
         with self.lock:
             self.leased.append(batch)
         return batch
@@ -230,9 +238,10 @@ class _Driver:
             batch = self.batches.get(number) if number is not None else None
         if batch is None or not len(batch):  # a batch of an earlier run: its leases run out
             return []
-        with self.timings.stage("partition planning", len(batch)):
-            alive = {n.node_id for n in self.client.status().nodes if n.alive}
-            return plan_partitions(batch, alive)
+        if batch.plan is not None:  # planned when it was leased
+            plan, batch.plan = batch.plan, None
+            return plan
+        return plan_partitions(batch, _alive(self.client))  # asked again: the nodes now
 
     def settle(self, offset: dict) -> None:
         """Ack every batch up to the one ending at ``offset``: the sink has written them.
