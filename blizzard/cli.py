@@ -131,7 +131,7 @@ def _start(local: Any, data_dir: str) -> None:
 @keys_opt
 @timeout_opt
 @click.option("--batch", default=250_000, show_default=True, type=click.IntRange(1, 1_000_000),
-              help="Items per Spark micro-batch at most (batches also stop near 256 MiB).")
+              help="Items per Spark micro-batch at most (batches also stop near 1 GiB).")
 @click.option("--spark-master", default="local[*]", show_default=True,
               help="Spark master URL: local[N] or a cluster (spark://HOST:PORT), whose "
                    "workers need blizzard installed and the --keys directory (README: Spark).")

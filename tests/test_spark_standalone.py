@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 
@@ -95,6 +96,12 @@ def test_the_drain_command_on_a_standalone_cluster_writes_each_item_once(
                        "--spark-master", spark_cluster.url], spark_cluster)
 
     assert f"drained {ITEMS:,} items" in proc.stdout
+    # the progress (a line per batch into a pipe): items, MB, rates, what is left in the queue
+    progress = [line for line in proc.stderr.splitlines() if line.startswith("drained ")]
+    assert len(progress) == 2, proc.stderr[-3000:]
+    assert re.fullmatch(r"drained 2,500 of 5,000 items, [0-9.]+ MB, [0-9,]+ items/s, [0-9.,]+ "
+                        r"MB/s; queue left 2,500; batch 0", progress[0]), progress[0]
+    assert progress[1].startswith("drained 5,000 of 5,000 items") and "queue left 0;" in progress[1]
     assert_each_once(payloads(out), expected)
     assert_queue_empty(cluster.master_addr, "jobs")
     assert _executor_runs(spark_cluster.base_dir) == 2  # the reads ran on both workers

@@ -41,7 +41,7 @@ class DrainProgress:
     bytes: int  # payload bytes written so far
     total: int  # items ready when the drain started
     elapsed_s: float
-    left: int = 0  # items ready in the queue after this batch
+    left: int = 0  # of the items ready at the start, those not taken yet
 
 
 @dataclass(frozen=True)
@@ -116,7 +116,7 @@ def drain(spark: SparkSession, queue: str, path: str, format: str = "parquet",
             counts["written"] += written
             counts["bytes"] += nbytes
             counts["batches"] += 1
-            left = client.stats(queue)["ready"] if progress else 0
+            left = max(0, total - counts["written"] - counts["duplicates"])
             now = DrainProgress(batch_id, counts["written"], counts["duplicates"],
                                 counts["bytes"], total, time.monotonic() - started, left)
             if progress:

@@ -66,7 +66,7 @@ class ReadOptions:
     master: str = DEFAULT_MASTER  # master address
     queue: str  # queue to read
     max_items_per_batch: int = 10_000  # items in one micro-batch at most
-    max_bytes_per_batch: int = 256 * MiB  # payload bytes in one micro-batch (may overshoot a
+    max_bytes_per_batch: int = 1024 * MiB  # payload bytes in one micro-batch (may overshoot a
     # little); executors stream them in chunks of 8 MiB, the driver holds only ids and sizes
     lease_s: float = 60.0  # lease length; renewed every lease_s / 3 while a batch is in flight
     wait_s: float = 1.0  # an idle stream long-polls the master this long per trigger
