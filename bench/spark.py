@@ -4,8 +4,8 @@ Run as ``scripts/bench --spark`` (or ``python -m bench.spark``). For each Spark 
 and a standalone cluster of a master and two workers started here from pyspark's own launch
 classes, on loopback) and each ``--drain`` case ``ITEMS:SIZE``: a fresh cluster of one master
 and two data nodes (R=2) is filled with ITEMS payloads of SIZE random bytes, then drained to
-Parquet with ``blizzard.spark.drain``; then ``--write`` rows go through
-``df.write.format("blizzard")``.
+Parquet with ``blizzard.spark.drain``; after the first case, ``--write`` rows of
+``--write-size`` bytes go through ``df.write.format("blizzard")`` (``bench/spark_write.py``).
 
 Prints one JSON line per measurement: ``items_per_s`` and ``mb_per_s`` from the first
 micro-batch's lease to the last ack (what the issue measures), ``spark_start_s`` (the
@@ -106,11 +106,12 @@ def measure(args: Any, base: str, spark_master: str, security: str) -> None:
             emit({"op": "drain", "items": items, "size": size, **rec,
                   "spark_start_s": round(spark_start, 2),
                   "enqueue_items_per_s": round(enqueue_rate, 1)}, spark_master, cluster)
-            if args.write:
+            if args.write and case == args.drain[0]:  # once per Spark, on the first cluster
                 from bench.spark_write import measure_write
-                log.info("writing %d rows of %d B", args.write, size)
+                log.info("writing %d rows of %d B", args.write, args.write_size)
                 emit({"op": "write", **measure_write(spark, cluster.master_addr, QUEUE + "-w",
-                                                     args.write, size)}, spark_master, cluster)
+                                                     args.write, args.write_size,
+                                                     cluster=cluster)}, spark_master, cluster)
         finally:
             if spark is not None:
                 spark.stop()
@@ -136,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--drain", type=case, nargs="+", default=[(1_000_000, 256), (20_000, 65536)],
                     metavar="ITEMS:SIZE", help="drain cases (default 1000000:256 20000:65536)")
     ap.add_argument("--write", type=int, default=1_000_000,
-                    help="rows for the batch-writer measurement after each drain (0: none)")
+                    help="rows for the batch-writer measurement, after the first drain (0: none)")
+    ap.add_argument("--write-size", type=int, default=256, help="bytes per row written")
     ap.add_argument("--batch", type=int, default=250_000, help="drain's maxItemsPerBatch")
     ap.add_argument("--spark-master", choices=["local[*]", "standalone", "both"],
                     default="both", help="where Spark runs (both: local first)")

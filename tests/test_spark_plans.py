@@ -110,3 +110,13 @@ def test_rows_are_built_in_the_declared_arrow_schema():
     assert rows.to_pylist()[0]["enqueued_at"].timestamp() == 1.5
     some = to_arrow("q", run, 1, 3, {9: b"z"})  # an item not read is left out
     assert [r["id"] for r in some.to_pylist()] == [9]
+
+
+def test_items_this_run_handed_out_before_count_as_delivered():
+    from blizzard.spark.reader import _mark_delivered
+
+    batch = Batch([reply(1, 3, ("a",))])
+    batch.plan = plan_partitions(batch, alive={"a"})
+    _mark_delivered(batch, seen={2, 9})
+    assert batch.replies[0].attempts == [0, 1, 0]  # drain checks item 2 against its output
+    assert batch.plan is None  # planned again, with the new counts

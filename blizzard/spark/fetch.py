@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 ARROW_SCHEMA = to_arrow_schema(SCHEMA, timezone="UTC")
 FETCH_ITEMS = 2000  # items per data-node read
 FETCH_BYTES = 8 * 1024 * 1024
+GRANT_MARGIN_S = 2.0  # a read grant ending sooner than this is renewed before a read
 UNREADABLE_DELAY_S = 1.0  # an item no replica could serve returns to the queue after this
 
 
@@ -68,65 +69,73 @@ def read_partition(opts: ReadOptions, part: NodePartition) -> Iterator[pa.Record
 
 class _RunReader:
     """Reads chunks of runs: one ``Get`` to the run's first node when all goes well, the
-    client's read with replica fail-over for whatever that did not bring back intact."""
+    client's read with replica fail-over for whatever that did not bring back intact.
+
+    A run's read grant ends with the leases it came with; one about to end (or refused as
+    such) is renewed first (``Regrant``). Items the master says are no longer leased to this
+    batch are skipped: another consumer has them now.
+    """
 
     def __init__(self, client: Client, addr: str) -> None:
         self.client = client
         self.addr = addr
         self.slow = False  # once the partition's node timed out, the other replicas first
-        self.renewed: set[int] = set()  # runs whose grant was renewed (``id(run)``)
+        self.lost: set[int] = set()  # ids no longer leased to this batch
 
     def read(self, run: Run, start: int, end: int) -> dict[int, bytes]:
+        if run.grant is not None and run.grant.expiry < time.time() + GRANT_MARGIN_S:
+            self._renew(run)
+        positions = [k for k in range(start, end) if run.ids[k] not in self.lost] \
+            if self.lost else list(range(start, end))
         got: dict[int, bytes] = {}
-        rest = range(start, end)
-        if not self.slow and run.nodes[0].addr:
-            got, rest = self._direct(run, start, end)
+        rest = positions
+        if positions and not self.slow and run.nodes[0].addr:
+            got, rest = self._direct(run, positions)
         if rest:
-            got.update(self._with_failover(run, list(rest)))
+            got.update(self._with_failover(run, rest))
         return got
 
-    def _direct(self, run: Run, start: int, end: int) -> tuple[dict[int, bytes], list[int]]:
+    def _direct(self, run: Run, positions: list[int]) -> tuple[dict[int, bytes], list[int]]:
         """One Get to the run's first node; returns the intact payloads and the positions
         of the items it did not bring back intact."""
-        reply = self._get(run, start, end)
+        reply = self._get(run, positions)
         if isinstance(reply, p.Error) and reply.code == Forbidden.code and self._renew(run):
-            reply = self._get(run, start, end)
+            positions = [k for k in positions if run.ids[k] not in self.lost]
+            reply = self._get(run, positions) if positions else p.Blobs([], [], [], [])
         if not isinstance(reply, p.Blobs):
             if isinstance(reply, TimeoutError):
                 log.warning("data node %s is slow or down; reading from other replicas",
                             run.nodes[0].addr)
                 self.slow = True
-            return {}, list(range(start, end))
+            return {}, positions
         got = dict(zip(reply.ids, reply.blobs))
         crc32, ids, sizes, crcs = zlib.crc32, run.ids, run.sizes, run.crcs
         rest = []
-        for k in range(start, end):
+        for k in positions:
             blob = got.get(ids[k])
             if blob is None or len(blob) != sizes[k] or crc32(blob) != crcs[k]:
                 got.pop(ids[k], None)
                 rest.append(k)
         return got, rest
 
-    def _get(self, run: Run, start: int, end: int) -> Any:
+    def _get(self, run: Run, positions: list[int]) -> Any:
+        ids = run.ids[positions[0]:positions[-1] + 1] \
+            if positions[-1] - positions[0] + 1 == len(positions) else \
+            [run.ids[k] for k in positions]
         ep = self.client.datanodes.endpoint(run.nodes[0].addr)
-        return call_many([(ep, p.Get(run.ids[start:end], run.grant))],
-                         self.client.node_timeout_s)[0]
+        return call_many([(ep, p.Get(ids, run.grant))], self.client.node_timeout_s)[0]
 
     def _renew(self, run: Run) -> bool:
-        """Replace the run's grant, once: it ends with the leases it came with, and a batch
-        read late (Spark slow to start, a second read of a batch) outlives it while its
-        extended leases still hold."""
-        if id(run) in self.renewed:
-            return False
-        self.renewed.add(id(run))
+        """Replace the run's grant by a fresh one for the items still leased to the batch."""
         try:
             run.grant, lost = self.client.leases.regrant(run.ids, run.leases)
         except ClusterError as exc:
             log.warning("could not renew a read grant: %s", exc)
             return False
         if lost:
-            log.warning("%d items of this batch are no longer leased to it, e.g. %s",
-                        len(lost), lost[:5])
+            log.warning("%d items of this batch are no longer leased to it (another consumer "
+                        "has them now), e.g. %s", len(lost), lost[:5])
+            self.lost.update(lost)
         return True
 
     def _with_failover(self, run: Run, positions: list[int]) -> dict[int, bytes]:

@@ -50,6 +50,7 @@ STALE_ROUNDS = 3  # availableNow: batches of nothing but redeliveries before giv
 # leases it was issued with (extending them does not renew it), and it is read only after
 # the batch before it has been written.
 LEASE_AHEAD_MIN_S = 20.0
+ACK_TRIES = 3  # a written batch's acks are sent this many times before its items come back
 
 
 class BlizzardStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -98,6 +99,18 @@ class BlizzardStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, NodePartition)
         return read_partition(self.opts, partition)
+
+
+def _mark_delivered(batch: Batch, seen: set[int]) -> None:
+    """Count items this run has handed out before as delivered (``attempts`` at least 1),
+    even if the master's count says 0 (it lost a lease that was answered before its fsync):
+    ``drain`` checks only redeliveries against what it wrote. The batch is planned anew."""
+    for reply in batch.replies:
+        attempts = reply.attempts
+        for k, item_id in enumerate(reply.ids):
+            if attempts[k] == 0 and item_id in seen:
+                attempts[k] = 1
+    batch.plan = None
 
 
 def _alive(client: Client) -> set[str]:
@@ -192,6 +205,8 @@ class _Driver:
                 if batch in self.leased:
                     self.leased.remove(batch)
             return Batch([])
+        if len(fresh) < len(ids):
+            _mark_delivered(batch, self.seen)
         self.seen.update(fresh)
         self.budget -= len(fresh)
         return batch
@@ -201,11 +216,14 @@ class _Driver:
         started = time.monotonic()
         batch = self._lease(n, client)
         self.timings.add("driver lease", time.monotonic() - started, len(batch))
-        if len(batch):  # planned here, off the path Spark waits on
-            with self.timings.stage("partition planning", len(batch)):
-                batch.plan = plan_partitions(batch, _alive(client))
         with self.lock:
             self.leased.append(batch)
+        if len(batch):  # planned here, off the path Spark waits on (else in ``partitions``)
+            try:
+                with self.timings.stage("partition planning", len(batch)):
+                    batch.plan = plan_partitions(batch, _alive(client))
+            except ClusterError as exc:
+                log.warning("could not ask the master which data nodes are alive: %s", exc)
         return batch
 
     def _lease(self, n: int, client: Client) -> Batch:
@@ -261,13 +279,18 @@ class _Driver:
     def _ack(self, done: list[Batch], client: Client) -> None:
         started = time.monotonic()
         ids = [i for b in done for i in b.ids]
-        try:
-            client.ack_ids(ids, [t for b in done for t in b.leases])
-        except LeaseExpired as exc:  # given back by an executor, or a lease ran out
-            log.warning("some acks came too late; those items will be delivered again: %s", exc)
-        except ClusterError as exc:  # their leases run out: delivered again, not lost
-            log.warning("could not ack %d written items; they will be delivered again: %s",
-                        len(ids), exc)
+        for attempt in range(ACK_TRIES):  # an ack is idempotent: acked under this lease is done
+            try:
+                client.ack_ids(ids, [t for b in done for t in b.leases])
+                break
+            except LeaseExpired as exc:  # given back by an executor, or a lease ran out
+                log.warning("some acks came too late; those items will be delivered again: %s",
+                            exc)
+                break
+            except ClusterError as exc:  # their leases run out: delivered again, not lost
+                log.warning("could not ack %d written items%s: %s", len(ids),
+                            "; they will be delivered again" if attempt == ACK_TRIES - 1
+                            else ", trying again", exc)
         self.timings.add("acks", time.monotonic() - started, len(ids))
 
     def wait_for_acks(self) -> None:
