@@ -12,7 +12,9 @@ micro-batch's lease to the last ack (what the issue measures), ``spark_start_s``
 session), ``query_start_s`` (drain call to the first lease), and ``stages``: seconds per stage
 summed over calls (driver lease, partition planning, executor fetch, Arrow, Spark consumes (its
 conversion and Parquet write of each Arrow batch), acks, lease keep-alive; executor stages add
-up over parallel tasks), from the source's ``timingsDir`` records.
+up over parallel tasks), from the source's ``timingsDir`` records; ``cpu_us_per_item`` of the
+master, the data nodes and Spark (the driver's JVM with the Python processes it starts: on a
+standalone cluster the executors are the workers', not counted).
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ import time
 from typing import Any
 
 from bench.common import clusters_for, parser, security_of, security_option, start
+from bench.spark_write import tree_cpu_s
+from bench.throughput import CpuMeter
 from blizzard.client import Client
 from blizzard.harness import LocalCluster
 from blizzard.keys import ENV as KEYS_ENV
@@ -56,9 +60,14 @@ def drain_once(spark: Any, cluster: LocalCluster, items: int, size: int, batch: 
     from blizzard.spark import drain
     timings = tempfile.mkdtemp(prefix="timings-", dir=base)
     out = os.path.join(tempfile.mkdtemp(prefix="out-", dir=base), "parquet")
+    meter = CpuMeter(cluster)
+    jvm_pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+    spark_cpu = tree_cpu_s(jvm_pid)
     called = time.time()
     summary = drain(spark, QUEUE, out, master=cluster.master_addr, max_items_per_batch=batch,
                     options={"timingsDir": timings}, progress=False, timeout_s=60.0)
+    cpu = meter.report(items, {}).get("cpu_us_per_item", {})
+    cpu["spark"] = round((tree_cpu_s(jvm_pid) - spark_cpu) / items * 1e6, 1)
     recs = records(timings)
     leases = [r for r in recs if r["stage"] == "driver lease" and r["items"]]
     acks = [r for r in recs if r["stage"] == "acks"]
@@ -69,7 +78,7 @@ def drain_once(spark: Any, cluster: LocalCluster, items: int, size: int, batch: 
     return {"items_per_s": round(items / seconds, 1),
             "mb_per_s": round(summary.bytes / MB / seconds, 2), "elapsed_s": round(seconds, 3),
             "query_start_s": round(first - called, 3), "batches": summary.batches,
-            "stages": summarize(timings)}
+            "stages": summarize(timings), "cpu_us_per_item": cpu}
 
 
 def session(spark_master: str, base: str, keys: str | None) -> tuple[Any, Any]:

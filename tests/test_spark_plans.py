@@ -53,7 +53,8 @@ def test_partitions_put_dead_replicas_last():
     parts = plan_partitions(Batch([reply(1, 2, ("a", "b"))]), alive={"b"})
     assert len(parts) == 1
     assert [n.node_id for n in parts[0].runs[0].nodes] == ["b", "a"]
-    assert [i.nodes for i in parts[0].runs[0].items()] == [parts[0].runs[0].nodes] * 2
+    run = parts[0].runs[0]
+    assert [run.item(k).nodes for k in range(len(run))] == [run.nodes] * 2
 
 
 def test_commit_plan_merges_fully_replicated_chunks_only():

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from blizzard.client import Client
@@ -99,41 +99,42 @@ def drain(spark: SparkSession, queue: str, path: str, format: str = "parquet",
     register(spark)
     with Client(master, timeout_s=timeout_s) as client:
         total = client.stats(queue)["ready"]
-        reader = (spark.readStream.format("blizzard").option("master", master)
-                  .option("queue", queue).option("maxItemsPerBatch", max_items_per_batch)
-                  .option("leaseSeconds", lease_s).option("timeoutSeconds", timeout_s))
-        for key, value in (options or {}).items():
-            reader = reader.option(key, str(value))
-        counts = {"written": 0, "duplicates": 0, "bytes": 0, "batches": 0}
-        started = time.monotonic()
+    reader = (spark.readStream.format("blizzard").option("master", master).option("queue", queue)
+              .option("maxItemsPerBatch", max_items_per_batch).option("leaseSeconds", lease_s)
+              .option("timeoutSeconds", timeout_s))
+    for key, value in (options or {}).items():
+        reader = reader.option(key, str(value))
+    counts = {"written": 0, "duplicates": 0, "bytes": 0, "batches": 0}
+    started = time.monotonic()
 
-        def write_batch(df: DataFrame, batch_id: int) -> None:
-            written, nbytes, again = _write_new(df, path, format)
-            if again:
-                kept, kept_bytes, duplicates = _write_redelivered(df, path, format)
-                written, nbytes = written + kept, nbytes + kept_bytes
-                counts["duplicates"] += duplicates
-            counts["written"] += written
-            counts["bytes"] += nbytes
-            counts["batches"] += 1
-            left = max(0, total - counts["written"] - counts["duplicates"])
-            now = DrainProgress(batch_id, counts["written"], counts["duplicates"],
-                                counts["bytes"], total, time.monotonic() - started, left)
-            if progress:
-                _show(now)
-            if on_batch is not None:
-                on_batch(now)
+    def write_batch(df: DataFrame, batch_id: int) -> None:
+        written, nbytes, again = _write_new(df, path, format)
+        if again:
+            kept, kept_bytes, duplicates = _write_redelivered(df, path, format)
+            written, nbytes = written + kept, nbytes + kept_bytes
+            counts["duplicates"] += duplicates
+        counts["written"] += written
+        counts["bytes"] += nbytes
+        counts["batches"] += 1
+        left = max(0, total - counts["written"] - counts["duplicates"])
+        now = DrainProgress(batch_id, counts["written"], counts["duplicates"], counts["bytes"],
+                            total, time.monotonic() - started, left)
+        if progress:
+            _show(now)
+        if on_batch is not None:
+            on_batch(now)
 
-        checkpoint = tempfile.mkdtemp(prefix="blizzard-drain-")  # nothing in it is worth resuming
-        try:
-            query = (reader.load().writeStream.foreachBatch(write_batch)
-                     .trigger(availableNow=True).option("checkpointLocation", checkpoint).start())
-            query.awaitTermination()
-        finally:
-            shutil.rmtree(checkpoint, ignore_errors=True)
-            if progress and counts["batches"] and sys.stderr.isatty():
-                sys.stderr.write("\n")
-        elapsed_s = time.monotonic() - started
+    checkpoint = tempfile.mkdtemp(prefix="blizzard-drain-")  # nothing in it is worth resuming
+    try:
+        query = (reader.load().writeStream.foreachBatch(write_batch)
+                 .trigger(availableNow=True).option("checkpointLocation", checkpoint).start())
+        query.awaitTermination()
+    finally:
+        shutil.rmtree(checkpoint, ignore_errors=True)
+        if progress and counts["batches"] and sys.stderr.isatty():
+            sys.stderr.write("\n")
+    elapsed_s = time.monotonic() - started
+    with Client(master, timeout_s=timeout_s) as client:
         after = client.stats(queue)
     summary = DrainSummary(queue, path, format, counts["written"], counts["duplicates"],
                            counts["batches"], counts["bytes"], elapsed_s, after["ready"],
@@ -149,9 +150,7 @@ def _write_new(df: DataFrame, path: str, format: str) -> tuple[int, int, int]:
     redeliveries (left for ``_write_redelivered``)."""
     seen, kept = Observation(), Observation()
     new = (df.observe(seen, F.count_if(F.col("attempts") > 0).alias("again"))
-           .filter(F.col("attempts") == 0)
-           .observe(kept, F.count(F.lit(1)).alias("rows"),
-                    F.coalesce(F.sum(F.length("data")), F.lit(0)).alias("bytes")))
+           .filter(F.col("attempts") == 0).observe(kept, *_rows_and_bytes()))
     new.write.mode("append").format(format).save(path)
     return kept.get["rows"], kept.get["bytes"], seen.get["again"]
 
@@ -166,10 +165,14 @@ def _write_redelivered(df: DataFrame, path: str, format: str) -> tuple[int, int,
     if _exists(df.sparkSession, path):
         done = df.sparkSession.read.schema(SCHEMA).format(format).load(path).select("id")
         again = again.join(done, "id", "left_anti").select(*SCHEMA.fieldNames())
-    (again.observe(kept, F.count(F.lit(1)).alias("rows"),
-                   F.coalesce(F.sum(F.length("data")), F.lit(0)).alias("bytes"))
-     .write.mode("append").format(format).save(path))
+    again.observe(kept, *_rows_and_bytes()).write.mode("append").format(format).save(path)
     return kept.get["rows"], kept.get["bytes"], read.get["rows"] - kept.get["rows"]
+
+
+def _rows_and_bytes() -> tuple[Column, Column]:
+    """What a write counts on the way (``Observation``): its rows and their payload bytes."""
+    return (F.count(F.lit(1)).alias("rows"),
+            F.coalesce(F.sum(F.length("data")), F.lit(0)).alias("bytes"))
 
 
 def _exists(spark: SparkSession, path: str) -> bool:

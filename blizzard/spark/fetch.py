@@ -10,7 +10,6 @@ that fails, the task fails, so the batch is never acked without it.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 import zlib
@@ -23,7 +22,6 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from blizzard import protocol as p
 from blizzard.client import Client
 from blizzard.errors import ClusterError, Forbidden, LeaseExpired
-from blizzard.message import LeasedItem
 from blizzard.spark.options import ReadOptions
 from blizzard.spark.plan import NodePartition, Run
 from blizzard.spark.schema import SCHEMA
@@ -42,7 +40,7 @@ UNREADABLE_DELAY_S = 1.0  # an item no replica could serve returns to the queue 
 def read_partition(opts: ReadOptions, part: NodePartition) -> Iterator[pa.RecordBatch]:
     """Fetch a partition's payloads in chunks and yield them as Arrow record batches."""
     client = Client(opts.master, timeout_s=opts.timeout_s, node_timeout_s=opts.node_timeout_s)
-    reader = _RunReader(client, part.value)
+    reader = _RunReader(client)
     timings = Timings(opts.timings_dir, "executor")
     spent = dict.fromkeys(("executor fetch", "Arrow", "Spark consumes"), 0.0)
     clock = time.monotonic
@@ -69,17 +67,17 @@ def read_partition(opts: ReadOptions, part: NodePartition) -> Iterator[pa.Record
 
 class _RunReader:
     """Reads chunks of runs: one ``Get`` to the run's first node when all goes well, the
-    client's read with replica fail-over for whatever that did not bring back intact.
+    client's read with replica fail-over for whatever that did not bring back intact. A node
+    that timed out is one the client avoids for a while (``Client.suspected``): its chunks go
+    to the fail-over read, which tries the other replicas first.
 
     A run's read grant ends with the leases it came with; one about to end (or refused as
     such) is renewed first (``Regrant``). Items the master says are no longer leased to this
     batch are skipped: another consumer has them now.
     """
 
-    def __init__(self, client: Client, addr: str) -> None:
+    def __init__(self, client: Client) -> None:
         self.client = client
-        self.addr = addr
-        self.slow = False  # once the partition's node timed out, the other replicas first
         self.lost: set[int] = set()  # ids no longer leased to this batch
 
     def read(self, run: Run, start: int, end: int) -> dict[int, bytes]:
@@ -89,7 +87,8 @@ class _RunReader:
             if self.lost else list(range(start, end))
         got: dict[int, bytes] = {}
         rest = positions
-        if positions and not self.slow and run.nodes[0].addr:
+        first = run.nodes[0]
+        if positions and first.addr and first.node_id not in self.client.suspected():
             got, rest = self._direct(run, positions)
         if rest:
             got.update(self._with_failover(run, rest))
@@ -106,7 +105,7 @@ class _RunReader:
             if isinstance(reply, TimeoutError):
                 log.warning("data node %s is slow or down; reading from other replicas",
                             run.nodes[0].addr)
-                self.slow = True
+                self.client.datanodes.suspect([run.nodes[0].node_id])
             return {}, positions
         got = dict(zip(reply.ids, reply.blobs))
         crc32, ids, sizes, crcs = zlib.crc32, run.ids, run.sizes, run.crcs
@@ -119,11 +118,9 @@ class _RunReader:
         return got, rest
 
     def _get(self, run: Run, positions: list[int]) -> Any:
-        ids = run.ids[positions[0]:positions[-1] + 1] \
-            if positions[-1] - positions[0] + 1 == len(positions) else \
-            [run.ids[k] for k in positions]
         ep = self.client.datanodes.endpoint(run.nodes[0].addr)
-        return call_many([(ep, p.Get(ids, run.grant))], self.client.node_timeout_s)[0]
+        return call_many([(ep, p.Get([run.ids[k] for k in positions], run.grant))],
+                         self.client.node_timeout_s)[0]
 
     def _renew(self, run: Run) -> bool:
         """Replace the run's grant by a fresh one for the items still leased to the batch."""
@@ -141,10 +138,7 @@ class _RunReader:
     def _with_failover(self, run: Run, positions: list[int]) -> dict[int, bytes]:
         """The client's read of these items (replicas in turn, bad copies reported); items no
         replica serves are given back to the queue."""
-        items = [run.items(k, k + 1)[0] for k in positions]
-        if self.slow:
-            items = [_demoted(item, self.addr) for item in items]
-        got, failed = self.client.fetch(items)
+        got, failed = self.client.fetch([run.item(k) for k in positions])
         if failed:
             log.warning("no replica could serve %d items; giving them back", len(failed))
             try:  # if this fails, the task fails and the batch is not acked: nothing lost
@@ -166,11 +160,6 @@ def _chunks(sizes: list[int]) -> Iterator[tuple[int, int]]:
         size += n
     if start < len(sizes):
         yield start, len(sizes)
-
-
-def _demoted(item: LeasedItem, addr: str) -> LeasedItem:
-    nodes = [n for n in item.nodes if n.addr != addr] + [n for n in item.nodes if n.addr == addr]
-    return dataclasses.replace(item, nodes=nodes)
 
 
 def to_arrow(queue: str, run: Run, start: int, end: int,

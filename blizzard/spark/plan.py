@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from operator import itemgetter
 from typing import Iterator
 
 from pyspark.sql.datasource import InputPartition
@@ -35,13 +34,11 @@ class Batch:
     def ids(self) -> list[int]:
         return [i for r in self.replies for i in r.ids]
 
-    @property
-    def leases(self) -> list[int]:
-        return [t for r in self.replies for t in r.leases]
 
-    @property
-    def bytes(self) -> int:
-        return sum(sum(r.sizes) for r in self.replies)
+def settle_columns(batches: list[Batch]) -> tuple[list[int], list[int]]:
+    """The ids and lease tokens of every item of ``batches``: what an ack or extend names."""
+    return ([i for b in batches for r in b.replies for i in r.ids],
+            [t for b in batches for r in b.replies for t in r.leases])
 
 
 @dataclass
@@ -66,13 +63,11 @@ class Run:
     def __len__(self) -> int:
         return len(self.ids)
 
-    def items(self, start: int = 0, end: int | None = None) -> list[LeasedItem]:
-        """Items ``start:end`` as ``LeasedItem``s (for the client's read with fail-over)."""
-        end = len(self.ids) if end is None else end
-        return [LeasedItem(self.ids[k], self.leases[k], self.sizes[k], self.crcs[k],
-                           self.attempts[k], self.priorities[k], self.enqueued_at[k],
-                           self.nodes, self.keys[k], self.grant)
-                for k in range(start, end)]
+    def item(self, k: int) -> LeasedItem:
+        """Item ``k`` as a ``LeasedItem`` (for the client's read with fail-over)."""
+        return LeasedItem(self.ids[k], self.leases[k], self.sizes[k], self.crcs[k],
+                          self.attempts[k], self.priorities[k], self.enqueued_at[k], self.nodes,
+                          self.keys[k], self.grant)
 
 
 class NodePartition(InputPartition):
@@ -120,17 +115,14 @@ def plan_partitions(batch: Batch, alive: set[str]) -> list[NodePartition]:
 def _by_replica_set(reply: p.Leased) -> Iterator[tuple[list[p.NodeRef], list[list]]]:
     """The reply's columns split by replica set (one slice each when all items share one)."""
     columns = [getattr(reply, name) for name in COLUMNS]
-    kinds = set(reply.replica_set)
-    if len(kinds) == 1:
-        yield reply.replica_sets[reply.replica_set[0]].nodes, columns
+    if len(reply.replica_sets) == 1:  # the master lists each set its items use once
+        yield reply.replica_sets[0].nodes, columns
         return
     positions: dict[int, list[int]] = defaultdict(list)
     for k, s in enumerate(reply.replica_set):
         positions[s].append(k)
     for s, where in positions.items():
-        pick = itemgetter(*where)
-        yield reply.replica_sets[s].nodes, [list(pick(c)) if len(where) > 1 else [c[where[0]]]
-                                            for c in columns]
+        yield reply.replica_sets[s].nodes, [[c[k] for k in where] for c in columns]
 
 
 def _shares(loads: list[int], n: int) -> list[int]:

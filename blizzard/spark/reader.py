@@ -38,7 +38,7 @@ from blizzard.errors import ClusterError, LeaseExpired
 from blizzard.protocol import MAX_BATCH
 from blizzard.spark.fetch import read_partition
 from blizzard.spark.options import ReadOptions
-from blizzard.spark.plan import Batch, NodePartition, plan_partitions
+from blizzard.spark.plan import Batch, NodePartition, plan_partitions, settle_columns
 from blizzard.spark.timings import Timings
 
 log = logging.getLogger(__name__)
@@ -174,10 +174,11 @@ class _Driver:
             batch, self.ahead = self.ahead.result(), None
         else:
             batch = self._lease_ahead(want, self.client) if want > 0 else Batch([])
-        batch = self._count(batch)
         with self.lock:
             if batch in self.leased:
                 self.leased.remove(batch)
+        batch = self._count(batch)
+        with self.lock:
             if len(batch):
                 self.last += 1
                 self.batches[self.last] = batch
@@ -201,9 +202,6 @@ class _Driver:
             log.warning("giving up on %d items that could not be read %d times in a row",
                         len(ids), STALE_ROUNDS)
             self._give_back([batch])
-            with self.lock:
-                if batch in self.leased:
-                    self.leased.remove(batch)
             return Batch([])
         if len(fresh) < len(ids):
             _mark_delivered(batch, self.seen)
@@ -278,10 +276,10 @@ class _Driver:
 
     def _ack(self, done: list[Batch], client: Client) -> None:
         started = time.monotonic()
-        ids = [i for b in done for i in b.ids]
+        ids, leases = settle_columns(done)
         for attempt in range(ACK_TRIES):  # an ack is idempotent: acked under this lease is done
             try:
-                client.ack_ids(ids, [t for b in done for t in b.leases])
+                client.ack_ids(ids, leases)
                 break
             except LeaseExpired as exc:  # given back by an executor, or a lease ran out
                 log.warning("some acks came too late; those items will be delivered again: %s",
@@ -309,12 +307,11 @@ class _Driver:
                     now = time.monotonic()
                     due = [b for b in (*self.batches.values(), *self.leased)
                            if now - b.renewed >= renew_s]
-                    ids = [i for b in due for i in b.ids]
+                    ids, leases = settle_columns(due)
                     if not ids:
                         continue
                     try:
-                        client.extend_ids(ids, [t for b in due for t in b.leases],
-                                          lease_s=self.opts.lease_s)
+                        client.extend_ids(ids, leases, lease_s=self.opts.lease_s)
                         for b in due:
                             b.renewed = now
                         self.timings.add("lease keep-alive", time.monotonic() - now, len(ids))
@@ -327,11 +324,11 @@ class _Driver:
                         log.warning("could not extend %d leases (retrying): %s", len(ids), exc)
 
     def _give_back(self, batches: list[Batch]) -> None:
-        ids = [i for b in batches for i in b.ids]
+        ids, leases = settle_columns(batches)
         if not ids:
             return
         try:
-            self.client.nack_ids(ids, [t for b in batches for t in b.leases], delay_s=0.0)
+            self.client.nack_ids(ids, leases, delay_s=0.0)
         except (LeaseExpired, ClusterError) as exc:  # their leases will run out instead
             log.warning("could not give back %d items: %s", len(ids), exc)
 
