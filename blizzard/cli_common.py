@@ -24,7 +24,7 @@ EXIT_USAGE = 2  # bad arguments
 EXIT_EMPTY = 3  # ``dequeue`` found the queue empty
 
 MASTER_ENV = "BLIZZARD_MASTER"
-MASTER_HELP = "Master address."
+MASTER_HELP = "Master address; several, comma-separated, for a primary and its standby."
 KEYS_ENV = "BLIZZARD_KEYS"
 TIMEOUT_ENV = "BLIZZARD_TIMEOUT_S"
 
@@ -48,13 +48,24 @@ class Address(click.ParamType):
 ADDRESS = Address()
 
 
+class Masters(Address):
+    """One master address, or several comma-separated (a primary and its standby)."""
+
+    name = "tcp://HOST:PORT[,...]"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> str:
+        return ",".join(super(Masters, self).convert(a.strip(), param, ctx)
+                        for a in str(value).split(","))
+
+
 def config_defaults(config: type) -> dict[str, Any]:
     """A config dataclass's defaults by field name: a server's option defaults, written once."""
     return {f.name: f.default for f in dataclasses.fields(config)}
 
 
-def server_command(name: str, data_dir_help: str,
-                   bind_default: str) -> Callable[[Callable[..., Any]], click.Command]:
+def server_command(name: str, data_dir_help: str, bind_default: str,
+                   cls: type[click.Command] = click.Command,
+                   ) -> Callable[[Callable[..., Any]], click.Command]:
     """A server's click command with the options every server has: ``--data-dir``, ``--bind``,
     ``--keys`` / ``--insecure`` (the callback gets ``keys``: a directory, or None),
     ``--metrics-port`` / ``--metrics-addr`` (Prometheus metrics; off unless a port is given),
@@ -85,7 +96,8 @@ def server_command(name: str, data_dir_help: str,
                          help="Address to listen on.")(f)
         f = click.option("--data-dir", required=True, type=click.Path(file_okay=False),
                          help=data_dir_help)(f)
-        command = click.command(name, context_settings={"help_option_names": ["-h", "--help"]})(f)
+        command = click.command(name, cls=cls,
+                                context_settings={"help_option_names": ["-h", "--help"]})(f)
         name_env_vars(command, f"BLIZZARD_{name.upper()}")  # the same under `blizzard NAME`
         return command
     return decorate
@@ -146,7 +158,7 @@ def serve(server: Any, role: str) -> None:
         server.close()
 
 
-master_opt = click.option("--master", "master", type=ADDRESS, envvar=MASTER_ENV,
+master_opt = click.option("--master", "master", type=Masters(), envvar=MASTER_ENV,
                           default=DEFAULT_MASTER, show_default=True, help=MASTER_HELP)
 
 

@@ -96,6 +96,16 @@ class DataCorrupt(ClusterError):
     code = "data_corrupt"
 
 
+class NotPrimary(ClusterError):
+    """Raised by a master that is not the primary (a standby, or one fenced by a newer epoch).
+
+    Its message names the primary it knows, if any; a client given several master addresses
+    moves on to the next one (``blizzard/master_link.py``).
+    """
+
+    code = "not_primary"
+
+
 class ForeignCluster(ClusterError):
     """Raised when a master and a data node belong to different clusters (their cluster ids
     differ): the master refuses such a node, and the node does not obey such a master."""

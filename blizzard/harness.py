@@ -177,6 +177,9 @@ class LocalCluster:
     log_format: str = "text"  # every process's log format (text or json)
     master: Proc | None = None
     nodes: list[Proc] = field(default_factory=list)
+    standby: bool = False  # also a hot standby master (``--standby-of`` the master)
+    standby_args: Sequence[str] = ()
+    second: Proc | None = None  # the standby's process
 
     def _security(self) -> list[str]:
         if self.keys is None:
@@ -202,6 +205,11 @@ class LocalCluster:
         assert self.master is not None
         return self.master.addr
 
+    @property
+    def masters(self) -> str:
+        """Every master's address, comma-separated (what clients and data nodes are given)."""
+        return ",".join(m.addr for m in (self.master, self.second) if m is not None)
+
     def start(self, timeout_s: float = 30.0) -> "LocalCluster":
         """Start every process and wait until the cluster serves.
 
@@ -218,6 +226,10 @@ class LocalCluster:
                 # The master first: a data node must never reach a master that is not ours
                 # (another one on a port ours failed to bind), or it joins that cluster.
                 self._wait_own_master(timeout_s)
+                if self.standby:
+                    self.second = self._master_proc(
+                        f"tcp://{LOOPBACK}:{free_port()}", "standby",
+                        ["--standby-of", self.master_addr, *self.standby_args]).start()
                 for i in range(self.datanodes):
                     port = self.node_base_port + i if self.node_base_port else free_port()
                     self.nodes.append(self._node_proc(i, f"tcp://{LOOPBACK}:{port}").start())
@@ -257,21 +269,21 @@ class LocalCluster:
             for i in range(self.datanodes):
                 check_port_free(self.node_base_port + i, f"data node {i}'s")
 
-    def _master_proc(self, addr: str) -> Proc:
-        argv = [self.python, "-m", "master", "--data-dir", os.path.join(self.base_dir, "master"),
+    def _master_proc(self, addr: str, name: str = "master", extra: Sequence[str] = ()) -> Proc:
+        argv = [self.python, "-m", "master", "--data-dir", os.path.join(self.base_dir, name),
                 "--bind", addr, "--replication", str(self.replication),
                 "--heartbeat-s", str(self.heartbeat_s), "--dead-after-s", str(self.dead_after_s),
                 *self._security(), *self._metrics("master"), "--log-format", self.log_format,
                 "--log-level", "info",  # its start lines prove it serves (``_wait_own_master``)
-                *self.master_args]
+                *self.master_args, *extra]
         if self.min_replicas is not None:
             argv += ["--min-replicas", str(self.min_replicas)]
-        return Proc("master", argv, os.path.join(self.base_dir, "master.log"), addr)
+        return Proc(name, argv, os.path.join(self.base_dir, f"{name}.log"), addr)
 
     def _node_proc(self, i: int, addr: str) -> Proc:
         argv = [self.python, "-m", "datanode", "--data-dir",
                 os.path.join(self.base_dir, f"datanode{i}"), "--bind", addr,
-                "--master", self.master_addr, "--heartbeat-s", str(self.heartbeat_s),
+                "--master", self.masters, "--heartbeat-s", str(self.heartbeat_s),
                 *self._security(), *self._metrics(f"datanode{i}"), "--log-format", self.log_format]
         return Proc(f"datanode{i}", argv, os.path.join(self.base_dir, f"datanode{i}.log"), addr)
 
@@ -309,7 +321,7 @@ class LocalCluster:
         """An ``Endpoint`` to one of this cluster's servers, with key ``name`` if secure."""
         mine = self.client_keys(name)
         server = None if mine is None else \
-            mine.master if addr == self.master_addr else mine.datanode
+            mine.master if addr in self.masters.split(",") else mine.datanode
         return Endpoint(zmq.Context.instance(), addr, mine, server)
 
     def dealer(self, addr: str, name: str = "client") -> zmq.Socket:
@@ -319,7 +331,7 @@ class LocalCluster:
         sock.setsockopt(zmq.LINGER, 0)
         mine = self.client_keys(name)
         if mine is not None:
-            server = mine.master if addr == self.master_addr else mine.datanode
+            server = mine.master if addr in self.masters.split(",") else mine.datanode
             assert server is not None
             connect_curve(sock, mine, server)
         sock.connect(addr)
@@ -353,13 +365,13 @@ class LocalCluster:
                                   f"{last.strip().removeprefix('Error: ')[:300]}", log)
 
     def stop(self) -> None:
-        for proc in [*self.nodes, self.master]:
+        for proc in [*self.nodes, self.master, self.second]:
             if proc is not None:
                 proc.stop()
 
     def logs(self) -> str:
         return "\n".join(f"===== {proc.name} =====\n{proc.tail()}"
-                         for proc in [self.master, *self.nodes] if proc is not None)
+                         for proc in [self.master, self.second, *self.nodes] if proc is not None)
 
     def __enter__(self) -> "LocalCluster":
         return self.start()

@@ -31,7 +31,8 @@ import zmq.auth
 from blizzard.errors import AuthenticationFailed
 
 PARTIES = ("master", "datanode", "client", "admin")
-ROLE_OF_PREFIX = {"datanode": "node", "client": "client", "admin": "admin"}
+ROLE_OF_PREFIX = {"datanode": "node", "client": "client", "admin": "admin",
+                  "master": "master"}  # a standby master follows its primary with this pair
 ROTATING = ("client", "admin")  # the datanode and master pairs are server keys others pin
 ZAP_DOMAIN = "blizzard"
 ENV = "BLIZZARD_KEYS"
@@ -169,6 +170,14 @@ def node_keys(directory: str) -> tuple[ServerKeys, ClientKeys]:
     server = ServerKeys.from_dir(directory, "datanode")
     return server, ClientKeys(server.public, server.secret, load_public(directory, "master"),
                               server.public)
+
+
+def master_keys(directory: str) -> tuple[ServerKeys, ClientKeys]:
+    """A master's keys: its server side, and its side towards the primary it follows as a
+    standby (the same pair: a standby is a master)."""
+    server = ServerKeys.from_dir(directory, "master")
+    return server, ClientKeys(server.public, server.secret, server.public,
+                              load_public(directory, "datanode"))
 
 
 def resolve(keys: "str | ClientKeys | None", name: str = "client") -> ClientKeys | None:

@@ -11,35 +11,52 @@ import itertools
 import random
 import time
 import uuid
-from typing import Any
+from typing import Any, Sequence
 
 import zmq
 
 from blizzard import protocol as p
 from blizzard.errors import AuthenticationFailed, MasterUnavailable
 from blizzard.keys import ClientKeys
+from blizzard.masters import MasterChoice
 from blizzard.transport import Endpoint, call_many, raise_if_error
 
 ATTEMPT_S = 2.0  # one try at a master request before it is sent again (a restart loses it)
 FIRST_PAUSE_S = 0.05  # the pause before the first retry; it doubles up to MAX_PAUSE_S
 MAX_PAUSE_S = 1.0
-RETRYABLE = {"master_starting"}
+FAILOVER_ATTEMPT_S = 1.0  # the same with several masters: a silent one is left sooner
+RETRYABLE = {"master_starting", "not_primary"}  # not_primary: a standby, until it is promoted
 
 
 class MasterLink:
-    """Requests to one master, each retried until ``timeout_s`` after it was first sent."""
+    """Requests to the master, each retried until ``timeout_s`` after it was first sent.
 
-    def __init__(self, ctx: zmq.Context, addr: str, *, timeout_s: float,
+    ``addr`` may name several masters (a primary and its standby, ``tcp://a,tcp://b``): a
+    request that times out, or that a standby refuses (``NotPrimary``), goes to the next one
+    (``blizzard/masters.py``), so a call rides through a failover within its ``timeout_s``.
+    """
+
+    def __init__(self, ctx: zmq.Context, addr: str | Sequence[str], *, timeout_s: float,
                  keys: ClientKeys | None = None) -> None:
-        self.endpoint = Endpoint(ctx, addr, keys, keys.master if keys else None)
+        self.ctx = ctx
         self.keys = keys
+        self.choice = MasterChoice(addr)
+        self.endpoints: dict[str, Endpoint] = {}
+        self.endpoint = self._endpoint()
         self._node_key = keys.datanode if keys else None
         self.timeout_s = timeout_s
         self._call_ids = (f"{uuid.uuid4().hex[:16]}-{n}" for n in itertools.count())
 
     @property
     def addr(self) -> str:
-        return self.endpoint.addr
+        return ",".join(self.choice.addrs)
+
+    def _endpoint(self) -> Endpoint:
+        addr = self.choice.current
+        if addr not in self.endpoints:
+            self.endpoints[addr] = Endpoint(self.ctx, addr, self.keys,
+                                            self.keys.master if self.keys else None)
+        return self.endpoints[addr]
 
     def node_key(self) -> bytes | None:
         """The data nodes' public key (asked of the master once if the keys did not hold it);
@@ -65,7 +82,7 @@ class MasterLink:
         todo = list(range(len(msgs)))
         retries = 0
         while True:
-            attempt_s = min(deadline - time.monotonic(), ATTEMPT_S + extra_s)
+            attempt_s = min(deadline - time.monotonic(), self.attempt_s + extra_s)
             replies = call_many([(self.endpoint, msgs[i]) for i in todo], max(attempt_s, 0.01))
             again = []
             for i, reply in zip(todo, replies):
@@ -74,6 +91,8 @@ class MasterLink:
                 results[i] = reply
                 if isinstance(reply, TimeoutError) or is_retryable(reply):
                     again.append(i)
+            if again:
+                self._move_on(results[again[0]])
             if not again:
                 return [raise_if_error(r) for r in results] if raise_errors else results
             pause = retry_pause_s(retries, random.random())
@@ -91,8 +110,21 @@ class MasterLink:
         """One request (see ``call_many``); raises the reply's ``BlizzardError``."""
         return self.call_many([msg], extra_s, since=since)[0]
 
+    @property
+    def attempt_s(self) -> float:
+        """One try's wait: shorter with a standby to turn to, so a failover is noticed soon."""
+        return ATTEMPT_S if len(self.choice.addrs) == 1 else FAILOVER_ATTEMPT_S
+
+    def _move_on(self, reply: Any) -> None:
+        """After a timeout or a standby's refusal, maybe ask the next master."""
+        moved = self.choice.timed_out() if isinstance(reply, TimeoutError) else \
+            isinstance(reply, p.Error) and reply.code == "not_primary" and self.choice.not_primary()
+        if moved:
+            self.endpoint = self._endpoint()
+
     def close(self) -> None:
-        self.endpoint.close()
+        for endpoint in self.endpoints.values():
+            endpoint.close()
 
 
 def is_retryable(reply: Any) -> bool:

@@ -33,6 +33,7 @@ class Heartbeat:
     bytes_used: int
     free_bytes: int
     cluster_id: str = ""  # the cluster this node joined ("": none yet, it adopts the master's)
+    epoch: int = 0  # the highest master epoch this node has seen: an older master is fenced
 
 
 @message(31)
@@ -48,6 +49,7 @@ class HeartbeatReply:
     inventory: bool  # the master wants this node's full list of blob ids
     keys: list[CapabilityKey]
     cluster_id: str = ""  # the master's cluster: a node of another one obeys nothing here
+    epoch: int = 0  # the master's epoch: a node obeys no master older than one it has seen
 
 
 @message(50)

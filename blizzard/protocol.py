@@ -12,6 +12,7 @@ from __future__ import annotations
 from blizzard.node_messages import (BadReplica, Blobs, CapabilityKey, CopyOrder, Delete, Get,
                                     GetGrant, Heartbeat, HeartbeatReply, Inventory, NodeRef, Put,
                                     PutGrant, PutReport, Regrant, Regranted, Replicated, Stored)
+from blizzard.ha_messages import Follow, Promote, Promoted, SnapshotData, WalData
 from blizzard.queue_settings import with_settings
 from blizzard.task_messages import Bury, ItemStates, Lookup, TaskCounts, TaskStats
 from blizzard.wire import (MAX_BATCH, MAX_FRAME_BYTES, MAX_ID, MAX_ITEM_BYTES, VERSION, Id, _BY_OP, _OP_OF, decode, dumps,
@@ -24,6 +25,7 @@ __all__ = ["MAX_BATCH", "MAX_FRAME_BYTES", "MAX_ID", "MAX_ITEM_BYTES", "VERSION"
            "Heartbeat", "HeartbeatReply", "Inventory", "NodeRef", "Put", "PutGrant", "PutReport",
            "Regrant", "Regranted", "Replicated", "Stored"]
 __all__ += ["Bury", "ItemStates", "Lookup", "TaskCounts", "TaskStats"]  # task_messages.py
+__all__ += ["Follow", "Promote", "Promoted", "SnapshotData", "WalData"]  # ha_messages.py
 
 
 # ---------------------------------------------------------------------------------------------
@@ -345,6 +347,8 @@ class Welcome:
     secure: bool
     node_key: bytes  # the data nodes' CURVE public key (z85); empty when insecure
     role: str  # the role this connection's key has ("" when insecure)
+    epoch: int = 0  # raised by every promotion (master/standby.py)
+    primary: str = ""  # "": this master is the primary; else the primary it follows or knows
 
 
 # ---------------------------------------------------------------------------------------------

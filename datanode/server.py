@@ -31,6 +31,7 @@ from datanode.cluster_id import ClusterMembership
 from datanode.config import DatanodeConfig, load_node_id
 from datanode.grants import Gate
 from datanode.jobs import PutJob, Refusals
+from datanode.leader import Leader
 from datanode.metrics import DatanodeMetrics
 from datanode.store import BlobStore, LevelDbStore
 
@@ -59,8 +60,7 @@ class DatanodeServer:
         self.cluster = ClusterMembership(self.store, config.join_cluster)
         server_keys, self.keys = k.node_keys(config.keys) if config.keys else (None, None)
         self.router = RouterServer(self.ctx, config.bind, keys=server_keys)
-        self.master = Endpoint(self.ctx, config.master, self.keys,
-                               self.keys.master if self.keys else None)
+        self.leader = Leader(self.ctx, config.master, self.keys)  # the primary, by epoch
         self.gate = Gate(self.node_id, self.router.role_of) if config.keys is not None else None
         self.peers: dict[str, Endpoint] = {}
         self._polled: tuple[zmq.Poller, dict[zmq.Socket, Endpoint]] = (zmq.Poller(), {})
@@ -69,6 +69,10 @@ class DatanodeServer:
         self.heartbeat_rid: int | None = None
         self._stopping = False
         self.metrics = DatanodeMetrics(self)  # timings always; served with a metrics port
+
+    @property
+    def master(self) -> Endpoint:
+        return self.leader.endpoint
 
     # -- loop --------------------------------------------------------------------------------
 
@@ -87,7 +91,7 @@ class DatanodeServer:
     def close(self) -> None:
         self.router.close()
         self.metrics.close()
-        self.master.close()
+        self.leader.close()
         for ep in self.peers.values():
             ep.close()
         self.store.close()
@@ -276,7 +280,7 @@ class DatanodeServer:
             ep.discard_received()  # replies to reports need no action
             if reply is not None:
                 self.heartbeat_rid = None
-                if self.cluster.accepts(reply):
+                if self.leader.accepts(reply) and self.cluster.accepts(reply):
                     self._obey(reply)
 
     def _obey(self, reply: p.HeartbeatReply) -> None:
@@ -369,12 +373,12 @@ class DatanodeServer:
             refused = self.master.handshake_failure()
             if refused is not None:
                 log.error("the master refuses this node: %s", refused)
-            self.master.reset()
+            self.leader.silent()
             self.heartbeat_rid = None
         free = shutil.disk_usage(self.config.data_dir).free
         try:
             self.heartbeat_rid = self.master.send(p.Heartbeat(
                 self.node_id, self.addr, self.store.count, self.store.bytes_used, free,
-                self.cluster.cluster_id))
+                self.cluster.cluster_id, self.leader.epoch))
         except TimeoutError:
             self.heartbeat_rid = None

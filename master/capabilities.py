@@ -70,6 +70,13 @@ class CapabilityKeys:
         log.info("capability key %d signs now; key %d retired", self.ring[1].key_id,
                  old_ring[0].key_id)
 
+    def adopt(self, ring: list[p.CapabilityKey], rotated_at: float) -> None:
+        """A standby takes its primary's ring (kept on disk), so that once promoted it
+        honours the grants the primary issued."""
+        if len(ring) == 3 and (ring != self.ring or rotated_at != self.rotated_at):
+            self.ring, self.rotated_at = list(ring), rotated_at
+            self._save()
+
     def keys(self) -> list[p.CapabilityKey]:
         """The keys data nodes accept (for heartbeat replies)."""
         return self.ring

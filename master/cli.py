@@ -5,16 +5,32 @@ Option defaults are ``MasterConfig``'s, so each is written once.
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
+import zmq
 
 from blizzard import logs
-from blizzard.cli_common import config_defaults, security, serve, server_command, start
+from blizzard.cli_common import (ADDRESS, config_defaults, keys_opt, master_opt, security, serve,
+                                 server_command, start, timeout_opt)
+from blizzard.errors import BlizzardError
 from master.config import MasterConfig
 
 _DEFAULT = config_defaults(MasterConfig)
 
 
-@server_command("master", "Directory for the master's WAL (created if missing).", _DEFAULT["bind"])
+class MasterCommand(click.Command):
+    """``blizzard master ...`` runs a master; ``blizzard master promote ...`` promotes a standby."""
+
+    def make_context(self, info_name: str | None, args: list[str],
+                     parent: click.Context | None = None, **extra: Any) -> click.Context:
+        if args[:1] == ["promote"]:
+            return promote_command.make_context(f"{info_name} promote", args[1:], parent, **extra)
+        return super().make_context(info_name, args, parent, **extra)
+
+
+@server_command("master", "Directory for the master's WAL (created if missing).", _DEFAULT["bind"],
+                cls=MasterCommand)
 @click.option("--replication", default=_DEFAULT["replication"], show_default=True,
               type=click.IntRange(1, 9), help="Copies of each item (R).")
 @click.option("--min-replicas", default=None, type=click.IntRange(1, 9),
@@ -32,17 +48,34 @@ _DEFAULT = config_defaults(MasterConfig)
 @click.option("--checkpoint-records", default=_DEFAULT["checkpoint_records"], show_default=True,
               type=click.IntRange(1), help="Write a checkpoint (in a forked child) after "
               "this many WAL records; restarts replay at most about this many.")
+@click.option("--standby-of", type=ADDRESS, default=None,
+              help="Run as a hot standby of the primary master at this address: follow its "
+                   "WAL, answer clients with the primary's address, take over when promoted.")
+@click.option("--advertise", type=ADDRESS, default=None,
+              help="The address others reach this master at (default: --bind).")
+@click.option("--sync-standby/--no-sync-standby", default=_DEFAULT["sync_standby"],
+              show_default=True,
+              help="Once a standby has caught up, confirm a request only when the standby "
+                   "holds it durably too, so a failover loses nothing acknowledged (while "
+                   "the standby is down, nothing is confirmed).")
+@click.option("--failover-after-s", default=_DEFAULT["failover_after_s"], show_default=True,
+              type=click.FloatRange(0), help="A standby in sync promotes itself after its "
+              "primary was silent this long (0: only `blizzard master promote`).")
 def master_command(data_dir: str, bind: str, replication: int, min_replicas: int | None,
                    heartbeat_s: float, dead_after_s: float, pending_timeout_s: float,
                    max_item_bytes: int, checkpoint_records: int, keys: str | None,
                    insecure: bool, metrics_port: int | None, metrics_addr: str,
-                   log_level: str, log_format: str) -> None:
+                   log_level: str, log_format: str, standby_of: str | None,
+                   advertise: str | None, sync_standby: bool, failover_after_s: float) -> None:
     """Run the master: queue metadata, ids, placement, leases, WAL.
 
     Security: give the key directory (--keys, made by `blizzard keys generate`) or --insecure.
     Options also come from BLIZZARD_MASTER_<OPTION> variables and from a TOML file (--config).
+    With --standby-of it runs as a hot standby; `blizzard master promote --master ADDR`
+    makes a standby the primary.
     """
     from master.server import MasterServer
+    from master.standby import StandbyServer
     from master.wal import WalCorrupt, WalLocked
 
     logs.setup(log_level, log_format, "master", bind)
@@ -51,5 +84,34 @@ def master_command(data_dir: str, bind: str, replication: int, min_replicas: int
                           dead_after_s=dead_after_s, pending_timeout_s=pending_timeout_s,
                           max_item_bytes=max_item_bytes, checkpoint_records=checkpoint_records,
                           keys=security(keys, insecure), metrics_port=metrics_port,
-                          metrics_addr=metrics_addr)
-    serve(start(lambda: MasterServer(config), "master", bind, (WalCorrupt, WalLocked)), "master")
+                          metrics_addr=metrics_addr, standby_of=standby_of,
+                          advertise=advertise, sync_standby=sync_standby,
+                          failover_after_s=failover_after_s)
+    make = StandbyServer if standby_of else MasterServer
+    serve(start(lambda: make(config), "master", bind, (WalCorrupt, WalLocked)), "master")
+
+
+@click.command("promote")
+@master_opt
+@keys_opt
+@timeout_opt
+@click.option("--force", is_flag=True, help="Promote a standby that is not in sync with its "
+              "primary (it may lack writes the primary acknowledged).")
+def promote_command(master: str, timeout_s: float, force: bool) -> None:
+    """Make the standby at --master the primary (admin key): it raises the epoch, and the old
+    primary, if it still runs, stops confirming anything and exits once it learns of it."""
+    from blizzard import protocol as p
+    from blizzard.keys import resolve
+    from blizzard.transport import Endpoint, call
+
+    keys = resolve(None, "admin")
+    endpoint = Endpoint(zmq.Context.instance(), master, keys, keys.master if keys else None)
+    try:
+        reply = call(endpoint, p.Promote(force), timeout_s)
+    except TimeoutError:
+        raise click.ClickException(f"{master} did not answer within {timeout_s:g}s") from None
+    except BlizzardError as exc:
+        raise click.ClickException(f"{exc.message} ({type(exc).__name__})") from None
+    finally:
+        endpoint.close()
+    click.echo(f"{master} is the primary now, epoch {reply.epoch}")

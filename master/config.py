@@ -31,6 +31,15 @@ class MasterConfig:
     capability_key_s: float = 600.0  # the capability signing key is replaced this often
     metrics_port: int | None = None  # Prometheus /metrics on metrics_addr:port; None: off
     metrics_addr: str = "127.0.0.1"
+    # high availability (master/standby.py, master/replication.py)
+    standby_of: str | None = None  # follow this primary as a hot standby
+    advertise: str | None = None  # the address others reach this master at; default: bind
+    sync_standby: bool = True  # once a standby caught up, answer only what it holds too
+    failover_after_s: float = 2.0  # a standby in sync promotes itself after this much silence; 0: never
+
+    @property
+    def addr(self) -> str:
+        return self.advertise or self.bind
 
     @property
     def write_quorum(self) -> int:
@@ -47,6 +56,8 @@ class MasterConfig:
             raise InvalidArgument("pending-timeout-s must be positive")
         if self.capability_key_s <= self.heartbeat_s:  # nodes must hear of a key before it signs
             raise InvalidArgument("capability-key-s must be longer than heartbeat-s")
+        if self.failover_after_s < 0:
+            raise InvalidArgument("failover-after-s must be 0 (never) or positive")
         if not 0 < self.max_item_bytes <= MAX_ITEM_BYTES:
             raise InvalidArgument(f"max-item-bytes must be between 1 and {MAX_ITEM_BYTES}")
         return self

@@ -34,6 +34,7 @@ class ItemIds:
         """True if every id handed out lies below a reservation already on disk."""
         return self.next <= self.durable_hi
 
-    def synced(self) -> None:
-        """The WAL was flushed: what it reserved is durable."""
-        self.durable_hi = self.state.id_hi
+    def synced(self, id_hi: int | None = None) -> None:
+        """What the WAL reserved (up to ``id_hi``, by default all of it) is durable: on disk,
+        and on a synchronous standby if there is one (``master/replication.py``)."""
+        self.durable_hi = max(self.durable_hi, self.state.id_hi if id_hi is None else id_hi)

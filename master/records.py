@@ -170,3 +170,25 @@ class DeleteQueue:
     """An operator deleted a queue: its settings and every item still in it are forgotten."""
 
     queue: str
+
+
+# -- high availability (codes 125-129) --------------------------------------------------------
+
+
+@message(125)
+class EpochBegun:
+    """A standby became the primary (``master/standby.py``): every promotion raises the epoch,
+    and a master of an older one is fenced. It also ends the old sync standby: the new
+    primary answers alone until a standby catches up with it."""
+
+    epoch: int
+    primary: str  # the new primary's address
+
+
+@message(126)
+class StandbySynced:
+    """A standby caught up (``name``): from now on the primary answers a request only once
+    the standby holds its records durably too. ``name`` "" detaches it (an operator's word)."""
+
+    name: str
+    addr: str

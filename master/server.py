@@ -14,7 +14,6 @@ deletes); each gets ``log_record`` to change durable state.
 
 from __future__ import annotations
 
-import gc
 import logging
 import os
 import time
@@ -27,10 +26,11 @@ from blizzard import keys as k
 from blizzard import protocol as p
 from blizzard.errors import BlizzardError, Forbidden, InvalidArgument
 from blizzard.transport import RouterServer, error_reply
-from master import checkpoint, records
+from master import records
 from master.admin import QueueAdmin
 from master.blocks import Blocks
 from master.capabilities import CapabilityKeys
+from master.checkpointer import Checkpointer, recover
 from master.cluster_id import ClusterIdentity
 from master.config import MasterConfig
 from master.counts import QueueCounts
@@ -44,6 +44,7 @@ from master.membership import Membership
 from master.metrics import MasterMetrics
 from master.removal import Removals
 from master.repair import Repairer
+from master.replication import Replication
 from master.safe_mode import SafeMode
 from master.state import State
 from master.tasks import Tasks
@@ -54,10 +55,6 @@ log = logging.getLogger(__name__)
 # The largest request the master takes: an enqueue of 10,000 items with 256-character keys is
 # under 3 MiB; the master never sees payloads.
 MAX_REQUEST_BYTES = 8 * 1024 * 1024
-# A full collection after 1,000 middle-aged ones (Python's default: 10): each walks every item
-# record (tracked tuples). A million commits took 4.2 s with the default, 1.6 s with this;
-# 300k leases, extends and acks spent 1.0-1.2 s in collections, 0.2 s with 100 (measured).
-GC_THRESHOLDS = (700, 10, 1000)
 
 Handler = Callable[[Any, float, float, bytes, int], Any]
 
@@ -74,18 +71,20 @@ ADMIN_OPS |= frozenset({p.RemoveNode, p.DeleteItem, p.DeleteQueue})
 ANY_OPS = frozenset({p.Ping, p.Hello, p.Status})
 CLIENT_OPS |= {p.Lookup, p.Bury, p.TaskStats}  # tasks: HTTP push delivery (master/tasks.py)
 ALLOWED = {"node": NODE_OPS | ANY_OPS, "client": CLIENT_OPS | ANY_OPS,
-           "admin": CLIENT_OPS | ADMIN_OPS | ANY_OPS}
+           "admin": CLIENT_OPS | ADMIN_OPS | ANY_OPS, "master": {p.Follow} | ANY_OPS}
 
 
 class MasterServer:
     """One master process: state machine, WAL, collaborators and the request loop.
 
     ``wal`` and ``router`` may be given (an in-memory ``MemoryWal``, a stand-in router), so
-    tests can run the request handling in process.
+    tests can run the request handling in process; so may the ``recovered`` state and the
+    number of records replayed (a standby being promoted hands over its own).
     """
 
     def __init__(self, config: MasterConfig, ctx: zmq.Context | None = None, *,
-                 wal: Wal | MemoryWal | None = None, router: Any = None) -> None:
+                 wal: Wal | MemoryWal | None = None, router: Any = None,
+                 recovered: tuple[State, int] | None = None) -> None:
         self.config = config.validate()
         self.ctx = ctx or zmq.Context.instance()
         self.node_key = b""
@@ -101,11 +100,7 @@ class MasterServer:
             os.makedirs(config.data_dir, exist_ok=True)
             wal = Wal(os.path.join(config.data_dir, "wal"), segment_bytes=config.segment_bytes)
         self.wal = wal
-        self.state, replayed = self._recover()
-        self.checkpoint_mark = -replayed  # a long replay makes the next checkpoint come sooner
-        self.checkpointer: int | None = None  # pid of the child writing a checkpoint
-        self.checkpoint_start = 0
-        self.checkpoint_forked = 0.0  # monotonic
+        self.state, replayed = recovered or recover(wal)
         self.membership = Membership(config.dead_after_s)
         self.safe_mode = SafeMode(time.monotonic() + config.dead_after_s)
         self.deletes = Deletes()
@@ -130,6 +125,8 @@ class MasterServer:
         self._stopping = False
         # collected always (about a µs a request), served only with a metrics port
         self.metrics = MasterMetrics(self)
+        self.checkpoints = Checkpointer(wal, config.checkpoint_records, replayed,
+                                        self.metrics.checkpointed)
         self.handlers: dict[type, Handler] = {
             p.Place: self.blocks.place,
             p.Enqueue: self.enqueue,
@@ -161,10 +158,16 @@ class MasterServer:
         self.removals = Removals(self.state, self.log_record, self.membership, self.safe_mode,
                                  self.repair, self.deletes, self.leases, self.enqueues)
         self.handlers.update({p.Heartbeat: self.identity.heartbeat, **self.removals.handlers()})
+        # standbys (master/replication.py): they follow the log; replies wait for a synced one
+        self.replication = Replication(self, sync=config.sync_standby,
+                                       failover_after_s=config.failover_after_s,
+                                       keys=k.master_keys(config.keys)[1] if config.keys else None)
+        self.handlers.update({p.Follow: self.replication.follow,
+                              p.Heartbeat: self.replication.guard_heartbeat(self.identity.heartbeat)})
 
     def hello(self, msg: p.Hello, now: float, mono: float, peer: bytes, rid: int) -> p.Welcome:
         return p.Welcome(self.config.keys is not None, self.node_key,
-                         self.router.role_of(peer) or "")
+                         self.router.role_of(peer) or "", self.state.epoch, "")
 
     def _allowed(self, role: str | None, msg: Any) -> None:
         """Forbidden unless a peer of ``role`` may send ``msg`` (None: security is off).
@@ -222,88 +225,12 @@ class MasterServer:
         self.wal.append(records.pack(rec))
         self.state.apply(rec)
 
-    def _recover(self) -> tuple[State, int]:
-        """Load the newest checkpoint, then replay the WAL segments after it.
-
-        The cyclic garbage collector is off meanwhile and the result frozen: recovery makes
-        millions of objects and none of them is garbage, so collection only costs time (more
-        than half of it with 1M items, measured) and later pauses. Afterwards full collections
-        are made rare (``GC_THRESHOLDS``) for the same reason: the items a running master adds
-        are long-lived tuples in no cycle, and each full collection walks all of them.
-        """
-        gc.disable()
-        try:
-            return self._load()
-        finally:
-            gc.freeze()
-            gc.set_threshold(*GC_THRESHOLDS)
-            gc.enable()
-
-    def _load(self) -> tuple[State, int]:
-        started = time.monotonic()
-        found = checkpoint.load_latest(self.wal.directory) if self.wal.directory else None
-        wal_start, state = 0, State()
-        if found is not None:
-            wal_start, exported = found
-            state = State.restore(exported)
-        replayed = 0
-        for body in self.wal.replay(wal_start):
-            state.apply(records.unpack(body))
-            replayed += 1
-        log.info("recovered in %.3fs: checkpoint at segment %s, %d WAL records replayed, %d items, "
-                 "id high-water %d", time.monotonic() - started,
-                 wal_start if found else "none", replayed, len(state.items), state.id_hi)
-        return state, replayed
-
     # -- checkpoints -------------------------------------------------------------------------
 
     def _maybe_checkpoint(self) -> None:
-        if self.wal.directory is None:
-            return
-        if self.checkpointer is not None:
-            pid, status = os.waitpid(self.checkpointer, os.WNOHANG)
-            if pid == 0:
-                return
-            self.checkpointer = None
-            self.metrics.checkpointed(time.monotonic() - self.checkpoint_forked)
-            if os.waitstatus_to_exitcode(status) != 0:
-                log.critical("writing the checkpoint failed (exit status %d); stopping", status)
-                os._exit(70)
-            removed = checkpoint.prune(self.wal.directory, self.checkpoint_start)
-            log.info("checkpoint at segment %d done; %d old files removed", self.checkpoint_start,
-                     removed)
-        if self.wal.records_written - self.checkpoint_mark < self.config.checkpoint_records:
-            return
-        # Everything before the new segment is in the state the child snapshots; the child
-        # writes from a copy-on-write image, so this process keeps serving meanwhile.
-        self.checkpoint_mark = self.wal.records_written
-        self.checkpoint_start = self.wal.roll()
-        pid = os.fork()
-        if pid == 0:  # child: no sockets, no logging handlers, just the file
-            gc.disable()  # collecting would touch (and so copy) the parent's pages for nothing
-            self.wal.leave_lock_to_parent()
-            code = 1
-            try:
-                checkpoint.write(self.wal.directory, self.checkpoint_start,
-                                 self.state.export_parts())
-                code = 0
-            finally:
-                os._exit(code)
-        self.checkpointer = pid
-        self.checkpoint_forked = time.monotonic()
-
-    def checkpoint_now(self) -> None:
-        """Write a checkpoint synchronously (clean shutdown) and drop what it covers."""
-        if self.wal.directory is None:
-            return
-        if self.checkpointer is not None:
-            os.waitpid(self.checkpointer, 0)
-            self.checkpointer = None
-        self.wal.flush()
-        start = self.wal.roll()
-        checkpoint.write(self.wal.directory, start, self.state.export_parts())
-        checkpoint.prune(self.wal.directory, start)
-        log.info("checkpoint at segment %d written", start)
+        self.checkpoints.poll()
+        if self.checkpoints.due():  # everything before the new segment is in the state
+            self.checkpoints.fork(self.state, self.wal.roll())
 
     # -- loop --------------------------------------------------------------------------------
 
@@ -325,7 +252,7 @@ class MasterServer:
         self.router.close()
         self.metrics.close()
         try:
-            self.checkpoint_now()
+            self.checkpoints.now(self.state)
         except OSError as exc:
             log.critical("final checkpoint failed: %s", exc)
             os._exit(70)
@@ -345,7 +272,8 @@ class MasterServer:
             timed(type(msg), perf_counter() - started)
             if reply is None:
                 continue
-            if self._answer_now(msg, logged):
+            if type(msg) is p.Follow or \
+                    (not self.replication.sync_name and self._answer_now(msg, logged)):
                 self.router.reply(peer, rid, reply)
             else:
                 self._replies.append((peer, rid, reply))
@@ -354,10 +282,9 @@ class MasterServer:
         except Exception:  # a bug in a timer must not stop the server; it is retried next pass
             log.exception("internal error in the master's timers")
         self.wal.flush()  # group commit: one fsync for the whole pass, before any reply
-        self.ids.synced()
-        for peer, rid, reply in self._replies:
-            self.router.reply(peer, rid, reply)
-        self._replies.clear()
+        replies, self._replies = self._replies, []
+        self.replication.release(replies)  # at once, or when a sync standby holds the pass
+        self.replication.serve_parked(mono)
         self._maybe_checkpoint()
 
     def _answer_now(self, msg: Any, logged: int) -> bool:
@@ -397,3 +324,4 @@ class MasterServer:
         self._replies += self.leases.serve_waiters(now, mono)
         self.datanodes.watch(mono)
         self.capabilities.tick(now)
+        self.replication.watch(mono)

@@ -39,6 +39,7 @@ class State:
         self.id_hi = 1
         self.lease_seq = 0
         self.cluster_id = ""  # made at the master's first start (``ClusterCreated``)
+        self.epoch, self.standby = 0, ("", "")  # promotions; the sync standby's (name, address)
         self.items: dict[int, Item] = {}
         self.queues: dict[str, QueueState] = {}
         self.held: dict[int, tuple[int, float]] = {}  # leased id -> (lease token, deadline)
@@ -186,16 +187,12 @@ class State:
                 self.set_nodes(item, tuple(n for n in item.nodes if n != rec.node))
 
     _APPLY = {
-        Reserve: _apply_reserve, CommitItems: _apply_commit,
-        LeaseItems: _apply_lease,
-        AckItems: _apply_ack,
-        ReleaseItems: _apply_release, BuryItems: _apply_release,
-        RedriveItems: _apply_redrive,
-        ConfigureQueue: _apply_configure,
-        NodeSeen: _apply_node_seen,
-        AddReplicas: _apply_add_replicas,
+        Reserve: _apply_reserve, CommitItems: _apply_commit, LeaseItems: _apply_lease,
+        AckItems: _apply_ack, ReleaseItems: _apply_release, BuryItems: _apply_release,
+        RedriveItems: _apply_redrive, ConfigureQueue: _apply_configure,
+        NodeSeen: _apply_node_seen, AddReplicas: _apply_add_replicas,
         DropReplicas: _apply_drop_replicas,
-        **state_removals.APPLY,  # cluster identity and operator removals
+        **state_removals.APPLY,  # cluster identity, high availability, operator removals
     }
 
     # -- helpers ---------------------------------------------------------------------------
@@ -318,6 +315,7 @@ class State:
         values, then one row per item, so neither writing nor reading needs it all at once."""
         yield {"version": schema.VERSION, "id_hi": self.id_hi, "lease_seq": self.lease_seq,
                "node_addrs": self.node_addrs, "cluster_id": self.cluster_id,
+               "epoch": self.epoch, "standby": list(self.standby),
                "recent_leases": [[k, list(v[0]), list(v[1])] for k, v in self.recent_leases.items()],
                "recent_commits": list(self.recent_commits),
                "queues": [{"name": q.name, **asdict(q.config)} for q in self.queues.values()],
@@ -343,6 +341,7 @@ class State:
         head = schema.read_header(next(parts))
         s.id_hi, s.lease_seq, s.node_addrs = head["id_hi"], head["lease_seq"], head["node_addrs"]
         s.cluster_id = head.get("cluster_id", "")  # none in checkpoints older than cluster ids
+        s.epoch, s.standby = head.get("epoch", 0), tuple(head.get("standby", ("", "")))
         s.recent_acks = OrderedDict((i, lease) for i, lease in head["recent_acks"])
         s.recent_leases = OrderedDict((k, (ids, leases)) for k, ids, leases in head["recent_leases"])
         s.recent_commits = OrderedDict.fromkeys(head["recent_commits"])
@@ -390,7 +389,8 @@ class State:
 
     def snapshot(self) -> tuple:
         """A comparable picture of the durable state (tests compare live and replayed)."""
-        return (self.cluster_id, self.id_hi, self.lease_seq, sorted(self.node_addrs.items()),
+        return (self.cluster_id, self.epoch, self.standby, self.id_hi, self.lease_seq,
+                sorted(self.node_addrs.items()),
                 list(self.recent_leases.items()), list(self.recent_commits),
                 list(self.recent_acks.items()),
                 sorted(self._row(i) for i in self.items.values()),

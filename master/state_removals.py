@@ -1,4 +1,5 @@
-"""How the state applies the records of cluster identity and of operator removals.
+"""How the state applies the records of cluster identity, high availability and operator
+removals.
 
 Part of the pure state machine (``State.apply`` dispatches these records here), kept apart so
 each file stays short: like every apply, these touch no socket, file or clock.
@@ -8,12 +9,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from master.records import ClusterCreated, DeleteItems, DeleteQueue, ForgetNode
+from master.records import (ClusterCreated, DeleteItems, DeleteQueue, EpochBegun, ForgetNode,
+                            StandbySynced)
 
 
 def apply_cluster_created(state: Any, rec: ClusterCreated) -> None:
     """The first id a master made is its cluster's for good."""
     state.cluster_id = state.cluster_id or rec.cluster_id
+
+
+def apply_epoch_begun(state: Any, rec: EpochBegun) -> None:
+    """A promotion: the epoch rises and no standby is in sync with the new primary yet."""
+    state.epoch = max(state.epoch, rec.epoch)
+    state.standby = ("", "")
+
+
+def apply_standby_synced(state: Any, rec: StandbySynced) -> None:
+    state.standby = (rec.name, rec.addr)
 
 
 def apply_forget_node(state: Any, rec: ForgetNode) -> None:
@@ -38,4 +50,5 @@ def apply_delete_queue(state: Any, rec: DeleteQueue) -> None:
 
 
 APPLY = {ClusterCreated: apply_cluster_created, ForgetNode: apply_forget_node,
-         DeleteItems: apply_delete_items, DeleteQueue: apply_delete_queue}
+         DeleteItems: apply_delete_items, DeleteQueue: apply_delete_queue,
+         EpochBegun: apply_epoch_begun, StandbySynced: apply_standby_synced}

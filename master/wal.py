@@ -150,6 +150,8 @@ class Wal:
         self._size = 0
         self.records_written = 0
         self.records_appended = 0
+        self.flushed_at = (0, 0)  # (segment, bytes): the end of the log on disk, before a roll
+        self.rolls = True  # False in a standby: it rolls where its primary did, no sooner
         os.makedirs(directory, exist_ok=True)
         self._lock = _lock_directory(directory)
 
@@ -183,6 +185,7 @@ class Wal:
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         self._index = index
         self._size = os.fstat(self._fd).st_size
+        self.flushed_at = max(self.flushed_at, (index, self._size))
         if not existed:
             fsync_dir(self.directory)
 
@@ -207,6 +210,9 @@ class Wal:
         data = b"".join(self._buf)
         records = len(self._buf) // 2
         self._buf.clear()
+        self._write(data, records)
+
+    def _write(self, data: bytes, records: int) -> None:
         started = time.perf_counter()
         try:
             view = memoryview(data)
@@ -221,7 +227,8 @@ class Wal:
             self.on_sync(time.perf_counter() - started, len(data))
         self._size += len(data)
         self.records_written += records
-        if self._size >= self.segment_bytes:
+        self.flushed_at = (self._index, self._size)
+        if self._size >= self.segment_bytes and self.rolls:
             self.roll()
 
     def roll(self) -> int:
@@ -230,6 +237,67 @@ class Wal:
             os.close(self._fd)
         self._open(self._index + 1)
         return self._index
+
+    # -- shipping to a standby (master/replication.py, master/standby.py) -------------------
+
+    def read_at(self, index: int, offset: int, max_bytes: int) -> bytes | None:
+        """Whole records of segment ``index`` on disk from ``offset`` on, about ``max_bytes``
+        (at least one record); None if the segment is gone (a checkpoint covered it)."""
+        end = self._size if index == self._index else None
+        try:
+            fd = os.open(os.path.join(self.directory, segment_name(index)), os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        try:
+            end = os.fstat(fd).st_size if end is None else end
+            data = os.pread(fd, max(0, min(end - offset, max_bytes)), offset)
+            if offset + len(data) < end:  # cut short: keep whole records only
+                pos = 0
+                while pos + HEADER.size <= len(data):
+                    stop = pos + HEADER.size + HEADER.unpack_from(data, pos)[0]
+                    if stop > len(data):
+                        break
+                    pos = stop
+                if pos == 0:  # one record over max_bytes: send it whole
+                    length = HEADER.unpack(os.pread(fd, HEADER.size, offset))[0]
+                    return os.pread(fd, HEADER.size + length, offset)
+                data = data[:pos]
+            return data
+        finally:
+            os.close(fd)
+
+    def has_segment(self, index: int) -> bool:
+        return os.path.exists(os.path.join(self.directory, segment_name(index)))
+
+    def write_at(self, index: int, offset: int, data: bytes, records: int) -> None:
+        """A standby's write: the primary's bytes at the same place in the same segment,
+        made durable before it returns (a standby acknowledges only what is on its disk)."""
+        if index != self._index:
+            if index < self._index or offset != 0:
+                raise WalCorrupt(f"segment {index} at {offset} does not follow {self._index}")
+            self.roll_to(index)
+        if offset != self._size:
+            raise WalCorrupt(f"segment {index}: data for offset {offset}, the log ends at "
+                             f"{self._size}")
+        if self._buf:
+            raise RuntimeError("a standby's log takes no records of its own")
+        self._write(data, records)
+
+    def roll_to(self, index: int) -> None:
+        """Continue in segment ``index`` (a standby follows the primary's rolls)."""
+        if self._fd is not None:
+            os.close(self._fd)
+        self._open(index)
+
+    def start_over(self, index: int) -> None:
+        """Remove every segment and begin an empty one at ``index`` (a standby's snapshot)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        for old in list_segments(self.directory):
+            os.unlink(os.path.join(self.directory, segment_name(old)))
+        self.flushed_at = (0, 0)
+        self._open(index)
 
     def leave_lock_to_parent(self) -> None:
         """In a forked child: close the child's copy of the lock, so the lock goes when the

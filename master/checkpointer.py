@@ -1,0 +1,130 @@
+"""Recovery (newest checkpoint + WAL replay) and the forked writing of checkpoints.
+
+Shared by the primary (``master/server.py``), which checkpoints after it rolls its log, and a
+standby (``master/standby.py``), which checkpoints where its primary rolled: both snapshot a
+state that holds exactly the records before a segment boundary.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import time
+from typing import Callable
+
+from master import checkpoint, records
+from master.state import State
+from master.wal import MemoryWal, Wal
+
+log = logging.getLogger(__name__)
+
+# A full collection after 1,000 middle-aged ones (Python's default: 10): each walks every item
+# record (tracked tuples). A million commits took 4.2 s with the default, 1.6 s with this;
+# 300k leases, extends and acks spent 1.0-1.2 s in collections, 0.2 s with 100 (measured).
+GC_THRESHOLDS = (700, 10, 1000)
+
+
+def recover(wal: Wal | MemoryWal) -> tuple[State, int]:
+    """Load the newest checkpoint, then replay the WAL segments after it; (state, replayed).
+
+    The cyclic garbage collector is off meanwhile and the result frozen: recovery makes
+    millions of objects and none of them is garbage, so collection only costs time (more
+    than half of it with 1M items, measured) and later pauses. Afterwards full collections
+    are made rare (``GC_THRESHOLDS``) for the same reason: the items a running master adds
+    are long-lived tuples in no cycle, and each full collection walks all of them.
+    """
+    gc.disable()
+    try:
+        return _load(wal)
+    finally:
+        gc.freeze()
+        gc.set_threshold(*GC_THRESHOLDS)
+        gc.enable()
+
+
+def _load(wal: Wal | MemoryWal) -> tuple[State, int]:
+    started = time.monotonic()
+    found = checkpoint.load_latest(wal.directory) if wal.directory else None
+    wal_start, state = 0, State()
+    if found is not None:
+        wal_start, exported = found
+        state = State.restore(exported)
+    replayed = 0
+    for body in wal.replay(wal_start):
+        state.apply(records.unpack(body))
+        replayed += 1
+    log.info("recovered in %.3fs: checkpoint at segment %s, %d WAL records replayed, %d items, "
+             "id high-water %d", time.monotonic() - started,
+             wal_start if found else "none", replayed, len(state.items), state.id_hi)
+    return state, replayed
+
+
+class Checkpointer:
+    """Writes checkpoints in a forked child (so serving goes on) and prunes what they cover.
+
+    ``on_done(seconds)`` is told how long each one took (the metrics).
+    """
+
+    def __init__(self, wal: Wal | MemoryWal, every_records: int, replayed: int,
+                 on_done: Callable[[float], None] = lambda s: None) -> None:
+        self.wal = wal
+        self.every_records = every_records
+        self.mark = -replayed  # a long replay makes the next checkpoint come sooner
+        self.child: int | None = None  # pid of the child writing a checkpoint
+        self.start = 0
+        self.forked = 0.0  # monotonic
+        self.on_done = on_done
+
+    def due(self) -> bool:
+        return self.wal.directory is not None and self.child is None and \
+            self.wal.records_written - self.mark >= self.every_records
+
+    def poll(self, block: bool = False) -> None:
+        """Reap a finished child (``block``: wait for it): prune what its checkpoint covers,
+        or stop if it failed."""
+        if self.child is None:
+            return
+        pid, status = os.waitpid(self.child, 0 if block else os.WNOHANG)
+        if pid == 0:
+            return
+        self.child = None
+        self.on_done(time.monotonic() - self.forked)
+        if os.waitstatus_to_exitcode(status) != 0:
+            log.critical("writing the checkpoint failed (exit status %d); stopping", status)
+            os._exit(70)
+        removed = checkpoint.prune(self.wal.directory, self.start)
+        log.info("checkpoint at segment %d done; %d old files removed", self.start, removed)
+
+    def fork(self, state: State, wal_start: int) -> None:
+        """Snapshot ``state``, which holds exactly the records before segment ``wal_start``.
+
+        The child writes from a copy-on-write image, so this process keeps serving meanwhile.
+        """
+        self.mark = self.wal.records_written
+        self.start = wal_start
+        pid = os.fork()
+        if pid == 0:  # child: no sockets, no logging handlers, just the file
+            gc.disable()  # collecting would touch (and so copy) the parent's pages for nothing
+            self.wal.leave_lock_to_parent()
+            code = 1
+            try:
+                checkpoint.write(self.wal.directory, wal_start, state.export_parts())
+                code = 0
+            finally:
+                os._exit(code)
+        self.child = pid
+        self.forked = time.monotonic()
+
+    def now(self, state: State) -> None:
+        """Write a checkpoint synchronously (clean shutdown) and drop what it covers."""
+        if self.wal.directory is None:
+            return
+        if self.child is not None:
+            os.waitpid(self.child, 0)
+            self.child = None
+        self.wal.flush()
+        start = self.wal.roll()
+        checkpoint.write(self.wal.directory, start, state.export_parts())
+        checkpoint.prune(self.wal.directory, start)
+        log.info("checkpoint at segment %d written", start)

@@ -1,0 +1,196 @@
+"""The primary's side of a standby: ship the WAL, hold replies until the standby has them, and
+stop when a master of a newer epoch shows up.
+
+A standby asks with ``Follow(segment, offset)``: it holds the log durably up to there, which
+also acknowledges everything before it. The primary answers with the whole records after
+that point as they lie on its disk (never more than it has fsynced itself), or parks the
+request until the next pass writes some (``PARK_S`` at most: the empty answer is its sign of
+life to the standby). A standby of another epoch, or one so far behind that a checkpoint
+covered its segment, is sent the newest checkpoint file instead and starts over from it.
+
+When a standby has caught up, the primary logs ``StandbySynced``: from then on (and after a
+restart, since it is in the log) every reply waits until that standby acknowledged the end of
+the pass it came from. So nothing a client heard "ok" for can be missing on the standby, and a
+primary cut off from its standby confirms nothing at all: after a failover it cannot
+contradict the new primary. A promotion (``EpochBegun``) ends that: the new primary answers
+alone until a standby catches up with it.
+
+Fencing: a primary that learns of a newer epoch (from a standby, a data node's heartbeat, or
+by asking its silent standby) exits; its log may hold records the new primary never got, so
+it comes back as a standby, which starts over from a snapshot.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import time
+from collections import deque
+from typing import Any, Callable
+
+from blizzard import protocol as p
+from blizzard.errors import ForeignCluster
+from blizzard.transport import Endpoint, call
+from master import checkpoint
+from master.records import StandbySynced
+
+log = logging.getLogger(__name__)
+
+PARK_S = 0.25  # a caught-up standby's Follow waits at most this long for new records
+MAX_SHIP_BYTES = 4 * 1024 * 1024  # WAL bytes in one reply (whole records; one larger record goes whole)
+EXIT_FENCED = 75
+PROBE_EVERY_S = 1.0
+
+
+def exit_fenced(why: str) -> None:
+    log.critical("fenced: %s; this master stops. Its log may hold records the primary never "
+                 "got: start it with --standby-of the primary to follow it.", why)
+    logging.shutdown()
+    os._exit(EXIT_FENCED)
+
+
+class Replication:
+    """Standbys following this primary, the replies waiting for them, and fencing."""
+
+    def __init__(self, server: Any, *, sync: bool, failover_after_s: float,
+                 keys: Any = None, on_fenced: Callable[[str], None] = exit_fenced) -> None:
+        self.server = server  # state, wal, capabilities, ids, router, log_record, ctx
+        self.sync = sync
+        self.failover_after_s = failover_after_s
+        self.keys = keys  # ClientKeys to ask a silent standby for its epoch (None: insecure)
+        self.on_fenced = on_fenced
+        self.acked: dict[str, tuple[int, int]] = {}  # standby -> the log it holds durably
+        self.seen: dict[str, float] = {}  # standby -> monotonic time of its last Follow
+        self.parked: dict[str, tuple[bytes, int, p.Follow, float]] = {}
+        self.held: deque[tuple[tuple[int, int], int, list[tuple[bytes, int, Any]]]] = deque()
+        self._probed = 0.0
+        self.started = time.monotonic()  # a standby not heard from since counts as silent
+
+    @property
+    def sync_name(self) -> str:
+        """The standby every reply waits for ("" if none)."""
+        return self.server.state.standby[0] if self.sync else ""
+
+    # -- requests ----------------------------------------------------------------------------
+
+    def follow(self, msg: p.Follow, now: float, mono: float, peer: bytes, rid: int) -> Any:
+        state, wal = self.server.state, self.server.wal
+        self.check_epoch(msg.epoch, f"standby {msg.addr[:200]}")
+        if msg.cluster_id and msg.cluster_id != state.cluster_id:
+            raise ForeignCluster(f"this master is of cluster {state.cluster_id}; the standby "
+                                 f"{msg.addr[:200]} of cluster {msg.cluster_id[:64]}")
+        if wal.directory is None:
+            raise ForeignCluster("this master keeps no log on disk to follow")
+        pos = (msg.segment, msg.offset)
+        self.seen[msg.name] = mono
+        if msg.epoch != state.epoch or pos > wal.flushed_at or not wal.has_segment(msg.segment):
+            return self._snapshot(msg)
+        self.acked[msg.name] = max(self.acked.get(msg.name, pos), pos)
+        reply = self._ship(pos)
+        if reply is not None:
+            return reply
+        if self.sync and state.standby[0] != msg.name and not wal.dirty:
+            log.info("standby %s caught up; replies now wait for it", msg.addr)
+            self.server.log_record(StandbySynced(msg.name[:200], msg.addr[:200]))
+        self.parked[msg.name] = (peer, rid, msg, mono + PARK_S)
+        return None
+
+    def guard_heartbeat(self, handler: Callable[..., Any]) -> Callable[..., Any]:
+        """A heartbeat handler that fences this master when the node saw a newer epoch, and
+        tells the node this master's epoch."""
+        def heartbeat(msg: p.Heartbeat, *args: Any) -> Any:
+            self.check_epoch(msg.epoch, f"data node {msg.node_id[:64]}")
+            reply = handler(msg, *args)
+            if isinstance(reply, p.HeartbeatReply):
+                reply = dataclasses.replace(reply, epoch=self.server.state.epoch)
+            return reply
+        return heartbeat
+
+    def check_epoch(self, epoch: int, who: str) -> None:
+        if epoch > self.server.state.epoch:
+            self.on_fenced(f"{who} has seen epoch {epoch}; this master is of epoch "
+                           f"{self.server.state.epoch}")
+
+    # -- shipping ----------------------------------------------------------------------------
+
+    def _ship(self, pos: tuple[int, int]) -> p.WalData | None:
+        """The records after ``pos``; None if there are none yet."""
+        wal = self.server.wal
+        segment, offset = pos
+        data = wal.read_at(segment, offset, MAX_SHIP_BYTES) or b""
+        if not data and wal.flushed_at[0] > segment:  # the primary rolled: on to the next one
+            segment, offset = segment + 1, 0
+            data = wal.read_at(segment, 0, MAX_SHIP_BYTES) or b""
+        elif not data:
+            return None
+        return self._wal_data(segment, offset, data)
+
+    def _wal_data(self, segment: int, offset: int, data: bytes) -> p.WalData:
+        caps = self.server.capabilities
+        return p.WalData(self.server.state.epoch, segment, offset, data, caps.keys(),
+                         caps.rotated_at)
+
+    def _snapshot(self, msg: p.Follow) -> p.SnapshotData:
+        """Part of the newest checkpoint (the standby starts over from it), or, with none yet,
+        an empty one that sends it to the log's first segment."""
+        wal = self.server.wal
+        found = checkpoint.list_checkpoints(wal.directory)
+        if not found:
+            return p.SnapshotData(self.server.state.epoch, 0, 0, 0, b"")
+        start = found[-1]
+        path = os.path.join(wal.directory, checkpoint.checkpoint_name(start))
+        offset = msg.offset if msg.segment == -start - 1 else 0  # resuming this checkpoint
+        with open(path, "rb") as f:
+            total = os.fstat(f.fileno()).st_size
+            f.seek(offset)
+            data = f.read(MAX_SHIP_BYTES)
+        return p.SnapshotData(self.server.state.epoch, start, offset, total, data)
+
+    def serve_parked(self, mono: float) -> None:
+        """Answer parked Follows that have records now, or have waited ``PARK_S``."""
+        for name, (peer, rid, msg, deadline) in list(self.parked.items()):
+            pos = (msg.segment, msg.offset)
+            reply = self._ship(pos)
+            if reply is None and mono < deadline:
+                continue
+            del self.parked[name]
+            self.server.router.reply(peer, rid, reply or self._wal_data(*pos, b""))
+
+    # -- replies -----------------------------------------------------------------------------
+
+    def release(self, replies: list[tuple[bytes, int, Any]]) -> None:
+        """Send this pass's replies (flushed) once the sync standby holds the pass, and those of
+        earlier passes it has acknowledged since."""
+        server = self.server
+        name = self.sync_name
+        if replies or not name:
+            self.held.append((server.wal.flushed_at, server.state.id_hi, replies))
+        acked = self.acked.get(name, (-1, 0)) if name else None
+        while self.held and (acked is None or self.held[0][0] <= acked):
+            _, id_hi, ready = self.held.popleft()
+            server.ids.synced(id_hi)
+            for peer, rid, reply in ready:
+                server.router.reply(peer, rid, reply)
+
+    def watch(self, mono: float) -> None:
+        """With replies waiting on a silent sync standby, ask it now and then whether it was
+        promoted: if so, this master is fenced."""
+        name = self.sync_name
+        if not name or not self.held or mono - self._probed < PROBE_EVERY_S or \
+                mono - self.seen.get(name, self.started) < self.failover_after_s:
+            return
+        self._probed = mono
+        addr = self.server.state.standby[1]
+        endpoint = Endpoint(self.server.ctx, addr, self.keys,
+                            self.keys.master if self.keys else None)
+        try:
+            welcome = call(endpoint, p.Hello(), 0.3)
+        except Exception as exc:  # unreachable or refusing: no news, keep waiting
+            log.warning("sync standby %s silent for %.1fs, not reachable either (%s); replies "
+                        "wait", addr, mono - self.seen.get(name, self.started), type(exc).__name__)
+            return
+        finally:
+            endpoint.close()
+        if isinstance(welcome, p.Welcome):
+            self.check_epoch(welcome.epoch, f"the standby at {addr}")
