@@ -41,6 +41,7 @@ PARK_S = 0.25  # a caught-up standby's Follow waits at most this long for new re
 MAX_SHIP_BYTES = 4 * 1024 * 1024  # WAL bytes in one reply (whole records; one larger record goes whole)
 EXIT_FENCED = 75
 PROBE_EVERY_S = 1.0
+WARN_EVERY_S = 30.0
 
 
 def exit_fenced(why: str) -> None:
@@ -64,7 +65,7 @@ class Replication:
         self.seen: dict[str, float] = {}  # standby -> monotonic time of its last Follow
         self.parked: dict[str, tuple[bytes, int, p.Follow, float]] = {}
         self.held: deque[tuple[tuple[int, int], int, list[tuple[bytes, int, Any]]]] = deque()
-        self._probed = 0.0
+        self._probed = self._warned = -WARN_EVERY_S
         self.started = time.monotonic()  # a standby not heard from since counts as silent
 
     @property
@@ -174,10 +175,10 @@ class Replication:
                 server.router.reply(peer, rid, reply)
 
     def watch(self, mono: float) -> None:
-        """With replies waiting on a silent sync standby, ask it now and then whether it was
-        promoted: if so, this master is fenced."""
+        """With the sync standby silent, ask it now and then whether it was promoted: if so,
+        this master is fenced (until then, what it logs waits for the standby)."""
         name = self.sync_name
-        if not name or not self.held or mono - self._probed < PROBE_EVERY_S or \
+        if not name or mono - self._probed < PROBE_EVERY_S or \
                 mono - self.seen.get(name, self.started) < self.failover_after_s:
             return
         self._probed = mono
@@ -187,8 +188,12 @@ class Replication:
         try:
             welcome = call(endpoint, p.Hello(), 0.3)
         except Exception as exc:  # unreachable or refusing: no news, keep waiting
-            log.warning("sync standby %s silent for %.1fs, not reachable either (%s); replies "
-                        "wait", addr, mono - self.seen.get(name, self.started), type(exc).__name__)
+            if mono - self._warned >= WARN_EVERY_S:
+                self._warned = mono
+                log.warning("sync standby %s silent for %.1fs and not answering (%s): nothing "
+                            "is confirmed until it is back (or restart this master with "
+                            "--no-sync-standby)", addr, mono - self.seen.get(name, self.started),
+                            type(exc).__name__)
             return
         finally:
             endpoint.close()
