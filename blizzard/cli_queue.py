@@ -29,7 +29,9 @@ def status(master: str, timeout_s: float, as_json: bool, watch_s: float | None) 
     those of its last heartbeat, shown with their age ("as of 0.4 s ago").
     Safe mode: the master just started and neither re-replicates nor deletes until the data
     nodes have reported.
-    --json: {"cluster_id", "secure", "safe_mode", "replication", "under_replicated",
+    Epoch: how many times a standby took over; standby: the one every confirmation waits for.
+    --json: {"cluster_id", "epoch", "standby", "secure", "safe_mode", "replication",
+    "under_replicated",
     "nodes": [{"node_id", "addr", "alive", "heartbeat_age_s" (age of items, bytes_used and
     free_bytes), "items", "bytes_used", "free_bytes"}], "queues": [{queue, ready, delayed, leased, pending, dead,
     oldest_age_s, enqueued_total, acked_total (both since the master started)}]}. With
@@ -52,7 +54,8 @@ def status(master: str, timeout_s: float, as_json: bool, watch_s: float | None) 
 def _status_doc(st: Any) -> dict[str, Any]:
     from blizzard.admin import stats_dict
 
-    return {"cluster_id": st.cluster_id, "secure": st.secure, "safe_mode": st.safe_mode,
+    return {"cluster_id": st.cluster_id, "epoch": st.epoch, "standby": st.standby,
+            "secure": st.secure, "safe_mode": st.safe_mode,
             "replication": st.replication,
             "under_replicated": st.under_replicated,
             "nodes": [{"node_id": n.node_id, "addr": n.addr, "alive": n.alive,
@@ -65,7 +68,8 @@ def _status_doc(st: Any) -> dict[str, Any]:
 
 def _status_lines(st: Any) -> list[str]:
     doc = _status_doc(st)
-    lines = [f"cluster: {st.cluster_id}",
+    lines = [f"cluster: {st.cluster_id} (epoch {st.epoch}; standby in sync: "
+             f"{st.standby or 'none'})",
              "security: on (CURVE keys, capabilities)" if st.secure else
              "security: OFF (servers started with --insecure)",
              "safe mode: ON (the master just started: no re-replication or deletion until "

@@ -295,6 +295,17 @@ class LocalCluster:
         self.master = Proc("master", self.master.argv, self.master.log_path, self.master.addr).start()
         self.wait_ready(timeout_s)
 
+    def follow_new_primary(self) -> None:
+        """After the standby took over from the killed master, start that master again as the
+        new primary's standby (it starts over from the new primary's checkpoint)."""
+        assert self.master is not None and self.second is not None and not self.master.alive
+        old, argv = self.master, list(self.master.argv)
+        if "--standby-of" in argv:
+            del argv[argv.index("--standby-of"):argv.index("--standby-of") + 2]
+        self.master = self.second
+        self.second = Proc(old.name, [*argv, "--standby-of", self.master.addr], old.log_path,
+                           old.addr).start()
+
     def restart_node(self, i: int, *, wipe: bool = False) -> None:
         old = self.nodes[i]
         if wipe:

@@ -25,6 +25,8 @@ ATTEMPT_S = 2.0  # one try at a master request before it is sent again (a restar
 FIRST_PAUSE_S = 0.05  # the pause before the first retry; it doubles up to MAX_PAUSE_S
 MAX_PAUSE_S = 1.0
 FAILOVER_ATTEMPT_S = 1.0  # the same with several masters: a silent one is left sooner
+FAILOVER_MAX_PAUSE_S = 0.25
+PROBE_S = 0.5  # with several masters, a parked request's master is pinged this often
 RETRYABLE = {"master_starting", "not_primary"}  # not_primary: a standby, until it is promoted
 
 
@@ -83,7 +85,8 @@ class MasterLink:
         retries = 0
         while True:
             attempt_s = min(deadline - time.monotonic(), self.attempt_s + extra_s)
-            replies = call_many([(self.endpoint, msgs[i]) for i in todo], max(attempt_s, 0.01))
+            replies = call_many([(self.endpoint, msgs[i]) for i in todo], max(attempt_s, 0.01),
+                                probe_s=PROBE_S if extra_s and self.standby else None)
             again = []
             for i, reply in zip(todo, replies):
                 if isinstance(reply, AuthenticationFailed):
@@ -95,7 +98,7 @@ class MasterLink:
                 self._move_on(results[again[0]])
             if not again:
                 return [raise_if_error(r) for r in results] if raise_errors else results
-            pause = retry_pause_s(retries, random.random())
+            pause = retry_pause_s(retries, random.random(), self.max_pause_s)
             retries += 1
             if time.monotonic() + pause >= deadline:
                 last = results[again[0]]
@@ -109,6 +112,22 @@ class MasterLink:
     def call(self, msg: Any, extra_s: float = 0.0, since: float | None = None) -> Any:
         """One request (see ``call_many``); raises the reply's ``BlizzardError``."""
         return self.call_many([msg], extra_s, since=since)[0]
+
+    def enqueue_wait_s(self, node_wait_s: float) -> float:
+        """How long the pipeline waits for an enqueue the master may park ``node_wait_s`` for
+        reports, before it asks again the slow way (which, with a standby, checks the master
+        is alive meanwhile)."""
+        return node_wait_s + ATTEMPT_S if len(self.choice.addrs) == 1 else FAILOVER_ATTEMPT_S
+
+    @property
+    def max_pause_s(self) -> float:
+        """The longest pause between tries: shorter with a standby, which takes over any moment."""
+        return MAX_PAUSE_S if len(self.choice.addrs) == 1 else FAILOVER_MAX_PAUSE_S
+
+    @property
+    def standby(self) -> bool:
+        """Given several masters: one may take over from another."""
+        return len(self.choice.addrs) > 1
 
     @property
     def attempt_s(self) -> float:
@@ -132,11 +151,11 @@ def is_retryable(reply: Any) -> bool:
     return isinstance(reply, p.Error) and reply.code in RETRYABLE
 
 
-def retry_pause_s(retries: int, rand: float) -> float:
+def retry_pause_s(retries: int, rand: float, max_pause_s: float = MAX_PAUSE_S) -> float:
     """The pause before retry number ``retries`` (0: the first): exponential, with jitter.
 
     ``rand`` in [0, 1) spreads it over [half, all] of the exponential step, so clients that
     lost a master together do not all come back at the same moment after its restart.
     """
-    step = min(MAX_PAUSE_S, FIRST_PAUSE_S * 2 ** min(retries, 20))
+    step = min(max_pause_s, FIRST_PAUSE_S * 2 ** min(retries, 20))
     return step * (0.5 + rand / 2)

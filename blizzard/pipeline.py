@@ -39,7 +39,7 @@ from blizzard import protocol as p
 from blizzard.datanodes import DatanodePool
 from blizzard.enqueue_options import EnqueueOptions, as_bytes
 from blizzard.errors import DatanodeUnavailable, NotEnoughDatanodes, UnknownItem
-from blizzard.master_link import ATTEMPT_S, MasterLink, is_retryable
+from blizzard.master_link import MasterLink, is_retryable
 from blizzard.queue_settings import check_queue_name
 from blizzard.transport import Endpoint, Replies, raise_if_error
 
@@ -226,11 +226,11 @@ class EnqueuePipeline:
                                   placement.grant)
         c.since = time.monotonic()
         self._send_to(c, self.master.endpoint, c.enqueue_msg,
-                      c.since + self.nodes.node_timeout_s + ATTEMPT_S)
+                      c.since + self.master.enqueue_wait_s(self.nodes.node_timeout_s))
 
     def _ask_master(self, c: Chunk, msg: Any) -> None:
         c.since = time.monotonic()
-        self._send_to(c, self.master.endpoint, msg, c.since + ATTEMPT_S)
+        self._send_to(c, self.master.endpoint, msg, c.since + self.master.attempt_s)
 
     @staticmethod
     def _send_to(c: Chunk, ep: Endpoint, msg: Any, until: float) -> None:

@@ -333,6 +333,8 @@ class ClusterStatus:
     secure: bool  # CURVE keys on every socket; False: started with --insecure
     safe_mode: bool  # just started: nothing re-replicated or deleted until the nodes report
     cluster_id: str = ""  # made by the master at its first start; data nodes keep it
+    epoch: int = 0  # promotions of a standby so far (master/standby.py)
+    standby: str = ""  # the standby every confirmation waits for ("": none in sync)
 
 
 @message(55)

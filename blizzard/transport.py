@@ -241,9 +241,14 @@ class Replies:
                 ep.read_ready()
 
 
-def call_many(calls: Iterable[tuple[Endpoint, Any]], timeout_s: float) -> list[Any]:
+def call_many(calls: Iterable[tuple[Endpoint, Any]], timeout_s: float,
+              probe_s: float | None = None) -> list[Any]:
     """Send every request at once, wait for all replies; a reply is a message, a
     ``TimeoutError``, or an ``AuthenticationFailed`` (the server refused our handshake).
+
+    With ``probe_s``, a server that may rightly hold a reply long (a master parking an
+    enqueue) is asked for a ``Ping`` every ``probe_s`` meanwhile: one unanswered by the next
+    probe counts as a timeout of every request to that server, so a dead one is noticed soon.
 
     Error replies are returned as messages (``protocol.Error``); the caller decides what they mean.
     Endpoints that timed out or were refused are reset so late replies cannot be mistaken for
@@ -259,6 +264,7 @@ def call_many(calls: Iterable[tuple[Endpoint, Any]], timeout_s: float) -> list[A
             results[i] = exc
     deadline = time.monotonic() + timeout_s
     replies = Replies(ep for ep, _ in waiting.values())
+    probes = Probes(probe_s)
     while waiting:
         for i, (ep, rid) in list(waiting.items()):
             reply = ep.take(rid) or ep.refused
@@ -267,17 +273,48 @@ def call_many(calls: Iterable[tuple[Endpoint, Any]], timeout_s: float) -> list[A
                 del waiting[i]
                 if isinstance(reply, AuthenticationFailed):
                     ep.reset()
+        for ep in probes.silent({ep for ep, _ in waiting.values()}):
+            for i in [i for i, (e, _) in waiting.items() if e is ep]:
+                results[i] = TimeoutError(f"{ep.addr} stopped answering pings")
+                del waiting[i]
+            ep.reset()
         if not waiting:
             break
-        left_ms = int((deadline - time.monotonic()) * 1000)
-        if left_ms <= 0:
+        left_ms = int((min(deadline, probes.next) - time.monotonic()) * 1000)
+        if time.monotonic() >= deadline:
             break
-        replies.read(left_ms)
+        replies.read(max(left_ms, 1))
     for i, (ep, _) in waiting.items():
         results[i] = ep.handshake_failure() or \
             TimeoutError(f"no reply from {ep.addr} within {timeout_s:g}s")
         ep.reset()
     return results
+
+
+class Probes:
+    """The pings of ``call_many``'s ``probe_s``: which servers stopped answering them."""
+
+    def __init__(self, every_s: float | None) -> None:
+        self.every_s = every_s
+        self.next = time.monotonic() + every_s if every_s else float("inf")
+        self.sent: dict[Endpoint, int] = {}
+
+    def silent(self, endpoints: set[Endpoint]) -> list[Endpoint]:
+        """Servers whose last ping went unanswered, once per ``every_s``; pings the others."""
+        if self.every_s is None or time.monotonic() < self.next:
+            return []
+        self.next = time.monotonic() + self.every_s
+        dead = []
+        for ep in endpoints:
+            rid = self.sent.pop(ep, None)
+            if rid is not None and ep.take(rid) is None:
+                dead.append(ep)
+                continue
+            try:
+                self.sent[ep] = ep.send(protocol.Ping())
+            except TimeoutError:
+                dead.append(ep)
+        return dead
 
 
 def call(ep: Endpoint, msg: Any, timeout_s: float) -> Any:

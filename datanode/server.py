@@ -42,6 +42,7 @@ MAX_REPLY_BYTES = 20 * 1024 * 1024  # blob bytes in one Get reply (plus at most 
 GET_SLICE = 256  # ids read from the store at a time while filling a reply
 MAX_PEERS = 64  # connections to other data nodes kept open; the least recently used goes
 MAX_FORWARD = 16  # replicas one put may name
+RETRY_S = 0.2  # the next heartbeat after a standby's refusal: it may be the primary any moment
 
 
 class DatanodeServer:
@@ -280,7 +281,9 @@ class DatanodeServer:
             ep.discard_received()  # replies to reports need no action
             if reply is not None:
                 self.heartbeat_rid = None
-                if self.leader.accepts(reply) and self.cluster.accepts(reply):
+                if not self.leader.accepts(reply):  # a standby: ask again soon
+                    self.next_heartbeat = min(self.next_heartbeat, time.monotonic() + RETRY_S)
+                elif self.cluster.accepts(reply):
                     self._obey(reply)
 
     def _obey(self, reply: p.HeartbeatReply) -> None:

@@ -123,4 +123,5 @@ class QueueAdmin:
         under = self.repair.under_replicated(mono)
         return p.ClusterStatus(nodes, queues, under, self.config.replication,
                                self.config.keys is not None, self.safe_mode.on,
-                               self.state.cluster_id)
+                               self.state.cluster_id, self.state.epoch,
+                               self.state.standby[1] if self.config.sync_standby else "")

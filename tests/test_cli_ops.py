@@ -174,7 +174,7 @@ def test_a_json_log_line_carries_the_exception():
 
 
 @pytest.mark.parametrize("toml, error", [
-    ("replicaton = 3\n", "unknown key 'replicaton' (known: bind, checkpoint_records"),
+    ("replicaton = 3\n", "unknown key 'replicaton' (known: advertise, bind, checkpoint_records"),
     ('replication = "3"\n', "replication = '3': expected an integer"),
     ("replication = 30\n", "replication = 30: 30 is not in the range 1<=x<=9"),
     ("insecure = 1\n", "insecure = 1: expected true or false"),
