@@ -26,7 +26,7 @@ FIRST_PAUSE_S = 0.05  # the pause before the first retry; it doubles up to MAX_P
 MAX_PAUSE_S = 1.0
 FAILOVER_ATTEMPT_S = 1.0  # the same with several masters: a silent one is left sooner
 FAILOVER_MAX_PAUSE_S = 0.25
-PROBE_S = 0.5  # with several masters, a parked request's master is pinged this often
+PROBE_S = 0.4  # with several masters, a parked request's master is pinged this often
 RETRYABLE = {"master_starting", "not_primary"}  # not_primary: a standby, until it is promoted
 
 

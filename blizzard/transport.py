@@ -14,6 +14,7 @@ from blizzard import protocol
 from blizzard.errors import (AuthenticationFailed, BlizzardError, InvalidArgument,
                              ProtocolError, from_code)
 from blizzard.keys import ClientKeys, ServerKeys
+from blizzard.probes import Probes
 from blizzard.secure import HandshakeWatch, connect_curve, serve_curve
 
 log = logging.getLogger(__name__)
@@ -289,32 +290,6 @@ def call_many(calls: Iterable[tuple[Endpoint, Any]], timeout_s: float,
             TimeoutError(f"no reply from {ep.addr} within {timeout_s:g}s")
         ep.reset()
     return results
-
-
-class Probes:
-    """The pings of ``call_many``'s ``probe_s``: which servers stopped answering them."""
-
-    def __init__(self, every_s: float | None) -> None:
-        self.every_s = every_s
-        self.next = time.monotonic() + every_s if every_s else float("inf")
-        self.sent: dict[Endpoint, int] = {}
-
-    def silent(self, endpoints: set[Endpoint]) -> list[Endpoint]:
-        """Servers whose last ping went unanswered, once per ``every_s``; pings the others."""
-        if self.every_s is None or time.monotonic() < self.next:
-            return []
-        self.next = time.monotonic() + self.every_s
-        dead = []
-        for ep in endpoints:
-            rid = self.sent.pop(ep, None)
-            if rid is not None and ep.take(rid) is None:
-                dead.append(ep)
-                continue
-            try:
-                self.sent[ep] = ep.send(protocol.Ping())
-            except TimeoutError:
-                dead.append(ep)
-        return dead
 
 
 def call(ep: Endpoint, msg: Any, timeout_s: float) -> Any:
