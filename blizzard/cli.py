@@ -67,8 +67,10 @@ def cli() -> None:
               help=f"Serve Prometheus metrics from every process on a free port of {LOOPBACK}.")
 @click.option("--log-format", default="text", show_default=True, type=click.Choice(logs.FORMATS),
               help="Format of the processes' logs in DATA_DIR/*.log (json: one object a line).")
+@click.option("--standby", is_flag=True, help="Also run a hot standby master (on a free port): "
+              "it takes over when the master dies, which then comes back as its standby.")
 def cluster(data_dir: str, datanodes: int, replication: int, port: int, node_port: int,
-            insecure: bool, metrics: bool, log_format: str) -> None:
+            insecure: bool, metrics: bool, log_format: str, standby: bool) -> None:
     """Run a master and data nodes on 127.0.0.1 in the foreground; Ctrl-C stops them all.
 
     Secure by default: the key pairs are made in DATA_DIR/keys on first start.
@@ -78,7 +80,7 @@ def cluster(data_dir: str, datanodes: int, replication: int, port: int, node_por
     keys = None if insecure else os.path.join(os.path.abspath(data_dir), "keys")
     local = LocalCluster(os.path.abspath(data_dir), datanodes=datanodes, replication=replication,
                          master_port=port, node_base_port=node_port, keys=keys, metrics=metrics,
-                         log_format=log_format)
+                         log_format=log_format, standby=standby)
     stopping = False
 
     def stop(signum: int, frame: Any) -> None:
@@ -88,16 +90,21 @@ def cluster(data_dir: str, datanodes: int, replication: int, port: int, node_por
     signal.signal(signal.SIGINT, stop)
     try:
         _start(local, data_dir)
-        click.echo(f"master {local.master_addr}, {datanodes} data nodes, data in {data_dir}; "
+        click.echo(f"master {local.masters}, {datanodes} data nodes, data in {data_dir}; "
                    "Ctrl-C stops")
-        click.echo(f"export BLIZZARD_MASTER={local.master_addr}")
+        click.echo(f"export BLIZZARD_MASTER={local.masters}")
         if keys is not None:
             click.echo(f"export BLIZZARD_KEYS={keys}")
         for name in local.metrics_ports:
             click.echo(f"metrics of {name}: {local.metrics_url(name)}")
         while not stopping:
             time.sleep(0.2)
-            dead = [p.name for p in [local.master, *local.nodes] if p is not None and not p.alive]
+            if standby and not local.master.alive and local.second.alive:
+                click.echo(f"the master {local.master.addr} stopped; the standby "
+                           f"{local.second.addr} takes over, and it comes back as its standby")
+                local.follow_new_primary()
+            dead = [p.name for p in [local.master, local.second, *local.nodes]
+                    if p is not None and not p.alive]
             if dead:
                 raise click.ClickException(f"{', '.join(dead)} exited; see logs in {data_dir}")
     finally:

@@ -1,5 +1,7 @@
 """Pings to servers that may rightly hold a reply long (a master parking an enqueue), so one
-that died is noticed soon: what ``transport.call_many`` does with ``probe_s``."""
+that died is noticed soon: what ``transport.call_many`` does with ``probe_s``. The ping is a
+``Hello``, which a master answers at once (a ``Ping`` waits for durability, which a sync
+standby may hold up)."""
 
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ class Probes:
             if rid is not None:
                 ep.take(rid)
             try:
-                self.sent[ep] = (ep.send(protocol.Ping()), now)
+                self.sent[ep] = (ep.send(protocol.Hello()), now)
             except TimeoutError:
                 dead.append(ep)
         return dead

@@ -248,8 +248,8 @@ def call_many(calls: Iterable[tuple[Endpoint, Any]], timeout_s: float,
     ``TimeoutError``, or an ``AuthenticationFailed`` (the server refused our handshake).
 
     With ``probe_s``, a server that may rightly hold a reply long (a master parking an
-    enqueue) is asked for a ``Ping`` every ``probe_s`` meanwhile: one unanswered by the next
-    probe counts as a timeout of every request to that server, so a dead one is noticed soon.
+    enqueue) is sent a ``Hello`` every ``probe_s`` meanwhile: one left unanswered for two
+    periods counts as a timeout of every request to that server, so a dead one is noticed soon.
 
     Error replies are returned as messages (``protocol.Error``); the caller decides what they mean.
     Endpoints that timed out or were refused are reset so late replies cannot be mistaken for

@@ -75,15 +75,16 @@ def load_latest(directory: str) -> tuple[int, Iterator[Any]] | None:
     return read(os.path.join(directory, checkpoint_name(found[-1])))
 
 
-def prune(directory: str, wal_start: int) -> int:
-    """Remove checkpoints older than ``wal_start`` and the segments before it; return how many."""
+def prune(directory: str, wal_start: int, keep_from: int | None = None) -> int:
+    """Remove checkpoints older than ``wal_start`` and the segments before it, except those from
+    ``keep_from`` on (a standby still reads them); return how many."""
     removed = 0
     for index in list_checkpoints(directory):
         if index < wal_start:
             os.remove(os.path.join(directory, checkpoint_name(index)))
             removed += 1
     for index in list_segments(directory):
-        if index < wal_start:
+        if index < min(wal_start, wal_start if keep_from is None else keep_from):
             os.remove(os.path.join(directory, segment_name(index)))
             removed += 1
     for name in os.listdir(directory):

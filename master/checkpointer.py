@@ -63,11 +63,13 @@ def _load(wal: Wal | MemoryWal) -> tuple[State, int]:
 class Checkpointer:
     """Writes checkpoints in a forked child (so serving goes on) and prunes what they cover.
 
-    ``on_done(seconds)`` is told how long each one took (the metrics).
+    ``on_done(seconds)`` is told how long each one took (the metrics); ``keep_from()`` names
+    the oldest segment a standby still reads, which pruning keeps.
     """
 
     def __init__(self, wal: Wal | MemoryWal, every_records: int, replayed: int,
-                 on_done: Callable[[float], None] = lambda s: None) -> None:
+                 on_done: Callable[[float], None] = lambda s: None,
+                 keep_from: Callable[[], int | None] = lambda: None) -> None:
         self.wal = wal
         self.every_records = every_records
         self.mark = -replayed  # a long replay makes the next checkpoint come sooner
@@ -75,6 +77,7 @@ class Checkpointer:
         self.start = 0
         self.forked = 0.0  # monotonic
         self.on_done = on_done
+        self.keep_from = keep_from  # the oldest segment a standby still reads (None: none)
 
     def due(self) -> bool:
         return self.wal.directory is not None and self.child is None and \
@@ -93,7 +96,7 @@ class Checkpointer:
         if os.waitstatus_to_exitcode(status) != 0:
             log.critical("writing the checkpoint failed (exit status %d); stopping", status)
             os._exit(70)
-        removed = checkpoint.prune(self.wal.directory, self.start)
+        removed = checkpoint.prune(self.wal.directory, self.start, self.keep_from())
         log.info("checkpoint at segment %d done; %d old files removed", self.start, removed)
 
     def fork(self, state: State, wal_start: int) -> None:

@@ -113,6 +113,12 @@ class Replication:
             self.on_fenced(f"{who} has seen epoch {epoch}; this master is of epoch "
                            f"{self.server.state.epoch}")
 
+    def keep_from(self) -> int | None:
+        """The oldest segment the sync standby still reads: a checkpoint must not prune it, or
+        the standby would start over from a snapshot while every reply waits for it."""
+        acked = self.acked.get(self.sync_name) if self.sync_name else None
+        return acked[0] if acked is not None else None
+
     # -- shipping ----------------------------------------------------------------------------
 
     def _ship(self, pos: tuple[int, int]) -> p.WalData | None:

@@ -126,7 +126,8 @@ class MasterServer:
         # collected always (about a µs a request), served only with a metrics port
         self.metrics = MasterMetrics(self)
         self.checkpoints = Checkpointer(wal, config.checkpoint_records, replayed,
-                                        self.metrics.checkpointed)
+                                        self.metrics.checkpointed,
+                                        lambda: self.replication.keep_from())
         self.handlers: dict[type, Handler] = {
             p.Place: self.blocks.place,
             p.Enqueue: self.enqueue,
@@ -272,8 +273,7 @@ class MasterServer:
             timed(type(msg), perf_counter() - started)
             if reply is None:
                 continue
-            if type(msg) is p.Follow or \
-                    (not self.replication.sync_name and self._answer_now(msg, logged)):
+            if self._answer_now(msg, reply, logged):
                 self.router.reply(peer, rid, reply)
             else:
                 self._replies.append((peer, rid, reply))
@@ -287,16 +287,24 @@ class MasterServer:
         self.replication.serve_parked(mono)
         self._maybe_checkpoint()
 
-    def _answer_now(self, msg: Any, logged: int) -> bool:
-        """Whether a reply may go out before the pass's fsync.
+    def _answer_now(self, msg: Any, reply: Any, logged: int) -> bool:
+        """Whether a reply may go out before the pass's fsync (and the sync standby's).
 
-        A placement that logged nothing, whose ids lie below a reservation already on disk,
-        reveals nothing the fsync could still lose. A lease without acks riding on it may be
-        answered early too: if the master dies before the fsync, the lease is forgotten and the
-        item is handed out again (at least once, P2) without that attempt counted. (Not
-        heartbeats: their delete orders may stem from acks not yet durable.)
+        A standby's ``Follow`` and a ``Hello`` (a client's sign of life) reveal nothing, and a
+        heartbeat reply with no delete orders neither (its delete orders may stem from acks
+        not yet durable): a data node must not leave a primary that waits for its standby.
+        Without a sync standby, a placement that logged nothing, whose ids lie below a
+        reservation already on disk, reveals nothing the fsync could still lose; and a lease
+        without acks riding on it may be answered early too: if the master dies before the
+        fsync, the lease is forgotten and the item is handed out again (at least once, P2)
+        without that attempt counted.
         """
         kind = type(msg)
+        if kind is p.Follow or kind is p.Hello or \
+                (kind is p.Heartbeat and isinstance(reply, p.HeartbeatReply) and not reply.delete):
+            return True
+        if self.replication.sync_name:
+            return False
         if kind is p.Lease:
             return not msg.ack_ids
         return kind is p.Place and self.wal.records_appended == logged and self.ids.all_durable()
