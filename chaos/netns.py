@@ -12,10 +12,10 @@ import os
 import shutil
 import subprocess
 
-__all__ = ["IpError", "NamespacesUnavailable", "add_address", "add_bridge", "add_namespace",
-           "add_veth", "blackhole", "delete_link", "delete_namespace", "flush_blackholes",
-           "links", "namespace_pids", "namespaces", "require_root", "set_link", "unblackhole",
-           "root_addresses"]
+__all__ = ["IpError", "NamespacesUnavailable", "add_bridge", "add_namespace", "add_veth",
+           "blackhole", "delete_link", "delete_namespace", "flush_blackholes", "links",
+           "namespace_pids", "namespaces", "require_root", "root_addresses", "set_link",
+           "unblackhole"]
 
 
 class IpError(RuntimeError):
