@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import signal
 import sys
 import tempfile
 import time
@@ -153,6 +154,7 @@ def run(seed: int | None, duration_s: float, datanodes: int, consumers: int, pro
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     click.echo(f"chaos run: seed {seed}, run dir {run_dir}", err=True)
+    signal.signal(signal.SIGTERM, _unwind)
     started = time.monotonic()
     try:
         result = run_chaos(opts)
@@ -194,6 +196,11 @@ def check(history_path: str) -> None:
     for key, value in result.examples.items():
         click.echo(f"{key:>20}: e.g. {str(value)[:300]}")
     sys.exit(EXIT_PASS if result.valid else EXIT_FAIL)
+
+
+def _unwind(signum: int, frame: object) -> None:
+    """SIGTERM stops a run as Ctrl-C does: the cluster is stopped and its hosts removed."""
+    raise SystemExit(128 + signum)
 
 
 def _logging(level: str, path: str) -> None:

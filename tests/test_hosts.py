@@ -107,7 +107,11 @@ def test_a_short_chaos_run_on_hosts_with_partitions_passes(tmp_path):
            "--master-pauses", "0", "--master-kills", "1", "--consumer-stalls", "1",
            "--run-dir", str(run_dir), "--log-level", "warning"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    out, err = proc.communicate(timeout=120)
+    try:
+        out, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.terminate()  # the run stops its cluster and removes its hosts
+        out, err = proc.communicate()
     if proc.returncode != 0:
         print(out, err[-5000:])
         for log in sorted([*(run_dir / "cluster").glob("*.log"), *run_dir.glob("client*.log")]):
