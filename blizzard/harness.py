@@ -225,7 +225,8 @@ class LocalCluster:
         attempts = 1 if self.master_port or self.node_base_port else 3
         for attempt in range(attempts):
             host = self.placement("master").host
-            self.master = self._master_proc(f"tcp://{host}:{self.master_port or free_port()}").start()
+            self.master = self._master_proc(f"tcp://{host}:{self.master_port or free_port()}")
+            self.master.start()
             self.nodes = []
             try:
                 # The master first: a data node must never reach a master that is not ours
@@ -284,8 +285,8 @@ class LocalCluster:
         return Proc("master", argv, os.path.join(self.base_dir, "master.log"), addr)
 
     def _node_proc(self, i: int, addr: str) -> Proc:
-        argv = [*self.placement(f"datanode{i}").prefix, self.python, "-m", "datanode", "--data-dir",
-                os.path.join(self.base_dir, f"datanode{i}"), "--bind", addr,
+        argv = [*self.placement(f"datanode{i}").prefix, self.python, "-m", "datanode",
+                "--data-dir", os.path.join(self.base_dir, f"datanode{i}"), "--bind", addr,
                 "--master", self.master_addr, "--heartbeat-s", str(self.heartbeat_s),
                 *self._security(), *self._metrics(f"datanode{i}"), "--log-format", self.log_format]
         return Proc(f"datanode{i}", argv, os.path.join(self.base_dir, f"datanode{i}.log"), addr)

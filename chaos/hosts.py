@@ -94,7 +94,8 @@ class Hosts:
 
     def leftovers(self) -> list[str]:
         """Namespaces and links of this run that still exist (none after ``close``)."""
-        return [name for name in [*netns.namespaces(), *netns.links()] if _run_of(name) == self.run_id]
+        return [name for name in [*netns.namespaces(), *netns.links()]
+                if _run_of(name) == self.run_id]
 
     def __enter__(self) -> "Hosts":
         return self.start()

@@ -121,7 +121,7 @@ class Nemesis:
         self.history.record(PROCESS, OK, "heal", {"fault": number, "kind": fault.kind})
 
     def _partition(self, number: int, fault: Fault) -> None:
-        """A cut; one of a data node holds its lock, so churn does not also kill it."""
+        """A partition; one of a data node holds its lock, so churn does not kill it meanwhile."""
         if self.partitions is None:
             raise ValueError(f"{fault.kind} needs hosts in network namespaces")
         actions = self.partitions.actions(number, fault)

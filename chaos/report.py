@@ -166,7 +166,8 @@ def _partitions(partitions: list[dict[str, Any]]) -> str:
     def target(p: dict[str, Any]) -> str:
         return "master" if p["target"] is None else \
             f"client{p['target']}" if p["kind"] == CUT_CLIENT else f"datanode{p['target']}"
-    return "; ".join(f"{p['kind']} {target(p)} {p['start_s']:g}-{p['end_s']:g}s" for p in partitions)
+    return "; ".join(f"{p['kind']} {target(p)} {p['start_s']:g}-{p['end_s']:g}s"
+                     for p in partitions)
 
 
 def write(run_dir: str, report: dict[str, Any]) -> str:

@@ -41,8 +41,9 @@ def _holding(cluster: LocalCluster, items: int) -> list[NodeStatus] | None:
 
 
 def ours(run_id: str) -> list[str]:
-    """The namespaces and links of a hosts run that exist now."""
-    return [name for name in [*netns.namespaces(), *netns.links()] if run_id in name]
+    """The namespaces and links of hosts runs whose id starts with ``run_id`` that exist now."""
+    return [name for name in [*netns.namespaces(), *netns.links()]
+            if name.startswith((f"bz-{run_id}", f"bz{run_id}"))]
 
 
 def test_a_data_node_cut_off_from_the_master_still_serves_what_it_holds(tmp_path):
