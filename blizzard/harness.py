@@ -1,7 +1,8 @@
 """Start a real local cluster (master + data nodes as processes) and stop it cleanly.
 
 Used by ``blizzard cluster``, the integration tests, the demo, the benchmark and chaos runs,
-so there is one way to run Blizzard's processes. Only loopback addresses are used.
+so there is one way to run Blizzard's processes. Only loopback addresses are used, unless a
+``placement`` puts each process on a host of its own (``chaos.hosts``: network namespaces).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 import zmq
 
@@ -26,8 +27,8 @@ from blizzard.defaults import LOOPBACK
 from blizzard.secure import connect_curve
 from blizzard.transport import Endpoint, call
 
-__all__ = ["AUTO_KEYS", "LOOPBACK", "LocalCluster", "Proc", "StartFailed", "free_port",
-           "process_keys"]
+__all__ = ["AUTO_KEYS", "LOOPBACK", "LocalCluster", "Placement", "Proc", "StartFailed",
+           "free_port", "process_keys"]
 
 AUTO_KEYS = "auto"
 MASTER_ID_LOGGED = re.compile(r"cluster id ([0-9a-f]{16})")  # master/cluster_id.py logs it
@@ -156,6 +157,15 @@ class Proc:
             return ""
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where a server process runs: a command prefix (``ip netns exec NS``) and the address
+    it binds. The default is here, on loopback."""
+
+    prefix: tuple[str, ...] = ()
+    host: str = LOOPBACK
+
+
 @dataclass
 class LocalCluster:
     """A master and ``datanodes`` data nodes under ``base_dir`` on free loopback ports."""
@@ -175,6 +185,8 @@ class LocalCluster:
     metrics: bool = False  # every process serves Prometheus metrics on a free loopback port
     metrics_ports: dict[str, int] = field(default_factory=dict)  # process name -> port
     log_format: str = "text"  # every process's log format (text or json)
+    placement: Callable[[str], Placement] = lambda _name: Placement()  # process name -> where
+    # it runs (``chaos.hosts.Hosts.placement``); the default: here, on loopback
     master: Proc | None = None
     nodes: list[Proc] = field(default_factory=list)
     standby: bool = False  # also a hot standby master (``--standby-of`` the master)
@@ -220,7 +232,9 @@ class LocalCluster:
         self._check_given_ports()
         attempts = 1 if self.master_port or self.node_base_port else 3
         for attempt in range(attempts):
-            self.master = self._master_proc(f"tcp://{LOOPBACK}:{self.master_port or free_port()}").start()
+            host = self.placement("master").host
+            self.master = self._master_proc(f"tcp://{host}:{self.master_port or free_port()}")
+            self.master.start()
             self.nodes = []
             try:
                 # The master first: a data node must never reach a master that is not ours
@@ -228,11 +242,12 @@ class LocalCluster:
                 self._wait_own_master(timeout_s)
                 if self.standby:
                     self.second = self._master_proc(
-                        f"tcp://{LOOPBACK}:{free_port()}", "standby",
+                        f"tcp://{self.placement('standby').host}:{free_port()}", "standby",
                         ["--standby-of", self.master_addr, *self.standby_args]).start()
                 for i in range(self.datanodes):
                     port = self.node_base_port + i if self.node_base_port else free_port()
-                    self.nodes.append(self._node_proc(i, f"tcp://{LOOPBACK}:{port}").start())
+                    host = self.placement(f"datanode{i}").host
+                    self.nodes.append(self._node_proc(i, f"tcp://{host}:{port}").start())
                 self.wait_ready(timeout_s)
                 return self
             except RuntimeError as exc:  # a process exited while starting
@@ -270,7 +285,8 @@ class LocalCluster:
                 check_port_free(self.node_base_port + i, f"data node {i}'s")
 
     def _master_proc(self, addr: str, name: str = "master", extra: Sequence[str] = ()) -> Proc:
-        argv = [self.python, "-m", "master", "--data-dir", os.path.join(self.base_dir, name),
+        argv = [*self.placement(name).prefix, self.python, "-m", "master",
+                "--data-dir", os.path.join(self.base_dir, name),
                 "--bind", addr, "--replication", str(self.replication),
                 "--heartbeat-s", str(self.heartbeat_s), "--dead-after-s", str(self.dead_after_s),
                 *self._security(), *self._metrics("master"), "--log-format", self.log_format,
@@ -281,8 +297,8 @@ class LocalCluster:
         return Proc(name, argv, os.path.join(self.base_dir, f"{name}.log"), addr)
 
     def _node_proc(self, i: int, addr: str) -> Proc:
-        argv = [self.python, "-m", "datanode", "--data-dir",
-                os.path.join(self.base_dir, f"datanode{i}"), "--bind", addr,
+        argv = [*self.placement(f"datanode{i}").prefix, self.python, "-m", "datanode",
+                "--data-dir", os.path.join(self.base_dir, f"datanode{i}"), "--bind", addr,
                 "--master", self.masters, "--heartbeat-s", str(self.heartbeat_s),
                 *self._security(), *self._metrics(f"datanode{i}"), "--log-format", self.log_format]
         return Proc(f"datanode{i}", argv, os.path.join(self.base_dir, f"datanode{i}.log"), addr)

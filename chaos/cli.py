@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import signal
 import sys
 import tempfile
 import time
@@ -24,6 +25,7 @@ EXIT_PASS = 0
 EXIT_FAIL = 1
 EXIT_USAGE = 2
 EXIT_ERROR = 3
+PARTITION_DEFAULTS = {"node_cuts": 1, "client_cuts": 1, "link_flaps": 1, "master_cuts": 0}
 
 
 def _run_options(f: Callable[..., None]) -> Callable[..., None]:
@@ -55,6 +57,23 @@ def _run_options(f: Callable[..., None]) -> Callable[..., None]:
         click.option("--churn-per-min", default=0.0, show_default=True,
                      type=click.FloatRange(0), help="Churn: kills and restarts of random data "
                      "nodes per minute, for the whole run (0: off)."),
+        click.option("--hosts/--no-hosts", default=False, show_default=True,
+                     help="Run every server and client host in its own network namespace on "
+                          "a bridge (needs root), and add partition faults."),
+        click.option("--clients", default=2, show_default=True, type=click.IntRange(1, 16),
+                     help="With --hosts: client hosts the producers and consumers share."),
+        click.option("--node-cuts", type=click.IntRange(0), default=None,
+                     help="With --hosts: a data node cut off from the master, not from clients "
+                          f"[default: {PARTITION_DEFAULTS['node_cuts']} with --hosts]."),
+        click.option("--client-cuts", type=click.IntRange(0), default=None,
+                     help="With --hosts: a client host cut off from every host "
+                          f"[default: {PARTITION_DEFAULTS['client_cuts']} with --hosts]."),
+        click.option("--link-flaps", type=click.IntRange(0), default=None,
+                     help="With --hosts: a data node's link down and up, again and again "
+                          f"[default: {PARTITION_DEFAULTS['link_flaps']} with --hosts]."),
+        click.option("--master-cuts", type=click.IntRange(0), default=None,
+                     help="With --hosts and a standby master: the primary cut off from every "
+                          "host [default: 0]."),
     ]
     for opt in reversed(opts):
         f = opt(f)
@@ -63,10 +82,17 @@ def _run_options(f: Callable[..., None]) -> Callable[..., None]:
 
 def _plan(node_kills: int, node_wipes: int, master_kills: int, node_pauses: int,
           master_pauses: int, consumer_stalls: int, churn_per_min: float, scale_faults: bool,
-          duration_s: float) -> FaultPlan:
+          duration_s: float, hosts: bool, **partitions: int | None) -> FaultPlan:
+    """The faults asked for; partition counts not given default to ``PARTITION_DEFAULTS``
+    with hosts, to none without (where asking for one is a usage error)."""
+    given = {k: n for k, n in partitions.items() if n is not None}
+    if not hosts and any(given.values()):
+        raise click.UsageError(f"--{next(k for k, n in given.items() if n).replace('_', '-')} "
+                               "needs --hosts")
+    counts = {**(PARTITION_DEFAULTS if hosts else dict.fromkeys(PARTITION_DEFAULTS, 0)), **given}
     plan = FaultPlan(node_kills=node_kills, node_wipes=node_wipes, master_kills=master_kills,
                      node_pauses=node_pauses, master_pauses=master_pauses,
-                     consumer_stalls=consumer_stalls, churn_per_min=churn_per_min)
+                     consumer_stalls=consumer_stalls, churn_per_min=churn_per_min, **counts)
     return plan.scaled(duration_s / 60.0) if scale_faults else plan
 
 
@@ -102,8 +128,8 @@ def cli() -> None:
               help="Logging verbosity (also written to chaos.log in the run dir).")
 def run(seed: int | None, duration_s: float, datanodes: int, consumers: int, producers: int,
         rate: float, batch_min: int, batch_max: int, max_backlog: int,
-        standing_backlog: int, run_dir: str | None,
-        drain_timeout_s: float, keep_data: bool, log_level: str, **faults: object) -> None:
+        standing_backlog: int, run_dir: str | None, drain_timeout_s: float, keep_data: bool,
+        log_level: str, hosts: bool, clients: int, **faults: object) -> None:
     """Start a cluster, run producers and consumers under faults, heal, drain, check, report."""
     from chaos.run import RunOptions, run as run_chaos
 
@@ -117,7 +143,8 @@ def run(seed: int | None, duration_s: float, datanodes: int, consumers: int, pro
     _logging(log_level, os.path.join(run_dir, "chaos.log"))
     opts = RunOptions(
         seed=seed, run_dir=run_dir, duration_s=duration_s, datanodes=datanodes,
-        plan=_plan(duration_s=duration_s, **faults),  # type: ignore[arg-type]
+        plan=_plan(duration_s=duration_s, hosts=hosts, **faults),  # type: ignore[arg-type]
+        hosts=hosts, clients=clients,
         workload=WorkloadConfig(producers=producers, consumers=consumers, batch_min=batch_min,
                                 batch_max=batch_max, rate_per_producer=rate,
                                 max_backlog=max_backlog, standing_backlog=standing_backlog),
@@ -127,6 +154,7 @@ def run(seed: int | None, duration_s: float, datanodes: int, consumers: int, pro
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     click.echo(f"chaos run: seed {seed}, run dir {run_dir}", err=True)
+    signal.signal(signal.SIGTERM, _unwind)
     started = time.monotonic()
     try:
         result = run_chaos(opts)
@@ -141,15 +169,16 @@ def run(seed: int | None, duration_s: float, datanodes: int, consumers: int, pro
 
 @cli.command()
 @_run_options
-def schedule(seed: int | None, duration_s: float, datanodes: int, consumers: int,
-             **faults: object) -> None:
+def schedule(seed: int | None, duration_s: float, datanodes: int, consumers: int, hosts: bool,
+             clients: int, **faults: object) -> None:
     """Print the fault schedule a seed gives (the same seed always gives the same one)."""
     if seed is None:
         raise click.UsageError("--seed is required to show a schedule")
     try:
         plan = make_schedule(seed, duration_s, datanodes=datanodes, consumers=consumers,
-                             plan=_plan(duration_s=duration_s, **faults),  # type: ignore[arg-type]
-                             timing=Timing())
+                             plan=_plan(duration_s=duration_s, hosts=hosts,
+                                        **faults),  # type: ignore[arg-type]
+                             timing=Timing(), clients=clients if hosts else 0)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     for fault in plan:
@@ -167,6 +196,11 @@ def check(history_path: str) -> None:
     for key, value in result.examples.items():
         click.echo(f"{key:>20}: e.g. {str(value)[:300]}")
     sys.exit(EXIT_PASS if result.valid else EXIT_FAIL)
+
+
+def _unwind(signum: int, frame: object) -> None:
+    """SIGTERM stops a run as Ctrl-C does: the cluster is stopped and its hosts removed."""
+    raise SystemExit(128 + signum)
 
 
 def _logging(level: str, path: str) -> None:

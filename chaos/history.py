@@ -16,6 +16,7 @@ started, monotonic), ``process`` (who did it: ``producer-0``, ``consumer-1``, ``
 
 from __future__ import annotations
 
+import heapq
 import json
 import threading
 import time
@@ -72,3 +73,13 @@ def read(path: str) -> Iterator[dict[str, Any]]:
         for line in f:
             if line.endswith("\n"):
                 yield json.loads(line)
+
+
+def merge(paths: list[str], out_path: str) -> None:
+    """Merge histories recorded on one clock (the run's and its client hosts') into
+    ``out_path`` in time order, renumbering ``index``; ``out_path`` may be one of ``paths``."""
+    streams = [list(read(path)) for path in paths]
+    ops = heapq.merge(*streams, key=lambda op: op["time"])  # stable: ties keep file order
+    with open(out_path, "w", encoding="utf-8") as f:
+        for index, op in enumerate(ops):
+            f.write(json.dumps({**op, "index": index}, separators=(",", ":")) + "\n")

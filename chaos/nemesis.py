@@ -15,9 +15,11 @@ import time
 from typing import Callable
 
 from blizzard.harness import LocalCluster, Proc
+from chaos.client_hosts import ClientHosts
 from chaos.history import INFO, OK, History
-from chaos.schedule import (CHURN, KILL_MASTER, KILL_NODE, PAUSE_MASTER, PAUSE_NODE,
-                            STALL_CONSUMER, WIPE_NODE, Fault)
+from chaos.partitions import Partitions
+from chaos.schedule import (CHURN, CUT_NODE, FLAP_LINK, KILL_MASTER, KILL_NODE, PARTITIONS,
+                            PAUSE_MASTER, PAUSE_NODE, STALL_CONSUMER, WIPE_NODE, Fault)
 from chaos.workload import Workload
 
 log = logging.getLogger(__name__)
@@ -29,8 +31,10 @@ class Nemesis:
     """Applies faults from a schedule, lane by lane, and heals them."""
 
     def __init__(self, cluster: LocalCluster, history: History, schedule: list[Fault],
-                 workload: Workload, *, gate_timeout_s: float = 20.0) -> None:
+                 workload: Workload | ClientHosts, *, gate_timeout_s: float = 20.0,
+                 partitions: Partitions | None = None) -> None:
         self.cluster, self.history, self.workload = cluster, history, workload
+        self.partitions = partitions  # with hosts in network namespaces
         self.gate_timeout_s = gate_timeout_s
         self.stopping = threading.Event()
         self.node_locks = [threading.Lock() for _ in cluster.nodes]
@@ -83,6 +87,8 @@ class Nemesis:
                       lambda: self._master().signal(signal.SIGCONT))
         elif fault.kind == STALL_CONSUMER:
             self._stall(number, fault)
+        elif fault.kind in PARTITIONS:
+            self._partition(number, fault)
         else:
             raise ValueError(f"unknown fault kind {fault.kind!r}")
 
@@ -113,6 +119,18 @@ class Nemesis:
                                 f"{type(exc).__name__}: {exc}")
             return
         self.history.record(PROCESS, OK, "heal", {"fault": number, "kind": fault.kind})
+
+    def _partition(self, number: int, fault: Fault) -> None:
+        """A partition; one of a data node holds its lock, so churn does not kill it meanwhile."""
+        if self.partitions is None:
+            raise ValueError(f"{fault.kind} needs hosts in network namespaces")
+        actions = self.partitions.actions(number, fault)
+        if fault.kind in (CUT_NODE, FLAP_LINK):
+            assert fault.target is not None
+            with self.node_locks[fault.target]:
+                self._run(number, fault, fault.target, *actions)
+        else:
+            self._run(number, fault, fault.target, *actions)
 
     def _churn(self, number: int, fault: Fault) -> None:
         assert fault.target is not None
@@ -180,8 +198,11 @@ class Nemesis:
         return self.cluster.master
 
     def heal_all(self, timeout_s: float = 60.0) -> None:
-        """Resume paused processes, restart dead ones (disks kept) and wait for all to be up."""
+        """Restore every link, resume paused processes, restart dead ones (disks kept) and
+        wait for all to be up."""
         self.history.invoke(PROCESS, "heal_all")
+        if self.partitions is not None:
+            self.partitions.heal_all()
         for i, node in enumerate(self.cluster.nodes):
             node.signal(signal.SIGCONT)
             if not node.alive:

@@ -10,10 +10,12 @@ from typing import Any, Iterable
 
 from chaos.checker import CheckResult
 from chaos.history import INFO, INVOKE, OK
+from chaos.schedule import CUT_CLIENT, PARTITIONS
 
 FAULT_COLORS = {"kill_node": "tab:red", "wipe_node": "black", "kill_master": "tab:purple",
                 "pause_node": "tab:orange", "pause_master": "tab:pink",
-                "stall_consumer": "tab:olive", "churn": "tab:cyan"}
+                "stall_consumer": "tab:olive", "churn": "tab:cyan", "cut_node": "tab:blue",
+                "cut_client": "tab:green", "flap_link": "tab:brown", "cut_master": "tab:gray"}
 
 
 @dataclass
@@ -111,8 +113,11 @@ def plot(tl: Timeline, samples: list[dict[str, Any]], path: str, title: str) -> 
 
 def figures(result: CheckResult, meta: dict[str, Any], tl: Timeline) -> dict[str, Any]:
     faults = Counter(f["kind"] for f in tl.faults)
+    partitions = [{"kind": f["kind"], "target": f["target"], "start_s": round(f["start"], 2),
+                   "end_s": round(f["end"], 2)} for f in tl.faults if f["kind"] in PARTITIONS]
     return {**meta, "valid": result.valid, "checker": result.to_json(),
-            "faults_applied": dict(sorted(faults.items())), "faults_not_applied": tl.not_applied}
+            "faults_applied": dict(sorted(faults.items())), "faults_not_applied": tl.not_applied,
+            "partitions": partitions}
 
 
 def summary(report: dict[str, Any]) -> str:
@@ -124,10 +129,12 @@ def summary(report: dict[str, Any]) -> str:
         f"Blizzard chaos run: {'PASS' if report['valid'] else 'FAIL'}   seed {o['seed']}   "
         f"workload {o['duration_s']:g}s   wall time {report['runtime_s']:.1f}s",
         f"cluster: {o['datanodes']} data nodes, R={o['replication']}, heartbeat "
-        f"{o['heartbeat_s']:g}s, dead after {o['dead_after_s']:g}s, lease {o['lease_s']:g}s",
+        f"{o['heartbeat_s']:g}s, dead after {o['dead_after_s']:g}s, lease {o['lease_s']:g}s"
+        + (f", each on a host of its own ({o['clients']} client hosts)" if o.get("hosts") else ""),
         f"faults applied: {faults}",
         *([f"faults not applied: {'; '.join(report['faults_not_applied'])}"]
           if report.get("faults_not_applied") else []),
+        *([f"partitions: {_partitions(report['partitions'])}"] if report.get("partitions") else []),
         "",
         f"enqueue  attempted {c['attempted']}: acknowledged {c['acknowledged']}, "
         f"failed {c['failed']}, indeterminate {c['indeterminate']} "
@@ -152,6 +159,15 @@ def summary(report: dict[str, Any]) -> str:
     lines += ["", f"run dir: {report['run_dir']}  (history.jsonl, report.json, timeline.png, "
                   "cluster/*.log)"]
     return "\n".join(lines) + "\n"
+
+
+def _partitions(partitions: list[dict[str, Any]]) -> str:
+    """``cut_node datanode2 12.1-15.3s; ...``: what each partition cut, and when."""
+    def target(p: dict[str, Any]) -> str:
+        return "master" if p["target"] is None else \
+            f"client{p['target']}" if p["kind"] == CUT_CLIENT else f"datanode{p['target']}"
+    return "; ".join(f"{p['kind']} {target(p)} {p['start_s']:g}-{p['end_s']:g}s"
+                     for p in partitions)
 
 
 def write(run_dir: str, report: dict[str, Any]) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -13,9 +14,12 @@ from typing import Any
 from blizzard import Client
 from blizzard.harness import LocalCluster
 from chaos import checker, history, report
+from chaos.client_hosts import ClientHosts
 from chaos.history import OK, History
+from chaos.hosts import Hosts, host_names
 from chaos.monitor import Monitor
 from chaos.nemesis import Nemesis
+from chaos.partitions import Partitions
 from chaos.schedule import Fault, FaultPlan, Timing, make_schedule, to_json
 from chaos.workload import Workload, WorkloadConfig
 
@@ -39,12 +43,17 @@ class RunOptions:
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     drain_timeout_s: float = 60.0
     keep_data: bool = False  # keep the nodes' LevelDBs and the master's WAL after a pass
+    hosts: bool = False  # every process on a host of its own (network namespaces, root only)
+    clients: int = 2  # client hosts, with hosts
+    standby: bool = False  # a standby master runs (issue 17 parts 1-2 wire it in): only then
+    # may the plan cut the master off
 
     def schedule(self) -> list[Fault]:
         return make_schedule(self.seed, self.duration_s, datanodes=self.datanodes,
                              consumers=self.workload.consumers, plan=self.plan,
                              timing=Timing(dead_after_s=self.dead_after_s,
-                                           lease_s=self.workload.lease_s))
+                                           lease_s=self.workload.lease_s),
+                             clients=self.clients if self.hosts else 0, standby=self.standby)
 
     def describe(self) -> dict[str, Any]:
         d = asdict(self)
@@ -72,23 +81,27 @@ def run(opts: RunOptions) -> RunResult:
     schedule = opts.schedule()
     with open(os.path.join(opts.run_dir, "schedule.json"), "w", encoding="utf-8") as f:
         json.dump(to_json(schedule), f, indent=1)
-    cluster = LocalCluster(os.path.join(opts.run_dir, "cluster"), datanodes=opts.datanodes,
-                           replication=opts.replication, heartbeat_s=opts.heartbeat_s,
-                           dead_after_s=opts.dead_after_s,
-                           master_args=["--pending-timeout-s", str(opts.pending_timeout_s),
-                                        "--checkpoint-records", str(opts.checkpoint_records)])
     history_path = os.path.join(opts.run_dir, "history.jsonl")
-    log.info("run dir %s: seed %d, %d faults planned, cluster starting", opts.run_dir, opts.seed,
-             len(schedule))
-    try:
+    with contextlib.ExitStack() as stack:  # hosts are removed last, after every process stopped
+        hosts = stack.enter_context(Hosts(list(host_names(opts.datanodes, opts.clients)))) \
+            if opts.hosts else None
+        cluster = LocalCluster(os.path.join(opts.run_dir, "cluster"), datanodes=opts.datanodes,
+                               replication=opts.replication, heartbeat_s=opts.heartbeat_s,
+                               dead_after_s=opts.dead_after_s,
+                               master_args=["--pending-timeout-s", str(opts.pending_timeout_s),
+                                            "--checkpoint-records", str(opts.checkpoint_records)],
+                               **({"placement": hosts.placement} if hosts else {}))
+        stack.callback(cluster.stop)
+        log.info("run dir %s: seed %d, %d faults planned, cluster starting", opts.run_dir,
+                 opts.seed, len(schedule))
         cluster.start()
         with History(history_path) as hist:
             monitor = Monitor(cluster, hist, opts.workload.queue)
-            _exercise(cluster, hist, monitor, schedule, opts)
+            parts = _exercise(cluster, hist, monitor, schedule, opts, hosts)
             cluster.stop()
             monitor.check_processes(stopped=True)
-    finally:
-        cluster.stop()
+    if parts:
+        history.merge([history_path, *parts], history_path)
     monitor.write(os.path.join(opts.run_dir, "samples.jsonl"))
 
     result = checker.check(history.read(history_path))
@@ -105,10 +118,18 @@ def run(opts: RunOptions) -> RunResult:
 
 
 def _exercise(cluster: LocalCluster, hist: History, monitor: Monitor, schedule: list[Fault],
-              opts: RunOptions) -> None:
-    """The timed part: workload and faults, then heal and drain."""
-    workload = Workload(cluster.master_addr, hist, opts.workload, opts.seed)
-    nemesis = Nemesis(cluster, hist, schedule, workload)
+              opts: RunOptions, hosts: Hosts | None) -> list[str]:
+    """The timed part: workload and faults, then heal and drain. Returns the histories the
+    client hosts wrote, if any (to merge with the run's)."""
+    workload: Workload | ClientHosts
+    if hosts is None:
+        workload = Workload(cluster.master_addr, hist, opts.workload, opts.seed)
+        nemesis = Nemesis(cluster, hist, schedule, workload)
+    else:
+        workload = ClientHosts(hosts.prefix, opts.clients, cluster.master_addr, hist,
+                               opts.workload, opts.seed, opts.run_dir)
+        nemesis = Nemesis(cluster, hist, schedule, workload,
+                          partitions=Partitions(hosts, opts.seed))
     workload.start()
     monitor.start()
     nemesis.start()
@@ -123,9 +144,11 @@ def _exercise(cluster: LocalCluster, hist: History, monitor: Monitor, schedule: 
         workload.stop_producers()
         workload.stop_consumers()
         monitor.stop()
+    return workload.history_paths if isinstance(workload, ClientHosts) else []
 
 
-def _drain(cluster: LocalCluster, hist: History, workload: Workload, opts: RunOptions) -> None:
+def _drain(cluster: LocalCluster, hist: History, workload: Workload | ClientHosts,
+           opts: RunOptions) -> None:
     """Let the consumers empty the queue and its dead letters, stop them, and record what is
     left in every queue of the run (``chaos``, ``chaos.dead``, ...)."""
     workload.drain()

@@ -1,7 +1,8 @@
 """The fault schedule: which fault, when, against what, for how long -- a pure function of the seed.
 
 Faults run in three lanes. The ``cluster`` lane runs one fault at a time (kills, wipes,
-pauses of data nodes and of the master), so at most one node is down from it; the ``churn``
+pauses of data nodes and of the master, and -- with hosts in network namespaces,
+``chaos.hosts`` -- partitions), so at most one node is down from it; the ``churn``
 lane kills and restarts one random data node at a time at a configured rate; the
 ``consumers`` lane makes consumers stall past their lease. With five data nodes and R=3 that
 leaves three live nodes for every write, and a wipe never takes a replica the others lack
@@ -21,10 +22,16 @@ PAUSE_NODE = "pause_node"  # SIGSTOP a data node past the dead timeout, then SIG
 PAUSE_MASTER = "pause_master"  # SIGSTOP the master past a lease, then SIGCONT
 STALL_CONSUMER = "stall_consumer"  # a consumer holds its batch past the lease before acking
 CHURN = "churn"  # kill -9 a random data node; restart it with its disk
+CUT_NODE = "cut_node"  # a data node cut off from the master, not from clients or other nodes
+CUT_CLIENT = "cut_client"  # a client host cut off from every other host
+FLAP_LINK = "flap_link"  # a data node's link goes down and up, again and again
+CUT_MASTER = "cut_master"  # the primary master cut off from every host (needs a standby)
+PARTITIONS = (CUT_NODE, CUT_CLIENT, FLAP_LINK, CUT_MASTER)  # faults that need hosts
+MASTER_TARGETED = (KILL_MASTER, PAUSE_MASTER, CUT_MASTER)  # their target is None
 
 LANES = {KILL_NODE: "cluster", WIPE_NODE: "cluster", KILL_MASTER: "cluster",
          PAUSE_NODE: "cluster", PAUSE_MASTER: "cluster", STALL_CONSUMER: "consumers",
-         CHURN: "churn"}
+         CHURN: "churn", **{kind: "cluster" for kind in PARTITIONS}}
 GAP_S = 1.0  # quiet time after each fault of a lane, so its effects show on their own
 
 
@@ -34,7 +41,7 @@ class Fault:
 
     at_s: float  # seconds after the workload starts
     kind: str
-    target: int | None  # data node or consumer index; None for the master
+    target: int | None  # data node, consumer or client host index; None for the master
     duration_s: float  # down, paused or stalled for this long
 
     @property
@@ -43,7 +50,8 @@ class Fault:
 
     def describe(self) -> str:
         what = "master" if self.target is None else (
-            f"consumer-{self.target}" if self.kind == STALL_CONSUMER else f"datanode{self.target}")
+            f"consumer-{self.target}" if self.kind == STALL_CONSUMER else
+            f"client{self.target}" if self.kind == CUT_CLIENT else f"datanode{self.target}")
         return f"{self.at_s:7.2f}s  {self.kind:<15} {what:<11} for {self.duration_s:.2f}s"
 
 
@@ -58,11 +66,22 @@ class FaultPlan:
     master_pauses: int = 1
     consumer_stalls: int = 2
     churn_per_min: float = 0.0  # churn kills per minute, for the whole run
+    node_cuts: int = 0  # partitions: these four need hosts (``chaos.hosts``)
+    client_cuts: int = 0
+    link_flaps: int = 0
+    master_cuts: int = 0  # only with a standby master, which takes over
 
     def counts(self) -> dict[str, int]:
+        """Faults of the cluster lane, by kind."""
         return {KILL_NODE: self.node_kills, WIPE_NODE: self.node_wipes,
                 KILL_MASTER: self.master_kills, PAUSE_NODE: self.node_pauses,
-                PAUSE_MASTER: self.master_pauses}
+                PAUSE_MASTER: self.master_pauses, CUT_NODE: self.node_cuts,
+                CUT_CLIENT: self.client_cuts, FLAP_LINK: self.link_flaps,
+                CUT_MASTER: self.master_cuts}
+
+    @property
+    def partitions(self) -> int:
+        return self.node_cuts + self.client_cuts + self.link_flaps + self.master_cuts
 
     def scaled(self, factor: float) -> "FaultPlan":
         """The same mix for a run ``factor`` times as long (churn is a rate and stays)."""
@@ -71,7 +90,9 @@ class FaultPlan:
         return FaultPlan(node_kills=n(self.node_kills), node_wipes=n(self.node_wipes),
                          master_kills=n(self.master_kills), node_pauses=n(self.node_pauses),
                          master_pauses=n(self.master_pauses),
-                         consumer_stalls=n(self.consumer_stalls), churn_per_min=self.churn_per_min)
+                         consumer_stalls=n(self.consumer_stalls), churn_per_min=self.churn_per_min,
+                         node_cuts=n(self.node_cuts), client_cuts=n(self.client_cuts),
+                         link_flaps=n(self.link_flaps), master_cuts=n(self.master_cuts))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,6 +114,10 @@ def _duration(rng: random.Random, kind: str, t: Timing) -> float:
         PAUSE_MASTER: (t.lease_s + 0.5, t.lease_s + 2.0),
         STALL_CONSUMER: (t.lease_s + 0.5, t.lease_s + 2.0),
         CHURN: (0.3, 2 * t.dead_after_s),
+        CUT_NODE: (t.dead_after_s + 0.5, t.dead_after_s + 2.5),  # declared dead while cut
+        CUT_CLIENT: (t.lease_s + 0.5, t.lease_s + 2.0),  # its leases run out
+        FLAP_LINK: (2 * t.dead_after_s, 2 * t.dead_after_s + 3.0),
+        CUT_MASTER: (t.lease_s + 0.5, t.lease_s + 3.0),
     }[kind]
     return round(rng.uniform(low, high), 3)
 
@@ -115,19 +140,29 @@ def _place(rng: random.Random, durations: list[float], start: float, end: float)
 
 
 def make_schedule(seed: int, duration_s: float, *, datanodes: int, consumers: int,
-                  plan: FaultPlan = FaultPlan(), timing: Timing = Timing()) -> list[Fault]:
-    """Every fault of a run, ordered by start time; the same arguments give the same list."""
+                  plan: FaultPlan = FaultPlan(), timing: Timing = Timing(), clients: int = 0,
+                  standby: bool = False) -> list[Fault]:
+    """Every fault of a run, ordered by start time; the same arguments give the same list.
+
+    ``clients``: client hosts (partitions need hosts); ``standby``: a standby master exists,
+    so the master may be cut off (without one that fault only stops the cluster).
+    """
     rng = random.Random(seed)
     start, end = timing.warmup_s, duration_s - timing.cooldown_s
     if end <= start:
         raise ValueError(f"a {duration_s:g}s run is shorter than its warm-up and cool-down")
+    if plan.partitions and not clients:
+        raise ValueError("partition faults need hosts in network namespaces (--hosts)")
+    if plan.master_cuts and not standby:
+        raise ValueError("cutting the master off needs a standby master to take over")
     faults: list[Fault] = []
 
     kinds = [kind for kind, n in plan.counts().items() for _ in range(n)]
     rng.shuffle(kinds)
     durations = [_duration(rng, kind, timing) for kind in kinds]
     for kind, at, dur in zip(kinds, _place(rng, durations, start, end), durations):
-        target = None if kind in (KILL_MASTER, PAUSE_MASTER) else rng.randrange(datanodes)
+        target = None if kind in MASTER_TARGETED else \
+            rng.randrange(clients) if kind == CUT_CLIENT else rng.randrange(datanodes)
         faults.append(Fault(at, kind, target, dur))
 
     if consumers:

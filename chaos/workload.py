@@ -17,7 +17,7 @@ import random
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Collection
 
 from blizzard import Client
 from blizzard.errors import BlizzardError, LeaseExpired
@@ -242,19 +242,32 @@ def _error(exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-class Workload:
-    """All producers and consumers of a run."""
+DEAD_LETTER_CONSUMER = "consumer-dead"
 
-    def __init__(self, master: str, history: History, config: WorkloadConfig, seed: int) -> None:
+
+def worker_names(config: WorkloadConfig) -> list[str]:
+    """The name of every worker of a run (each is a thread and a ``process`` in the history)."""
+    return [*(f"producer-{i}" for i in range(config.producers)),
+            *(f"consumer-{i}" for i in range(config.consumers)), DEAD_LETTER_CONSUMER]
+
+
+class Workload:
+    """The producers and consumers of a run: all of them, or those in ``names`` (a client host
+    runs its share, ``chaos.client_host``, with a ``progress`` shared between hosts)."""
+
+    def __init__(self, master: str, history: History, config: WorkloadConfig, seed: int, *,
+                 progress: Progress | None = None, names: Collection[str] | None = None) -> None:
         self.config = config
-        self.progress = Progress()
-        self.producers = [Producer(f"producer-{i}", master, history, config, seed, self.progress)
-                          for i in range(config.producers)]
-        self.consumers = [Consumer(f"consumer-{i}", master, history, config, seed, self.progress)
-                          for i in range(config.consumers)]
+        self.progress = progress or Progress()
+        mine = [n for n in worker_names(config) if names is None or n in names]
+        self.producers = [Producer(n, master, history, config, seed, self.progress)
+                          for n in mine if n.startswith("producer-")]
+        self.consumers = [Consumer(n, master, history, config, seed, self.progress)
+                          for n in mine if n.startswith("consumer-") and n != DEAD_LETTER_CONSUMER]
         # Started at the drain, to take what was dead-lettered (more than max_attempts leases).
-        self.dead_letter_consumer = Consumer("consumer-dead", master, history, config, seed,
-                                             self.progress, dead_letter=True)
+        self.dead_letter_consumer = Consumer(DEAD_LETTER_CONSUMER, master, history, config, seed,
+                                             self.progress, dead_letter=True) \
+            if DEAD_LETTER_CONSUMER in mine else None
 
     def start(self) -> None:
         for w in [*self.producers, *self.consumers]:
@@ -266,10 +279,12 @@ class Workload:
     def drain(self) -> None:
         """Let the consumers take everything: the standing backlog and the dead letters too."""
         self.progress.draining.set()
-        self.dead_letter_consumer.start()
+        if self.dead_letter_consumer is not None:
+            self.dead_letter_consumer.start()
 
     def stop_consumers(self, timeout_s: float = 60.0) -> None:
-        started = [self.dead_letter_consumer] if self.dead_letter_consumer.ident else []
+        dead = self.dead_letter_consumer
+        started = [dead] if dead is not None and dead.ident else []
         _stop([*self.consumers, *started], timeout_s)
 
 
