@@ -90,6 +90,14 @@ def check_port_free(port: int, what: str) -> None:
                               "another cluster running there? Stop it or choose other ports")
 
 
+def primary_argv(argv: list[str]) -> list[str]:
+    """A master's command line without ``--standby-of``: it starts as the primary."""
+    argv = list(argv)
+    if "--standby-of" in argv:
+        del argv[argv.index("--standby-of"):argv.index("--standby-of") + 2]
+    return argv
+
+
 @dataclass
 class LocalCluster:
     """A master and ``datanodes`` data nodes under ``base_dir`` on free loopback ports."""
@@ -232,19 +240,24 @@ class LocalCluster:
         assert self.master is not None
         if self.master.alive:  # a second one would answer nothing, and this one would leak
             raise RuntimeError("restart_master: the master is still running; kill or stop it first")
-        self.master = Proc("master", self.master.argv, self.master.log_path, self.master.addr).start()
+        self.master = Proc(self.master.name, primary_argv(self.master.argv), self.master.log_path,
+                           self.master.addr).start()
         self.wait_ready(timeout_s)
 
     def follow_new_primary(self) -> None:
         """After the standby took over from the killed master, start that master again as the
         new primary's standby (it starts over from the new primary's checkpoint)."""
         assert self.master is not None and self.second is not None and not self.master.alive
-        old, argv = self.master, list(self.master.argv)
-        if "--standby-of" in argv:
-            del argv[argv.index("--standby-of"):argv.index("--standby-of") + 2]
-        self.master = self.second
-        self.second = Proc(old.name, [*argv, "--standby-of", self.master.addr], old.log_path,
-                           old.addr).start()
+        self.master, self.second = self.second, self.master
+        self.restart_standby()
+
+    def restart_standby(self) -> None:
+        """Start the standby again (it died, or stopped as a fenced old primary), following
+        the master that is primary now."""
+        assert self.master is not None and self.second is not None and not self.second.alive
+        old = self.second
+        self.second = Proc(old.name, [*primary_argv(old.argv), "--standby-of", self.master.addr],
+                           old.log_path, old.addr).start()
 
     def restart_node(self, i: int, *, wipe: bool = False) -> None:
         old = self.nodes[i]
@@ -254,11 +267,37 @@ class LocalCluster:
         self.nodes[i] = Proc(old.name, old.argv, old.log_path, old.addr).start()
 
     def status(self, timeout_s: float = 2.0) -> p.ClusterStatus:
+        """The primary's ``Status`` (with a standby, whichever of the two is primary now)."""
+        if self.second is not None:
+            self.find_primary(timeout_s)
         ep = self.endpoint(self.master_addr, "admin")
         try:
             return call(ep, p.Status(), timeout_s)
         finally:
             ep.close()
+
+    def find_primary(self, timeout_s: float = 1.0) -> Proc | None:
+        """Which master is the primary now (a running one that follows nobody, of the highest
+        epoch); ``master`` and ``second`` swap if the standby took over. None: neither says so."""
+        found: list[tuple[int, int, Proc]] = []
+        for rank, proc in enumerate(m for m in (self.master, self.second) if m is not None):
+            if not proc.alive:
+                continue
+            ep = self.endpoint(proc.addr)
+            try:
+                welcome = call(ep, p.Hello(), timeout_s)
+                if not welcome.primary:
+                    found.append((welcome.epoch, -rank, proc))
+            except Exception:  # paused, cut off or starting: not the primary we can use
+                continue
+            finally:
+                ep.close()
+        if not found:
+            return None
+        primary = max(found, key=lambda f: f[:2])[2]
+        if primary is self.second:
+            self.master, self.second = self.second, self.master
+        return primary
 
     def client_keys(self, name: str = "client") -> k.ClientKeys | None:
         """The keys a client of this cluster uses (None when it runs insecure)."""

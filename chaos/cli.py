@@ -57,6 +57,9 @@ def _run_options(f: Callable[..., None]) -> Callable[..., None]:
         click.option("--churn-per-min", default=0.0, show_default=True,
                      type=click.FloatRange(0), help="Churn: kills and restarts of random data "
                      "nodes per minute, for the whole run (0: off)."),
+        click.option("--standby/--no-standby", default=False, show_default=True,
+                     help="Also run a hot standby master: master kills, pauses and cuts make it "
+                          "take over, and the old master comes back as its standby."),
         click.option("--hosts/--no-hosts", default=False, show_default=True,
                      help="Run every server and client host in its own network namespace on "
                           "a bridge (needs root), and add partition faults."),
@@ -72,8 +75,8 @@ def _run_options(f: Callable[..., None]) -> Callable[..., None]:
                      help="With --hosts: a data node's link down and up, again and again "
                           f"[default: {PARTITION_DEFAULTS['link_flaps']} with --hosts]."),
         click.option("--master-cuts", type=click.IntRange(0), default=None,
-                     help="With --hosts and a standby master: the primary cut off from every "
-                          "host [default: 0]."),
+                     help="With --hosts and --standby: the primary cut off from every host "
+                          "[default: 1 with both]."),
     ]
     for opt in reversed(opts):
         f = opt(f)
@@ -82,14 +85,17 @@ def _run_options(f: Callable[..., None]) -> Callable[..., None]:
 
 def _plan(node_kills: int, node_wipes: int, master_kills: int, node_pauses: int,
           master_pauses: int, consumer_stalls: int, churn_per_min: float, scale_faults: bool,
-          duration_s: float, hosts: bool, **partitions: int | None) -> FaultPlan:
+          duration_s: float, hosts: bool, standby: bool = False,
+          **partitions: int | None) -> FaultPlan:
     """The faults asked for; partition counts not given default to ``PARTITION_DEFAULTS``
     with hosts, to none without (where asking for one is a usage error)."""
     given = {k: n for k, n in partitions.items() if n is not None}
     if not hosts and any(given.values()):
         raise click.UsageError(f"--{next(k for k, n in given.items() if n).replace('_', '-')} "
                                "needs --hosts")
-    counts = {**(PARTITION_DEFAULTS if hosts else dict.fromkeys(PARTITION_DEFAULTS, 0)), **given}
+    defaults = {**PARTITION_DEFAULTS, "master_cuts": int(standby)} if hosts else \
+        dict.fromkeys(PARTITION_DEFAULTS, 0)
+    counts = {**defaults, **given}
     plan = FaultPlan(node_kills=node_kills, node_wipes=node_wipes, master_kills=master_kills,
                      node_pauses=node_pauses, master_pauses=master_pauses,
                      consumer_stalls=consumer_stalls, churn_per_min=churn_per_min, **counts)
@@ -129,7 +135,7 @@ def cli() -> None:
 def run(seed: int | None, duration_s: float, datanodes: int, consumers: int, producers: int,
         rate: float, batch_min: int, batch_max: int, max_backlog: int,
         standing_backlog: int, run_dir: str | None, drain_timeout_s: float, keep_data: bool,
-        log_level: str, hosts: bool, clients: int, **faults: object) -> None:
+        log_level: str, hosts: bool, clients: int, standby: bool, **faults: object) -> None:
     """Start a cluster, run producers and consumers under faults, heal, drain, check, report."""
     from chaos.run import RunOptions, run as run_chaos
 
@@ -143,8 +149,9 @@ def run(seed: int | None, duration_s: float, datanodes: int, consumers: int, pro
     _logging(log_level, os.path.join(run_dir, "chaos.log"))
     opts = RunOptions(
         seed=seed, run_dir=run_dir, duration_s=duration_s, datanodes=datanodes,
-        plan=_plan(duration_s=duration_s, hosts=hosts, **faults),  # type: ignore[arg-type]
-        hosts=hosts, clients=clients,
+        plan=_plan(duration_s=duration_s, hosts=hosts, standby=standby,
+                   **faults),  # type: ignore[arg-type]
+        hosts=hosts, clients=clients, standby=standby,
         workload=WorkloadConfig(producers=producers, consumers=consumers, batch_min=batch_min,
                                 batch_max=batch_max, rate_per_producer=rate,
                                 max_backlog=max_backlog, standing_backlog=standing_backlog),
@@ -170,15 +177,15 @@ def run(seed: int | None, duration_s: float, datanodes: int, consumers: int, pro
 @cli.command()
 @_run_options
 def schedule(seed: int | None, duration_s: float, datanodes: int, consumers: int, hosts: bool,
-             clients: int, **faults: object) -> None:
+             clients: int, standby: bool, **faults: object) -> None:
     """Print the fault schedule a seed gives (the same seed always gives the same one)."""
     if seed is None:
         raise click.UsageError("--seed is required to show a schedule")
     try:
         plan = make_schedule(seed, duration_s, datanodes=datanodes, consumers=consumers,
-                             plan=_plan(duration_s=duration_s, hosts=hosts,
+                             plan=_plan(duration_s=duration_s, hosts=hosts, standby=standby,
                                         **faults),  # type: ignore[arg-type]
-                             timing=Timing(), clients=clients if hosts else 0)
+                             timing=Timing(), clients=clients if hosts else 0, standby=standby)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     for fault in plan:

@@ -16,6 +16,7 @@ from typing import Any
 
 from blizzard.harness import LocalCluster
 from chaos.history import INFO, History
+from chaos.standby import EXPECTED_EXITS
 
 log = logging.getLogger(__name__)
 
@@ -59,12 +60,14 @@ class Monitor(threading.Thread):
     def check_processes(self, *, stopped: bool = False) -> None:
         """Record processes that exited on their own. While running, only the nemesis' ``kill
         -9`` is expected; after ``cluster.stop()`` (``stopped``), only a clean exit (0)."""
-        expected = 0 if stopped else -signal.SIGKILL
-        for proc in [self.cluster.master, *self.cluster.nodes]:
+        expected = (0,) if stopped else (-signal.SIGKILL,)
+        if self.cluster.standby and not stopped:
+            expected = EXPECTED_EXITS  # an old primary that learnt of a newer epoch: fenced
+        for proc in [self.cluster.master, self.cluster.second, *self.cluster.nodes]:
             if proc is None or proc.popen is None:
                 continue
             code = proc.popen.poll()
-            if code is None or code == expected or proc.popen.pid in self._reported:
+            if code is None or code in expected or proc.popen.pid in self._reported:
                 continue
             self._reported.add(proc.popen.pid)
             log.error("%s exited with status %s on its own", proc.name, code)

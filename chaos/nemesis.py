@@ -18,8 +18,9 @@ from blizzard.harness import LocalCluster, Proc
 from chaos.client_hosts import ClientHosts
 from chaos.history import INFO, OK, History
 from chaos.partitions import Partitions
-from chaos.schedule import (CHURN, CUT_NODE, FLAP_LINK, KILL_MASTER, KILL_NODE, PARTITIONS,
+from chaos.schedule import (CHURN, CUT_MASTER, CUT_NODE, FLAP_LINK, KILL_MASTER, KILL_NODE, PARTITIONS,
                             PAUSE_MASTER, PAUSE_NODE, STALL_CONSUMER, WIPE_NODE, Fault)
+from chaos.standby import MasterFaults
 from chaos.workload import Workload
 
 log = logging.getLogger(__name__)
@@ -35,6 +36,7 @@ class Nemesis:
                  partitions: Partitions | None = None) -> None:
         self.cluster, self.history, self.workload = cluster, history, workload
         self.partitions = partitions  # with hosts in network namespaces
+        self.masters = MasterFaults(cluster) if cluster.standby else None
         self.gate_timeout_s = gate_timeout_s
         self.stopping = threading.Event()
         self.node_locks = [threading.Lock() for _ in cluster.nodes]
@@ -79,18 +81,31 @@ class Nemesis:
             assert fault.target is not None
             with self.node_locks[fault.target]:
                 self._run(number, fault, fault.target, *self._node_actions(fault))
-        elif fault.kind == KILL_MASTER:
-            self._run(number, fault, None, lambda: self._master().kill(),
-                      self.cluster.restart_master)
-        elif fault.kind == PAUSE_MASTER:
-            self._run(number, fault, None, lambda: self._master().signal(signal.SIGSTOP),
-                      lambda: self._master().signal(signal.SIGCONT))
+        elif fault.kind in (KILL_MASTER, PAUSE_MASTER):
+            self._master_fault(number, fault)
         elif fault.kind == STALL_CONSUMER:
             self._stall(number, fault)
         elif fault.kind in PARTITIONS:
             self._partition(number, fault)
         else:
             raise ValueError(f"unknown fault kind {fault.kind!r}")
+
+    def _master_fault(self, number: int, fault: Fault) -> None:
+        """Kill or pause the primary. With a standby, it takes over meanwhile (if in sync), and
+        the healing brings the stopped master back as its standby."""
+        target = self._master()
+
+        def apply() -> None:
+            target.kill() if fault.kind == KILL_MASTER else target.signal(signal.SIGSTOP)
+
+        def heal() -> None:
+            if self.masters is not None:
+                self.masters.recover()
+            elif fault.kind == KILL_MASTER:
+                self.cluster.restart_master()
+            else:
+                target.signal(signal.SIGCONT)
+        self._run(number, fault, None, apply, heal)
 
     def _node_actions(self, fault: Fault) -> tuple[Callable[[], None], Callable[[], None]]:
         i = fault.target
@@ -125,6 +140,9 @@ class Nemesis:
         if self.partitions is None:
             raise ValueError(f"{fault.kind} needs hosts in network namespaces")
         actions = self.partitions.actions(number, fault)
+        if fault.kind == CUT_MASTER and self.masters is not None:
+            masters, (cut, mend) = self.masters, actions  # the cut one comes back as the standby
+            actions = cut, lambda: (mend(), masters.recover())
         if fault.kind in (CUT_NODE, FLAP_LINK):
             assert fault.target is not None
             with self.node_locks[fault.target]:
@@ -194,6 +212,9 @@ class Nemesis:
     # -- healing -----------------------------------------------------------------------------
 
     def _master(self) -> Proc:
+        """The master to fault: with a standby, whichever is primary now."""
+        if self.masters is not None:
+            return self.masters.primary()
         assert self.cluster.master is not None
         return self.cluster.master
 
@@ -207,9 +228,12 @@ class Nemesis:
             node.signal(signal.SIGCONT)
             if not node.alive:
                 self.cluster.restart_node(i)
-        master = self._master()
-        master.signal(signal.SIGCONT)
-        if not master.alive:
-            self.cluster.restart_master(timeout_s)
+        if self.masters is not None:
+            self.masters.recover(timeout_s)
+        else:
+            master = self._master()
+            master.signal(signal.SIGCONT)
+            if not master.alive:
+                self.cluster.restart_master(timeout_s)
         self.cluster.wait_ready(timeout_s, nodes=len(self.cluster.nodes))
         self.history.record(PROCESS, OK, "heal_all")

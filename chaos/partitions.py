@@ -25,24 +25,23 @@ Actions = tuple[Callable[[], None], Callable[[], None]]
 class Partitions:
     """Cuts between the hosts of one run (``chaos.hosts.Hosts``)."""
 
-    def __init__(self, hosts: Hosts, seed: int) -> None:
+    def __init__(self, hosts: Hosts, seed: int, primary: Callable[[], str] = lambda: "master",
+                 masters: tuple[str, ...] = ("master",)) -> None:
         self.hosts, self.seed = hosts, seed
+        self.primary = primary  # the host of the master that is primary now
+        self.masters = masters  # every master's host
         self._flaps: dict[int, tuple[threading.Event, threading.Thread]] = {}
 
     def primary_host(self) -> str:
-        """The host of the master now serving as primary.
-
-        Hook for the standby master (issue 17, parts 1-2): once a standby can take over,
-        this must name the host of whichever master is primary now, so ``cut_master`` cuts
-        the one in charge and failover has to happen.
-        """
-        return "master"
+        """The host of the master now serving as primary: ``cut_master`` cuts the one in
+        charge, so a failover has to happen."""
+        return self.primary()
 
     def actions(self, number: int, fault: Fault) -> Actions:
         hosts = self.hosts
-        if fault.kind == CUT_NODE:
-            node, master = f"datanode{fault.target}", self.primary_host()
-            return lambda: hosts.cut(node, master), lambda: hosts.mend(node, master)
+        if fault.kind == CUT_NODE:  # from every master: a standby would serve it otherwise
+            node = f"datanode{fault.target}"
+            return lambda: self._masters(hosts.cut, node), lambda: self._masters(hosts.mend, node)
         if fault.kind == CUT_CLIENT:
             client = f"client{fault.target}"
             return lambda: hosts.isolate(client), lambda: hosts.rejoin(client)
@@ -53,6 +52,10 @@ class Partitions:
             node = f"datanode{fault.target}"
             return lambda: self._start_flapping(number, node), lambda: self._stop_flapping(number)
         raise ValueError(f"not a partition: {fault.kind!r}")
+
+    def _masters(self, action: Callable[[str, str], None], node: str) -> None:
+        for master in self.masters:
+            action(node, master)
 
     def heal_all(self) -> None:
         for number in list(self._flaps):

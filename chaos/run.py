@@ -21,6 +21,7 @@ from chaos.monitor import Monitor
 from chaos.nemesis import Nemesis
 from chaos.partitions import Partitions
 from chaos.schedule import Fault, FaultPlan, Timing, make_schedule, to_json
+from chaos.standby import primary_host
 from chaos.workload import Workload, WorkloadConfig
 
 log = logging.getLogger(__name__)
@@ -45,8 +46,7 @@ class RunOptions:
     keep_data: bool = False  # keep the nodes' LevelDBs and the master's WAL after a pass
     hosts: bool = False  # every process on a host of its own (network namespaces, root only)
     clients: int = 2  # client hosts, with hosts
-    standby: bool = False  # a standby master runs (issue 17 parts 1-2 wire it in): only then
-    # may the plan cut the master off
+    standby: bool = False  # a hot standby master runs: only then may the plan cut the master off
 
     def schedule(self) -> list[Fault]:
         return make_schedule(self.seed, self.duration_s, datanodes=self.datanodes,
@@ -83,11 +83,12 @@ def run(opts: RunOptions) -> RunResult:
         json.dump(to_json(schedule), f, indent=1)
     history_path = os.path.join(opts.run_dir, "history.jsonl")
     with contextlib.ExitStack() as stack:  # hosts are removed last, after every process stopped
-        hosts = stack.enter_context(Hosts(list(host_names(opts.datanodes, opts.clients)))) \
-            if opts.hosts else None
+        masters = ("master", "standby") if opts.standby else ("master",)
+        hosts = stack.enter_context(Hosts(list(host_names(opts.datanodes, opts.clients,
+                                                          masters)))) if opts.hosts else None
         cluster = LocalCluster(os.path.join(opts.run_dir, "cluster"), datanodes=opts.datanodes,
                                replication=opts.replication, heartbeat_s=opts.heartbeat_s,
-                               dead_after_s=opts.dead_after_s,
+                               dead_after_s=opts.dead_after_s, standby=opts.standby,
                                master_args=["--pending-timeout-s", str(opts.pending_timeout_s),
                                             "--checkpoint-records", str(opts.checkpoint_records)],
                                **({"placement": hosts.placement} if hosts else {}))
@@ -123,13 +124,15 @@ def _exercise(cluster: LocalCluster, hist: History, monitor: Monitor, schedule: 
     client hosts wrote, if any (to merge with the run's)."""
     workload: Workload | ClientHosts
     if hosts is None:
-        workload = Workload(cluster.master_addr, hist, opts.workload, opts.seed)
+        workload = Workload(cluster.masters, hist, opts.workload, opts.seed)
         nemesis = Nemesis(cluster, hist, schedule, workload)
     else:
-        workload = ClientHosts(hosts.prefix, opts.clients, cluster.master_addr, hist,
+        workload = ClientHosts(hosts.prefix, opts.clients, cluster.masters, hist,
                                opts.workload, opts.seed, opts.run_dir)
         nemesis = Nemesis(cluster, hist, schedule, workload,
-                          partitions=Partitions(hosts, opts.seed))
+                          partitions=Partitions(hosts, opts.seed, lambda: primary_host(cluster),
+                                                masters=("master", "standby") if opts.standby
+                                                else ("master",)))
     workload.start()
     monitor.start()
     nemesis.start()
@@ -153,7 +156,7 @@ def _drain(cluster: LocalCluster, hist: History, workload: Workload | ClientHost
     left in every queue of the run (``chaos``, ``chaos.dead``, ...)."""
     workload.drain()
     deadline = time.monotonic() + opts.drain_timeout_s
-    with Client(cluster.master_addr, timeout_s=opts.workload.timeout_s) as client:
+    with Client(cluster.masters, timeout_s=opts.workload.timeout_s) as client:
         empty_polls = 0
         while empty_polls < 3 and time.monotonic() < deadline:
             time.sleep(0.5)

@@ -345,6 +345,11 @@ class MemoryWal:
         self.records_written = 0
         self.records_appended = 0
 
+    @property
+    def flushed_at(self) -> tuple[int, int]:
+        """(segment, records): where the flushed log ends, for the replication's bookkeeping."""
+        return len(self._segment_starts) - 1, len(self.records)
+
     def replay(self, start_index: int = 0) -> Iterator[bytes]:
         yield from self.records[self._segment_starts[min(start_index, len(self._segment_starts) - 1)]:]
 

@@ -12,7 +12,7 @@ def test_status_and_queue_json_documents(cluster):
     m = cluster.master_addr
     run("enqueue", "jobs", "a", "b", master=m)
     status = json.loads(run("status", "--json", master=m).stdout)
-    assert set(status) == {"cluster_id", "secure", "safe_mode", "replication",
+    assert set(status) == {"cluster_id", "epoch", "standby", "secure", "safe_mode", "replication",
                            "under_replicated", "nodes", "queues"}
     assert status["secure"] is True and len(status["nodes"]) == 3
     assert isinstance(status["safe_mode"], bool)

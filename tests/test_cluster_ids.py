@@ -52,7 +52,8 @@ def test_the_master_keeps_its_id_and_every_node_keeps_the_one_it_joined(cluster_
     assert CLUSTER_ID.match(cluster_id)
     assert json.loads(run("status", "--json", master=cl.master_addr).stdout)["cluster_id"] == \
         cluster_id
-    assert f"cluster: {cluster_id}\n" in run("status", master=cl.master_addr).stdout.decode()
+    assert f"cluster: {cluster_id} (epoch 0; standby in sync: none)\n" in \
+        run("status", master=cl.master_addr).stdout.decode()
     with Client(cl.master_addr, timeout_s=10) as c:
         c.enqueue("jobs", b"x")
     # The id survives a crash (WAL replay) and a clean stop (checkpoint) of the master
