@@ -44,6 +44,7 @@ class WalData:
     data: bytes
     keys: list[CapabilityKey]
     keys_rotated_at: float  # when the ring last moved on (``master/capabilities.py``)
+    at_end: bool  # ``data`` reaches the end of the primary's log on disk: the standby caught up
 
 
 @message(82)

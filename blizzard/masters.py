@@ -13,7 +13,8 @@ from typing import Sequence
 
 from blizzard.transport import check_addr
 
-QUIET_S = 5.0  # a master silent this recently is not gone back to on a standby's word
+QUIET_S = 2.5  # a master silent this recently is not gone back to on a standby's word (about
+# the time a standby takes to take over; a primary that merely stalled is back to soon after)
 
 
 def split_masters(masters: str | Sequence[str]) -> list[str]:

@@ -51,14 +51,16 @@ class Leader:
         if isinstance(reply, p.Error) and reply.code == "not_primary":
             self._switch(self.choice.not_primary())
             return False
-        if isinstance(reply, p.HeartbeatReply):
-            if reply.epoch < self.epoch:
-                log.warning("master %s is of epoch %d, older than %d: not obeying it",
-                            self.choice.current, reply.epoch, self.epoch)
-                self._switch(self.choice.not_primary())
-                return False
-            self.epoch = reply.epoch
+        if isinstance(reply, p.HeartbeatReply) and reply.epoch < self.epoch:
+            log.warning("master %s is of epoch %d, older than %d: not obeying it",
+                        self.choice.current, reply.epoch, self.epoch)
+            self._switch(self.choice.not_primary())
+            return False
         return True
+
+    def learn(self, reply: p.HeartbeatReply) -> None:
+        """The epoch of a reply of this node's own cluster (a foreign one teaches nothing)."""
+        self.epoch = max(self.epoch, reply.epoch)
 
     def close(self) -> None:
         self.endpoint.close()

@@ -284,6 +284,7 @@ class DatanodeServer:
                 if not self.leader.accepts(reply):  # a standby: ask again soon
                     self.next_heartbeat = min(self.next_heartbeat, time.monotonic() + RETRY_S)
                 elif self.cluster.accepts(reply):
+                    self.leader.learn(reply)
                     self._obey(reply)
 
     def _obey(self, reply: p.HeartbeatReply) -> None:

@@ -129,5 +129,5 @@ class Checkpointer:
         self.wal.flush()
         start = self.wal.roll()
         checkpoint.write(self.wal.directory, start, state.export_parts())
-        checkpoint.prune(self.wal.directory, start)
+        checkpoint.prune(self.wal.directory, start, self.keep_from())
         log.info("checkpoint at segment %d written", start)

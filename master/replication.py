@@ -30,7 +30,7 @@ from collections import deque
 from typing import Any, Callable
 
 from blizzard import protocol as p
-from blizzard.errors import ForeignCluster
+from blizzard.errors import ForeignCluster, InvalidArgument
 from blizzard.transport import Endpoint, call
 from master import checkpoint
 from master.records import StandbySynced
@@ -41,6 +41,7 @@ PARK_S = 0.25  # a caught-up standby's Follow waits at most this long for new re
 MAX_SHIP_BYTES = 4 * 1024 * 1024  # WAL bytes in one reply (whole records; one larger record goes whole)
 EXIT_FENCED = 75
 PROBE_EVERY_S = 1.0
+MAX_STANDBYS = 16  # standby names remembered (a name is what a Follow calls itself)
 WARN_EVERY_S = 30.0
 
 
@@ -67,6 +68,8 @@ class Replication:
         self.held: deque[tuple[tuple[int, int], int, list[tuple[bytes, int, Any]]]] = deque()
         self._probed = self._warned = -WARN_EVERY_S
         self.started = time.monotonic()  # a standby not heard from since counts as silent
+        if not sync and server.state.standby[0]:  # running alone now: the standby is no longer
+            server.log_record(StandbySynced("", ""))  # in sync, and must not think it is
 
     @property
     def sync_name(self) -> str:
@@ -77,10 +80,12 @@ class Replication:
 
     def follow(self, msg: p.Follow, now: float, mono: float, peer: bytes, rid: int) -> Any:
         state, wal = self.server.state, self.server.wal
-        self.check_epoch(msg.epoch, f"standby {msg.addr[:200]}")
+        self._check(msg, mono)
         if msg.cluster_id and msg.cluster_id != state.cluster_id:
             raise ForeignCluster(f"this master is of cluster {state.cluster_id}; the standby "
                                  f"{msg.addr[:200]} of cluster {msg.cluster_id[:64]}")
+        if msg.cluster_id:  # of this cluster: a newer epoch means this master was replaced
+            self.check_epoch(msg.epoch, f"standby {msg.addr[:200]}")
         if wal.directory is None:
             raise ForeignCluster("this master keeps no log on disk to follow")
         pos = (msg.segment, msg.offset)
@@ -97,11 +102,26 @@ class Replication:
         self.parked[msg.name] = (peer, rid, msg, mono + PARK_S)
         return None
 
+    def _check(self, msg: p.Follow, mono: float) -> None:
+        """Refuse a malformed Follow, and a second standby while the one in sync is alive:
+        two that both believe they are in sync could both take over."""
+        if not (0 < len(msg.name) <= 200 and 0 <= msg.offset < 2**62 and
+                -2**40 <= msg.segment < 2**40 and (msg.segment >= 0 or msg.offset < 2**40)):
+            raise InvalidArgument("a Follow needs a name of 1-200 characters, offset >= 0 and "
+                                  "a segment in range")
+        sync = self.sync_name
+        if sync and msg.name != sync and \
+                mono - self.seen.get(sync, self.started) < max(self.failover_after_s, PARK_S * 4):
+            raise InvalidArgument(f"this primary has a standby in sync ({sync}); it takes one")
+        if msg.name not in self.seen and len(self.seen) >= MAX_STANDBYS:
+            raise InvalidArgument(f"this primary follows at most {MAX_STANDBYS} standby names")
+
     def guard_heartbeat(self, handler: Callable[..., Any]) -> Callable[..., Any]:
         """A heartbeat handler that fences this master when the node saw a newer epoch, and
         tells the node this master's epoch."""
         def heartbeat(msg: p.Heartbeat, *args: Any) -> Any:
-            self.check_epoch(msg.epoch, f"data node {msg.node_id[:64]}")
+            if msg.cluster_id == self.server.state.cluster_id:  # not a foreign node's epoch
+                self.check_epoch(msg.epoch, f"data node {msg.node_id[:64]}")
             reply = handler(msg, *args)
             if isinstance(reply, p.HeartbeatReply):
                 reply = dataclasses.replace(reply, epoch=self.server.state.epoch)
@@ -135,8 +155,9 @@ class Replication:
 
     def _wal_data(self, segment: int, offset: int, data: bytes) -> p.WalData:
         caps = self.server.capabilities
+        at_end = (segment, offset + len(data)) == self.server.wal.flushed_at
         return p.WalData(self.server.state.epoch, segment, offset, data, caps.keys(),
-                         caps.rotated_at)
+                         caps.rotated_at, at_end)
 
     def _snapshot(self, msg: p.Follow) -> p.SnapshotData:
         """Part of the newest checkpoint (the standby starts over from it), or, with none yet,
@@ -192,7 +213,7 @@ class Replication:
         endpoint = Endpoint(self.server.ctx, addr, self.keys,
                             self.keys.master if self.keys else None)
         try:
-            welcome = call(endpoint, p.Hello(), 0.3)
+            welcome = call(endpoint, p.Hello(), 0.2)
         except Exception as exc:  # unreachable or refusing: no news, keep waiting
             if mono - self._warned >= WARN_EVERY_S:
                 self._warned = mono

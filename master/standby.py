@@ -67,14 +67,16 @@ class StandbyServer:
         # the primary's epoch whose log this one is a prefix of (-1: none, send a snapshot)
         self.epoch = self.state.epoch if self.state.cluster_id else -1
         self.promoting: list[tuple[bytes, int]] = []  # Promote requests to answer once done
-        self.force = False
+        self.caught_up = False  # reached the primary's end since it started (over)
         self.master: Any = None  # the MasterServer once promoted
         self._stopping = False
 
     @property
     def synced(self) -> bool:
-        """The primary's log says replies wait for this standby: it holds all they confirmed."""
-        return self.state.standby[0] == self.config.addr
+        """The primary's log says replies wait for this standby, and it has caught up since it
+        (re)started: it holds everything they confirmed. (A log or checkpoint naming it says
+        nothing of what the primary confirmed while it was away or behind.)"""
+        return self.caught_up and self.state.standby[0] == self.config.addr
 
     # -- loop --------------------------------------------------------------------------------
 
@@ -102,10 +104,7 @@ class StandbyServer:
 
     def run_once(self, timeout_ms: int) -> None:
         mono = time.monotonic()
-        if self.rid is not None and mono - self.sent > RESEND_S:
-            self.primary.reset()  # lost (the primary restarted, or the link): ask again
-            self.rid = None
-        if self.rid is None:
+        if self.rid is None or mono - self.sent > RESEND_S:  # none out, or lost: ask (again)
             self._follow(mono)
         poller = zmq.Poller()
         poller.register(self.router.sock, zmq.POLLIN)
@@ -115,9 +114,13 @@ class StandbyServer:
             self._answer(peer, rid, msg)
         self.primary.read_ready()
         reply = self.primary.take(self.rid) if self.rid is not None else None
+        if self.primary.received():  # answers to Follows sent before: signs of life too
+            self.heard = time.monotonic()
+            self.primary.discard_received()
         if reply is not None:
             self.rid = None
             self._take(reply, time.monotonic())
+            self.heard = time.monotonic()  # after the work: a long restore is not silence
         self.checkpoints.poll()
         silent = time.monotonic() - self.heard
         if self.promoting or (self.synced and 0 < self.config.failover_after_s < silent):
@@ -149,10 +152,9 @@ class StandbyServer:
             return
         if reply.epoch < self.epoch:
             log.error("%s is of epoch %d, older than this standby's %d: not following it",
-                      self.config.standby_of, reply.epoch, self.state.epoch)
+                      self.config.standby_of, reply.epoch, self.epoch)
             self.sent, self.rid = mono, -1
             return
-        self.heard = mono
         if isinstance(reply, p.SnapshotData):
             self._snapshot_part(reply)
         elif isinstance(reply, p.WalData):
@@ -166,6 +168,7 @@ class StandbyServer:
                 self.checkpoints.fork(self.state, msg.segment)
             self.wal.roll_to(msg.segment)
         if not msg.data:
+            self._maybe_caught_up(msg)
             return
         bodies, good_end, problem = scan(msg.data)
         if problem is not None:
@@ -174,6 +177,13 @@ class StandbyServer:
         self.wal.write_at(msg.segment, msg.offset, msg.data, len(bodies))
         for body in bodies:
             self.state.apply(records.unpack(body))
+        self._maybe_caught_up(msg)
+
+    def _maybe_caught_up(self, msg: p.WalData) -> None:
+        """Holding all the primary had on disk, this standby has everything it confirmed."""
+        if msg.at_end and not self.caught_up:
+            self.caught_up = True
+            log.info("caught up with the primary at segment %d, byte %d", *self.wal.flushed_at)
 
     def _snapshot_part(self, msg: p.SnapshotData) -> None:
         """Write part of the primary's checkpoint; with all of it, start over from it."""
@@ -202,11 +212,15 @@ class StandbyServer:
 
     def _start_over(self, wal_start: int, state: State, epoch: int) -> None:
         directory = self.wal.directory
+        self.checkpoints.poll(block=True)  # first: its file and prune must not land after ours
         for index in checkpoint.list_checkpoints(directory):
             if index != wal_start or state.cluster_id == "":
                 os.remove(os.path.join(directory, checkpoint.checkpoint_name(index)))
-        self.checkpoints.poll(block=True)
+        for name in os.listdir(directory):  # parts of a snapshot given up for a newer one
+            if name.endswith(".ckpt.part"):
+                os.remove(os.path.join(directory, name))
         self.wal.start_over(wal_start)
+        self.caught_up = False
         self.state, self.snapshot, self.epoch = state, None, epoch
         self.checkpoints.mark = self.wal.records_written
         log.info("following from segment %d (%d items)", wal_start, len(state.items))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import threading
@@ -10,10 +11,13 @@ import pytest
 
 from blizzard import Client
 from blizzard import protocol as p
-from blizzard.errors import BlizzardError
+from blizzard.errors import BlizzardError, InvalidArgument
+from blizzard.harness import free_port
 from blizzard.transport import call
 from master import checkpoint
+from master.config import MasterConfig
 from master.replication import EXIT_FENCED
+from master.standby import StandbyServer
 from master.wal import list_segments, segment_name
 from conftest import wait_for
 
@@ -30,6 +34,17 @@ def promote(cluster, force: bool = False) -> int:
         return call(endpoint, p.Promote(force), 10).epoch
     finally:
         endpoint.close()
+
+
+def promote_when_caught_up(cluster) -> int:
+    """Promote the standby once it has caught up with its primary (a moment after the
+    primary counts it in sync: it sees it has nothing more to receive)."""
+    def attempt() -> int | None:
+        try:
+            return promote(cluster)
+        except InvalidArgument:  # not in sync yet
+            return None
+    return wait_for(attempt, what="the standby to be in sync and promoted")
 
 
 def log_end(directory: str) -> tuple[int, int]:
@@ -53,19 +68,20 @@ def test_promotion_fences_a_paused_primary_that_wakes_up(cluster_factory):
     with Client(cl.masters, timeout_s=20) as c:
         c.enqueue_many("jobs", [b"a%d" % i for i in range(50)])
     cl.master.signal(signal.SIGSTOP)
-    assert promote(cl) == 1
+    assert promote_when_caught_up(cl) == 1
     with Client(cl.masters, timeout_s=20) as c:  # rides over to the new primary
         c.enqueue_many("jobs", [b"b%d" % i for i in range(50)])
     with Client(cl.master_addr, timeout_s=3) as old:
         cl.master.signal(signal.SIGCONT)
         with pytest.raises(BlizzardError):  # it confirms nothing: its standby is gone
-            old.enqueue("jobs", b"stale")
+            old.create_queue("stale")  # (needs no data node, which would fail it anyway)
     wait_for(lambda: not cl.master.alive, what="the old primary to learn of epoch 1 and stop")
     assert cl.master.popen.returncode == EXIT_FENCED
     assert "fenced" in cl.master.tail()
     with Client(cl.masters, timeout_s=20) as c:
         assert sorted(drain(c)) == sorted([b"a%d" % i for i in range(50)] +
                                           [b"b%d" % i for i in range(50)])
+        assert "stale" not in {q["queue"] for q in c.queues()}
 
 
 def test_a_killed_primary_fails_over_by_itself_and_loses_nothing_acknowledged(cluster_factory):
@@ -105,7 +121,7 @@ def test_nothing_is_confirmed_while_a_sync_standby_is_away(cluster_factory):
     assert done.wait(30)
     producer.join()
     cl.master.kill()
-    assert promote(cl) == 1  # in sync, so no --force needed: it has "late"
+    assert promote_when_caught_up(cl) == 1  # in sync, so no --force needed: it has "late"
     with Client(cl.masters, timeout_s=20) as c:
         assert drain(c) == [b"late"]
 
@@ -132,3 +148,25 @@ def test_a_standby_far_behind_starts_over_from_a_checkpoint(cluster_factory):
     assert promote(cl, force=True) == 1
     with Client(cl.masters, timeout_s=20) as c:
         assert len(drain(c)) == 101
+
+
+def test_a_restarted_standby_is_not_in_sync_until_it_has_caught_up_again(cluster_factory,
+                                                                         tmp_path):
+    """Its log names it as the standby in sync, but the primary may have gone on without it
+    meanwhile: only reaching the primary's end again makes it safe to take over."""
+    cl = cluster_factory(heartbeat_s=0.2, dead_after_s=1.5, datanodes=1, replication=1)
+    config = MasterConfig(data_dir=str(tmp_path / "standby"), bind=f"tcp://127.0.0.1:{free_port()}",
+                          standby_of=cl.master_addr, keys=cl.keys, replication=1)
+    standby = StandbyServer(config)
+    try:
+        wait_for(lambda: standby.run_once(20) or standby.synced, what="the standby in sync")
+    finally:
+        standby.close()
+    # the same standby (its name is its address) on a fresh port: the old socket may linger
+    again = StandbyServer(dataclasses.replace(config, advertise=config.addr,
+                                              bind=f"tcp://127.0.0.1:{free_port()}"))
+    try:
+        assert again.state.standby[0] == config.addr and not again.synced
+        wait_for(lambda: again.run_once(20) or again.synced, what="in sync again")
+    finally:
+        again.close()

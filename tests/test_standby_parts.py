@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 import zmq
@@ -12,7 +13,9 @@ from blizzard.errors import InvalidArgument
 from blizzard.harness import free_port
 from blizzard.masters import MasterChoice, split_masters
 from blizzard.transport import Endpoint, call_many
+from master.records import StandbySynced
 from master.wal import Wal, WalCorrupt, read_segments, segment_name
+from test_master_requests import in_process_master
 
 A, B = "tcp://127.0.0.1:5555", "tcp://127.0.0.1:5556"
 
@@ -86,3 +89,49 @@ def test_a_server_that_stops_answering_pings_times_out_early():
     finally:
         endpoint.close()
     assert isinstance(reply, TimeoutError) and "stopped answering pings" in str(reply)
+
+
+# -- the primary's guard: hostile or foreign Follows and heartbeats --------------------------
+
+
+@pytest.fixture
+def primary():
+    server = in_process_master(replication=1)
+    server.replication.on_fenced = fenced.append
+    fenced.clear()
+    yield server
+    server.close()
+
+
+fenced: list[str] = []
+
+
+def ask(server, msg, peer: bytes = b"standby"):
+    return server.handle(peer, 1, msg, time.time(), time.monotonic())
+
+
+def test_malformed_follows_are_refused_and_change_nothing(primary):
+    cid = primary.state.cluster_id
+    for bad in (p.Follow("", "a", cid, 0, 0, 0), p.Follow("a", "a", cid, 0, 0, -1),
+                p.Follow("a", "a", cid, 0, -2**50, 0), p.Follow("x" * 201, "a", cid, 0, 0, 0)):
+        reply = ask(primary, bad)
+        assert isinstance(reply, p.Error) and reply.code == "invalid_argument", bad
+    assert primary.replication.seen == {} and primary.state.standby == ("", "") and not fenced
+
+
+def test_a_foreign_node_or_standby_of_a_newer_epoch_does_not_fence_this_master(primary):
+    foreign = ask(primary, p.Heartbeat("dn-x", "tcp://127.0.0.1:9", 0, 0, 1, "0123456789abcdef", 7))
+    assert foreign.code == "foreign_cluster"
+    follow = ask(primary, p.Follow("s", "s", "0123456789abcdef", 99, 0, 0))
+    assert follow.code == "foreign_cluster" and not fenced
+    ask(primary, p.Heartbeat("dn-a", "tcp://127.0.0.1:1", 0, 0, 1, primary.state.cluster_id, 3))
+    assert fenced and "epoch 3" in fenced[0]  # one of its own cluster: it was replaced
+
+
+def test_a_second_standby_is_refused_while_the_one_in_sync_is_alive(primary):
+    primary.log_record(StandbySynced("tcp://127.0.0.1:1", "tcp://127.0.0.1:1"))
+    primary.replication.seen["tcp://127.0.0.1:1"] = time.monotonic()
+    reply = ask(primary, p.Follow("tcp://127.0.0.1:2", "tcp://127.0.0.1:2",
+                                  primary.state.cluster_id, 0, 0, 0))
+    assert reply.code == "invalid_argument" and "standby in sync" in reply.message
+    assert primary.state.standby[0] == "tcp://127.0.0.1:1"
