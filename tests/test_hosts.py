@@ -64,6 +64,7 @@ def test_a_data_node_cut_off_from_the_master_still_serves_what_it_holds(tmp_path
             # the clients)
             nodes = wait_for(lambda: _holding(cluster, len(sent)), 10, "heartbeats with items")
             cut = max(nodes, key=lambda n: n.items).addr
+            held = max(n.items for n in nodes)
             host = next(h for h in ("datanode0", "datanode1") if f"//{hosts.addr(h)}:" in cut)
             hosts.cut(host, "master")
             wait_for(lambda: not node_alive(cluster, cut), 10, "the master declaring it dead")
@@ -73,9 +74,14 @@ def test_a_data_node_cut_off_from_the_master_still_serves_what_it_holds(tmp_path
             got = {item["data"] for item in json.loads(out.stdout)["items"]}
             assert got == sent
             assert not node_alive(cluster, cut)
-            # and once healed, the master sees the node again
+            # and enqueues meanwhile are confirmed, none with a copy on the node declared dead
+            blizzard_on(hosts, "client0", "enqueue", "q", *[f"late-{i}" for i in range(10)],
+                        "--master", cluster.master_addr)
+            # and once healed, the master sees the node again, holding what it held
             hosts.heal()
             wait_for(lambda: node_alive(cluster, cut), 15, "the cut node alive again")
+            wait_for(lambda: _holding(cluster, len(sent) + 10), 10, "heartbeats with every item")
+            assert next(n.items for n in cluster.status().nodes if n.addr == cut) == held
     # and nothing of the run is left behind
     assert ours(run_id) == []
     assert hosts.leftovers() == []
