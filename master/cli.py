@@ -32,9 +32,16 @@ _DEFAULT = config_defaults(MasterConfig)
 @click.option("--checkpoint-records", default=_DEFAULT["checkpoint_records"], show_default=True,
               type=click.IntRange(1), help="Write a checkpoint (in a forked child) after "
               "this many WAL records; restarts replay at most about this many.")
+@click.option("--rebuild-from-datanodes", "rebuild_from", default="", metavar="ADDR,ADDR,...",
+              help="The master's data dir was lost: on an EMPTY --data-dir, first rebuild every "
+              "queued item from the metadata these data nodes keep (list them all: "
+              "tcp://HOST:PORT,...), adopting their cluster id, then serve. Refused if the data "
+              "dir holds a WAL. Needs the admin key pair in --keys. Items acked shortly before "
+              "the loss may come back; queue settings start from the defaults.")
 def master_command(data_dir: str, bind: str, replication: int, min_replicas: int | None,
                    heartbeat_s: float, dead_after_s: float, pending_timeout_s: float,
-                   max_item_bytes: int, checkpoint_records: int, keys: str | None,
+                   max_item_bytes: int, checkpoint_records: int, rebuild_from: str,
+                   keys: str | None,
                    insecure: bool, metrics_port: int | None, metrics_addr: str,
                    log_level: str, log_format: str) -> None:
     """Run the master: queue metadata, ids, placement, leases, WAL.
@@ -52,4 +59,10 @@ def master_command(data_dir: str, bind: str, replication: int, min_replicas: int
                           max_item_bytes=max_item_bytes, checkpoint_records=checkpoint_records,
                           keys=security(keys, insecure), metrics_port=metrics_port,
                           metrics_addr=metrics_addr)
-    serve(start(lambda: MasterServer(config), "master", bind, (WalCorrupt, WalLocked)), "master")
+    def make() -> MasterServer:
+        if rebuild_from:  # before the master binds: it serves only the rebuilt state
+            from master.rebuild import parse_addrs, rebuild
+            rebuild(config, parse_addrs(rebuild_from))
+        return MasterServer(config)
+
+    serve(start(make, "master", bind, (WalCorrupt, WalLocked)), "master")

@@ -8,8 +8,9 @@ durable with one fsync and only then sends the replies (group commit).
 The concepts live in collaborators: ``ItemIds`` (ids), ``Blocks`` (ids handed out, put reports), ``Enqueues`` (enqueue, commit, staged),
 ``Leases`` (lease, ack, nack, extend, waiters, expiry), ``QueueAdmin``, ``DatanodeReports``,
 ``Deletes``, ``SafeMode``, ``CapabilityKeys`` (the grants' signing keys), ``ClusterIdentity``
-(the cluster id heartbeats are checked against) and ``Removals`` (node remove, item and queue
-deletes); each gets ``log_record`` to change durable state.
+(the cluster id heartbeats are checked against), ``Removals`` (node remove, item and queue
+deletes) and ``MetaSync`` (item metadata changes for the data nodes); each gets ``log_record``
+to change durable state.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from blizzard import protocol as p
 from blizzard.errors import BlizzardError, Forbidden, InvalidArgument
 from blizzard.transport import RouterServer, error_reply
 from master import checkpoint, records
+from master.meta_sync import MetaSync
 from master.admin import QueueAdmin
 from master.blocks import Blocks
 from master.capabilities import CapabilityKeys
@@ -38,7 +40,6 @@ from master.datanodes import DatanodeReports
 from master.deletes import Deletes
 from master.enqueue import Enqueues
 from master.ids import ItemIds
-from master.item import LEASED
 from master.leases import Leases
 from master.membership import Membership
 from master.metrics import MasterMetrics
@@ -112,6 +113,7 @@ class MasterServer:
         self.capabilities = CapabilityKeys(config.data_dir if wal.directory is not None else None,
                                            config.capability_key_s, time.time())
         self.counts = QueueCounts()  # live events per queue, for the metrics
+        self.meta_sync = MetaSync(self.state)  # metadata changes for the nodes, on heartbeats
         self.ids = ItemIds(self.state, self.log_record, config.id_block)
         self.repair = Repairer(self.state, self.membership, config.replication)
         self.blocks = Blocks(config, self.ids, self.membership, self.safe_mode, self.deletes,
@@ -124,7 +126,7 @@ class MasterServer:
                                 self.leases, self.membership, self.repair, self.safe_mode)
         self.datanodes = DatanodeReports(config, self.state, self.log_record, self.membership,
                                          self.repair, self.deletes, self.safe_mode,
-                                         self.enqueues, self.capabilities)
+                                         self.enqueues, self.capabilities, self.router.role_of)
         self.tasks = Tasks(self.state, self.log_record, self.counts)
         self._replies: list[tuple[bytes, int, Any]] = []
         self._stopping = False
@@ -152,7 +154,7 @@ class MasterServer:
             p.Heartbeat: self.datanodes.heartbeat,
             p.Replicated: self.datanodes.replicated,
             p.Inventory: self.datanodes.inventory,
-            p.BadReplica: self.bad_replica,
+            p.BadReplica: self.datanodes.bad_replica,
         }
         self.handlers.update({p.Lookup: self.tasks.lookup, p.Bury: self.tasks.bury,
                               p.TaskStats: self.tasks.task_stats})
@@ -160,7 +162,8 @@ class MasterServer:
         self.identity = ClusterIdentity(self.state, self.log_record, self.datanodes)
         self.removals = Removals(self.state, self.log_record, self.membership, self.safe_mode,
                                  self.repair, self.deletes, self.leases, self.enqueues)
-        self.handlers.update({p.Heartbeat: self.identity.heartbeat, **self.removals.handlers()})
+        self.handlers.update({p.Heartbeat: self.meta_sync.replying(self.identity.heartbeat),
+                              **self.removals.handlers()})
 
     def hello(self, msg: p.Hello, now: float, mono: float, peer: bytes, rid: int) -> p.Welcome:
         return p.Welcome(self.config.keys is not None, self.node_key,
@@ -189,19 +192,6 @@ class MasterServer:
             self.capabilities.check_owned(msg.grant, msg.ids)
         return self.enqueues.enqueue(msg, now, mono, peer, rid)
 
-    def bad_replica(self, msg: p.BadReplica, now: float, mono: float, peer: bytes,
-                    rid: int) -> Any:
-        """A reader's report of damaged copies; from a client key, only of items leased now
-        (a client that may ack an item may as well report its copies bad, no other)."""
-        if self.router.role_of(peer) not in (None, "node") and len(msg.ids) == len(msg.node_ids):
-            items = self.state.items
-            kept = [(i, n) for i, n in zip(msg.ids, msg.node_ids)
-                    if (item := items.get(i)) is not None and item.status == LEASED]
-            if msg.ids and not kept:
-                return p.Ok()  # nothing it may report
-            msg = p.BadReplica([i for i, _ in kept], [n for _, n in kept])
-        return self.datanodes.bad_replica(msg, now, mono, peer, rid)
-
     def _kept_on(self, item_id: int) -> tuple[str, ...] | None:
         """The nodes the master counts an id's blob on: an item's replicas, a staged item's
         holders; None for an id it keeps nowhere."""
@@ -221,6 +211,7 @@ class MasterServer:
         """
         self.wal.append(records.pack(rec))
         self.state.apply(rec)
+        self.meta_sync.saw(rec)
 
     def _recover(self) -> tuple[State, int]:
         """Load the newest checkpoint, then replay the WAL segments after it.

@@ -18,8 +18,7 @@ from collections import OrderedDict
 from dataclasses import asdict
 from typing import Any, Iterable, Iterator
 
-from master import admission, checkpoint_schema as schema
-from master import state_removals
+from master import admission, checkpoint_schema as schema, state_rebuild, state_removals
 from master.expiries import Expiries
 from master.item import DELAYED, LEASED, READY, Item, QueueState
 from master.queues import QueueConfig
@@ -196,6 +195,7 @@ class State:
         AddReplicas: _apply_add_replicas,
         DropReplicas: _apply_drop_replicas,
         **state_removals.APPLY,  # cluster identity and operator removals
+        **state_rebuild.APPLY,  # items rebuilt from the data nodes (master/rebuild.py)
     }
 
     # -- helpers ---------------------------------------------------------------------------
