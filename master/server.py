@@ -189,7 +189,7 @@ class MasterServer:
         """With security on, an enqueue must show the grant of the ids' placement: ids are
         sequential, and another client's ids must not be enqueued into this one's queue."""
         if self.router.role_of(peer) is not None:
-            self.capabilities.check_owned(msg.grant, msg.ids)
+            self.capabilities.check_owned(msg.grant, msg.ids, self.blocks.holds)
         return self.enqueues.enqueue(msg, now, mono, peer, rid)
 
     def _kept_on(self, item_id: int) -> tuple[str, ...] | None:
