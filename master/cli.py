@@ -60,9 +60,10 @@ def master_command(data_dir: str, bind: str, replication: int, min_replicas: int
                           keys=security(keys, insecure), metrics_port=metrics_port,
                           metrics_addr=metrics_addr)
     def make() -> MasterServer:
-        if rebuild_from:  # before the master binds: it serves only the rebuilt state
-            from master.rebuild import parse_addrs, rebuild
-            rebuild(config, parse_addrs(rebuild_from))
-        return MasterServer(config)
+        if not rebuild_from:
+            return MasterServer(config)
+        from master.rebuild import hold_reads, parse_addrs, rebuild
+        rebuild(config, parse_addrs(rebuild_from))  # before the master binds
+        return hold_reads(MasterServer(config))
 
     serve(start(make, "master", bind, (WalCorrupt, WalLocked)), "master")

@@ -6,7 +6,8 @@ this pages through every listed node's metadata (``ListMeta``, ``PAGE_ITEMS`` at
 folds it into records (``master/rebuild_fold.py``: the cluster id, the nodes, an id
 high-water above anything any node ever held, the items with all their holders), logs them
 to a fresh WAL, fsyncs, and writes a checkpoint. The master then starts on that data dir as
-after any restart: safe mode, inventories, and re-replication back to R copies.
+after any restart: safe mode, inventories, and re-replication back to R copies; until safe
+mode ends it holds reads back (``hold_reads``).
 
 Every node of the cluster should be listed: an item only an unlisted node holds is not
 rebuilt (and that node's inventory then has its blob deleted). A node that does not answer
@@ -22,12 +23,14 @@ import logging
 import os
 import shutil
 import time
+from typing import Any, Callable
 
 import zmq
 
 from blizzard import keys as k
 from blizzard import protocol as p
-from blizzard.errors import AuthenticationFailed, DatanodeUnavailable, InvalidArgument
+from blizzard.errors import (AuthenticationFailed, DatanodeUnavailable, InvalidArgument,
+                             MasterStarting)
 from blizzard.transport import Endpoint, call, check_addr
 from master import checkpoint, records
 from master.config import MasterConfig
@@ -38,6 +41,7 @@ from master.wal import Wal, fsync_dir
 log = logging.getLogger(__name__)
 
 PAGE_ITEMS = 5_000  # items asked for per page (a node serves at most this many)
+READS = (p.Lease, p.Regrant, p.Peek)  # requests answered with read grants
 CALL_S = 10.0  # one page's wait
 ATTEMPTS = 3  # tries per page before the node counts as unreachable
 
@@ -125,6 +129,26 @@ def write(config: MasterConfig, rebuilt: Rebuilt) -> None:
     refuse_used(config.data_dir)
     os.rename(aside, final)
     fsync_dir(config.data_dir)
+
+
+def hold_reads(server: Any) -> Any:
+    """``server`` (the rebuilt master) answering reads with ``MasterStarting`` until every
+    data node it knows has reported (safe mode ends); its clients wait that out.
+
+    Its capability keys are new, and a node learns them only from its first heartbeat reply:
+    a read grant signed before that would be refused by the node. (A master restarted on its
+    own data dir keeps its keys, so this holds only after a rebuild.)
+    """
+    def held(handler: Callable[..., Any]) -> Callable[..., Any]:
+        def hold(*args: Any) -> Any:
+            if server.safe_mode.on:
+                raise MasterStarting("the master was rebuilt from its data nodes and waits "
+                                     "for them to report")
+            return handler(*args)
+        return hold
+    for op in READS:
+        server.handlers[op] = held(server.handlers[op])
+    return server
 
 
 def rebuild(config: MasterConfig, addrs: list[str], ctx: zmq.Context | None = None) -> Rebuilt:

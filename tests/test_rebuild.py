@@ -64,7 +64,7 @@ def test_every_unacked_item_comes_back_after_the_master_dir_is_lost_under_load(c
     def consume() -> None:
         with Client(cluster.master_addr, timeout_s=30) as c:
             while not stop.is_set():
-                msgs = c.dequeue_many("load", 30, lease_s=2.0, wait_s=0.2)
+                msgs = c.dequeue_many("load", 10, lease_s=2.0, wait_s=0.2)
                 try:
                     c.ack_many(msgs)
                     acked.update(m.id for m in msgs)
@@ -79,11 +79,14 @@ def test_every_unacked_item_comes_back_after_the_master_dir_is_lost_under_load(c
                 errors.append(exc)
         return threading.Thread(target=run, daemon=True)
 
+    with Client(cluster.master_addr, timeout_s=10) as c:  # a backlog to lose
+        enqueued.update(c.enqueue_many("load", [b"backlog"] * 2000, priority=1))
     threads = [guarded(produce), guarded(consume)]
     for t in threads:
         t.start()
-    wait_for(lambda: len(enqueued) > 1000 and len(acked) > 200, 20, "load to flow")
+    wait_for(lambda: len(enqueued) > 3000 and len(acked) > 200, 20, "load to flow")
     before_loss.update(enqueued)
+    assert len(before_loss - acked) > 1000  # a backlog to lose
     rebuild_master(cluster)  # while producer and consumer go on, riding through it
     wait_for(lambda: len(enqueued) > len(before_loss) + 200 or errors, 20, "load after rebuild")
     stop.set()
