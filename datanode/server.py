@@ -27,10 +27,10 @@ from blizzard import protocol as p
 from blizzard.errors import (BlizzardError, InvalidArgument, PayloadTooLarge, StorageError,
                              WrongNode)
 from blizzard.transport import Endpoint, RouterServer, check_addr, error_reply
+from datanode import meta
 from datanode.cluster_id import ClusterMembership
 from datanode.config import DatanodeConfig, load_node_id
 from datanode.grants import Gate
-from datanode import meta
 from datanode.jobs import PutJob, Refusals
 from datanode.metrics import DatanodeMetrics
 from datanode.reads import read

@@ -41,9 +41,8 @@ _DEFAULT = config_defaults(MasterConfig)
 def master_command(data_dir: str, bind: str, replication: int, min_replicas: int | None,
                    heartbeat_s: float, dead_after_s: float, pending_timeout_s: float,
                    max_item_bytes: int, checkpoint_records: int, rebuild_from: str,
-                   keys: str | None,
-                   insecure: bool, metrics_port: int | None, metrics_addr: str,
-                   log_level: str, log_format: str) -> None:
+                   keys: str | None, insecure: bool, metrics_port: int | None,
+                   metrics_addr: str, log_level: str, log_format: str) -> None:
     """Run the master: queue metadata, ids, placement, leases, WAL.
 
     Security: give the key directory (--keys, made by `blizzard keys generate`) or --insecure.

@@ -29,7 +29,6 @@ from blizzard import protocol as p
 from blizzard.errors import BlizzardError, Forbidden, InvalidArgument
 from blizzard.transport import RouterServer, error_reply
 from master import checkpoint, records
-from master.meta_sync import MetaSync
 from master.admin import QueueAdmin
 from master.blocks import Blocks
 from master.capabilities import CapabilityKeys
@@ -42,6 +41,7 @@ from master.enqueue import Enqueues
 from master.ids import ItemIds
 from master.leases import Leases
 from master.membership import Membership
+from master.meta_sync import MetaSync
 from master.metrics import MasterMetrics
 from master.removal import Removals
 from master.repair import Repairer
