@@ -116,8 +116,9 @@ class DatanodePool:
     # -- puts --------------------------------------------------------------------------------
 
     def put_reported(self, pl: p.Placement, ids: list[int], blobs: list[bytes],
-                     crcs: list[int]) -> list[str]:
-        """Send the payloads to every placed node, each to report to the master, not to us.
+                     crcs: list[int], meta: p.ItemMeta) -> list[str]:
+        """Send the payloads to every placed node, each to report to the master, not to us;
+        each keeps ``meta`` (every id's) beside the blobs, for a rebuild of the master.
 
         Returns the node ids the put could not even be sent to (a full send queue).
         """
@@ -125,7 +126,7 @@ class DatanodePool:
         for ref in pl.nodes:
             try:
                 self.endpoint(ref.addr).send(p.Put(ids, blobs, crcs, [], 1, ref.node_id, True,
-                                                   pl.grant))
+                                                   pl.grant, [meta]))
             except TimeoutError:
                 failed.append(ref.node_id)
         return failed

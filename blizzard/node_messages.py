@@ -8,6 +8,9 @@ and leases, data nodes check them (``blizzard/capability.py``).
 
 from __future__ import annotations
 
+from dataclasses import field
+
+from blizzard.meta_messages import ItemMeta
 from blizzard.wire import Id, message
 
 
@@ -50,6 +53,8 @@ class HeartbeatReply:
     keys: list[CapabilityKey]
     cluster_id: str = ""  # the master's cluster: a node of another one obeys nothing here
     epoch: int = 0  # the master's epoch: a node obeys no master older than one it has seen
+    # item metadata (issue 17, rebuild): changed metadata of items this node holds, best effort
+    meta: list[ItemMeta] = field(default_factory=list)
 
 
 @message(50)
@@ -173,6 +178,7 @@ class Put:
     node_id: str  # the node meant to store them: a new node at a dead one's address refuses
     report: bool  # tell the master (``PutReport``), not the sender: a client's ``Enqueue`` waits on it
     grant: PutGrant | None  # None: a relay or copy between data nodes (their key proves who they are)
+    meta: list[ItemMeta] = field(default_factory=list)  # kept beside the blobs (see ItemMeta)
 
 
 @message(41)

@@ -215,11 +215,14 @@ class EnqueuePipeline:
     def _send(self, c: Chunk, placement: p.Placement, ids: list[int]) -> None:
         """The payloads to every placed node and the enqueue to the master, all at once."""
         c.placement, c.ids, c.step = placement, ids, ENQUEUE
-        failed = self.nodes.put_reported(placement, ids, c.blobs, c.crcs)
+        o = c.opts
+        meta = p.ItemMeta([], c.queue, o.priority, time.time() + o.delay_s if o.delay_s else 0.0,
+                          o.key, 0, "")  # kept by the nodes beside the blobs (a rebuild's)
+        failed = self.nodes.put_reported(placement, ids, c.blobs, c.crcs, meta)
         if failed:  # a node's send queue is full: do not wait for its report
             self._unstored(c, p.Unstored(failed, "cannot send to these data nodes"))
             return
-        n, o = len(ids), c.opts
+        n = len(ids)
         c.enqueue_msg = p.Enqueue(c.queue, ids, [len(b) for b in c.blobs], c.crcs,
                                   [o.priority] * n, [o.delay_s] * n, [o.key] * n, o.coalesce,
                                   self.master.call_id(), not c.commit, self.nodes.node_timeout_s,

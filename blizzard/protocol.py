@@ -13,6 +13,7 @@ from blizzard.node_messages import (BadReplica, Blobs, CapabilityKey, CopyOrder,
                                     GetGrant, Heartbeat, HeartbeatReply, Inventory, NodeRef, Put,
                                     PutGrant, PutReport, Regrant, Regranted, Replicated, Stored)
 from blizzard.ha_messages import Follow, Promote, Promoted, SnapshotData, WalData
+from blizzard.meta_messages import ItemMeta, ListMeta, MetaPage
 from blizzard.queue_settings import with_settings
 from blizzard.task_messages import Bury, ItemStates, Lookup, TaskCounts, TaskStats
 from blizzard.wire import (MAX_BATCH, MAX_FRAME_BYTES, MAX_ID, MAX_ITEM_BYTES, VERSION, Id, _BY_OP, _OP_OF, decode, dumps,
@@ -26,6 +27,7 @@ __all__ = ["MAX_BATCH", "MAX_FRAME_BYTES", "MAX_ID", "MAX_ITEM_BYTES", "VERSION"
            "Regrant", "Regranted", "Replicated", "Stored"]
 __all__ += ["Bury", "ItemStates", "Lookup", "TaskCounts", "TaskStats"]  # task_messages.py
 __all__ += ["Follow", "Promote", "Promoted", "SnapshotData", "WalData"]  # ha_messages.py
+__all__ += ["ItemMeta", "ListMeta", "MetaPage"]  # meta_messages.py
 
 
 # ---------------------------------------------------------------------------------------------

@@ -56,11 +56,15 @@ def templates(rng: random.Random) -> list[Any]:
         p.BadReplica(ids[:2], ["fz-node", "fz-other"]),
         p.Put(ids[:2], [b"ab", b"cd"], [0x9E83486D, 0x3F8B7BCA], [ref], 1, "", False, None),
         p.Put(ids[:2], [b"ab", b"cd"], [0x9E83486D, 0x3F8B7BCA], [], 1, "", True, put_grant),
+        p.Put(ids[:2], [b"ab", b"cd"], [0x9E83486D, 0x3F8B7BCA], [], 1, "", True, put_grant,
+              [p.ItemMeta([], "fz-q", 1, 0.0, "k", 0, "")]),
+        p.ListMeta(0, 10), p.ListMeta(ids[0], 5000),
         p.Get(ids, None), p.Get(ids, get_grant), p.Delete(ids, None), p.Delete(ids, put_grant),
         p.Ok(), p.Error("x", "y"), p.Stored(["fz-node"]),
         p.Placement(ids[0], 3, [ref], 1, 1.0, put_grant), p.Unstored(["fz-node"], "x"),
         p.Committed(3), p.Acked(1, []), p.Removed(1),
-        p.HeartbeatReply(ids, [p.CopyOrder(ref, ids)], True, [p.CapabilityKey(1, b"k" * 32)]),
+        p.HeartbeatReply(ids, [p.CopyOrder(ref, ids)], True, [p.CapabilityKey(1, b"k" * 32)], "",
+                         [p.ItemMeta(ids, "fz-q", 0, 0.0, "", 2, "fz-o")]),
     ]
 
 

@@ -27,19 +27,19 @@ from blizzard import protocol as p
 from blizzard.errors import (BlizzardError, InvalidArgument, PayloadTooLarge, StorageError,
                              WrongNode)
 from blizzard.transport import Endpoint, RouterServer, check_addr, error_reply
+from datanode import meta
 from datanode.cluster_id import ClusterMembership
 from datanode.config import DatanodeConfig, load_node_id
 from datanode.grants import Gate
 from datanode.jobs import PutJob, Refusals
 from datanode.leader import Leader
 from datanode.metrics import DatanodeMetrics
+from datanode.reads import read
 from datanode.store import BlobStore, LevelDbStore
 
 log = logging.getLogger(__name__)
 
 FORWARD_TIMEOUT_S = 3.0  # below the client's node timeout, so a partial result still arrives
-MAX_REPLY_BYTES = 20 * 1024 * 1024  # blob bytes in one Get reply (plus at most one item over)
-GET_SLICE = 256  # ids read from the store at a time while filling a reply
 MAX_PEERS = 64  # connections to other data nodes kept open; the least recently used goes
 MAX_FORWARD = 16  # replicas one put may name
 RETRY_S = 0.2  # the next heartbeat after a standby's refusal: it may be the primary any moment
@@ -150,8 +150,12 @@ class DatanodeServer:
                         continue
                     puts.append((peer, rid, msg))
                 elif isinstance(msg, p.Get):
-                    self.router.reply(peer, rid, self._get(msg, peer))
+                    self.router.reply(peer, rid, read(self.store, msg, self.gate, peer))
                     self.metrics.since("get", started)
+                elif isinstance(msg, p.ListMeta):  # a rebuilding master's (master/rebuild.py)
+                    self.router.reply(peer, rid, meta.page(
+                        self.store, msg, self.node_id, self.addr, self.cluster.cluster_id,
+                        (lambda: self.router.role_of(peer)) if self.gate is not None else None))
                 elif isinstance(msg, p.Delete):
                     if len(msg.ids) > p.MAX_BATCH:
                         raise InvalidArgument("a delete takes at most 10000 ids")
@@ -190,6 +194,7 @@ class DatanodeServer:
             check_addr(ref.addr)
         if self.gate is not None:
             self.gate.check_put(msg, peer)
+        meta.check_put(msg)
         for blob, crc in zip(msg.blobs, msg.crcs):
             if len(blob) > self.config.max_item_bytes:
                 raise PayloadTooLarge(f"a blob of {len(blob)} bytes exceeds max-item-bytes "
@@ -200,14 +205,15 @@ class DatanodeServer:
     def _write(self, puts: list[tuple[bytes, int, p.Put]], refused: "Refusals",
                started: float) -> None:
         """One synced ``WriteBatch`` for every put of the pass, then the replies and reports."""
-        ids, blobs, crcs = [], [], []
+        ids, blobs, crcs, metas = [], [], [], []  # metas: each id's (None: none given)
         for _, _, msg in puts:
             ids += msg.ids
             blobs += msg.blobs
             crcs += msg.crcs
+            metas += meta.for_put(msg) or [None] * len(msg.ids)
         began = time.perf_counter()
         try:
-            self.store.put_many(ids, blobs, crcs)
+            self.store.put_many(ids, blobs, crcs, metas)
         except (OSError, plyvel.Error) as exc:  # the disk, not the request (P6)
             log.error("write of %d blobs failed: %s", len(ids), exc)
             error = StorageError(f"{self.node_id}: {exc}")
@@ -245,7 +251,7 @@ class DatanodeServer:
 
     def _forward(self, job: PutJob, put: p.Put, targets: list[p.NodeRef]) -> None:
         for ref in targets:
-            relay = p.Put(put.ids, put.blobs, put.crcs, [], 1, ref.node_id, False, None)
+            relay = p.Put(put.ids, put.blobs, put.crcs, [], 1, ref.node_id, False, None, put.meta)
             try:
                 fid = self._peer(ref.addr).send(relay)
             except (TimeoutError, InvalidArgument) as exc:
@@ -291,6 +297,7 @@ class DatanodeServer:
         """Carry out the master's commands from a heartbeat reply; learn its capability keys."""
         if self.gate is not None:
             self.gate.learn(reply.keys)
+        meta.update(self.store, reply.meta)  # changes the master made (attempts, dead letters)
         if reply.delete:
             self.store.delete_many(reply.delete)
             log.debug("deleted %d blobs on the master's word", len(reply.delete))
@@ -314,7 +321,8 @@ class DatanodeServer:
         job = PutJob(None, 0, 2, time.monotonic() + FORWARD_TIMEOUT_S, [self.node_id],
                      copy=report)
         relay = p.Put(ids, [f[0] for f in found if f is not None],
-                      [f[1] for f in found if f is not None], [], 1, "", False, None)
+                      [f[1] for f in found if f is not None], [], 1, "", False, None,
+                      meta.for_copy(self.store, ids))
         self._forward(job, relay, [order.target])
 
     def _report(self, msg: object) -> None:
@@ -342,32 +350,6 @@ class DatanodeServer:
                 del self.jobs[fid]
                 job.waiting.discard(fid)
                 self._maybe_finish(job, timed_out=True)
-
-    def _get(self, msg: p.Get, peer: bytes) -> p.Blobs:
-        """The blobs asked for, each id once, up to ``MAX_REPLY_BYTES``.
-
-        Ids past the cap are in neither ``ids`` nor ``missing``: the client asks again.
-        """
-        if not 1 <= len(msg.ids) <= p.MAX_BATCH:
-            raise InvalidArgument("a get needs 1..10000 ids")
-        if self.gate is not None:
-            self.gate.check_get(msg, peer)
-        wanted = list(dict.fromkeys(msg.ids))  # a repeated id is served once
-        ids, blobs, crcs, missing = [], [], [], []
-        size = 0
-        for start in range(0, len(wanted), GET_SLICE):  # read no more than the reply can take
-            part = wanted[start:start + GET_SLICE]
-            for item_id, found in zip(part, self.store.get_many(part)):
-                if found is None:
-                    missing.append(item_id)
-                elif size and size + len(found[0]) > MAX_REPLY_BYTES:
-                    return p.Blobs(ids, blobs, crcs, missing)
-                else:
-                    ids.append(item_id)
-                    blobs.append(found[0])
-                    crcs.append(found[1])
-                    size += len(found[0])
-        return p.Blobs(ids, blobs, crcs, missing)
 
     # -- heartbeats --------------------------------------------------------------------------
 

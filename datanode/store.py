@@ -1,7 +1,11 @@
 """Blob stores: the durable LevelDB one and an in-memory twin with the same contract.
 
 A blob is kept with the CRC-32 it was written with; ``get_many`` re-checks it on every read
-and reports a mismatch as corrupt rather than serving bad bytes (P5).
+and reports a mismatch as corrupt rather than serving bad bytes (P5). Beside each blob, in
+the same write batch, a store keeps the item's metadata (opaque bytes here, an encoded
+``ItemMeta``: see ``datanode/meta.py``) with the blob's size and checksum, so a master that
+lost its data dir can rebuild its queues from a page through the metadata alone; it is
+deleted with the blob. The store also keeps the highest id it ever stored (P4 after a rebuild).
 """
 
 from __future__ import annotations
@@ -9,6 +13,7 @@ from __future__ import annotations
 import logging
 import struct
 import zlib
+from itertools import repeat
 from typing import Iterator, Protocol
 
 import plyvel
@@ -20,10 +25,17 @@ log = logging.getLogger(__name__)
 
 _KEY = struct.Struct(">Q")
 _CRC = struct.Struct("<I")
-# Blob keys are ids below 2**63, so their first byte is below 0x80; the node's own facts (the
-# cluster it joined) live under keys from 0xff on, outside every scan of blobs.
+# Blob keys are ids below 2**63, so their first byte is below 0x80; item metadata lives under
+# 0x81 + id, the node's own facts (the cluster it joined) under keys from 0xff on, outside
+# every scan of blobs.
 _BLOBS_END = b"\x80"
+_ITEM = b"\x81"
+_ITEMS_END = b"\x82"
 _META = b"\xffmeta:"
+_ID_HI = _META + b"id_hi"  # above every id ever stored, deleted ones too
+_SIZE_CRC = struct.Struct("<II")  # before an item's metadata: its blob's size and CRC-32
+
+ItemEntry = tuple[int, int, int, bytes]  # (id, blob size, CRC-32, metadata)
 
 
 def _id_range(ids: list[int]) -> tuple[int, int]:
@@ -40,8 +52,10 @@ def _id_range(ids: list[int]) -> tuple[int, int]:
 class BlobStore(Protocol):
     """What a data node needs from storage."""
 
-    def put_many(self, ids: list[int], blobs: list[bytes], crcs: list[int]) -> None:
-        """Store every blob durably (one atomic, fsynced batch) or raise."""
+    def put_many(self, ids: list[int], blobs: list[bytes], crcs: list[int],
+                 metas: list[bytes | None] | None = None) -> None:
+        """Store every blob durably (one atomic, fsynced batch) or raise; ``metas[k]`` (if
+        given and not None) is kept as ``ids[k]``'s metadata in the same batch."""
 
     def get_many(self, ids: list[int]) -> list[tuple[bytes, int] | None]:
         """(blob, crc) for each id, or None where absent or failing its checksum."""
@@ -51,6 +65,20 @@ class BlobStore(Protocol):
 
     def ids(self) -> Iterator[int]:
         """Every stored id, ascending."""
+
+    def item_metas(self, start: int, limit: int, max_bytes: int) -> list[ItemEntry]:
+        """Items with metadata from id ``start`` on, ascending: at most ``limit`` of them and
+        about ``max_bytes`` of metadata."""
+
+    def metas_of(self, ids: list[int]) -> list[ItemEntry | None]:
+        """Each id's entry, or None where it has no metadata."""
+
+    def update_metas(self, ids: list[int], meta: bytes) -> int:
+        """Replace the metadata of those ids that have some (not synced: best effort); how many."""
+
+    @property
+    def id_hi(self) -> int:
+        """Above every id ever stored here."""
 
     def get_meta(self, name: str) -> bytes | None:
         """A fact about the node kept with its blobs (e.g. ``cluster_id``); None if never set."""
@@ -106,15 +134,21 @@ class LevelDbStore:
             self._count += 1
             self._bytes += len(value) - _CRC.size
             self._max_id = _KEY.unpack(key)[0]
+        kept = self.db.get(_ID_HI)
+        self._id_hi = max(self._max_id + 1, _KEY.unpack(kept)[0] if kept else 0)
 
-    def put_many(self, ids: list[int], blobs: list[bytes], crcs: list[int]) -> None:
+    def put_many(self, ids: list[int], blobs: list[bytes], crcs: list[int],
+                 metas: list[bytes | None] | None = None) -> None:
         _id_range(ids)
         added = count = 0
         get = self.db.get
         top = self._max_id
+        size_crc = _SIZE_CRC.pack
         with self.db.write_batch(sync=True) as wb:
-            for item_id, blob, crc in zip(ids, blobs, crcs):
+            for item_id, blob, crc, meta in zip(ids, blobs, crcs, metas or repeat(None)):
                 key = _KEY.pack(item_id)
+                if meta is not None:
+                    wb.put(_ITEM + key, size_crc(len(blob), crc) + meta)
                 # a retried put must not count twice; only an id seen before can be a retry
                 old = get(key) if item_id <= top else None
                 if old is None:
@@ -124,6 +158,9 @@ class LevelDbStore:
                     added += len(blob) - (len(old) - _CRC.size)
                 wb.put(key, _CRC.pack(crc) + blob)
                 top = max(top, item_id)
+            if top >= self._id_hi:
+                wb.put(_ID_HI, _KEY.pack(top + 1))
+        self._id_hi = max(self._id_hi, top + 1)
         self._count += count
         self._bytes += added
         self._max_id = top
@@ -145,12 +182,46 @@ class LevelDbStore:
                 raw = self.db.get(key)
                 if raw is not None:
                     wb.delete(key)
+                    wb.delete(_ITEM + key)
                     self._count -= 1
                     self._bytes -= len(raw) - _CRC.size
 
     def ids(self) -> Iterator[int]:
         for key in self.db.iterator(include_value=False, stop=_BLOBS_END):
             yield _KEY.unpack(key)[0]
+
+    def item_metas(self, start: int, limit: int, max_bytes: int) -> list[ItemEntry]:
+        _id_range([start])
+        out: list[ItemEntry] = []
+        size = 0
+        for key, value in self.db.iterator(start=_ITEM + _KEY.pack(start), stop=_ITEMS_END):
+            if len(out) >= limit or (out and size + len(value) > max_bytes):
+                break
+            out.append(_entry(_KEY.unpack_from(key, 1)[0], value))
+            size += len(value)
+        return out
+
+    def metas_of(self, ids: list[int]) -> list[ItemEntry | None]:
+        _id_range(ids)
+        get = self.db.get
+        return [None if (raw := get(_ITEM + _KEY.pack(i))) is None else _entry(i, raw)
+                for i in ids]
+
+    def update_metas(self, ids: list[int], meta: bytes) -> int:
+        _id_range(ids)
+        changed = 0
+        with self.db.write_batch() as wb:
+            for item_id in ids:
+                key = _ITEM + _KEY.pack(item_id)
+                raw = self.db.get(key)
+                if raw is not None:
+                    wb.put(key, raw[:_SIZE_CRC.size] + meta)
+                    changed += 1
+        return changed
+
+    @property
+    def id_hi(self) -> int:
+        return self._id_hi
 
     def get_meta(self, name: str) -> bytes | None:
         return self.db.get(_META + name.encode())
@@ -177,18 +248,29 @@ class LevelDbStore:
         self.db.close()
 
 
+def _entry(item_id: int, raw: bytes) -> ItemEntry:
+    size, crc = _SIZE_CRC.unpack_from(raw)
+    return item_id, size, crc, raw[_SIZE_CRC.size:]
+
+
 class MemoryStore:
     """The in-memory twin of ``LevelDbStore`` for unit tests."""
 
     def __init__(self) -> None:
         self.blobs: dict[int, bytes] = {}
+        self.items: dict[int, bytes] = {}  # id -> size, crc and metadata
         self.meta: dict[str, bytes] = {}
         self.checksum_failures = 0
+        self.id_hi = 0
 
-    def put_many(self, ids: list[int], blobs: list[bytes], crcs: list[int]) -> None:
+    def put_many(self, ids: list[int], blobs: list[bytes], crcs: list[int],
+                 metas: list[bytes | None] | None = None) -> None:
         _id_range(ids)
-        for item_id, blob, crc in zip(ids, blobs, crcs):
+        for item_id, blob, crc, meta in zip(ids, blobs, crcs, metas or [None] * len(ids)):
             self.blobs[item_id] = _CRC.pack(crc) + blob
+            if meta is not None:
+                self.items[item_id] = _SIZE_CRC.pack(len(blob), crc) + meta
+            self.id_hi = max(self.id_hi, item_id + 1)
 
     def get_many(self, ids: list[int]) -> list[tuple[bytes, int] | None]:
         _id_range(ids)
@@ -198,9 +280,33 @@ class MemoryStore:
         _id_range(ids)
         for item_id in ids:
             self.blobs.pop(item_id, None)
+            self.items.pop(item_id, None)
 
     def ids(self) -> Iterator[int]:
         return iter(sorted(self.blobs))
+
+    def item_metas(self, start: int, limit: int, max_bytes: int) -> list[ItemEntry]:
+        _id_range([start])
+        out: list[ItemEntry] = []
+        size = 0
+        for item_id in sorted(i for i in self.items if i >= start):
+            raw = self.items[item_id]
+            if len(out) >= limit or (out and size + len(raw) > max_bytes):
+                break
+            out.append(_entry(item_id, raw))
+            size += len(raw)
+        return out
+
+    def metas_of(self, ids: list[int]) -> list[ItemEntry | None]:
+        _id_range(ids)
+        return [_entry(i, self.items[i]) if i in self.items else None for i in ids]
+
+    def update_metas(self, ids: list[int], meta: bytes) -> int:
+        _id_range(ids)
+        changed = [i for i in ids if i in self.items]
+        for item_id in changed:
+            self.items[item_id] = self.items[item_id][:_SIZE_CRC.size] + meta
+        return len(changed)
 
     def get_meta(self, name: str) -> bytes | None:
         return self.meta.get(name)

@@ -18,10 +18,11 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+from typing import Callable
 
 from blizzard import protocol as p
 from blizzard.capability import check_put_grant, sign_get, sign_put
-from blizzard.errors import Forbidden
+from blizzard.errors import Forbidden, UnknownItem
 
 log = logging.getLogger(__name__)
 
@@ -90,16 +91,28 @@ class CapabilityKeys:
         return p.PutGrant(first, n, nodes, current.key_id, expiry,
                           sign_put(current.key, current.key_id, expiry, first, n, nodes))
 
-    def check_owned(self, grant: p.PutGrant | None, ids: list[int]) -> None:
+    def check_owned(self, grant: p.PutGrant | None, ids: list[int],
+                    held: Callable[[int], bool] = lambda item_id: True) -> None:
         """Forbidden unless ``grant`` is a put grant this master signed covering ``ids``: the
         proof that whoever enqueues them was handed them. Its expiry is not checked: the
-        master drops ids handed out and not enqueued in time on its own."""
-        if grant is None:
-            raise Forbidden("an enqueue needs the placement's grant for its ids")
-        key = next((k.key for k in self.ring if k.key_id == grant.key_id), None)
-        if key is None:
-            raise Forbidden(f"capability key {grant.key_id} is unknown (retired?)")
-        check_put_grant(key, grant, ids)
+        master drops ids handed out and not enqueued in time on its own.
+
+        Ids none of which this master holds (``held``) are ``UnknownItem`` instead: they were
+        handed out by the master before a rebuild from the data nodes, under keys it lost, and
+        the producer enqueues again under fresh ids as after any restart.
+        """
+        try:
+            if grant is None:
+                raise Forbidden("an enqueue needs the placement's grant for its ids")
+            key = next((k.key for k in self.ring if k.key_id == grant.key_id), None)
+            if key is None:
+                raise Forbidden(f"capability key {grant.key_id} is unknown (retired?)")
+            check_put_grant(key, grant, ids)
+        except Forbidden:
+            if grant is None or any(map(held, ids)):
+                raise
+            raise UnknownItem(f"ids {ids[:3]}... were not handed out by this master (it was "
+                              "rebuilt from the data nodes); the enqueue must be redone") from None
 
     def get_grant(self, ids: list[int], nodes: list[str], now: float,
                   until: float | None = None) -> p.GetGrant:

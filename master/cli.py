@@ -61,12 +61,19 @@ class MasterCommand(click.Command):
 @click.option("--failover-after-s", default=_DEFAULT["failover_after_s"], show_default=True,
               type=click.FloatRange(0), help="A standby in sync promotes itself after its "
               "primary was silent this long (0: only `blizzard master promote`).")
+@click.option("--rebuild-from-datanodes", "rebuild_from", default="", metavar="ADDR,ADDR,...",
+              help="The master's data dir was lost: on an EMPTY --data-dir, first rebuild every "
+              "queued item from the metadata these data nodes keep (list them all: "
+              "tcp://HOST:PORT,...), adopting their cluster id, then serve. Refused if the data "
+              "dir holds a WAL. Needs the admin key pair in --keys. Items acked shortly before "
+              "the loss may come back; queue settings start from the defaults.")
 def master_command(data_dir: str, bind: str, replication: int, min_replicas: int | None,
                    heartbeat_s: float, dead_after_s: float, pending_timeout_s: float,
                    max_item_bytes: int, checkpoint_records: int, keys: str | None,
                    insecure: bool, metrics_port: int | None, metrics_addr: str,
                    log_level: str, log_format: str, standby_of: str | None,
-                   advertise: str | None, sync_standby: bool, failover_after_s: float) -> None:
+                   advertise: str | None, sync_standby: bool, failover_after_s: float,
+                   rebuild_from: str) -> None:
     """Run the master: queue metadata, ids, placement, leases, WAL.
 
     Security: give the key directory (--keys, made by `blizzard keys generate`) or --insecure.
@@ -87,8 +94,19 @@ def master_command(data_dir: str, bind: str, replication: int, min_replicas: int
                           metrics_addr=metrics_addr, standby_of=standby_of,
                           advertise=advertise, sync_standby=sync_standby,
                           failover_after_s=failover_after_s)
-    make = StandbyServer if standby_of else MasterServer
-    serve(start(lambda: make(config), "master", bind, (WalCorrupt, WalLocked)), "master")
+    if rebuild_from and standby_of:
+        raise click.UsageError("--rebuild-from-datanodes makes a primary; drop --standby-of")
+
+    def make() -> Any:
+        if standby_of:
+            return StandbyServer(config)
+        if not rebuild_from:
+            return MasterServer(config)
+        from master.rebuild import hold_reads, parse_addrs, rebuild
+        rebuild(config, parse_addrs(rebuild_from))  # before the master binds
+        return hold_reads(MasterServer(config))
+
+    serve(start(make, "master", bind, (WalCorrupt, WalLocked)), "master")
 
 
 @click.command("promote")

@@ -17,6 +17,7 @@ from master import checks
 from master.capabilities import CapabilityKeys
 from master.config import MasterConfig
 from master.deletes import Deletes
+from master.item import LEASED
 from master.membership import MAX_NODES, Membership
 from master.records import NodeSeen
 from master.repair import Repairer
@@ -32,7 +33,8 @@ class DatanodeReports:
     def __init__(self, config: MasterConfig, state: State, log_record: Callable[[Any], None],
                  membership: Membership, repair: Repairer, deletes: Deletes,
                  safe_mode: SafeMode, pending: Container[int],
-                 capabilities: CapabilityKeys) -> None:
+                 capabilities: CapabilityKeys,
+                 role_of: Callable[[bytes], str | None] = lambda peer: None) -> None:
         self.config = config
         self.state = state
         self.log = log_record
@@ -42,6 +44,7 @@ class DatanodeReports:
         self.safe_mode = safe_mode
         self.pending = pending  # ids handed out or staged: their blobs are not stray
         self.capabilities = capabilities
+        self.role_of = role_of  # a peer's key's role (None: security off)
         self.live: set[str] = set()
 
     def heartbeat(self, msg: p.Heartbeat, now: float, mono: float, peer: bytes = b"",
@@ -80,7 +83,17 @@ class DatanodeReports:
             self.deletes.order(msg.node_id, delete, hold=self.safe_mode.on)
         return p.Ok()
 
-    def bad_replica(self, msg: p.BadReplica, now: float, mono: float, *_: Any) -> p.Ok:
+    def bad_replica(self, msg: p.BadReplica, now: float, mono: float, peer: bytes = b"",
+                    *_: Any) -> p.Ok:
+        """A reader's report of damaged copies; from a client key, only of items leased now
+        (a client that may ack an item may as well report its copies bad, no other)."""
+        if self.role_of(peer) not in (None, "node") and len(msg.ids) == len(msg.node_ids):
+            items = self.state.items
+            kept = [(i, n) for i, n in zip(msg.ids, msg.node_ids)
+                    if (item := items.get(i)) is not None and item.status == LEASED]
+            if msg.ids and not kept:
+                return p.Ok()  # nothing it may report
+            msg = p.BadReplica([i for i, _ in kept], [n for _, n in kept])
         checks.batch(checks.same_length(ids=msg.ids, node_ids=msg.node_ids))
         for rec in self.repair.bad_replicas(msg.ids, msg.node_ids):
             log.warning("replicas of %d items on %s reported unreadable", len(rec.ids), rec.node)

@@ -192,3 +192,29 @@ class StandbySynced:
 
     name: str
     addr: str
+
+
+# -- rebuild from the data nodes (codes 121-122) -----------------------------------------------
+
+
+@message(121)
+class RebuildItems:
+    """Items a master rebuilt from its data nodes' metadata (``master/rebuild.py``), held by
+    ``nodes``, enter ``queue`` as the nodes knew them (parallel lists, one entry per item).
+
+    ``attempts`` are the deliveries the nodes last heard of; ``origins`` the queue a dead item
+    died in ("" for a live one), so a redrive still finds its home. ``at`` stands in for the
+    enqueue time, which the nodes do not keep.
+    """
+
+    queue: str
+    ids: list[int]
+    sizes: list[int]
+    crcs: list[int]
+    priorities: list[int]
+    not_befores: list[float]  # 0: visible at once
+    keys: list[str]
+    attempts: list[int]
+    origins: list[str]
+    nodes: list[str]
+    at: float

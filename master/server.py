@@ -8,8 +8,9 @@ durable with one fsync and only then sends the replies (group commit).
 The concepts live in collaborators: ``ItemIds`` (ids), ``Blocks`` (ids handed out, put reports), ``Enqueues`` (enqueue, commit, staged),
 ``Leases`` (lease, ack, nack, extend, waiters, expiry), ``QueueAdmin``, ``DatanodeReports``,
 ``Deletes``, ``SafeMode``, ``CapabilityKeys`` (the grants' signing keys), ``ClusterIdentity``
-(the cluster id heartbeats are checked against) and ``Removals`` (node remove, item and queue
-deletes); each gets ``log_record`` to change durable state.
+(the cluster id heartbeats are checked against), ``Removals`` (node remove, item and queue
+deletes) and ``MetaSync`` (item metadata changes for the data nodes); each gets ``log_record``
+to change durable state.
 """
 
 from __future__ import annotations
@@ -38,9 +39,9 @@ from master.datanodes import DatanodeReports
 from master.deletes import Deletes
 from master.enqueue import Enqueues
 from master.ids import ItemIds
-from master.item import LEASED
 from master.leases import Leases
 from master.membership import Membership
+from master.meta_sync import MetaSync
 from master.metrics import MasterMetrics
 from master.removal import Removals
 from master.repair import Repairer
@@ -107,6 +108,7 @@ class MasterServer:
         self.capabilities = CapabilityKeys(config.data_dir if wal.directory is not None else None,
                                            config.capability_key_s, time.time())
         self.counts = QueueCounts()  # live events per queue, for the metrics
+        self.meta_sync = MetaSync(self.state)  # metadata changes for the nodes, on heartbeats
         self.ids = ItemIds(self.state, self.log_record, config.id_block)
         self.repair = Repairer(self.state, self.membership, config.replication)
         self.blocks = Blocks(config, self.ids, self.membership, self.safe_mode, self.deletes,
@@ -119,7 +121,7 @@ class MasterServer:
                                 self.leases, self.membership, self.repair, self.safe_mode)
         self.datanodes = DatanodeReports(config, self.state, self.log_record, self.membership,
                                          self.repair, self.deletes, self.safe_mode,
-                                         self.enqueues, self.capabilities)
+                                         self.enqueues, self.capabilities, self.router.role_of)
         self.tasks = Tasks(self.state, self.log_record, self.counts)
         self._replies: list[tuple[bytes, int, Any]] = []
         self._stopping = False
@@ -150,7 +152,7 @@ class MasterServer:
             p.Heartbeat: self.datanodes.heartbeat,
             p.Replicated: self.datanodes.replicated,
             p.Inventory: self.datanodes.inventory,
-            p.BadReplica: self.bad_replica,
+            p.BadReplica: self.datanodes.bad_replica,
         }
         self.handlers.update({p.Lookup: self.tasks.lookup, p.Bury: self.tasks.bury,
                               p.TaskStats: self.tasks.task_stats})
@@ -158,13 +160,14 @@ class MasterServer:
         self.identity = ClusterIdentity(self.state, self.log_record, self.datanodes)
         self.removals = Removals(self.state, self.log_record, self.membership, self.safe_mode,
                                  self.repair, self.deletes, self.leases, self.enqueues)
-        self.handlers.update({p.Heartbeat: self.identity.heartbeat, **self.removals.handlers()})
+        self.handlers.update(self.removals.handlers())
         # standbys (master/replication.py): they follow the log; replies wait for a synced one
         self.replication = Replication(self, sync=config.sync_standby,
                                        failover_after_s=config.failover_after_s,
                                        keys=k.master_keys(config.keys)[1] if config.keys else None)
+        heartbeat = self.meta_sync.replying(self.identity.heartbeat)  # rebuild: item changes
         self.handlers.update({p.Follow: self.replication.follow,
-                              p.Heartbeat: self.replication.guard_heartbeat(self.identity.heartbeat)})
+                              p.Heartbeat: self.replication.guard_heartbeat(heartbeat)})
 
     def hello(self, msg: p.Hello, now: float, mono: float, peer: bytes, rid: int) -> p.Welcome:
         return p.Welcome(self.config.keys is not None, self.node_key,
@@ -190,21 +193,8 @@ class MasterServer:
         """With security on, an enqueue must show the grant of the ids' placement: ids are
         sequential, and another client's ids must not be enqueued into this one's queue."""
         if self.router.role_of(peer) is not None:
-            self.capabilities.check_owned(msg.grant, msg.ids)
+            self.capabilities.check_owned(msg.grant, msg.ids, self.blocks.holds)
         return self.enqueues.enqueue(msg, now, mono, peer, rid)
-
-    def bad_replica(self, msg: p.BadReplica, now: float, mono: float, peer: bytes,
-                    rid: int) -> Any:
-        """A reader's report of damaged copies; from a client key, only of items leased now
-        (a client that may ack an item may as well report its copies bad, no other)."""
-        if self.router.role_of(peer) not in (None, "node") and len(msg.ids) == len(msg.node_ids):
-            items = self.state.items
-            kept = [(i, n) for i, n in zip(msg.ids, msg.node_ids)
-                    if (item := items.get(i)) is not None and item.status == LEASED]
-            if msg.ids and not kept:
-                return p.Ok()  # nothing it may report
-            msg = p.BadReplica([i for i, _ in kept], [n for _, n in kept])
-        return self.datanodes.bad_replica(msg, now, mono, peer, rid)
 
     def _kept_on(self, item_id: int) -> tuple[str, ...] | None:
         """The nodes the master counts an id's blob on: an item's replicas, a staged item's
@@ -225,6 +215,7 @@ class MasterServer:
         """
         self.wal.append(records.pack(rec))
         self.state.apply(rec)
+        self.meta_sync.saw(rec)
 
     # -- checkpoints -------------------------------------------------------------------------
 

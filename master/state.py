@@ -18,8 +18,7 @@ from collections import OrderedDict
 from dataclasses import asdict
 from typing import Any, Iterable, Iterator
 
-from master import admission, checkpoint_schema as schema
-from master import state_removals
+from master import admission, checkpoint_schema as schema, state_rebuild, state_removals
 from master.expiries import Expiries
 from master.item import DELAYED, LEASED, READY, Item, QueueState
 from master.queues import QueueConfig
@@ -193,6 +192,7 @@ class State:
         NodeSeen: _apply_node_seen, AddReplicas: _apply_add_replicas,
         DropReplicas: _apply_drop_replicas,
         **state_removals.APPLY,  # cluster identity, high availability, operator removals
+        **state_rebuild.APPLY,  # items rebuilt from the data nodes (master/rebuild.py)
     }
 
     # -- helpers ---------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from blizzard import datanodes as nodes_module
 from blizzard.errors import (InvalidArgument, LeaseExpired, MasterUnavailable, PayloadTooLarge,
                              ProtocolError, UnknownOp)
 from blizzard.harness import LOOPBACK, free_port
+from blizzard.message import leased_items
 from blizzard.transport import call
 from conftest import wait_for
 
@@ -275,9 +276,9 @@ def test_a_dead_data_node_costs_a_producer_one_stall_not_one_per_call(cluster_fa
         placed: list[set[str]] = []
         put_reported = c.datanodes.put_reported
 
-        def recording(placement, ids, blobs, crcs):
+        def recording(placement, ids, blobs, crcs, meta):
             placed.append({n.node_id for n in placement.nodes})
-            return put_reported(placement, ids, blobs, crcs)
+            return put_reported(placement, ids, blobs, crcs, meta)
         c.datanodes.put_reported = recording
         for i in range(6):  # round-robin placement puts the dead node in the first few
             c.enqueue_many("dn", [b"%d" % i] * 100)  # a placement of its own each time
@@ -293,7 +294,12 @@ def test_a_dead_replica_costs_a_consumer_one_timeout_not_one_per_read(cluster_fa
     with Client(cluster.master_addr, timeout_s=30, node_timeout_s=1) as c:
         for i in range(6):  # a placement of its own each time, so node 0 holds some
             c.enqueue_many("dr", [b"%d" % i] * 100)
-        cluster.nodes[0].kill()
+        # the node read first for the head item (replicas are listed as they reported)
+        admin = cluster.endpoint(cluster.master_addr, "admin")
+        (head,) = leased_items(call(admin, p.Peek("dr", 1), 5))
+        admin.close()
+        victim = next(n for n in cluster.nodes if n.addr == head.nodes[0].addr)
+        victim.kill()
         asked: list[str] = []
         real = nodes_module.call_many
 
@@ -304,4 +310,4 @@ def test_a_dead_replica_costs_a_consumer_one_timeout_not_one_per_read(cluster_fa
         monkeypatch.setattr(nodes_module, "call_many", recording)
         got = [m.data for _ in range(6) for m in c.dequeue_many("dr", 100)]
         assert len(got) == 600
-        assert asked.count(cluster.nodes[0].addr) == 1  # then its items are read elsewhere
+        assert asked.count(victim.addr) == 1  # then its items are read elsewhere

@@ -116,7 +116,7 @@ def test_a_deeply_nested_field_gets_an_error_from_every_server(hostile, client, 
     body(p.VERSION, 42, 1, [-1], None),  # Get([-1])
     body(p.VERSION, 44, 1, [-1], None),  # Delete([-1])
     body(p.VERSION, 42, 1, [2**64 - 1] * 9, None),  # Get past the key format
-    body(p.VERSION, 40, 1, [-1], [b"x"], [0x8CDC1683], [], 1, "", False, None),  # Put(ids=[-1])
+    body(p.VERSION, 40, 1, [-1], [b"x"], [0x8CDC1683], [], 1, "", False, None, []),  # Put([-1])
 ], ids=["get-negative", "delete-negative", "get-2**64-1", "put-negative"])
 def test_out_of_range_ids_are_refused_by_data_nodes(hostile, client, frame):
     for node in hostile.nodes:
