@@ -64,7 +64,8 @@ def templates(rng: random.Random) -> list[Any]:
         p.Placement(ids[0], 3, [ref], 1, 1.0, put_grant), p.Unstored(["fz-node"], "x"),
         p.Committed(3), p.Acked(1, []), p.Removed(1),
         p.HeartbeatReply(ids, [p.CopyOrder(ref, ids)], True, [p.CapabilityKey(1, b"k" * 32)], "",
-                         [p.ItemMeta(ids, "fz-q", 0, 0.0, "", 2, "fz-o")]),
+                         0, [p.ItemMeta(ids, "fz-q", 0, 0.0, "", 2, "fz-o")]),
+        p.Follow("fz-sb", "tcp://127.0.0.1:9", "", -1, 0, 0), p.Promote(False),
     ]
 
 

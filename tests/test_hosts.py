@@ -107,9 +107,10 @@ def test_a_host_cut_off_from_everyone_is_unreachable_until_it_rejoins(tmp_path):
     assert hosts.leftovers() == []
 
 
-def test_a_short_chaos_run_on_hosts_with_partitions_passes(tmp_path):
+def test_a_short_chaos_run_on_hosts_with_partitions_and_a_standby_passes(tmp_path):
     run_dir = tmp_path / "run"
-    cmd = [sys.executable, "-m", "chaos", "run", "--hosts", "--seed", "3", "--duration-s", "25",
+    cmd = [sys.executable, "-m", "chaos", "run", "--hosts", "--standby", "--seed", "3",
+           "--duration-s", "30",
            "--datanodes", "4", "--node-kills", "0", "--node-wipes", "0", "--node-pauses", "0",
            "--master-pauses", "0", "--master-kills", "1", "--consumer-stalls", "1",
            "--run-dir", str(run_dir), "--log-level", "warning"]
@@ -130,7 +131,13 @@ def test_a_short_chaos_run_on_hosts_with_partitions_passes(tmp_path):
     assert (checker["lost"], checker["unexpected"], checker["payload_mismatches"],
             checker["ids_reused"]) == (0, 0, 0, 0)
     assert checker["acknowledged"] > 1000
-    assert {p["kind"] for p in figures["partitions"]} == {"cut_node", "cut_client", "flap_link"}
+    assert {p["kind"] for p in figures["partitions"]} == {"cut_node", "cut_client", "flap_link",
+                                                           "cut_master"}
+    # the standby took over from the killed primary and from the one cut off
+    failovers = figures["master_faults"]
+    assert [f["kind"] for f in failovers] == ["kill_master", "cut_master"]
+    assert all(f["first_ack_after_s"] is not None for f in failovers)
+    assert "master faults (first enqueue acknowledged after" in (run_dir / "summary.txt").read_text()
     assert "partitions: " in (run_dir / "summary.txt").read_text()
     processes = {op["process"] for op in map(json.loads, open(run_dir / "history.jsonl"))}
     assert {"producer-0", "producer-1", "consumer-0", "consumer-1", "nemesis"} <= processes
