@@ -8,6 +8,7 @@ lease carries a request id so its retry returns the same items. A master that re
 from __future__ import annotations
 
 import itertools
+import logging
 import random
 import time
 import uuid
@@ -16,10 +17,12 @@ from typing import Any, Sequence
 import zmq
 
 from blizzard import protocol as p
-from blizzard.errors import AuthenticationFailed, MasterUnavailable
+from blizzard.errors import AuthenticationFailed, BlizzardError, MasterUnavailable
 from blizzard.keys import ClientKeys
 from blizzard.masters import MasterChoice
-from blizzard.transport import Endpoint, call_many, raise_if_error
+from blizzard.transport import Endpoint, call, call_many, raise_if_error
+
+log = logging.getLogger(__name__)
 
 ATTEMPT_S = 2.0  # one try at a master request before it is sent again (a restart loses it)
 FIRST_PAUSE_S = 0.05  # the pause before the first retry; it doubles up to MAX_PAUSE_S
@@ -43,6 +46,7 @@ class MasterLink:
         self.ctx = ctx
         self.keys = keys
         self.choice = MasterChoice(addr)
+        self.epoch = 0  # the newest master epoch seen (``_check_epoch``)
         self.endpoints: dict[str, Endpoint] = {}
         self.endpoint = self._endpoint()
         self._node_key = keys.datanode if keys else None
@@ -139,6 +143,24 @@ class MasterLink:
         moved = self.choice.timed_out() if isinstance(reply, TimeoutError) else \
             isinstance(reply, p.Error) and reply.code == "not_primary" and self.choice.not_primary()
         if moved:
+            self.endpoint = self._endpoint()
+            self._check_epoch()
+
+    def _check_epoch(self) -> None:
+        """Learn the epoch of the master just turned to; one older than an epoch seen already
+        is left at once: an old primary that was replaced (and, with no sync standby, maybe
+        not fenced) must not take this client's requests."""
+        for _ in self.choice.addrs:
+            try:
+                welcome = call(self.endpoint, p.Hello(), FAILOVER_ATTEMPT_S)
+            except (TimeoutError, BlizzardError):
+                return  # silent or refusing: the request's own try finds that out
+            if welcome.epoch >= self.epoch:
+                self.epoch = welcome.epoch
+                return
+            log.warning("master %s is of epoch %d, older than %d: not using it",
+                        self.endpoint.addr, welcome.epoch, self.epoch)
+            self.choice.timed_out()
             self.endpoint = self._endpoint()
 
     def close(self) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 import pytest
@@ -11,8 +12,9 @@ import zmq
 from blizzard import protocol as p
 from blizzard.errors import InvalidArgument
 from blizzard.harness import free_port
+from blizzard.master_link import MasterLink
 from blizzard.masters import MasterChoice, split_masters
-from blizzard.transport import Endpoint, call_many
+from blizzard.transport import Endpoint, RouterServer, call_many
 from master.records import StandbySynced
 from master.wal import Wal, WalCorrupt, read_segments, segment_name
 from test_master_requests import in_process_master
@@ -135,3 +137,33 @@ def test_a_second_standby_is_refused_while_the_one_in_sync_is_alive(primary):
                                   primary.state.cluster_id, 0, 0, 0))
     assert reply.code == "invalid_argument" and "standby in sync" in reply.message
     assert primary.state.standby[0] == "tcp://127.0.0.1:1"
+
+
+def test_a_client_leaves_a_master_of_an_older_epoch_at_once():
+    """An old primary that was replaced without being fenced (no sync standby) answers as a
+    primary still; the client, having seen the newer epoch, does not use it."""
+    ctx = zmq.Context.instance()
+    new_addr, old_addr = (f"tcp://127.0.0.1:{free_port()}" for _ in range(2))
+    new, old = RouterServer(ctx, new_addr), RouterServer(ctx, old_addr)
+    stop = threading.Event()
+
+    def answer(server: RouterServer, epoch: int) -> None:
+        while not stop.is_set():
+            for peer, rid, _ in server.receive(20):
+                server.reply(peer, rid, p.Welcome(False, b"", "", epoch, ""))
+    threads = [threading.Thread(target=answer, args=(s, e)) for s, e in ((new, 1), (old, 0))]
+    for t in threads:
+        t.start()
+    link = MasterLink(ctx, f"{new_addr},{old_addr}", timeout_s=5)
+    try:
+        link._check_epoch()
+        assert link.epoch == 1
+        link._move_on(TimeoutError("the new primary was slow once"))
+        assert link.endpoint.addr == new_addr  # the old one was asked, and left
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+        link.close()
+        new.close()
+        old.close()
