@@ -26,7 +26,7 @@ import statistics
 import sys
 from typing import Any
 
-from bench.common import on_clusters, parser, start
+from bench.common import client_keys, on_clusters, parser, start
 from bench.throughput import HDR, CpuMeter, consume, produce, run_workers
 from blizzard.harness import LocalCluster
 
@@ -50,13 +50,14 @@ def pipeline(cluster: LocalCluster, queue: str, args: Any) -> dict[str, Any]:
     (as ``bench.throughput`` does), so each rate is its own and neither waits for the other."""
     master = cluster.master_addr
     meter = CpuMeter(cluster)
-    prod = run_workers({"producer": (produce, (master, queue, args.size, args.n, args.batch,
-                                               args.max_seconds, args.window))},
+    keys = client_keys(cluster)
+    prod = run_workers({"producer": (produce, (master, keys, queue, args.size, args.n,
+                                               args.batch, args.max_seconds, args.window))},
                        args.max_seconds)
     enqueue_cpu = meter.report(prod["producer"]["done"], prod).get("cpu_us_per_item", {})
     meter = CpuMeter(cluster)
     done = prod["producer"]["done"]
-    cons = run_workers({"consumer": (consume, (master, queue, done, args.batch,
+    cons = run_workers({"consumer": (consume, (master, keys, queue, done, args.batch,
                                                args.max_seconds))}, args.max_seconds)
     ack_cpu = meter.report(cons["consumer"]["got"], cons).get("cpu_us_per_item", {})
     prod, cons = prod["producer"], cons["consumer"]
@@ -70,7 +71,8 @@ def fill(cluster: LocalCluster, queue: str, n: int, args: Any) -> dict[str, Any]
     """Put ``n`` items in ``queue``; how much more memory the master holds afterwards."""
     pid = cluster.master.popen.pid
     before = rss_bytes(pid)
-    res = run_workers({"producer": (produce, (cluster.master_addr, queue, args.size, n,
+    res = run_workers({"producer": (produce, (cluster.master_addr, client_keys(cluster), queue,
+                                              args.size, n,
                                               FILL_BATCH, args.max_seconds * 20, FILL_WINDOW))},
                       args.max_seconds * 20)["producer"]
     after = rss_bytes(pid)

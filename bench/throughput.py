@@ -81,7 +81,8 @@ class CpuMeter:
     """Where CPU went during a measurement: per server process, and how busy the machine was."""
 
     def __init__(self, cluster: LocalCluster) -> None:
-        self.pids = {proc.name: proc.popen.pid for proc in [cluster.master, *cluster.nodes]
+        self.pids = {proc.name: proc.popen.pid
+                     for proc in [cluster.master, cluster.second, *cluster.nodes]
                      if proc is not None and proc.popen is not None}
         self.start = {name: proc_cpu_s(pid) for name, pid in self.pids.items()}
 
