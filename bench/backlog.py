@@ -19,6 +19,7 @@ of runs taken one after the other.
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import os
@@ -65,6 +66,18 @@ def pipeline(cluster: LocalCluster, queue: str, args: Any) -> dict[str, Any]:
             "ack_per_s": round(cons["got"] / ((cons["t_last"] - cons["t0"]) / 1e9), 1),
             "n": cons["got"], "enqueue_cpu_us_per_item": enqueue_cpu,
             "ack_cpu_us_per_item": ack_cpu}
+
+
+def pipeline_options(ap: argparse.ArgumentParser, *, repeat: int, window: int) -> None:
+    """The options of a side-by-side comparison of ``pipeline`` runs (also ``bench.standby``)."""
+    ap.add_argument("--n", type=int, default=30_000, help="items per pipeline run")
+    ap.add_argument("--repeat", type=int, default=repeat, help="pipeline runs on each cluster")
+    ap.add_argument("--batch", type=int, default=100, help="items per call in the pipeline")
+    ap.add_argument("--window", type=int, default=window, help="producer batches in flight")
+    ap.add_argument("--size", type=int, default=256, help="payload bytes")
+    ap.add_argument("--replication", type=int, default=2, help="replicas per item (R)")
+    ap.add_argument("--datanodes", type=int, default=2, help="data nodes per cluster")
+    ap.add_argument("--max-seconds", type=float, default=60.0, help="time cap per pipeline run")
 
 
 def fill(cluster: LocalCluster, queue: str, n: int, args: Any) -> dict[str, Any]:
@@ -116,14 +129,7 @@ def summarize(args: Any, filled: dict[str, Any], empty: list[dict], loaded: list
 def main(argv: list[str] | None = None) -> int:
     ap = parser("scripts/bench --backlog", __doc__)
     ap.add_argument("--backlog", type=int, default=1_000_000, help="items left waiting")
-    ap.add_argument("--n", type=int, default=30_000, help="items per pipeline run")
-    ap.add_argument("--repeat", type=int, default=6, help="pipeline runs on each cluster")
-    ap.add_argument("--batch", type=int, default=100, help="items per call in the pipeline")
-    ap.add_argument("--window", type=int, default=1, help="producer batches in flight")
-    ap.add_argument("--size", type=int, default=256, help="payload bytes")
-    ap.add_argument("--replication", type=int, default=2, help="replicas per item (R)")
-    ap.add_argument("--datanodes", type=int, default=2, help="data nodes per cluster")
-    ap.add_argument("--max-seconds", type=float, default=60.0, help="time cap per pipeline run")
+    pipeline_options(ap, repeat=6, window=1)
     args = ap.parse_args(argv)
     if args.size < HDR.size or min(args.backlog, args.n, args.repeat, args.batch) < 1:
         ap.error(f"--size must be >= {HDR.size}; counts >= 1")

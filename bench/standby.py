@@ -27,7 +27,7 @@ import sys
 import time
 from typing import Any
 
-from bench.backlog import pipeline
+from bench.backlog import pipeline, pipeline_options
 from bench.common import on_clusters, parser, start
 from bench.throughput import HDR
 from blizzard import Client
@@ -76,15 +76,8 @@ def summarize(label: str, rows: list[dict], keys: tuple[str, ...]) -> dict[str, 
 def main(argv: list[str] | None = None) -> int:
     ap = parser("scripts/bench --standby", __doc__)
     ap.add_argument("--standby", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--n", type=int, default=30_000, help="items per pipeline run")
-    ap.add_argument("--repeat", type=int, default=4, help="pipeline runs on each cluster")
-    ap.add_argument("--batch", type=int, default=100, help="items per call in the pipeline")
-    ap.add_argument("--window", type=int, default=4, help="producer batches in flight")
-    ap.add_argument("--size", type=int, default=256, help="payload bytes")
-    ap.add_argument("--replication", type=int, default=2, help="replicas per item (R)")
-    ap.add_argument("--datanodes", type=int, default=2, help="data nodes per cluster")
+    pipeline_options(ap, repeat=4, window=4)
     ap.add_argument("--failovers", type=int, default=10, help="primaries killed, one by one")
-    ap.add_argument("--max-seconds", type=float, default=60.0, help="time cap per pipeline run")
     args = ap.parse_args(argv)
     if args.size < HDR.size or min(args.n, args.batch) < 1 or args.repeat < 0 or \
             args.failovers < 0:

@@ -126,8 +126,9 @@ def fold(scans: list[NodeScan], at: float) -> Rebuilt:
         for start in range(0, len(items), RECORD_ITEMS):
             part = items[start:start + RECORD_ITEMS]
             records.append(RebuildItems(
-                queue, [i for i, _, _, _ in part], [s for _, s, _, _ in part],
-                [c for _, _, c, _ in part], [m.priority for *_, m in part],
-                [m.not_before for *_, m in part], [m.key for *_, m in part],
-                [m.attempts for *_, m in part], [m.origin for *_, m in part], list(nodes), at))
+                queue, list(nodes), at, [i for i, _, _, _ in part],
+                [m.attempts for *_, m in part], [m.origin for *_, m in part],
+                [s for _, s, _, _ in part], [c for _, _, c, _ in part],
+                [m.priority for *_, m in part], [m.not_before for *_, m in part],
+                [m.key for *_, m in part]))
     return Rebuilt(clusters[0], id_hi, records, len(held))

@@ -208,13 +208,13 @@ class RebuildItems:
     """
 
     queue: str
+    nodes: list[str]
+    at: float
     ids: list[int]
+    attempts: list[int]
+    origins: list[str]
     sizes: list[int]
     crcs: list[int]
     priorities: list[int]
     not_befores: list[float]  # 0: visible at once
     keys: list[str]
-    attempts: list[int]
-    origins: list[str]
-    nodes: list[str]
-    at: float
