@@ -48,7 +48,8 @@ class MasterLink:
         self.choice = MasterChoice(addr)
         self.epoch = 0  # the newest master epoch seen (``_check_epoch``)
         self.endpoints: dict[str, Endpoint] = {}
-        self.endpoint = self._endpoint()
+        self._current = self._endpoint()
+        self._found = len(self.choice.addrs) == 1  # which master is primary: asked at first use
         self._node_key = keys.datanode if keys else None
         self.timeout_s = timeout_s
         self._call_ids = (f"{uuid.uuid4().hex[:16]}-{n}" for n in itertools.count())
@@ -56,6 +57,28 @@ class MasterLink:
     @property
     def addr(self) -> str:
         return ",".join(self.choice.addrs)
+
+    @property
+    def endpoint(self) -> Endpoint:
+        """The master requests go to now. Given several, the first use asks them all which
+        is the primary, so a client started after a failover does not wait on the old one."""
+        if not self._found:
+            self._found = True
+            self._find_primary()
+        return self._current
+
+    def _find_primary(self) -> None:
+        endpoints = [self.endpoints.get(a) or Endpoint(self.ctx, a, self.keys,
+                                                       self.keys.master if self.keys else None)
+                     for a in self.choice.addrs]
+        self.endpoints.update(zip(self.choice.addrs, endpoints))
+        replies = call_many([(ep, p.Hello()) for ep in endpoints], FAILOVER_ATTEMPT_S / 2)
+        primaries = [(w.epoch, -i) for i, w in enumerate(replies)
+                     if isinstance(w, p.Welcome) and not w.primary]
+        self.epoch = max([w.epoch for w in replies if isinstance(w, p.Welcome)], default=0)
+        if primaries:
+            self.choice.index = -max(primaries)[1]
+            self._current = self._endpoint()
 
     def _endpoint(self) -> Endpoint:
         addr = self.choice.current
@@ -143,7 +166,7 @@ class MasterLink:
         moved = self.choice.timed_out() if isinstance(reply, TimeoutError) else \
             isinstance(reply, p.Error) and reply.code == "not_primary" and self.choice.not_primary()
         if moved:
-            self.endpoint = self._endpoint()
+            self._current = self._endpoint()
             self._check_epoch()
 
     def _check_epoch(self) -> None:
@@ -161,7 +184,7 @@ class MasterLink:
             log.warning("master %s is of epoch %d, older than %d: not using it",
                         self.endpoint.addr, welcome.epoch, self.epoch)
             self.choice.timed_out()
-            self.endpoint = self._endpoint()
+            self._current = self._endpoint()
 
     def close(self) -> None:
         for endpoint in self.endpoints.values():

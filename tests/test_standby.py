@@ -99,6 +99,8 @@ def test_a_killed_primary_fails_over_by_itself_and_loses_nothing_acknowledged(cl
         left = drain(c)
     assert sorted(left) == sorted([b"a%d" % i for i in range(20, 200)] +
                                   [b"b%d" % i for i in range(20)])
+    with Client(cl.masters, timeout_s=5) as fresh:  # asks both which is the primary, at once
+        assert fresh.master.endpoint.addr == cl.second.addr
 
 
 def test_nothing_is_confirmed_while_a_sync_standby_is_away(cluster_factory):
