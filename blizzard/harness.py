@@ -281,23 +281,28 @@ class LocalCluster:
         epoch); ``master`` and ``second`` swap if the standby took over. None: neither says so."""
         found: list[tuple[int, int, Proc]] = []
         for rank, proc in enumerate(m for m in (self.master, self.second) if m is not None):
-            if not proc.alive:
-                continue
-            ep = self.endpoint(proc.addr)
-            try:
-                welcome = call(ep, p.Hello(), timeout_s)
-                if not welcome.primary:
-                    found.append((welcome.epoch, -rank, proc))
-            except Exception:  # paused, cut off or starting: not the primary we can use
-                continue
-            finally:
-                ep.close()
+            welcome = self.welcome(proc, timeout_s)
+            if welcome is not None and not welcome.primary:
+                found.append((welcome.epoch, -rank, proc))
         if not found:
             return None
         primary = max(found, key=lambda f: f[:2])[2]
         if primary is self.second:
             self.master, self.second = self.second, self.master
         return primary
+
+    def welcome(self, proc: Proc, timeout_s: float = 1.0) -> p.Welcome | None:
+        """A master's answer to ``Hello`` (its epoch, the primary it follows if a standby);
+        None if it is not running or does not answer (paused, cut off, starting)."""
+        if not proc.alive:
+            return None
+        ep = self.endpoint(proc.addr)
+        try:
+            return call(ep, p.Hello(), timeout_s)
+        except Exception:
+            return None
+        finally:
+            ep.close()
 
     def client_keys(self, name: str = "client") -> k.ClientKeys | None:
         """The keys a client of this cluster uses (None when it runs insecure)."""

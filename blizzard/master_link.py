@@ -68,10 +68,7 @@ class MasterLink:
         return self._current
 
     def _find_primary(self) -> None:
-        endpoints = [self.endpoints.get(a) or Endpoint(self.ctx, a, self.keys,
-                                                       self.keys.master if self.keys else None)
-                     for a in self.choice.addrs]
-        self.endpoints.update(zip(self.choice.addrs, endpoints))
+        endpoints = [self._endpoint(a) for a in self.choice.addrs]
         replies = call_many([(ep, p.Hello()) for ep in endpoints], FAILOVER_ATTEMPT_S / 2)
         primaries = [(w.epoch, -i) for i, w in enumerate(replies)
                      if isinstance(w, p.Welcome) and not w.primary]
@@ -80,8 +77,9 @@ class MasterLink:
             self.choice.index = -max(primaries)[1]
             self._current = self._endpoint()
 
-    def _endpoint(self) -> Endpoint:
-        addr = self.choice.current
+    def _endpoint(self, addr: str | None = None) -> Endpoint:
+        """The connection to ``addr`` (default: the current master), made once."""
+        addr = addr or self.choice.current
         if addr not in self.endpoints:
             self.endpoints[addr] = Endpoint(self.ctx, addr, self.keys,
                                             self.keys.master if self.keys else None)

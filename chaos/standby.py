@@ -14,9 +14,7 @@ import logging
 import signal
 import time
 
-from blizzard import protocol as p
 from blizzard.harness import LocalCluster, Proc
-from blizzard.transport import call
 from master.replication import EXIT_FENCED
 
 log = logging.getLogger(__name__)
@@ -65,13 +63,8 @@ class MasterFaults:
 
     def _follows(self, proc: Proc) -> bool:
         """``proc`` answers as a standby."""
-        ep = self.cluster.endpoint(proc.addr)
-        try:
-            return bool(call(ep, p.Hello(), 1.0).primary)
-        except Exception:  # starting, or catching up after a snapshot
-            return False
-        finally:
-            ep.close()
+        welcome = self.cluster.welcome(proc)
+        return welcome is not None and bool(welcome.primary)
 
 
 def primary_host(cluster: LocalCluster) -> str:
