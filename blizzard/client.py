@@ -33,8 +33,9 @@ from blizzard.message import LeasedItem, Message, leased_items
 from blizzard.pipeline import EnqueuePipeline, Staged
 from blizzard.producer import Producer, Stager
 from blizzard.queue_settings import check_queue_name
+from blizzard.shards import ShardedClient, split_shards
 
-__all__ = ["Client", "Consumer", "EnqueueOptions", "LeasedItem", "Message", "Producer", "Stager"]
+__all__ = ["Client", "Consumer", "ShardedClient", "EnqueueOptions", "LeasedItem", "Message", "Producer", "Stager"]
 
 log = logging.getLogger(__name__)
 
@@ -42,11 +43,19 @@ CLOSE_WAIT_S = 2.0  # how long close() waits for acks sent without waiting to be
 
 
 class Client:
-    """A connection to one Blizzard cluster, addressed by its master."""
+    """A connection to one Blizzard cluster, addressed by its master; given several shards'
+    masters (a list, or addresses separated by spaces), a ``ShardedClient`` over them."""
 
-    def __init__(self, master: str = DEFAULT_MASTER, *, timeout_s: float = 30.0,
+    def __new__(cls, master: str | Sequence[str] = DEFAULT_MASTER, **options: Any) -> Any:
+        shards = split_shards(master)
+        if len(shards) == 1:
+            return super().__new__(cls)
+        return ShardedClient(shards, Client, **options)  # not a Client: __init__ is not run
+
+    def __init__(self, master: str | Sequence[str] = DEFAULT_MASTER, *, timeout_s: float = 30.0,
                  node_timeout_s: float = 5.0, keys: str | ClientKeys | None = None,
-                 admin: bool = False, ctx: zmq.Context | None = None) -> None:
+                 admin: bool = False, ctx: zmq.Context | None = None, peeks: int = 2,
+                 heads: bool = True) -> None:
         """``timeout_s`` bounds each call: master requests are retried with back-off until then,
         so a master restart is ridden through; past it, ``MasterUnavailable``.
         ``node_timeout_s`` is how long one data node may take before another replica is tried.
@@ -54,7 +63,11 @@ class Client:
         ``keys``: a key directory (``blizzard keys generate``; default ``BLIZZARD_KEYS``), a
         ``ClientKeys``, or "" for none; without keys the client connects without security,
         which a secure cluster refuses with ``AuthenticationFailed``. ``admin`` uses the directory's admin key
-        (needed to purge, redrive or configure queues)."""
+        (needed to purge, redrive or configure queues).
+
+        Sharded (``blizzard/shards.py``): a dequeue leases from the shard with the best head
+        among ``peeks`` shards it asks (with ``heads`` False), or among all, from the heads
+        the masters publish (``heads``, the default)."""
         if timeout_s <= 0 or node_timeout_s <= 0:
             raise InvalidArgument("timeout_s and node_timeout_s must be positive")
         self.ctx = ctx or zmq.Context.instance()
@@ -63,7 +76,8 @@ class Client:
         self.keys = resolve_keys(keys, "admin" if admin else "client")
         if admin and self.keys is None:
             raise InvalidArgument("admin=True needs keys (keys=DIR or BLIZZARD_KEYS)")
-        self.master = MasterLink(self.ctx, master, timeout_s=timeout_s, keys=self.keys)
+        self.master = MasterLink(self.ctx, split_shards(master)[0], timeout_s=timeout_s,
+                                 keys=self.keys)
         self.datanodes = DatanodePool(self.ctx, node_timeout_s=self.node_timeout_s,
                                       keys=self.keys, node_key=self.master.node_key)
         self.pipeline = EnqueuePipeline(self.master, self.datanodes)
@@ -168,8 +182,11 @@ class Client:
         which is then given back).
         """
         items = self.lease(queue, n, lease_s=lease_s, wait_s=wait_s, ack=ack)
-        if not items:
-            return []
+        return self.deliver(queue, items) if items else []
+
+    def deliver(self, queue: str, items: list[LeasedItem]) -> list[Message]:
+        """Leased items as messages, their payloads read; items no replica can serve are
+        given back (``DataCorrupt`` or ``DatanodeUnavailable`` if none could be read)."""
         reads = self._read(items)
         payloads, failed = reads.payloads, reads.failed
         if failed:

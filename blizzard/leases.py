@@ -30,9 +30,10 @@ class Leases:
         return leased_items(self.lease_columns(queue, n, lease_s=lease_s, wait_s=wait_s, ack=ack))
 
     def lease_columns(self, queue: str, n: int, *, lease_s: float | None = None,
-                      wait_s: float = 0.0, ack: Sequence[Any] = ()) -> p.Leased:
+                      wait_s: float = 0.0, ack: Sequence[Any] = (), head: bool = False) -> p.Leased:
         """``lease`` as the master's reply: one list per field, no object per item (what a
-        Spark driver leasing a million items wants)."""
+        Spark driver leasing a million items wants). ``head``: the reply also tells the
+        queue's head after the lease (a sharded client's news of this shard)."""
         check_queue_name(queue)
         if type(n) is not int:
             raise InvalidArgument("n must be an integer")
@@ -45,7 +46,7 @@ class Leases:
             raise InvalidArgument("lease_s and wait_s must be numbers of seconds")
         leased: p.Leased = self.master.call(
             p.Lease(queue, n, float(lease_s), float(wait_s), self.master.call_id(),
-                    [m.id for m in ack], [m.lease for m in ack]),
+                    [m.id for m in ack], [m.lease for m in ack], head),
             extra_s=float(wait_s) if wait_s > 0 else 0.0)
         if leased.lost:
             if leased.ids:

@@ -120,7 +120,7 @@ class MasterLink:
                 if isinstance(reply, TimeoutError) or is_retryable(reply):
                     again.append(i)
             if again:
-                self._move_on(results[again[0]])
+                self.move_on(results[again[0]])
             if not again:
                 return [raise_if_error(r) for r in results] if raise_errors else results
             pause = retry_pause_s(retries, random.random(), self.max_pause_s)
@@ -159,7 +159,7 @@ class MasterLink:
         """One try's wait: shorter with a standby to turn to, so a failover is noticed soon."""
         return ATTEMPT_S if len(self.choice.addrs) == 1 else FAILOVER_ATTEMPT_S
 
-    def _move_on(self, reply: Any) -> None:
+    def move_on(self, reply: Any) -> None:
         """After a timeout or a standby's refusal, maybe ask the next master."""
         moved = self.choice.timed_out() if isinstance(reply, TimeoutError) else \
             isinstance(reply, p.Error) and reply.code == "not_primary" and self.choice.not_primary()

@@ -1,10 +1,9 @@
 """Every message Blizzard sends: the one home for message shapes.
 
 The codec (frame layout, type checks, msgpack) is ``blizzard.wire``; its functions are
-re-exported here, so callers use ``protocol.encode``/``decode``/``pack``/``unpack``; so are
-the data nodes' messages (``blizzard.node_messages``), so ``protocol.Put`` works too, and
-task delivery's (``blizzard.task_messages``). The master's WAL records (``master/records.py``)
-are a family of their own (op codes 100+), which ``decode`` never accepts.
+re-exported here (``protocol.encode``/``decode``/``pack``/``unpack``), and so are the data
+nodes', task delivery's, high availability's, metadata's and sharding's messages
+(``blizzard.*_messages``). The master's WAL records (``master/records.py``) are apart.
 """
 
 from __future__ import annotations
@@ -14,6 +13,7 @@ from blizzard.node_messages import (BadReplica, Blobs, CapabilityKey, CopyOrder,
                                     PutGrant, PutReport, Regrant, Regranted, Replicated, Stored)
 from blizzard.ha_messages import Follow, Promote, Promoted, SnapshotData, WalData
 from blizzard.meta_messages import ItemMeta, ListMeta, MetaPage
+from blizzard.shard_messages import Head, QueueHead
 from blizzard.queue_settings import with_settings
 from blizzard.task_messages import Bury, ItemStates, Lookup, TaskCounts, TaskStats
 from blizzard.wire import (MAX_BATCH, MAX_FRAME_BYTES, MAX_ID, MAX_ITEM_BYTES, VERSION, Id, _BY_OP, _OP_OF, decode, dumps,
@@ -27,7 +27,7 @@ __all__ = ["MAX_BATCH", "MAX_FRAME_BYTES", "MAX_ID", "MAX_ITEM_BYTES", "VERSION"
            "Regrant", "Regranted", "Replicated", "Stored"]
 __all__ += ["Bury", "ItemStates", "Lookup", "TaskCounts", "TaskStats"]  # task_messages.py
 __all__ += ["Follow", "Promote", "Promoted", "SnapshotData", "WalData"]  # ha_messages.py
-__all__ += ["ItemMeta", "ListMeta", "MetaPage"]  # meta_messages.py
+__all__ += ["ItemMeta", "ListMeta", "MetaPage", "Head", "QueueHead"]  # meta_, shard_messages.py
 
 
 # ---------------------------------------------------------------------------------------------
@@ -147,6 +147,7 @@ class Lease:
     request: str  # the caller's id for this call: a retry gets the same items, not more
     ack_ids: list[Id]
     ack_leases: list[int]
+    head: bool = False  # also tell the queue's head after this lease (``Leased.head_*``)
 
 
 @message(15)
@@ -179,6 +180,9 @@ class Leased:
     lost: list[Id]
     grant: GetGrant
     errors: list[str]  # the last error a consumer's nack gave each item ("": none)
+    head_ready: int = -1  # asked with ``Lease.head``: the queue's head after this lease
+    head_priority: int = 0  # (as ``QueueHead``); -1: not asked
+    head_at: float = 0.0
 
 
 @message(17)
@@ -353,6 +357,9 @@ class Welcome:
     role: str  # the role this connection's key has ("" when insecure)
     epoch: int = 0  # raised by every promotion (master/standby.py)
     primary: str = ""  # "": this master is the primary; else the primary it follows or knows
+    shard: int = 0  # this master's shard (``blizzard/shard_messages.py``)
+    shards: str = ""  # every shard's masters, space-separated, when it was told them
+    heads: str = ""  # where it publishes its queues' heads (``master/heads.py``); "": nowhere
 
 
 # ---------------------------------------------------------------------------------------------

@@ -67,13 +67,24 @@ class MasterCommand(click.Command):
               "tcp://HOST:PORT,...), adopting their cluster id, then serve. Refused if the data "
               "dir holds a WAL. Needs the admin key pair in --keys. Items acked shortly before "
               "the loss may come back; queue settings start from the defaults.")
+@click.option("--shard", default=_DEFAULT["shard"], show_default=True, type=click.IntRange(0, 127),
+              help="This master's shard in a sharded queue (its item ids start at SHARD << 56, "
+                   "so an id names its shard). Keep it across restarts; a data dir of another "
+                   "shard is refused.")
+@click.option("--shards", default=_DEFAULT["shards"], metavar="'ADDR ADDR ...'",
+              help="Every shard's master address in shard order, space-separated (a shard with "
+                   "a standby: ADDR,ADDR), told to clients so one address finds them all.")
+@click.option("--heads-bind", type=ADDRESS, default=None,
+              help="Publish each queue's head (ready count, first item's priority) on a ZeroMQ "
+                   "PUB socket here whenever it changes: sharded clients pick the best shard "
+                   "from them without asking (default: off).")
 def master_command(data_dir: str, bind: str, replication: int, min_replicas: int | None,
                    heartbeat_s: float, dead_after_s: float, pending_timeout_s: float,
                    max_item_bytes: int, checkpoint_records: int, keys: str | None,
                    insecure: bool, metrics_port: int | None, metrics_addr: str,
                    log_level: str, log_format: str, standby_of: str | None,
                    advertise: str | None, sync_standby: bool, failover_after_s: float,
-                   rebuild_from: str) -> None:
+                   rebuild_from: str, shard: int, shards: str, heads_bind: str | None) -> None:
     """Run the master: queue metadata, ids, placement, leases, WAL.
 
     Security: give the key directory (--keys, made by `blizzard keys generate`) or --insecure.
@@ -93,7 +104,8 @@ def master_command(data_dir: str, bind: str, replication: int, min_replicas: int
                           keys=security(keys, insecure), metrics_port=metrics_port,
                           metrics_addr=metrics_addr, standby_of=standby_of,
                           advertise=advertise, sync_standby=sync_standby,
-                          failover_after_s=failover_after_s)
+                          failover_after_s=failover_after_s, shard=shard,
+                          shards=" ".join(shards.split()), heads_bind=heads_bind)
     if rebuild_from and standby_of:
         raise click.UsageError("--rebuild-from-datanodes makes a primary; drop --standby-of")
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from blizzard.defaults import DEFAULT_MASTER
 from blizzard.errors import InvalidArgument
 from blizzard.protocol import MAX_ITEM_BYTES
+from blizzard.shard_messages import MAX_SHARDS
 
 MiB = 1024 * 1024
 
@@ -36,6 +37,10 @@ class MasterConfig:
     advertise: str | None = None  # the address others reach this master at; default: bind
     sync_standby: bool = True  # once a standby caught up, answer only what it holds too
     failover_after_s: float = 2.0  # a standby in sync promotes itself after this much silence; 0: never
+    # sharding (master/heads.py)
+    shard: int = 0  # this master's shard: its ids start at shard << 56
+    shards: str = ""  # every shard's masters, space-separated, told to clients (Welcome)
+    heads_bind: str | None = None  # publish queue heads on a PUB socket here; None: off
 
     @property
     def addr(self) -> str:
@@ -58,6 +63,8 @@ class MasterConfig:
             raise InvalidArgument("capability-key-s must be longer than heartbeat-s")
         if self.failover_after_s < 0:
             raise InvalidArgument("failover-after-s must be 0 (never) or positive")
+        if not 0 <= self.shard < MAX_SHARDS:
+            raise InvalidArgument(f"shard must be between 0 and {MAX_SHARDS - 1}")
         if not 0 < self.max_item_bytes <= MAX_ITEM_BYTES:
             raise InvalidArgument(f"max-item-bytes must be between 1 and {MAX_ITEM_BYTES}")
         return self

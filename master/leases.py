@@ -19,6 +19,7 @@ from master.capabilities import CapabilityKeys
 from master.config import MasterConfig
 from master.counts import QueueCounts
 from master.deletes import Deletes
+from master.heads import head_of
 from master.item import columns
 from master.membership import Membership
 from master.queues import TokenBucket
@@ -78,10 +79,10 @@ class Leases:
         if msg.ack_ids:
             lost = self._ack(msg.ack_ids, msg.ack_leases).lost
         if msg.request in self.state.recent_leases:  # a retry: the same items again
-            return self.describe(msg.queue, self.state.leased_by(msg.request), lost, now)
+            return self._described(msg, self.state.leased_by(msg.request), lost, now)
         ids = self._take(msg, now, mono)
         if ids or msg.wait_s == 0 or lost:  # lost acks are news the caller must get now
-            return self.describe(msg.queue, ids, lost, now)
+            return self._described(msg, ids, lost, now)
         # parked without its acks (settled above): a waiter holds only what it needs later
         self.waiters.append(Waiter(peer, rid, replace(msg, ack_ids=[], ack_leases=[]),
                                    mono + msg.wait_s))
@@ -108,6 +109,15 @@ class Leases:
                                 deadline=now + lease_s, request=msg.request))
             self.counts.add("leased", msg.queue, len(ids))
         return ids
+
+    def _described(self, msg: p.Lease, ids: list[int], lost: list[int], now: float) -> p.Leased:
+        """``describe``, with the queue's head after the lease if the lease asked for it."""
+        leased = self.describe(msg.queue, ids, lost, now)
+        if not msg.head:
+            return leased
+        head = head_of(self.state, msg.queue, self.config.shard, now)
+        return replace(leased, head_ready=head.ready, head_priority=head.priority,
+                       head_at=head.enqueued_at)
 
     def describe(self, queue: str, ids: list[int], lost: list[int], now: float) -> p.Leased:
         """Describe items column by column; replica sets are shared between items.

@@ -38,6 +38,7 @@ from master.counts import QueueCounts
 from master.datanodes import DatanodeReports
 from master.deletes import Deletes
 from master.enqueue import Enqueues
+from master.heads import Heads, claim_shard
 from master.ids import ItemIds
 from master.leases import Leases
 from master.membership import Membership
@@ -71,6 +72,7 @@ ADMIN_OPS = frozenset({p.Configure, p.Purge, p.Redrive, p.Peek})
 ADMIN_OPS |= frozenset({p.RemoveNode, p.DeleteItem, p.DeleteQueue})
 ANY_OPS = frozenset({p.Ping, p.Hello, p.Status})
 CLIENT_OPS |= {p.Lookup, p.Bury, p.TaskStats}  # tasks: HTTP push delivery (master/tasks.py)
+CLIENT_OPS |= {p.Head}  # sharding: a queue's head here (master/heads.py)
 ALLOWED = {"node": NODE_OPS | ANY_OPS, "client": CLIENT_OPS | ANY_OPS,
            "admin": CLIENT_OPS | ADMIN_OPS | ANY_OPS, "master": {p.Follow} | ANY_OPS}
 
@@ -102,6 +104,7 @@ class MasterServer:
             wal = Wal(os.path.join(config.data_dir, "wal"), segment_bytes=config.segment_bytes)
         self.wal = wal
         self.state, replayed = recovered or recover(wal)
+        claim_shard(self.state, config.shard)  # before ids are handed out
         self.membership = Membership(config.dead_after_s)
         self.safe_mode = SafeMode(time.monotonic() + config.dead_after_s)
         self.deletes = Deletes()
@@ -156,6 +159,8 @@ class MasterServer:
         }
         self.handlers.update({p.Lookup: self.tasks.lookup, p.Bury: self.tasks.bury,
                               p.TaskStats: self.tasks.task_stats})
+        self.heads = Heads(self.state, config.shard, self.ctx, config.heads_bind, keys)
+        self.handlers[p.Head] = self.heads.head
         # The cluster id gates heartbeats (master/cluster_id.py); operator removals.
         self.identity = ClusterIdentity(self.state, self.log_record, self.datanodes)
         self.removals = Removals(self.state, self.log_record, self.membership, self.safe_mode,
@@ -170,8 +175,9 @@ class MasterServer:
                               p.Heartbeat: self.replication.guard_heartbeat(heartbeat)})
 
     def hello(self, msg: p.Hello, now: float, mono: float, peer: bytes, rid: int) -> p.Welcome:
-        return p.Welcome(self.config.keys is not None, self.node_key,
-                         self.router.role_of(peer) or "", self.state.epoch, "")
+        config = self.config
+        return p.Welcome(config.keys is not None, self.node_key, self.router.role_of(peer) or "",
+                         self.state.epoch, "", config.shard, config.shards, config.heads_bind or "")
 
     def _allowed(self, role: str | None, msg: Any) -> None:
         """Forbidden unless a peer of ``role`` may send ``msg`` (None: security is off).
@@ -242,6 +248,7 @@ class MasterServer:
 
     def close(self) -> None:
         self.router.close()
+        self.heads.close()
         self.metrics.close()
         try:
             self.checkpoints.now(self.state)
@@ -276,6 +283,7 @@ class MasterServer:
         replies, self._replies = self._replies, []
         self.replication.release(replies)  # at once, or when a sync standby holds the pass
         self.replication.serve_parked(mono)
+        self.heads.publish(bool(requests or replies), mono)
         self._maybe_checkpoint()
 
     def _answer_now(self, msg: Any, reply: Any, logged: int) -> bool:

@@ -1,0 +1,147 @@
+"""Which shard a sharded client leases from: relaxed priority order over independent masters.
+
+Each shard is a whole cluster holding part of every queue, in its own strict order. A lease
+goes to one shard, the one whose head is best (lowest priority, then earliest enqueued) among
+those looked at:
+
+- peek-d (the paper's rule, ``heads=False``): ask ``d`` shards drawn at random for their head
+  (``Head``, one round in parallel), lease from the best. ``d`` = the number of shards gives
+  strict order at the cost of asking every shard each time.
+- published heads (``heads=True``, the default): every master publishes its queues' heads as
+  they change (``master/heads.py``) and the client keeps them (``blizzard/shard_view.py``), so
+  it leases from the best shard it knows of with no question asked first; each lease reply
+  also brings that shard's new head. Information is a little stale; a lease that finds the
+  shard empty marks it so and tries the next best.
+
+A shard that does not answer is left alone for ``DOWN_S``: its items wait for it, the others
+keep serving.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import Any, Callable, Sequence
+
+from blizzard import protocol as p
+from blizzard.errors import InvalidArgument
+from blizzard.shard_view import HeadsFeed, HeadsView, order
+from blizzard.transport import call_many
+
+PEEK_TIMEOUT_S = 1.0  # a shard that does not tell its head within this is skipped
+DOWN_S = 2.0  # and not asked again for this long
+WAIT_SLICE_S = 0.2  # with nothing ready anywhere, a long poll waits on one shard this long
+
+
+class ShardPicker:
+    """Chooses the shard for each lease and leases there (``lease``)."""
+
+    def __init__(self, shards: Sequence[Any], peeks: int, feed: HeadsFeed | None,
+                 view: HeadsView, hello: Callable[[int], None]) -> None:
+        if type(peeks) is not int or peeks < 1:
+            raise InvalidArgument(f"peeks must be a positive integer, got {peeks!r}")
+        self.shards = shards  # a ``Client`` per shard
+        self.peeks = min(peeks, len(shards))
+        self.feed = feed
+        self.view = view
+        self.hello = hello  # checks shard k is what it claims (once), before it is used
+        self.down: dict[int, float] = {}  # shard -> monotonic time it may be asked again
+        self.rng = random.Random()
+        self.turn = 0
+        self.requests = 0  # Head and Lease requests sent (what a pop costs, for bench-pei)
+
+    def up(self) -> list[int]:
+        now = time.monotonic()
+        return [k for k in range(len(self.shards)) if self.down.get(k, 0.0) <= now]
+
+    def lease(self, queue: str, n: int, lease_s: float | None, wait_s: float,
+              ack: Callable[[int], Sequence[Any]]) -> tuple[int, p.Leased]:
+        """Lease up to ``n`` items of ``queue`` from the best shard; (shard, reply).
+
+        ``ack(k)``: the previous batch's messages of shard ``k``, settled with the lease there
+        (the caller settles the rest). Waits up to ``wait_s`` while no shard has any ready.
+        """
+        deadline = time.monotonic() + wait_s
+        tried: set[int] = set()
+        while True:
+            k = self.choose(queue, tried)
+            if k is None:
+                if time.monotonic() >= deadline:
+                    k = tried.pop() if tried else (self.up() or [0])[0]
+                    return k, self._lease(k, queue, n, lease_s, 0.0, ack(k))
+                k, leased = self._wait(queue, n, lease_s, deadline, ack)
+                if leased is not None and leased.ids:
+                    return k, leased
+                tried.clear()
+                continue
+            leased = self._lease(k, queue, n, lease_s, 0.0, ack(k))
+            if leased.ids:
+                return k, leased
+            self.view.emptied(queue, k)
+            tried.add(k)
+
+    def choose(self, queue: str, tried: set[int]) -> int | None:
+        """The shard to lease from: the best head among those looked at (not yet ``tried``);
+        None if none of them has items ready."""
+        up = [k for k in self.up() if k not in tried]
+        if not up:
+            return None
+        if self.feed is not None:
+            self.feed.subscribe(queue)
+            self.feed.drain()
+            fresh = self.view.fresh(queue)
+            unknown = [k for k in up if k not in fresh]
+            if unknown:  # never heard of (or silent): ask once, the feed keeps it current
+                self.peek(queue, unknown)
+            return self.view.best(queue, up)
+        sample = self.rng.sample(up, min(self.peeks, len(up)))
+        heads = self.peek(queue, sample)
+        ready = [(order(head), k) for k, head in heads.items() if head.ready > 0]
+        if not ready and len(sample) < len(up):  # the sample is empty: look at the rest
+            rest = [k for k in up if k not in sample]
+            heads = self.peek(queue, rest)
+            ready = [(order(head), k) for k, head in heads.items() if head.ready > 0]
+        return min(ready)[1] if ready else None
+
+    def peek(self, queue: str, shards: Sequence[int]) -> dict[int, p.QueueHead]:
+        """The heads of ``queue`` on ``shards``, asked in one parallel round; a shard that
+        does not answer is marked down."""
+        for k in shards:
+            self.hello(k)
+        links = [self.shards[k].master for k in shards]
+        replies = call_many([(link.endpoint, p.Head(queue)) for link in links], PEEK_TIMEOUT_S)
+        self.requests += len(shards)
+        heads: dict[int, p.QueueHead] = {}
+        mono = time.monotonic()
+        for k, link, reply in zip(shards, links, replies):
+            if isinstance(reply, p.QueueHead) and reply.shard == k:
+                heads[k] = reply
+                self.view.learn(reply, mono)
+            else:  # silent, starting, a standby, or not this shard: ask it again later
+                self.down[k] = mono + DOWN_S
+                link.move_on(reply)
+        return heads
+
+    def _lease(self, k: int, queue: str, n: int, lease_s: float | None, wait_s: float,
+               ack: Sequence[Any]) -> p.Leased:
+        self.hello(k)
+        self.requests += 1
+        leased = self.shards[k].leases.lease_columns(queue, n, lease_s=lease_s, wait_s=wait_s,
+                                                     ack=ack, head=True)
+        if leased.head_ready >= 0:
+            self.view.learn(p.QueueHead(queue, k, leased.head_ready, leased.head_priority,
+                                        leased.head_at))
+        return leased
+
+    def _wait(self, queue: str, n: int, lease_s: float | None, deadline: float,
+              ack: Callable[[int], Sequence[Any]]) -> tuple[int, p.Leased | None]:
+        """Nothing ready anywhere: wait for news (a published head) or, without the feed,
+        long-poll the shards in turn, a slice each."""
+        slice_s = max(0.0, min(WAIT_SLICE_S, deadline - time.monotonic()))
+        if self.feed is not None:
+            self.feed.sock.poll(int(slice_s * 1000) + 1)
+            return -1, None
+        up = self.up() or list(range(len(self.shards)))
+        k = up[self.turn % len(up)]
+        self.turn += 1
+        return k, self._lease(k, queue, n, lease_s, slice_s, ack(k))

@@ -1,0 +1,96 @@
+"""A sharded client's pipelined writes, and its unawaited acks (``blizzard/shards.py``).
+
+``ShardedProducer`` sends each batch to the next shard in turn (all to the key's shard when
+the producer has a key), through one ``Producer`` per shard, and gives ids back in send order.
+``ShardedStager`` stages the same way; its chunks' ids say where each is committed.
+``ShardLeases`` sends ``Message.ack()``'s unawaited acks (the worker's) to each item's shard.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Sequence
+
+from blizzard.pipeline import Staged
+from blizzard.shard_messages import shard_of
+
+
+class ShardedProducer:
+    """``Client.producer`` over shards: ``send`` batches, ``flush`` for their ids in order."""
+
+    def __init__(self, client: Any, queue: str, window: int, options: dict[str, Any]) -> None:
+        self.client, self.queue, self.window, self.options = client, queue, window, options
+        self.producers: dict[int, Any] = {}
+        self.sent: list[tuple[int, int]] = []  # (shard, items) per batch, in send order
+        self.turn = client.rng.randrange(len(client.shards))
+
+    def __enter__(self) -> "ShardedProducer":
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is None:
+            self.flush()
+
+    def send(self, items: Iterable[bytes]) -> None:
+        items = list(items)
+        key = self.options.get("key")
+        if key:
+            k = self.client.shard_for(key)
+        else:
+            k = self.turn % len(self.client.shards)
+            self.turn += 1
+        producer = self.producers.get(k)
+        if producer is None:
+            producer = self.producers[k] = \
+                self.client._shard(k).producer(self.queue, window=self.window, **self.options)
+        producer.send(items)
+        self.sent.append((k, len(items)))
+
+    def flush(self) -> list[int]:
+        ids = {k: iter(producer.flush()) for k, producer in self.producers.items()}
+        ordered = [next(ids[k]) for k, count in self.sent for _ in range(count)]
+        self.sent = []
+        return ordered
+
+
+class ShardedStager:
+    """``Client.stager`` over shards: each ``send`` is staged on one shard (its key's, or the
+    next in turn); ``flush`` gives every chunk, for ``ShardedClient.commit``."""
+
+    def __init__(self, client: Any, queue: str, window: int, chunk_items: int) -> None:
+        self.client, self.queue, self.window, self.chunk_items = client, queue, window, chunk_items
+        self.stagers: dict[int, Any] = {}
+        self.turn = client.rng.randrange(len(client.shards))
+
+    def send(self, items: Iterable[bytes], *, priority: int = 0, delay_s: float = 0.0,
+             key: str | None = None) -> None:
+        if key:
+            k = self.client.shard_for(key)
+        else:
+            k = self.turn % len(self.client.shards)
+            self.turn += 1
+        stager = self.stagers.get(k)
+        if stager is None:
+            stager = self.stagers[k] = self.client._shard(k).stager(
+                self.queue, window=self.window, chunk_items=self.chunk_items)
+        stager.send(items, priority=priority, delay_s=delay_s, key=key)
+
+    def flush(self) -> Staged:
+        return [chunk for stager in self.stagers.values() for chunk in stager.flush()]
+
+
+class ShardLeases:
+    """The part of ``blizzard.leases.Leases`` a worker uses, over shards."""
+
+    def __init__(self, shards: Sequence[Any]) -> None:
+        self.shards = shards
+
+    def ack_unawaited(self, msgs: Sequence[Any]) -> None:
+        groups: dict[int, list[Any]] = {}
+        for m in msgs:
+            groups.setdefault(shard_of(m.id), []).append(m)
+        for k, group in groups.items():
+            self.shards[k].leases.ack_unawaited(group)
+
+    def flush(self, timeout_s: float) -> None:
+        for shard in self.shards:
+            shard.leases.flush(timeout_s)

@@ -1,0 +1,329 @@
+"""A client of a sharded queue: several masters, each a whole cluster holding part of every queue.
+
+``Client(["tcp://a:5555", "tcp://b:5556", ...])`` (or a string with the shards' addresses
+separated by spaces) makes a ``ShardedClient``: one ``Client`` per shard, in shard order, and
+the routing between them. A shard is any master (with its standby: ``"tcp://a,tcp://a2"``)
+started with ``--shard K``, so its ids start at ``K << 56`` and every id names its shard
+(``blizzard/shard_messages.py``): acks, nacks, extends, reads and deletes go straight there.
+
+- An enqueue goes to one shard: by its key if it has one (a CRC of the key, so all of a key's
+  items share a shard and keep their exclusivity and coalescing), else to a random one.
+- A lease goes to the shard with the best head among those looked at (``blizzard/shard_pick.py``:
+  peek-d or the published heads), so order is relaxed: an item may be served while a better
+  one waits on another shard (measured as the PEI by ``scripts/bench-pei``).
+- Counters add up over the shards and settings go to all of them (``blizzard/shard_admin.py``).
+
+The shard count is part of the queue: a key maps to ``crc32(key) % shards``, so clients must
+list the same shards in the same order (each master checks its place: ``Welcome.shard``).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import zlib
+from typing import Any, Callable, Iterable, Sequence
+
+from blizzard import protocol as p
+from blizzard.consumer import Consumer
+from blizzard.errors import BlizzardError, InvalidArgument, LeaseExpired, UnknownQueue
+from blizzard.message import LeasedItem, Message, leased_items
+from blizzard.pipeline import Staged
+from blizzard.shard_admin import (merge_queues, merge_stats, merge_status, shard_settings,
+                                  whole_settings)
+from blizzard.shard_messages import MAX_SHARDS, shard_of
+from blizzard.shard_pick import ShardPicker
+from blizzard.shard_view import HeadsFeed, HeadsView
+from blizzard.shard_writes import ShardedProducer, ShardedStager, ShardLeases
+
+log = logging.getLogger(__name__)
+
+
+def split_shards(masters: str | Sequence[str]) -> list[str]:
+    """The shards of ``"tcp://a tcp://b"`` or of a list (each may be ``primary,standby``)."""
+    shards = masters.split() if isinstance(masters, str) else [str(m).strip() for m in masters]
+    if not 1 <= len(shards) <= MAX_SHARDS:
+        raise InvalidArgument(f"give between 1 and {MAX_SHARDS} shards, got {len(shards)}")
+    return shards
+
+
+def key_shard(key: str, shards: int) -> int:
+    """The shard every item with ``key`` goes to."""
+    return zlib.crc32(key.encode("utf-8")) % shards
+
+
+class ShardedClient:
+    """``Client``'s calls over several shards (see the module text). Not thread-safe."""
+
+    def __init__(self, masters: Sequence[str], make: Callable[..., Any], *, peeks: int = 2,
+                 heads: bool = True, **options: Any) -> None:
+        self.shards = [make(m, **options) for m in masters]
+        first = self.shards[0]
+        self.ctx, self.timeout_s, self.keys = first.ctx, first.timeout_s, first.keys
+        self.view = HeadsView()
+        self.feed = HeadsFeed(self.ctx, self.view, self.keys) if heads else None
+        self.picker = ShardPicker(self.shards, peeks, self.feed, self.view, self._hello)
+        self.leases = ShardLeases(self.shards)
+        self._checked: set[int] = set()
+        self.rng = random.Random()
+
+    def __enter__(self) -> "ShardedClient":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for shard in self.shards:
+            shard.close()
+        if self.feed is not None:
+            self.feed.close()
+
+    def _hello(self, k: int) -> None:
+        """Before shard ``k`` is first used: check it is shard ``k`` (a client listing shards
+        in another order would put keys elsewhere), and join its heads feed."""
+        if k in self._checked:
+            return
+        welcome = self.shards[k].master.call(p.Hello())
+        if welcome.shard != k:
+            raise InvalidArgument(f"master {self.shards[k].master.addr} is shard {welcome.shard},"
+                                  f" listed as shard {k}: list every shard, in shard order")
+        if self.feed is not None:
+            self.feed.connect(welcome.heads)
+        self._checked.add(k)
+
+    def _shard(self, k: int) -> Any:
+        self._hello(k)
+        return self.shards[k]
+
+    def shard_for(self, key: str | None) -> int:
+        """The shard an enqueue with ``key`` goes to (none: a random one)."""
+        return key_shard(key, len(self.shards)) if key else self.rng.randrange(len(self.shards))
+
+    def _by_shard(self, msgs: Iterable[Any]) -> dict[int, list[Any]]:
+        groups: dict[int, list[Any]] = {}
+        for m in msgs:
+            groups.setdefault(self._shard_of(m.id), []).append(m)
+        return groups
+
+    def _shard_of(self, item_id: int) -> int:
+        k = shard_of(item_id)
+        if k >= len(self.shards):
+            raise InvalidArgument(f"item id {item_id} is of shard {k}; this client has "
+                                  f"{len(self.shards)} shards")
+        return k
+
+    # -- enqueue -----------------------------------------------------------------------------
+
+    def enqueue(self, queue: str, data: bytes, **options: Any) -> int:
+        return self.enqueue_many(queue, [data], **options)[0]
+
+    def enqueue_many(self, queue: str, items: Iterable[bytes], *, key: str | None = None,
+                     **options: Any) -> list[int]:
+        """``Client.enqueue_many`` on one shard: the key's, or a random one."""
+        return self._shard(self.shard_for(key)).enqueue_many(queue, items, key=key, **options)
+
+    def enqueue_task(self, queue: str, **options: Any) -> int:
+        return self._shard(self.shard_for(options.get("key"))).enqueue_task(queue, **options)
+
+    def producer(self, queue: str, *, window: int = 4, **options: Any) -> ShardedProducer:
+        """A producer whose batches go to the shards in turn (all to the key's, given one)."""
+        return ShardedProducer(self, queue, window, options)
+
+    def stage(self, queue: str, items: Iterable[bytes], *, key: str | None = None,
+              **options: Any) -> Staged:
+        return self._shard(self.shard_for(key)).stage(queue, items, key=key, **options)
+
+    def stager(self, queue: str, *, window: int = 8, chunk_items: int = 1000) -> ShardedStager:
+        return ShardedStager(self, queue, window, chunk_items)
+
+    def commit(self, staged: Staged) -> None:
+        """Commit staged chunks, each on its shard (their ids say which)."""
+        groups: dict[int, Staged] = {}
+        for chunk in staged:
+            if chunk[0]:
+                groups.setdefault(self._shard_of(chunk[0][0]), []).append(chunk)
+        for k, chunks in groups.items():
+            self._shard(k).commit(chunks)
+
+    # -- dequeue -----------------------------------------------------------------------------
+
+    def dequeue(self, queue: str, *, lease_s: float | None = None,
+                wait_s: float = 0.0) -> Message | None:
+        msgs = self.dequeue_many(queue, 1, lease_s=lease_s, wait_s=wait_s)
+        return msgs[0] if msgs else None
+
+    def dequeue_many(self, queue: str, n: int, *, lease_s: float | None = None,
+                     wait_s: float = 0.0, ack: Sequence[Message] = ()) -> list[Message]:
+        """Lease up to ``n`` items from the best shard and read them (``Client.dequeue_many``)."""
+        k, leased = self._lease(queue, n, lease_s, wait_s, ack)
+        items = leased_items(leased)
+        return self.shards[k].deliver(queue, items) if items else []
+
+    def lease(self, queue: str, n: int, *, lease_s: float | None = None, wait_s: float = 0.0,
+              ack: Sequence[Any] = ()) -> list[LeasedItem]:
+        return leased_items(self._lease(queue, n, lease_s, wait_s, ack)[1])
+
+    def lease_columns(self, queue: str, n: int, *, lease_s: float | None = None,
+                      wait_s: float = 0.0) -> p.Leased:
+        return self._lease(queue, n, lease_s, wait_s, ())[1]
+
+    def _lease(self, queue: str, n: int, lease_s: float | None, wait_s: float,
+               ack: Sequence[Any]) -> tuple[int, p.Leased]:
+        """Lease from the shard the picker chooses; the previous batch's acks ride on that
+        lease where they are that shard's, and are settled apart where not."""
+        groups = self._by_shard(ack)
+        try:
+            k, leased = self.picker.lease(queue, n, lease_s, wait_s,
+                                          lambda k: groups.pop(k, []))
+        finally:
+            lost = self._settle_rest(groups)
+        if lost is not None:
+            if leased.ids:  # the caller gets the error, so these go back at once
+                self.shards[k].nack_ids(leased.ids, leased.leases, delay_s=0.0)
+            raise lost
+        return k, leased
+
+    def _settle_rest(self, groups: dict[int, list[Any]]) -> LeaseExpired | None:
+        lost = None
+        for k, msgs in groups.items():
+            try:
+                self.shards[k].ack_many(msgs)
+            except LeaseExpired as exc:
+                lost = lost or exc
+        return lost
+
+    def fetch(self, items: list[LeasedItem]) -> tuple[dict[int, bytes], list[LeasedItem]]:
+        payloads: dict[int, bytes] = {}
+        failed: list[LeasedItem] = []
+        for k, group in self._by_shard(items).items():
+            got, bad = self.shards[k].fetch(group)
+            payloads.update(got)
+            failed += bad
+        return payloads, failed
+
+    def peek(self, queue: str, n: int = 1) -> list[Message]:
+        """The best ``n`` head items over every shard (admin key), without leasing them."""
+        msgs = [m for k in range(len(self.shards)) for m in self._shard(k).peek(queue, n)]
+        return sorted(msgs, key=lambda m: (m.priority, m.enqueued_at))[:n]
+
+    def consume(self, queue: str, n: int = 100, *, lease_s: float | None = None,
+                wait_s: float = 1.0) -> Consumer:
+        return Consumer(self, queue, n, lease_s, wait_s)
+
+    def extend_many(self, msgs: Sequence[Any], *, lease_s: float) -> None:
+        for k, group in self._by_shard(msgs).items():
+            self.shards[k].extend_many(group, lease_s=lease_s)
+
+    def ack_many(self, msgs: Sequence[Any]) -> None:
+        self._each(msgs, lambda shard, group: shard.ack_many(group))
+
+    def nack_many(self, msgs: Sequence[Any], *, delay_s: float | None = None,
+                  error: str = "") -> None:
+        self._each(msgs, lambda shard, group: shard.nack_many(group, delay_s=delay_s, error=error))
+
+    def _each(self, msgs: Sequence[Any], settle: Callable[[Any, list[Any]], None]) -> None:
+        """Settle each shard's part; every part is tried, the first ``LeaseExpired`` raised."""
+        lost = None
+        for k, group in self._by_shard(msgs).items():
+            try:
+                settle(self.shards[k], group)
+            except LeaseExpired as exc:
+                lost = lost or exc
+        if lost is not None:
+            raise lost
+
+    def ack_ids(self, ids: Sequence[int], leases: Sequence[int]) -> None:
+        self.ack_many(_pairs(ids, leases))
+
+    def extend_ids(self, ids: Sequence[int], leases: Sequence[int], *, lease_s: float) -> None:
+        self.extend_many(_pairs(ids, leases), lease_s=lease_s)
+
+    def nack_ids(self, ids: Sequence[int], leases: Sequence[int], *,
+                 delay_s: float | None = None, error: str = "") -> None:
+        self.nack_many(_pairs(ids, leases), delay_s=delay_s, error=error)
+
+    def suspected(self) -> list[str]:
+        return sorted({node for shard in self.shards for node in shard.suspected()})
+
+    # -- queues and the cluster --------------------------------------------------------------
+
+    def stats(self, queue: str) -> dict[str, Any]:
+        return merge_stats([shard.stats(queue) for shard in self.shards])
+
+    def queue_config(self, queue: str) -> dict[str, Any]:
+        return whole_settings(self.shards[0].queue_config(queue), len(self.shards))
+
+    def create_queue(self, queue: str, **options: Any) -> dict[str, Any]:
+        """Create ``queue`` on every shard (``QueueExists`` only if every shard had it)."""
+        part = shard_settings(options, len(self.shards))
+        made, settings = 0, None
+        for shard in self.shards:
+            try:
+                settings = shard.create_queue(queue, **part)
+                made += 1
+            except BlizzardError as exc:
+                if exc.code != "queue_exists" or shard is self.shards[-1] and not made:
+                    raise
+                settings = shard.configure_queue(queue, **part)
+        return whole_settings(settings or {}, len(self.shards))
+
+    def configure_queue(self, queue: str, **options: Any) -> dict[str, Any]:
+        part = shard_settings(options, len(self.shards))
+        settings = [shard.configure_queue(queue, **part) for shard in self.shards]
+        return whole_settings(settings[0], len(self.shards))
+
+    def queues(self) -> list[dict[str, Any]]:
+        return merge_queues(shard.queues() for shard in self.shards)
+
+    def purge(self, queue: str) -> int:
+        return sum(shard.purge(queue) for shard in self.shards)
+
+    def redrive(self, queue: str, n: int = 10_000) -> int:
+        done = 0
+        for shard in self.shards:
+            done += shard.redrive(queue, n - done) if done < n else 0
+        return done
+
+    def status(self) -> p.ClusterStatus:
+        """Every shard's status merged (``statuses`` for each apart)."""
+        return merge_status(self.statuses())
+
+    def statuses(self) -> list[p.ClusterStatus]:
+        return [shard.status() for shard in self.shards]
+
+    def delete(self, queue: str, item_id: int, *, force: bool = False) -> None:
+        self.shards[self._shard_of(item_id)].delete(queue, item_id, force=force)
+
+    def delete_queue(self, queue: str, *, force: bool = False) -> int:
+        """Delete ``queue`` on every shard; ``UnknownQueue`` only if no shard had it."""
+        count, found = 0, False
+        for shard in self.shards:
+            try:
+                count += shard.delete_queue(queue, force=force)
+                found = True
+            except UnknownQueue:
+                pass
+        if not found:
+            raise UnknownQueue(f"no shard has a queue {queue!r}")
+        return count
+
+    def remove_node(self, node_id: str) -> int:
+        """Forget a dead data node of whichever shard it belongs to."""
+        for shard, status in zip(self.shards, self.statuses()):
+            if any(node.node_id == node_id for node in status.nodes):
+                return shard.remove_node(node_id)
+        raise InvalidArgument(f"no shard knows a data node {node_id!r}")
+
+
+class _Pair:
+    __slots__ = ("id", "lease")
+
+    def __init__(self, item_id: int, lease: int) -> None:
+        self.id, self.lease = item_id, lease
+
+
+def _pairs(ids: Sequence[int], leases: Sequence[int]) -> list[_Pair]:
+    if len(ids) != len(leases):
+        raise InvalidArgument(f"{len(ids)} ids but {len(leases)} lease tokens")
+    return [_Pair(i, lease) for i, lease in zip(ids, leases)]

@@ -1,0 +1,117 @@
+"""A sharded master's side of relaxed ordering: its shard's ids, and its queues' heads.
+
+Shard ``k`` hands out ids from ``k << 56`` on (``blizzard/shard_messages.py``), so an id names
+the shard that holds it and every shard's ids differ; ``claim_shard`` starts a fresh master
+there and refuses a data dir that holds another shard's ids.
+
+A queue's head on this shard (``head_of``: what a lease would take first) is what a sharded
+client compares shards by. It is asked for with ``Head`` (the paper's peek-d), comes back on a
+lease that asks (``Lease.head``), and, with ``--heads-bind``, is published on a ZeroMQ PUB
+socket whenever it changes (``HeadsPublisher``), so a client that subscribes knows every shard's
+head, a little stale, without asking any.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import zmq
+
+from blizzard import protocol as p
+from blizzard.errors import InvalidArgument
+from blizzard.keys import ServerKeys
+from blizzard.secure import serve_curve
+from blizzard.shard_messages import first_id, shard_of, topic
+from master import checks
+from master.state import State
+
+log = logging.getLogger(__name__)
+
+SCAN_EVERY_S = 0.001  # heads are compared at most this often (after a pass that did something)
+REPUBLISH_S = 1.0  # and all of them sent again this often, for subscribers that joined late
+MAX_SCAN = 256  # queues compared per scan (more: in turns)
+SUBSCRIPTION_BYTES = 1024  # a subscriber sends only topics; anything bigger is dropped
+
+
+def claim_shard(state: State, shard: int) -> None:
+    """Start a fresh master's ids at its shard's first id; refuse a log of another shard's.
+
+    Nothing is logged: the first placement's ``Reserve`` record carries the range.
+    """
+    if state.id_hi <= 1:
+        state.id_hi = first_id(shard)
+    elif shard_of(state.id_hi - 1) != shard:
+        raise InvalidArgument(f"this data dir holds the ids of shard {shard_of(state.id_hi - 1)}, "
+                              f"not of shard {shard} (--shard must stay what it was)")
+
+
+def head_of(state: State, queue: str, shard: int, now: float) -> p.QueueHead:
+    """``queue``'s head on this shard: how many items are ready, and the first one's order."""
+    q = state.queues.get(queue)
+    ids = state.head(queue, 1, now) if q is not None and q.n_ready else []
+    if not ids:
+        return p.QueueHead(queue, shard, 0, 0, 0.0)
+    item = state.items[ids[0]]
+    return p.QueueHead(queue, shard, q.n_ready, item.priority, item.enqueued_at)
+
+
+class Heads:
+    """The ``Head`` request, and the publisher when the master was given ``--heads-bind``."""
+
+    def __init__(self, state: State, shard: int, ctx: zmq.Context, bind: str | None,
+                 keys: ServerKeys | None) -> None:
+        self.state = state
+        self.shard = shard
+        self.sock: zmq.Socket | None = None
+        self.published: dict[str, tuple[int, int, float]] = {}  # queue -> (ready?, prio, at)
+        self.turn = 0
+        self.next_scan = 0.0
+        self.next_all = 0.0
+        if bind:
+            sock = ctx.socket(zmq.PUB)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.MAXMSGSIZE, SUBSCRIPTION_BYTES)
+            sock.setsockopt(zmq.SNDHWM, 10_000)  # a slow subscriber loses updates, not memory
+            if keys is not None:
+                serve_curve(sock, keys)
+            sock.bind(bind)
+            self.sock = sock
+
+    def head(self, msg: p.Head, now: float, *_: Any) -> p.QueueHead:
+        checks.queue_name(msg.queue)
+        return head_of(self.state, msg.queue, self.shard, now)
+
+    def publish(self, busy: bool, mono: float) -> None:
+        """After a pass: send the heads that changed (``busy``: the pass did something), or
+        every head once a second."""
+        if self.sock is None or not (busy and mono >= self.next_scan or mono >= self.next_all):
+            return
+        everything = mono >= self.next_all
+        self.next_scan = mono + SCAN_EVERY_S
+        if everything:
+            self.next_all = mono + REPUBLISH_S
+        names = list(self.state.queues)
+        if len(names) > MAX_SCAN:
+            start = self.turn % len(names)
+            names = (names[start:] + names[:start])[:MAX_SCAN]
+            self.turn = start + MAX_SCAN
+        now = time.time()
+        for name in names:
+            head = head_of(self.state, name, self.shard, now)
+            seen = (min(head.ready, 1), head.priority, head.enqueued_at)
+            if everything or self.published.get(name) != seen:
+                self.published[name] = seen
+                self._send(head)
+
+    def _send(self, head: p.QueueHead) -> None:
+        assert self.sock is not None
+        try:
+            self.sock.send_multipart([topic(head.queue), p.pack(head)], zmq.NOBLOCK)
+        except zmq.Again:  # PUB drops rather than blocks; a full queue is no reason to stop
+            pass
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
