@@ -69,8 +69,12 @@ def cli() -> None:
               help="Format of the processes' logs in DATA_DIR/*.log (json: one object a line).")
 @click.option("--standby", is_flag=True, help="Also run a hot standby master (on a free port): "
               "it takes over when the master dies, which then comes back as its standby.")
+@click.option("--masters", default=1, show_default=True, type=click.IntRange(1, 64),
+              help="Shards: masters each with --datanodes data nodes of their own (ports "
+                   "PORT, PORT+1, ...; heads published on the ports after them). Queues spread "
+                   "over them; a dead shard master is restarted on its WAL.")
 def cluster(data_dir: str, datanodes: int, replication: int, port: int, node_port: int,
-            insecure: bool, metrics: bool, log_format: str, standby: bool) -> None:
+            insecure: bool, metrics: bool, log_format: str, standby: bool, masters: int) -> None:
     """Run a master and data nodes on 127.0.0.1 in the foreground; Ctrl-C stops them all.
 
     Secure by default: the key pairs are made in DATA_DIR/keys on first start.
@@ -78,6 +82,13 @@ def cluster(data_dir: str, datanodes: int, replication: int, port: int, node_por
     from blizzard.harness import LocalCluster
 
     keys = None if insecure else os.path.join(os.path.abspath(data_dir), "keys")
+    if masters > 1:
+        if standby:
+            raise click.UsageError("--standby runs with one master; drop it or --masters")
+        from blizzard.cli_shards import run_sharded
+        run_sharded(data_dir, masters, datanodes, replication, port, node_port, keys, metrics,
+                    log_format, _start)
+        return
     local = LocalCluster(os.path.abspath(data_dir), datanodes=datanodes, replication=replication,
                          master_port=port, node_base_port=node_port, keys=keys, metrics=metrics,
                          log_format=log_format, standby=standby)

@@ -49,13 +49,15 @@ ADDRESS = Address()
 
 
 class Masters(Address):
-    """One master address, or several comma-separated (a primary and its standby)."""
+    """One master address, or several comma-separated (a primary and its standby); a sharded
+    queue's shards separated by spaces, in shard order."""
 
-    name = "tcp://HOST:PORT[,...]"
+    name = "tcp://HOST:PORT[,...][ ...]"
 
     def convert(self, value: Any, param: Any, ctx: Any) -> str:
-        return ",".join(super(Masters, self).convert(a.strip(), param, ctx)
-                        for a in str(value).split(","))
+        return " ".join(",".join(super(Masters, self).convert(a.strip(), param, ctx)
+                                 for a in shard.split(","))
+                        for shard in str(value).split())
 
 
 def config_defaults(config: type) -> dict[str, Any]:

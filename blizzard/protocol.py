@@ -135,10 +135,8 @@ class Committed:
 
 @message(14)
 class Lease:
-    """Take up to ``n`` items from the head of ``queue`` for ``lease_s`` seconds.
-
-    ``ack_ids``/``ack_leases`` settle the caller's previous batch in the same round trip.
-    """
+    """Take up to ``n`` items from the head of ``queue`` for ``lease_s`` seconds;
+    ``ack_ids``/``ack_leases`` settle the caller's previous batch in the same round trip."""
 
     queue: str
     n: int
@@ -180,9 +178,10 @@ class Leased:
     lost: list[Id]
     grant: GetGrant
     errors: list[str]  # the last error a consumer's nack gave each item ("": none)
-    head_ready: int = -1  # asked with ``Lease.head``: the queue's head after this lease
-    head_priority: int = 0  # (as ``QueueHead``); -1: not asked
+    head_ready: int = -1  # asked with ``Lease.head``: the queue's head after the lease, as
+    head_priority: int = 0  # ``QueueHead``'s fields (-1: not asked)
     head_at: float = 0.0
+    head_seq: int = 0
 
 
 @message(17)

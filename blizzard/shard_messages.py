@@ -48,3 +48,4 @@ class QueueHead:
     ready: int
     priority: int
     enqueued_at: float
+    seq: int = 0  # rises with every change on that master: the newer of two heads wins

@@ -130,7 +130,7 @@ class ShardPicker:
                                                      ack=ack, head=True)
         if leased.head_ready >= 0:
             self.view.learn(p.QueueHead(queue, k, leased.head_ready, leased.head_priority,
-                                        leased.head_at))
+                                        leased.head_at, leased.head_seq))
         return leased
 
     def _wait(self, queue: str, n: int, lease_s: float | None, deadline: float,

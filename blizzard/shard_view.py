@@ -40,8 +40,13 @@ class HeadsView:
         self.heads: dict[str, dict[int, tuple[p.QueueHead, float]]] = {}
 
     def learn(self, head: p.QueueHead, mono: float | None = None) -> None:
-        self.heads.setdefault(head.queue, {})[head.shard] = \
-            (head, time.monotonic() if mono is None else mono)
+        """Keep ``head`` unless a newer one (higher ``seq``) of its shard is known and fresh:
+        a publication sent before a lease may arrive after that lease's reply."""
+        mono = time.monotonic() if mono is None else mono
+        shards = self.heads.setdefault(head.queue, {})
+        known = shards.get(head.shard)
+        if known is None or head.seq >= known[0].seq or mono - known[1] >= STALE_S:
+            shards[head.shard] = (head, mono)
 
     def knows(self, queue: str, shards: int) -> bool:
         """Whether a fresh head of every shard is known."""
@@ -62,7 +67,8 @@ class HeadsView:
 
     def emptied(self, queue: str, shard: int) -> None:
         """A lease found shard ``shard`` empty: until news comes, it holds nothing ready."""
-        self.learn(p.QueueHead(queue, shard, 0, 0, 0.0))
+        known = self.heads.get(queue, {}).get(shard)
+        self.learn(p.QueueHead(queue, shard, 0, 0, 0.0, known[0].seq if known else 0))
 
 
 class HeadsFeed:

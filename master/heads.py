@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import Any, Callable
 
 import zmq
 
@@ -47,22 +47,27 @@ def claim_shard(state: State, shard: int) -> None:
                               f"not of shard {shard} (--shard must stay what it was)")
 
 
-def head_of(state: State, queue: str, shard: int, now: float) -> p.QueueHead:
+def head_of(state: State, queue: str, shard: int, now: float, seq: int) -> p.QueueHead:
     """``queue``'s head on this shard: how many items are ready, and the first one's order."""
     q = state.queues.get(queue)
     ids = state.head(queue, 1, now) if q is not None and q.n_ready else []
     if not ids:
-        return p.QueueHead(queue, shard, 0, 0, 0.0)
+        return p.QueueHead(queue, shard, 0, 0, 0.0, seq)
     item = state.items[ids[0]]
-    return p.QueueHead(queue, shard, q.n_ready, item.priority, item.enqueued_at)
+    return p.QueueHead(queue, shard, q.n_ready, item.priority, item.enqueued_at, seq)
 
 
 class Heads:
     """The ``Head`` request, and the publisher when the master was given ``--heads-bind``."""
 
     def __init__(self, state: State, shard: int, ctx: zmq.Context, bind: str | None,
-                 keys: ServerKeys | None) -> None:
+                 keys: ServerKeys | None, records: Callable[[], int]) -> None:
         self.state = state
+        # A head's ``seq`` orders what a client hears of it (a lease reply may overtake an
+        # older publication): microseconds at start plus records logged since, which rises
+        # across restarts too while the master logs under a million records a second.
+        self.boot_us = int(time.time() * 1e6)
+        self.records = records
         self.shard = shard
         self.sock: zmq.Socket | None = None
         self.published: dict[str, tuple[int, int, float]] = {}  # queue -> (ready?, prio, at)
@@ -81,7 +86,10 @@ class Heads:
 
     def head(self, msg: p.Head, now: float, *_: Any) -> p.QueueHead:
         checks.queue_name(msg.queue)
-        return head_of(self.state, msg.queue, self.shard, now)
+        return head_of(self.state, msg.queue, self.shard, now, self.seq())
+
+    def seq(self) -> int:
+        return self.boot_us + self.records()
 
     def publish(self, busy: bool, mono: float) -> None:
         """After a pass: send the heads that changed (``busy``: the pass did something), or
@@ -97,9 +105,9 @@ class Heads:
             start = self.turn % len(names)
             names = (names[start:] + names[:start])[:MAX_SCAN]
             self.turn = start + MAX_SCAN
-        now = time.time()
+        now, seq = time.time(), self.seq()
         for name in names:
-            head = head_of(self.state, name, self.shard, now)
+            head = head_of(self.state, name, self.shard, now, seq)
             seen = (min(head.ready, 1), head.priority, head.enqueued_at)
             if everything or self.published.get(name) != seen:
                 self.published[name] = seen

@@ -19,7 +19,7 @@ from master.capabilities import CapabilityKeys
 from master.config import MasterConfig
 from master.counts import QueueCounts
 from master.deletes import Deletes
-from master.heads import head_of
+from master.heads import Heads
 from master.item import columns
 from master.membership import Membership
 from master.queues import TokenBucket
@@ -50,8 +50,9 @@ class Leases:
 
     def __init__(self, config: MasterConfig, state: State, log_record: Callable[[Any], None],
                  deletes: Deletes, membership: Membership, capabilities: CapabilityKeys,
-                 counts: QueueCounts | None = None) -> None:
+                 counts: QueueCounts | None = None, heads: Heads | None = None) -> None:
         self.config = config
+        self.heads = heads  # tells the queue's head after a lease that asks (sharding)
         self.counts = counts if counts is not None else QueueCounts()
         self.state = state
         self.log = log_record
@@ -113,11 +114,11 @@ class Leases:
     def _described(self, msg: p.Lease, ids: list[int], lost: list[int], now: float) -> p.Leased:
         """``describe``, with the queue's head after the lease if the lease asked for it."""
         leased = self.describe(msg.queue, ids, lost, now)
-        if not msg.head:
+        if not msg.head or self.heads is None:
             return leased
-        head = head_of(self.state, msg.queue, self.config.shard, now)
+        head = self.heads.head(p.Head(msg.queue), now)
         return replace(leased, head_ready=head.ready, head_priority=head.priority,
-                       head_at=head.enqueued_at)
+                       head_at=head.enqueued_at, head_seq=head.seq)
 
     def describe(self, queue: str, ids: list[int], lost: list[int], now: float) -> p.Leased:
         """Describe items column by column; replica sets are shared between items.

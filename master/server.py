@@ -118,8 +118,11 @@ class MasterServer:
                              self.capabilities, self._kept_on)
         self.enqueues = Enqueues(config, self.state, self.log_record, self.blocks, self.deletes,
                                  self.counts)
+        # sharding: a queue's head here, asked for, told with leases, published (master/heads.py)
+        self.heads = Heads(self.state, config.shard, self.ctx, config.heads_bind, keys,
+                           lambda: self.wal.records_appended)
         self.leases = Leases(config, self.state, self.log_record, self.deletes, self.membership,
-                             self.capabilities, self.counts)
+                             self.capabilities, self.counts, self.heads)
         self.admin = QueueAdmin(config, self.state, self.log_record, self.deletes, self.enqueues,
                                 self.leases, self.membership, self.repair, self.safe_mode)
         self.datanodes = DatanodeReports(config, self.state, self.log_record, self.membership,
@@ -159,7 +162,6 @@ class MasterServer:
         }
         self.handlers.update({p.Lookup: self.tasks.lookup, p.Bury: self.tasks.bury,
                               p.TaskStats: self.tasks.task_stats})
-        self.heads = Heads(self.state, config.shard, self.ctx, config.heads_bind, keys)
         self.handlers[p.Head] = self.heads.head
         # The cluster id gates heartbeats (master/cluster_id.py); operator removals.
         self.identity = ClusterIdentity(self.state, self.log_record, self.datanodes)

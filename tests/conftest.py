@@ -13,6 +13,7 @@ import pytest
 
 from blizzard.harness import LocalCluster, process_keys
 from blizzard.keys import ENV as BLIZZARD_KEYS
+from blizzard.shard_cluster import ShardedCluster
 
 if not os.environ.get(BLIZZARD_KEYS):  # one key directory for the session's clusters and clients
     atexit.register(shutil.rmtree, os.path.dirname(process_keys()), True)
@@ -39,6 +40,16 @@ def cluster_factory(tmp_path, request) -> Iterator[Callable[..., LocalCluster]]:
 def cluster(cluster_factory) -> LocalCluster:
     """One master and three data nodes, R=2, short heartbeats."""
     return cluster_factory(datanodes=3, heartbeat_s=0.2, dead_after_s=1.5)
+
+
+@pytest.fixture
+def sharded(tmp_path, request) -> Iterator[ShardedCluster]:
+    """Three shards, each a master with one data node (R=1), short heartbeats."""
+    with ShardedCluster(str(tmp_path / "sharded"), masters=3, datanodes=1, replication=1,
+                        heartbeat_s=0.2, dead_after_s=1.5) as cluster:
+        yield cluster
+        if getattr(request.node, "rep_call", None) is not None and request.node.rep_call.failed:
+            print(cluster.logs())
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
