@@ -74,6 +74,7 @@ class Heads:
         self.turn = 0
         self.next_scan = 0.0
         self.next_all = 0.0
+        self.dirty = False  # something changed since the last scan
         if bind:
             sock = ctx.socket(zmq.PUB)
             sock.setsockopt(zmq.LINGER, 0)
@@ -84,6 +85,10 @@ class Heads:
             sock.bind(bind)
             self.sock = sock
 
+    def wake(self) -> float | None:
+        """When the loop must pass again to publish a change (monotonic); None: no change."""
+        return self.next_scan if self.dirty and self.sock is not None else None
+
     def head(self, msg: p.Head, now: float, *_: Any) -> p.QueueHead:
         checks.queue_name(msg.queue)
         return head_of(self.state, msg.queue, self.shard, now, self.seq())
@@ -92,11 +97,16 @@ class Heads:
         return self.boot_us + self.records()
 
     def publish(self, busy: bool, mono: float) -> None:
-        """After a pass: send the heads that changed (``busy``: the pass did something), or
+        """After a pass: send the heads that changed (``busy``: the pass did something; a
+        change within ``SCAN_EVERY_S`` of the last scan waits for the next, ``wake``), or
         every head once a second."""
-        if self.sock is None or not (busy and mono >= self.next_scan or mono >= self.next_all):
+        if self.sock is None:
             return
+        self.dirty = self.dirty or busy
         everything = mono >= self.next_all
+        if not (self.dirty and mono >= self.next_scan or everything):
+            return
+        self.dirty = False
         self.next_scan = mono + SCAN_EVERY_S
         if everything:
             self.next_all = mono + REPUBLISH_S

@@ -260,7 +260,8 @@ class MasterServer:
         self.wal.close()
 
     def run_once(self, timeout_ms: int) -> None:
-        wake = self.leases.next_wake()
+        wake = min((t for t in (self.leases.next_wake(), self.heads.wake()) if t is not None),
+                   default=None)
         if wake is not None:
             timeout_ms = max(0, min(timeout_ms, int((wake - time.monotonic()) * 1000) + 1))
         requests = self.router.receive(timeout_ms)
@@ -283,9 +284,10 @@ class MasterServer:
             log.exception("internal error in the master's timers")
         self.wal.flush()  # group commit: one fsync for the whole pass, before any reply
         replies, self._replies = self._replies, []
+        # heads first: a producer told its item is in should find subscribers told too
+        self.heads.publish(bool(requests or replies), mono)
         self.replication.release(replies)  # at once, or when a sync standby holds the pass
         self.replication.serve_parked(mono)
-        self.heads.publish(bool(requests or replies), mono)
         self._maybe_checkpoint()
 
     def _answer_now(self, msg: Any, reply: Any, logged: int) -> bool:
