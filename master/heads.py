@@ -42,8 +42,8 @@ def claim_shard(state: State, shard: int) -> None:
     """
     if state.id_hi <= 1:
         state.id_hi = first_id(shard)
-    elif shard_of(state.id_hi - 1) != shard:
-        raise InvalidArgument(f"this data dir holds the ids of shard {shard_of(state.id_hi - 1)}, "
+    elif shard_of(state.id_hi) != shard:  # the next id to hand out: in its shard's range
+        raise InvalidArgument(f"this data dir holds the ids of shard {shard_of(state.id_hi)}, "
                               f"not of shard {shard} (--shard must stay what it was)")
 
 

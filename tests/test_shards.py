@@ -192,3 +192,57 @@ def test_a_master_refuses_the_data_dir_of_another_shard(sharded, tmp_path):
                          capture_output=True, text=True, timeout=60)
     assert out.returncode != 0
     assert "holds the ids of shard 0, not of shard 2" in out.stdout + out.stderr
+
+
+def pids_running(fragment: str) -> list[int]:
+    """Pids of processes whose command line holds ``fragment``."""
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/cmdline", "rb") as f:
+                    if fragment.encode() in f.read():
+                        found.append(int(name))
+            except OSError:
+                pass
+    return found
+
+
+def test_cluster_command_with_masters_restarts_a_dead_shard_master(tmp_path):
+    from blizzard.harness import free_port
+
+    port, node_port = free_port(), free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "blizzard.cli", "cluster", "--data-dir",
+                             str(tmp_path), "--masters", "2", "--datanodes", "1",
+                             "--replication", "1", "--port", str(port), "--node-port",
+                             str(node_port), "--no-metrics"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")),
+                              daemon=True)
+    reader.start()
+    try:
+        wait_for(lambda: any("export BLIZZARD_MASTER=" in line for line in lines), 60,
+                 "the sharded cluster to start")
+        spec = next(line for line in lines if "export BLIZZARD_MASTER=" in line) \
+            .split("=", 1)[1].strip().strip("'")
+        assert len(spec.split()) == 2
+        with Client(spec, timeout_s=30, keys=str(tmp_path / "keys")) as c:
+            key = next(f"k{i}" for i in range(100) if key_shard(f"k{i}", 2) == 1)
+            c.enqueue("q", b"before", key=key)
+            (victim,) = pids_running(str(tmp_path / "shard1" / "master"))
+            os.kill(victim, signal.SIGKILL)
+            wait_for(lambda: any("shard 1: the master serves again" in line for line in lines),
+                     60, "the shard master restarted")
+            assert any("restarting it on its WAL" in line for line in lines)
+            c.enqueue("q", b"after", key=key)
+            first = c.dequeue_many("q", 10)
+            assert [m.data for m in first] == [b"before"]  # one key: one item at a time
+            c.ack_many(first)
+            assert [m.data for m in c.dequeue_many("q", 10)] == [b"after"]
+        proc.send_signal(signal.SIGINT)
+        proc.wait(30)
+        assert proc.returncode == 0, "".join(lines)
+    finally:
+        if proc.poll() is None:
+            proc.kill()

@@ -1,0 +1,114 @@
+"""The throughput lines of ``scripts/bench-pei --rate``: 4 shards against one master.
+
+The batched pipeline of ``bench.backlog`` (a producer enqueues ``--n`` items ``--batch`` per
+call with ``--window`` batches in flight, then a consumer dequeues and acks them) on two
+clusters started side by side: one master, and ``--shards`` shards, each with the same data
+nodes and R as the one master. Runs alternate (ABBA). Per run: the enqueue and ack rates, and
+CPU per item of the masters together, of the data nodes together and of the clients. On this
+2-core machine every process shares the same two cores, so sharding cannot add speed here;
+what must hold is that the cost per item does not grow (what more cores or hosts would give
+follows from it: ``docs/DESIGN.md``, "Sharded queues").
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import statistics
+from typing import Any
+
+from bench.backlog import pipeline_options
+from bench.common import on_clusters, parser
+from bench.throughput import HDR, consume, produce, proc_cpu_s, run_workers
+from blizzard.harness import LocalCluster
+from blizzard.shard_cluster import ShardedCluster
+
+log = logging.getLogger(__name__)
+
+
+def processes(cluster: Any) -> dict[str, int]:
+    """Server pids by group name (``masters``, ``datanodes``) and a per-process suffix."""
+    shards = cluster.shards if isinstance(cluster, ShardedCluster) else [cluster]
+    pids = {}
+    for k, shard in enumerate(shards):
+        pids[f"masters/{k}"] = shard.master.popen.pid
+        for node in shard.nodes:
+            pids[f"datanodes/{k}/{node.name}"] = node.popen.pid
+    return pids
+
+
+def cpu(pids: dict[str, int]) -> dict[str, float]:
+    return {name: proc_cpu_s(pid) or 0.0 for name, pid in pids.items()}
+
+
+def phase(cluster: Any, role: str, worker: Any, args_: tuple, max_s: float) -> tuple[dict, dict]:
+    """One worker's run, and the servers' CPU seconds meanwhile by group."""
+    pids = processes(cluster)
+    before = cpu(pids)
+    res = run_workers({role: (worker, args_)}, max_s)[role]
+    after = cpu(pids)
+    spent: dict[str, float] = {role: res.get("cpu_s", 0.0)}
+    for name in pids:
+        group = name.split("/")[0]
+        spent[group] = spent.get(group, 0.0) + after[name] - before[name]
+    return res, spent
+
+
+def spec(cluster: Any) -> str:
+    return " ".join(cluster.addrs) if isinstance(cluster, ShardedCluster) else cluster.masters
+
+
+def pipeline(cluster: Any, queue: str, args: Any) -> dict[str, Any]:
+    keys = cluster.keys or ""
+    prod, enq_cpu = phase(cluster, "producer", produce,
+                          (spec(cluster), keys, queue, args.size, args.n, args.batch,
+                           args.max_seconds, args.window), args.max_seconds)
+    done = prod["done"]
+    cons, ack_cpu = phase(cluster, "consumer", consume,
+                          (spec(cluster), keys, queue, done, args.batch, args.max_seconds),
+                          args.max_seconds)
+    per_item = {f"enqueue_{k}": round(v / max(1, done) * 1e6, 1) for k, v in enq_cpu.items()}
+    per_item |= {f"ack_{k}": round(v / max(1, cons["got"]) * 1e6, 1) for k, v in ack_cpu.items()}
+    return {"enqueue_per_s": round(done / ((prod["t1"] - prod["t0"]) / 1e9), 1),
+            "ack_per_s": round(cons["got"] / ((cons["t_last"] - cons["t0"]) / 1e9), 1),
+            "n": cons["got"], "cpu_us_per_item": per_item}
+
+
+def main(argv: list[str], base: str) -> int:
+    ap = parser("scripts/bench-pei --rate", __doc__)
+    pipeline_options(ap, repeat=4, window=4)
+    ap.add_argument("--rate-shards", type=int, default=4, help="shards against one master")
+    args, _ = ap.parse_known_args(argv)
+    if args.size < HDR.size:
+        ap.error(f"--size must be >= {HDR.size}")
+    one = LocalCluster(os.path.join(base, "one"), datanodes=args.datanodes,
+                       replication=args.replication)
+    many = ShardedCluster(os.path.join(base, "many"), masters=args.rate_shards,
+                          datanodes=args.datanodes, replication=args.replication)
+    labels = {"one master": one, f"{args.rate_shards} shards": many}
+
+    def body() -> int:
+        many.start(timeout_s=120)
+        runs: dict[str, list[dict]] = {label: [] for label in labels}
+        for cluster in labels.values():
+            pipeline(cluster, "warm-up", args)
+        for i in range(args.repeat):
+            order = list(labels) if i % 2 == 0 else list(reversed(labels))
+            for label in order:
+                rec = pipeline(labels[label], f"pipe-{i}", args)
+                runs[label].append(rec)
+                print(json.dumps({"system": "blizzard", "op": "shard_rate", "cluster": label,
+                                  "size": args.size, "batch": args.batch, **rec}), flush=True)
+        for label, rows in runs.items():
+            med = {key: statistics.median(r["cpu_us_per_item"].get(key, 0.0) for r in rows)
+                   for key in rows[0]["cpu_us_per_item"]}
+            print(json.dumps({"system": "blizzard", "op": "shard_rate_median", "cluster": label,
+                              "enqueue_per_s": statistics.median(r["enqueue_per_s"] for r in rows),
+                              "ack_per_s": statistics.median(r["ack_per_s"] for r in rows),
+                              "cpu_us_per_item": med}), flush=True)
+        return 0
+    try:
+        return on_clusters(base, [one], body)
+    finally:
+        many.stop()
