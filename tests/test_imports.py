@@ -19,9 +19,10 @@ PACKAGES = ("blizzard", "master", "datanode", "chaos", "bench")
 # chaos and the benches.
 ABOVE_GROUND = ("master", "datanode", "chaos", "bench", "blizzard.cli", "blizzard.cli_common",
                 "blizzard.cli_items", "blizzard.cli_output", "blizzard.cli_queue",
-                "blizzard.harness", "blizzard.spark",
+                "blizzard.harness", "blizzard.shard_cluster", "blizzard.spark",
                 "blizzard.cli_dashboard", "blizzard.dashboard", "blizzard.dashboard_server",
-                "blizzard.cli_dispatch", "blizzard.cli_worker", "blizzard.cli_removal")
+                "blizzard.cli_dispatch", "blizzard.cli_worker", "blizzard.cli_removal",
+                "blizzard.cli_shards")
 
 
 def modules() -> dict[str, Path]:
