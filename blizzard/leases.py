@@ -7,6 +7,7 @@ lost and the call raises ``LeaseExpired``.
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable, Sequence
 
 from blizzard import protocol as p
@@ -30,10 +31,12 @@ class Leases:
         return leased_items(self.lease_columns(queue, n, lease_s=lease_s, wait_s=wait_s, ack=ack))
 
     def lease_columns(self, queue: str, n: int, *, lease_s: float | None = None,
-                      wait_s: float = 0.0, ack: Sequence[Any] = (), head: bool = False) -> p.Leased:
+                      wait_s: float = 0.0, ack: Sequence[Any] = (), head: bool = False,
+                      timeout_s: float | None = None) -> p.Leased:
         """``lease`` as the master's reply: one list per field, no object per item (what a
         Spark driver leasing a million items wants). ``head``: the reply also tells the
-        queue's head after the lease (a sharded client's news of this shard)."""
+        queue's head after the lease (a sharded client's news of this shard). ``timeout_s``:
+        give up sooner than the client's own (a sharded client turns to another shard)."""
         check_queue_name(queue)
         if type(n) is not int:
             raise InvalidArgument("n must be an integer")
@@ -47,7 +50,8 @@ class Leases:
         leased: p.Leased = self.master.call(
             p.Lease(queue, n, float(lease_s), float(wait_s), self.master.call_id(),
                     [m.id for m in ack], [m.lease for m in ack], head),
-            extra_s=float(wait_s) if wait_s > 0 else 0.0)
+            extra_s=float(wait_s) if wait_s > 0 else 0.0,
+            since=None if timeout_s is None else time.monotonic() - self.master.timeout_s + timeout_s)
         if leased.lost:
             if leased.ids:
                 self.master.call(p.Nack(leased.ids, leased.leases, 0.0, ""))

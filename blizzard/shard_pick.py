@@ -24,13 +24,15 @@ import time
 from typing import Any, Callable, Sequence
 
 from blizzard import protocol as p
-from blizzard.errors import InvalidArgument
+from blizzard.errors import InvalidArgument, MasterUnavailable
 from blizzard.shard_view import HeadsFeed, HeadsView, order
 from blizzard.transport import call_many
 
 PEEK_TIMEOUT_S = 1.0  # a shard that does not tell its head within this is skipped
 DOWN_S = 2.0  # and not asked again for this long
 WAIT_SLICE_S = 0.2  # with nothing ready anywhere, a long poll waits on one shard this long
+LEASE_ATTEMPT_S = 3.0  # a shard that does not answer a lease within this is left for another
+EMPTY = p.Leased("", [], [], [], [], [], [], [], [], [], [], [], p.GetGrant([], [], 0, 0.0, b""), [])
 
 
 class ShardPicker:
@@ -46,6 +48,7 @@ class ShardPicker:
         self.view = view
         self.hello = hello  # checks shard k is what it claims (once), before it is used
         self.down: dict[int, float] = {}  # shard -> monotonic time it may be asked again
+        self.feedless: set[int] = set()  # shards that publish no heads: asked each time
         self.rng = random.Random()
         self.turn = 0
         self.requests = 0  # Head and Lease requests sent (what a pop costs, for bench-pei)
@@ -90,7 +93,7 @@ class ShardPicker:
             self.feed.subscribe(queue)
             self.feed.drain()
             fresh = self.view.fresh(queue)
-            unknown = [k for k in up if k not in fresh]
+            unknown = [k for k in up if k not in fresh or k in self.feedless]
             if unknown:  # never heard of (or silent): ask once, the feed keeps it current
                 self.peek(queue, unknown)
             return self.view.best(queue, up)
@@ -106,8 +109,7 @@ class ShardPicker:
     def peek(self, queue: str, shards: Sequence[int]) -> dict[int, p.QueueHead]:
         """The heads of ``queue`` on ``shards``, asked in one parallel round; a shard that
         does not answer is marked down."""
-        for k in shards:
-            self.hello(k)
+        shards = [k for k in shards if self._greeted(k)]
         links = [self.shards[k].master for k in shards]
         replies = call_many([(link.endpoint, p.Head(queue)) for link in links], PEEK_TIMEOUT_S)
         self.requests += len(shards)
@@ -122,12 +124,32 @@ class ShardPicker:
                 link.move_on(reply)
         return heads
 
+    def _greeted(self, k: int) -> bool:
+        """``hello(k)``; False (and shard ``k`` marked down) if it did not answer."""
+        try:
+            self.hello(k)
+            return True
+        except MasterUnavailable:
+            self.down[k] = time.monotonic() + DOWN_S
+            return False
+
     def _lease(self, k: int, queue: str, n: int, lease_s: float | None, wait_s: float,
                ack: Sequence[Any]) -> p.Leased:
-        self.hello(k)
+        """Lease on shard ``k``. One that does not answer within ``LEASE_ATTEMPT_S`` (plus the
+        wait) is marked down and the lease comes back empty, so the caller turns to another
+        shard: a dead shard stalls only its own items. Unless acks rode on it: whether they
+        were applied is unknown, so the caller hears of it (``MasterUnavailable``)."""
         self.requests += 1
-        leased = self.shards[k].leases.lease_columns(queue, n, lease_s=lease_s, wait_s=wait_s,
-                                                     ack=ack, head=True)
+        try:
+            self.hello(k)
+            leased = self.shards[k].leases.lease_columns(
+                queue, n, lease_s=lease_s, wait_s=wait_s, ack=ack, head=True,
+                timeout_s=min(LEASE_ATTEMPT_S, self.shards[k].timeout_s))
+        except MasterUnavailable:
+            self.down[k] = time.monotonic() + DOWN_S
+            if ack:
+                raise
+            return EMPTY
         if leased.head_ready >= 0:
             self.view.learn(p.QueueHead(queue, k, leased.head_ready, leased.head_priority,
                                         leased.head_at, leased.head_seq))

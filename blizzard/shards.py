@@ -21,22 +21,28 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 import zlib
 from typing import Any, Callable, Iterable, Sequence
 
 from blizzard import protocol as p
 from blizzard.consumer import Consumer
-from blizzard.errors import BlizzardError, InvalidArgument, LeaseExpired, UnknownQueue
+from blizzard.errors import (BlizzardError, InvalidArgument, LeaseExpired, MasterUnavailable,
+                             UnknownQueue)
 from blizzard.message import LeasedItem, Message, leased_items
 from blizzard.pipeline import Staged
 from blizzard.shard_admin import (merge_queues, merge_stats, merge_status, shard_settings,
                                   whole_settings)
 from blizzard.shard_messages import MAX_SHARDS, shard_of
-from blizzard.shard_pick import ShardPicker
+from blizzard.shard_pick import DOWN_S, LEASE_ATTEMPT_S, ShardPicker
 from blizzard.shard_view import HeadsFeed, HeadsView
+from blizzard.transport import call
 from blizzard.shard_writes import ShardedProducer, ShardedStager, ShardLeases
 
 log = logging.getLogger(__name__)
+
+QUIET_S = 0.5  # a shard not heard from this long is asked whether it lives before an enqueue
+PROBE_S = 1.0  # and given this long to answer
 
 
 def split_shards(masters: str | Sequence[str]) -> list[str]:
@@ -65,6 +71,7 @@ class ShardedClient:
         self.picker = ShardPicker(self.shards, peeks, self.feed, self.view, self._hello)
         self.leases = ShardLeases(self.shards)
         self._checked: set[int] = set()
+        self.heard: dict[int, float] = {}  # shard -> when a keyless enqueue last got through
         self.rng = random.Random()
 
     def __enter__(self) -> "ShardedClient":
@@ -84,12 +91,16 @@ class ShardedClient:
         in another order would put keys elsewhere), and join its heads feed."""
         if k in self._checked:
             return
-        welcome = self.shards[k].master.call(p.Hello())
+        link = self.shards[k].master
+        welcome = link.call(p.Hello(), since=time.monotonic() - link.timeout_s  # not for long:
+                            + min(LEASE_ATTEMPT_S, link.timeout_s))  # a dead shard is passed over
         if welcome.shard != k:
             raise InvalidArgument(f"master {self.shards[k].master.addr} is shard {welcome.shard},"
                                   f" listed as shard {k}: list every shard, in shard order")
         if self.feed is not None:
             self.feed.connect(welcome.heads)
+            if not welcome.heads:  # started without --heads-bind: asked before each lease
+                self.picker.feedless.add(k)
         self._checked.add(k)
 
     def _shard(self, k: int) -> Any:
@@ -97,8 +108,11 @@ class ShardedClient:
         return self.shards[k]
 
     def shard_for(self, key: str | None) -> int:
-        """The shard an enqueue with ``key`` goes to (none: a random one)."""
-        return key_shard(key, len(self.shards)) if key else self.rng.randrange(len(self.shards))
+        """The shard an enqueue with ``key`` goes to (none: a random one of those answering)."""
+        if key:
+            return key_shard(key, len(self.shards))
+        up = self.picker.up()  # a shard that did not answer lately is passed over for a while
+        return self.rng.choice(up) if up else self.rng.randrange(len(self.shards))
 
     def _by_shard(self, msgs: Iterable[Any]) -> dict[int, list[Any]]:
         groups: dict[int, list[Any]] = {}
@@ -121,7 +135,32 @@ class ShardedClient:
     def enqueue_many(self, queue: str, items: Iterable[bytes], *, key: str | None = None,
                      **options: Any) -> list[int]:
         """``Client.enqueue_many`` on one shard: the key's, or a random one."""
-        return self._shard(self.shard_for(key)).enqueue_many(queue, items, key=key, **options)
+        k = self.shard_for(key) if key else self._live(self.shard_for(None))
+        try:
+            ids = self._shard(k).enqueue_many(queue, items, key=key, **options)
+        except MasterUnavailable:
+            self.picker.down[k] = time.monotonic() + DOWN_S  # keyless work goes elsewhere
+            raise
+        self.heard[k] = time.monotonic()
+        return ids
+
+    def _live(self, k: int) -> int:
+        """Shard ``k`` if it answered lately, or answers a ``Hello`` within ``PROBE_S``; else
+        another that does: a keyless enqueue must not wait on a dead shard (once its items
+        are sent, an enqueue cannot move: whether they landed is not known)."""
+        for _ in range(len(self.shards)):
+            link = self.shards[k].master
+            if time.monotonic() - self.heard.get(k, -QUIET_S) < QUIET_S:
+                return k
+            try:
+                call(link.endpoint, p.Hello(), PROBE_S)
+                self.heard[k] = time.monotonic()
+                return k
+            except (TimeoutError, BlizzardError):
+                self.picker.down[k] = time.monotonic() + DOWN_S
+                link.move_on(TimeoutError())  # with a standby: ask the other next time
+            k = self.shard_for(None)
+        return k
 
     def enqueue_task(self, queue: str, **options: Any) -> int:
         return self._shard(self.shard_for(options.get("key"))).enqueue_task(queue, **options)
