@@ -57,13 +57,10 @@ class ShardPicker:
         now = time.monotonic()
         return [k for k in range(len(self.shards)) if self.down.get(k, 0.0) <= now]
 
-    def lease(self, queue: str, n: int, lease_s: float | None, wait_s: float,
-              ack: Callable[[int], Sequence[Any]]) -> tuple[int, p.Leased]:
-        """Lease up to ``n`` items of ``queue`` from the best shard; (shard, reply).
-
-        ``ack(k)``: the previous batch's messages of shard ``k``, settled with the lease there
-        (the caller settles the rest). Waits up to ``wait_s`` while no shard has any ready.
-        """
+    def lease(self, queue: str, n: int, lease_s: float | None,
+              wait_s: float) -> tuple[int, p.Leased]:
+        """Lease up to ``n`` items of ``queue`` from the best shard; (shard, reply). Waits up
+        to ``wait_s`` while no shard has any ready."""
         deadline = time.monotonic() + wait_s
         tried: set[int] = set()
         while True:
@@ -71,13 +68,13 @@ class ShardPicker:
             if k is None:
                 if time.monotonic() >= deadline:
                     k = tried.pop() if tried else (self.up() or [0])[0]
-                    return k, self._lease(k, queue, n, lease_s, 0.0, ack(k))
-                k, leased = self._wait(queue, n, lease_s, deadline, ack)
+                    return k, self._lease(k, queue, n, lease_s, 0.0)
+                k, leased = self._wait(queue, n, lease_s, deadline)
                 if leased is not None and leased.ids:
                     return k, leased
                 tried.clear()
                 continue
-            leased = self._lease(k, queue, n, lease_s, 0.0, ack(k))
+            leased = self._lease(k, queue, n, lease_s, 0.0)
             if leased.ids:
                 return k, leased
             self.view.emptied(queue, k)
@@ -133,30 +130,27 @@ class ShardPicker:
             self.down[k] = time.monotonic() + DOWN_S
             return False
 
-    def _lease(self, k: int, queue: str, n: int, lease_s: float | None, wait_s: float,
-               ack: Sequence[Any]) -> p.Leased:
+    def _lease(self, k: int, queue: str, n: int, lease_s: float | None,
+               wait_s: float) -> p.Leased:
         """Lease on shard ``k``. One that does not answer within ``LEASE_ATTEMPT_S`` (plus the
         wait) is marked down and the lease comes back empty, so the caller turns to another
-        shard: a dead shard stalls only its own items. Unless acks rode on it: whether they
-        were applied is unknown, so the caller hears of it (``MasterUnavailable``)."""
+        shard: a dead shard stalls only its own items."""
         self.requests += 1
         try:
             self.hello(k)
             leased = self.shards[k].leases.lease_columns(
-                queue, n, lease_s=lease_s, wait_s=wait_s, ack=ack, head=True,
+                queue, n, lease_s=lease_s, wait_s=wait_s, head=True,
                 timeout_s=min(LEASE_ATTEMPT_S, self.shards[k].timeout_s))
         except MasterUnavailable:
             self.down[k] = time.monotonic() + DOWN_S
-            if ack:
-                raise
             return EMPTY
         if leased.head_ready >= 0:
             self.view.learn(p.QueueHead(queue, k, leased.head_ready, leased.head_priority,
                                         leased.head_at, leased.head_seq))
         return leased
 
-    def _wait(self, queue: str, n: int, lease_s: float | None, deadline: float,
-              ack: Callable[[int], Sequence[Any]]) -> tuple[int, p.Leased | None]:
+    def _wait(self, queue: str, n: int, lease_s: float | None,
+              deadline: float) -> tuple[int, p.Leased | None]:
         """Nothing ready anywhere: wait for news (a published head) or, without the feed,
         long-poll the shards in turn, a slice each."""
         slice_s = max(0.0, min(WAIT_SLICE_S, deadline - time.monotonic()))
@@ -166,4 +160,4 @@ class ShardPicker:
         up = self.up() or list(range(len(self.shards)))
         k = up[self.turn % len(up)]
         self.turn += 1
-        return k, self._lease(k, queue, n, lease_s, slice_s, ack(k))
+        return k, self._lease(k, queue, n, lease_s, slice_s)

@@ -3,13 +3,17 @@
 ``ShardedProducer`` sends each batch to the next shard in turn (all to the key's shard when
 the producer has a key), through one ``Producer`` per shard, and gives ids back in send order.
 ``ShardedStager`` stages the same way; its chunks' ids say where each is committed.
-``ShardLeases`` sends ``Message.ack()``'s unawaited acks (the worker's) to each item's shard.
+``ShardLeases`` sends ``Message.ack()``'s unawaited acks (the worker's) to each item's shard;
+``AcksInFlight`` a consumer's acks beside its next lease.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any, Iterable, Sequence
 
+from blizzard import protocol as p
+from blizzard.errors import LeaseExpired
 from blizzard.pipeline import Staged
 from blizzard.shard_messages import shard_of
 
@@ -94,3 +98,48 @@ class ShardLeases:
     def flush(self, timeout_s: float) -> None:
         for shard in self.shards:
             shard.leases.flush(timeout_s)
+
+
+class AcksInFlight:
+    """The previous batch's acks, sent to their shards at once and collected after the next
+    lease: a sharded consumer's lease goes to whichever shard is best, seldom the one its acks
+    are for, so instead of riding on the lease they travel beside it (no round trip more).
+    An ack not answered within ``ACK_WAIT_S`` is sent again the patient way (acks are
+    idempotent)."""
+
+    ACK_WAIT_S = 1.0
+
+    def __init__(self, shards: Sequence[Any], groups: dict[int, list[Any]]) -> None:
+        self.shards = shards
+        self.sent: list[tuple[int, Any, int | None, list[Any]]] = []
+        for k, msgs in groups.items():
+            ep, rid = shards[k].master.endpoint, None
+            if len(msgs) <= p.MAX_BATCH:
+                try:
+                    rid = ep.send(p.Ack([m.id for m in msgs], [m.lease for m in msgs], False))
+                except TimeoutError:
+                    rid = None
+            self.sent.append((k, ep, rid, msgs))
+
+    def settle(self) -> LeaseExpired | None:
+        """Wait for every ack's answer; the first ``LeaseExpired`` among them (not raised)."""
+        lost = None
+        deadline = time.monotonic() + self.ACK_WAIT_S
+        for k, ep, rid, msgs in self.sent:
+            reply = None
+            while rid is not None and not ep.has(rid) and time.monotonic() < deadline:
+                if ep.wait(max(1, int((deadline - time.monotonic()) * 1000))):
+                    ep.read_ready()
+            if rid is not None:
+                reply = ep.take(rid)
+            try:
+                if isinstance(reply, p.Acked):
+                    if reply.lost:
+                        raise LeaseExpired(f"items {reply.lost[:10]} are no longer leased under "
+                                           "the tokens given: already settled, or the lease ran "
+                                           "out; another consumer may hold them now")
+                else:
+                    self.shards[k].ack_many(msgs)
+            except LeaseExpired as exc:
+                lost = lost or exc
+        return lost

@@ -37,7 +37,7 @@ from blizzard.shard_messages import MAX_SHARDS, shard_of
 from blizzard.shard_pick import DOWN_S, LEASE_ATTEMPT_S, ShardPicker
 from blizzard.shard_view import HeadsFeed, HeadsView
 from blizzard.transport import call
-from blizzard.shard_writes import ShardedProducer, ShardedStager, ShardLeases
+from blizzard.shard_writes import AcksInFlight, ShardedProducer, ShardedStager, ShardLeases
 
 log = logging.getLogger(__name__)
 
@@ -209,28 +209,18 @@ class ShardedClient:
 
     def _lease(self, queue: str, n: int, lease_s: float | None, wait_s: float,
                ack: Sequence[Any]) -> tuple[int, p.Leased]:
-        """Lease from the shard the picker chooses; the previous batch's acks ride on that
-        lease where they are that shard's, and are settled apart where not."""
-        groups = self._by_shard(ack)
+        """Lease from the shard the picker chooses, the previous batch's acks travelling to
+        their shards meanwhile (``AcksInFlight``)."""
+        acks = AcksInFlight(self.shards, self._by_shard(ack))
         try:
-            k, leased = self.picker.lease(queue, n, lease_s, wait_s,
-                                          lambda k: groups.pop(k, []))
+            k, leased = self.picker.lease(queue, n, lease_s, wait_s)
         finally:
-            lost = self._settle_rest(groups)
+            lost = acks.settle()
         if lost is not None:
             if leased.ids:  # the caller gets the error, so these go back at once
                 self.shards[k].nack_ids(leased.ids, leased.leases, delay_s=0.0)
             raise lost
         return k, leased
-
-    def _settle_rest(self, groups: dict[int, list[Any]]) -> LeaseExpired | None:
-        lost = None
-        for k, msgs in groups.items():
-            try:
-                self.shards[k].ack_many(msgs)
-            except LeaseExpired as exc:
-                lost = lost or exc
-        return lost
 
     def fetch(self, items: list[LeasedItem]) -> tuple[dict[int, bytes], list[LeasedItem]]:
         payloads: dict[int, bytes] = {}

@@ -14,7 +14,7 @@ import pytest
 
 from blizzard import Client
 from blizzard import protocol as p
-from blizzard.errors import InvalidArgument, QueueExists
+from blizzard.errors import InvalidArgument, LeaseExpired, QueueExists
 from blizzard.shard_messages import first_id, shard_of
 from blizzard.shards import key_shard
 from tests.conftest import wait_for
@@ -254,3 +254,22 @@ def test_cluster_command_with_masters_restarts_a_dead_shard_master(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_acks_travel_beside_the_next_lease_and_report_lost_leases(sharded):
+    with sharded.client() as c:
+        c.enqueue_many("jobs", [b"a"] * 30)  # one random shard
+        c.enqueue_many("jobs", [b"b"] * 30)
+        with c.consume("jobs", 10, wait_s=0.2) as batches:
+            seen = 0
+            for batch in batches:
+                seen += len(batch)
+                if seen >= 60:
+                    batches.stop()
+        assert c.stats("jobs")["ready"] == 0 and c.stats("jobs")["leased"] == 0
+        c.enqueue_many("jobs", [b"c"] * 3)
+        msgs = c.dequeue_many("jobs", 3)
+        c.nack_many(msgs, delay_s=0.0)  # settled: a later ack of them finds no lease
+        with pytest.raises(LeaseExpired):
+            c.dequeue_many("jobs", 3, ack=msgs)
+        assert c.stats("jobs")["ready"] == 3  # what that call leased went straight back
