@@ -31,6 +31,7 @@ from blizzard.transport import call_many
 PEEK_TIMEOUT_S = 1.0  # a shard that does not tell its head within this is skipped
 DOWN_S = 2.0  # and not asked again for this long
 WAIT_SLICE_S = 0.2  # with nothing ready anywhere, a long poll waits on one shard this long
+STICKY_S = 1.0  # FIFO between shards may be relaxed this much to keep a consumer on its shard
 LEASE_ATTEMPT_S = 3.0  # a shard that does not answer a lease within this is left for another
 EMPTY = p.Leased("", [], [], [], [], [], [], [], [], [], [], [], p.GetGrant([], [], 0, 0.0, b""), [])
 
@@ -57,32 +58,41 @@ class ShardPicker:
         now = time.monotonic()
         return [k for k in range(len(self.shards)) if self.down.get(k, 0.0) <= now]
 
-    def lease(self, queue: str, n: int, lease_s: float | None,
-              wait_s: float) -> tuple[int, p.Leased]:
-        """Lease up to ``n`` items of ``queue`` from the best shard; (shard, reply). Waits up
-        to ``wait_s`` while no shard has any ready."""
+    def lease(self, queue: str, n: int, lease_s: float | None, wait_s: float,
+              prefer: int | None = None, riding: Sequence[Any] = ()) -> tuple[int, p.Leased, bool]:
+        """Lease up to ``n`` items of ``queue`` from the best shard; (shard, reply, whether
+        ``riding`` rode on it). Waits up to ``wait_s`` while no shard has any ready.
+
+        ``riding``: acks for shard ``prefer``, settled with the lease if it goes there. Among
+        heads of equal priority enqueued within ``STICKY_S`` of each other, ``prefer`` is
+        taken (the published heads only): a consumer's acks then ride on its next lease, and
+        FIFO between shards is relaxed by at most that much.
+        """
         deadline = time.monotonic() + wait_s
         tried: set[int] = set()
+        acked = False
         while True:
-            k = self.choose(queue, tried)
-            if k is None:
-                if time.monotonic() >= deadline:
-                    k = tried.pop() if tried else (self.up() or [0])[0]
-                    return k, self._lease(k, queue, n, lease_s, 0.0)
-                k, leased = self._wait(queue, n, lease_s, deadline)
-                if leased is not None and leased.ids:
-                    return k, leased
+            k = self.choose(queue, tried, prefer)
+            last = k is None and time.monotonic() >= deadline
+            if last:
+                k = tried.pop() if tried else (self.up() or [0])[0]
+            elif k is None:
+                k, waited = self._wait(queue, n, lease_s, deadline)
+                if waited is not None and waited.ids:
+                    return k, waited, acked
                 tried.clear()
                 continue
-            leased = self._lease(k, queue, n, lease_s, 0.0)
-            if leased.ids:
-                return k, leased
+            rides = riding if not acked and k == prefer else ()
+            leased = self._lease(k, queue, n, lease_s, 0.0, rides)
+            acked = acked or bool(rides) and leased is not EMPTY  # settled with the lease
+            if leased.ids or last:
+                return k, leased, acked
             self.view.emptied(queue, k)
             tried.add(k)
 
-    def choose(self, queue: str, tried: set[int]) -> int | None:
-        """The shard to lease from: the best head among those looked at (not yet ``tried``);
-        None if none of them has items ready."""
+    def choose(self, queue: str, tried: set[int], prefer: int | None = None) -> int | None:
+        """The shard to lease from: the best head among those looked at (not yet ``tried``;
+        ``prefer`` on a near tie); None if none of them has items ready."""
         up = [k for k in self.up() if k not in tried]
         if not up:
             return None
@@ -93,7 +103,14 @@ class ShardPicker:
             unknown = [k for k in up if k not in fresh or k in self.feedless]
             if unknown:  # never heard of (or silent): ask once, the feed keeps it current
                 self.peek(queue, unknown)
-            return self.view.best(queue, up)
+            best = self.view.best(queue, up)
+            if best is not None and prefer is not None and prefer in up and prefer != best:
+                heads = self.view.fresh(queue)
+                mine, top = heads.get(prefer), heads[best]
+                if mine is not None and mine.ready > 0 and mine.priority == top.priority \
+                        and mine.enqueued_at - top.enqueued_at <= STICKY_S:
+                    return prefer
+            return best
         sample = self.rng.sample(up, min(self.peeks, len(up)))
         heads = self.peek(queue, sample)
         ready = [(order(head), k) for k, head in heads.items() if head.ready > 0]
@@ -130,16 +147,17 @@ class ShardPicker:
             self.down[k] = time.monotonic() + DOWN_S
             return False
 
-    def _lease(self, k: int, queue: str, n: int, lease_s: float | None,
-               wait_s: float) -> p.Leased:
-        """Lease on shard ``k``. One that does not answer within ``LEASE_ATTEMPT_S`` (plus the
-        wait) is marked down and the lease comes back empty, so the caller turns to another
-        shard: a dead shard stalls only its own items."""
+    def _lease(self, k: int, queue: str, n: int, lease_s: float | None, wait_s: float,
+               ack: Sequence[Any] = ()) -> p.Leased:
+        """Lease on shard ``k`` (``ack`` riding on it). One that does not answer within
+        ``LEASE_ATTEMPT_S`` (plus the wait) is marked down and the lease comes back as
+        ``EMPTY``, so the caller turns to another shard: a dead shard stalls only its own
+        items."""
         self.requests += 1
         try:
             self.hello(k)
             leased = self.shards[k].leases.lease_columns(
-                queue, n, lease_s=lease_s, wait_s=wait_s, head=True,
+                queue, n, lease_s=lease_s, wait_s=wait_s, ack=ack, head=True,
                 timeout_s=min(LEASE_ATTEMPT_S, self.shards[k].timeout_s))
         except MasterUnavailable:
             self.down[k] = time.monotonic() + DOWN_S

@@ -209,12 +209,19 @@ class ShardedClient:
 
     def _lease(self, queue: str, n: int, lease_s: float | None, wait_s: float,
                ack: Sequence[Any]) -> tuple[int, p.Leased]:
-        """Lease from the shard the picker chooses, the previous batch's acks travelling to
-        their shards meanwhile (``AcksInFlight``)."""
-        acks = AcksInFlight(self.shards, self._by_shard(ack))
+        """Lease from the shard the picker chooses. The previous batch's acks ride on that
+        lease if they are all of the shard the picker prefers on a near tie; else they travel
+        to their shards meanwhile (``AcksInFlight``)."""
+        groups = self._by_shard(ack)
+        prefer = next(iter(groups)) if len(groups) == 1 else None
+        riding = groups.pop(prefer) if prefer is not None else []
+        acks = AcksInFlight(self.shards, groups)
+        rode = False
         try:
-            k, leased = self.picker.lease(queue, n, lease_s, wait_s)
+            k, leased, rode = self.picker.lease(queue, n, lease_s, wait_s, prefer, riding)
         finally:
+            if riding and not rode:  # the lease went elsewhere: settled now, the patient way
+                acks.sent.append((prefer, None, None, riding))
             lost = acks.settle()
         if lost is not None:
             if leased.ids:  # the caller gets the error, so these go back at once
