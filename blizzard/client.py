@@ -52,6 +52,14 @@ class Client:
             return super().__new__(cls)
         return ShardedClient(shards, Client, **options)  # not a Client: __init__ is not run
 
+    @classmethod
+    def discover(cls, master: str = DEFAULT_MASTER, **options: Any) -> Any:
+        """A client of the cluster ``master`` belongs to: given one shard's master (started
+        with ``--shards``), a ``ShardedClient`` over every shard it lists; else a ``Client``."""
+        with cls(master, **options) as probe:
+            listed = probe.master.call(p.Hello()).shards.split()
+        return cls(listed if len(listed) > 1 else master, **options)
+
     def __init__(self, master: str | Sequence[str] = DEFAULT_MASTER, *, timeout_s: float = 30.0,
                  node_timeout_s: float = 5.0, keys: str | ClientKeys | None = None,
                  admin: bool = False, ctx: zmq.Context | None = None, peeks: int = 2,

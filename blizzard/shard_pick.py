@@ -85,6 +85,8 @@ class ShardPicker:
             rides = riding if not acked and k == prefer else ()
             leased = self._lease(k, queue, n, lease_s, 0.0, rides)
             acked = acked or bool(rides) and leased is not EMPTY  # settled with the lease
+            if leased is EMPTY and last and not self.up():
+                raise MasterUnavailable(f"none of the {len(self.shards)} shards' masters answered")
             if leased.ids or last:
                 return k, leased, acked
             self.view.emptied(queue, k)

@@ -273,3 +273,22 @@ def test_acks_travel_beside_the_next_lease_and_report_lost_leases(sharded):
         with pytest.raises(LeaseExpired):
             c.dequeue_many("jobs", 3, ack=msgs)
         assert c.stats("jobs")["ready"] == 3  # what that call leased went straight back
+
+
+def test_published_heads_reach_a_subscribed_client_and_one_address_finds_every_shard(sharded):
+    with Client.discover(sharded.addrs[2], timeout_s=10) as consumer, \
+            sharded.client() as producer:
+        assert len(consumer.shards) == 3  # found from shard 2's own list
+        producer.enqueue("q", b"first", priority=5)
+        assert consumer.dequeue("q").data == b"first"  # subscribed to "q" from here on
+        key = next(f"k{i}" for i in range(100) if key_shard(f"k{i}", 3) == 1)
+        producer.enqueue("q", b"urgent", priority=-5, key=key)
+
+        def published():
+            consumer.feed.drain()
+            head = consumer.view.fresh("q").get(1)
+            return head is not None and head.priority == -5 and head.ready == 1
+        wait_for(published, 10, "shard 1's new head, published")
+        requests = consumer.picker.requests
+        assert consumer.dequeue("q").data == b"urgent"
+        assert consumer.picker.requests == requests + 1  # no question asked before the lease
