@@ -100,7 +100,7 @@ def test_float_lists_take_integers_but_not_booleans():
 
 
 def test_float_fields_accept_integers():
-    _, msg = p.decode(_body(p.VERSION, 14, 3, "q", 5, 30, 0, "r1", [], []))
+    _, msg = p.decode(_body(p.VERSION, 14, 3, "q", 5, 30, 0, "r1", [], [], False))
     assert msg == p.Lease("q", 5, 30.0, 0.0, "r1", [], [])
 
 
