@@ -60,6 +60,9 @@ def _run_options(f: Callable[..., None]) -> Callable[..., None]:
         click.option("--standby/--no-standby", default=False, show_default=True,
                      help="Also run a hot standby master: master kills, pauses and cuts make it "
                           "take over, and the old master comes back as its standby."),
+        click.option("--masters", default=1, show_default=True, type=click.IntRange(1, 16),
+                     help="Shards: masters each with --datanodes data nodes of their own; "
+                          "master faults hit one shard at a time, the others serving on."),
         click.option("--hosts/--no-hosts", default=False, show_default=True,
                      help="Run every server and client host in its own network namespace on "
                           "a bridge (needs root), and add partition faults."),
@@ -102,6 +105,12 @@ def _plan(node_kills: int, node_wipes: int, master_kills: int, node_pauses: int,
     return plan.scaled(duration_s / 60.0) if scale_faults else plan
 
 
+def _check_masters(masters: int, hosts: bool, standby: bool) -> None:
+    if masters > 1 and (hosts or standby):
+        raise click.UsageError("--masters runs shards of one master each on this host: "
+                               "drop --hosts and --standby")
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def cli() -> None:
     """Fault injection against a real local Blizzard cluster, with a total-queue checker."""
@@ -135,7 +144,8 @@ def cli() -> None:
 def run(seed: int | None, duration_s: float, datanodes: int, consumers: int, producers: int,
         rate: float, batch_min: int, batch_max: int, max_backlog: int,
         standing_backlog: int, run_dir: str | None, drain_timeout_s: float, keep_data: bool,
-        log_level: str, hosts: bool, clients: int, standby: bool, **faults: object) -> None:
+        log_level: str, hosts: bool, clients: int, standby: bool, masters: int,
+        **faults: object) -> None:
     """Start a cluster, run producers and consumers under faults, heal, drain, check, report."""
     from chaos.run import RunOptions, run as run_chaos
 
@@ -143,6 +153,7 @@ def run(seed: int | None, duration_s: float, datanodes: int, consumers: int, pro
         raise click.UsageError("--batch-min is larger than --batch-max")
     if standing_backlog >= max_backlog:
         raise click.UsageError("--standing-backlog must be below --max-backlog")
+    _check_masters(masters, hosts, standby)
     seed = seed if seed is not None else random.randrange(1 << 31)
     run_dir = os.path.abspath(run_dir or tempfile.mkdtemp(prefix=f"blizzard-chaos-{seed}-"))
     os.makedirs(run_dir, exist_ok=True)
@@ -151,7 +162,7 @@ def run(seed: int | None, duration_s: float, datanodes: int, consumers: int, pro
         seed=seed, run_dir=run_dir, duration_s=duration_s, datanodes=datanodes,
         plan=_plan(duration_s=duration_s, hosts=hosts, standby=standby,
                    **faults),  # type: ignore[arg-type]
-        hosts=hosts, clients=clients, standby=standby,
+        hosts=hosts, clients=clients, standby=standby, masters=masters,
         workload=WorkloadConfig(producers=producers, consumers=consumers, batch_min=batch_min,
                                 batch_max=batch_max, rate_per_producer=rate,
                                 max_backlog=max_backlog, standing_backlog=standing_backlog),
@@ -177,12 +188,13 @@ def run(seed: int | None, duration_s: float, datanodes: int, consumers: int, pro
 @cli.command()
 @_run_options
 def schedule(seed: int | None, duration_s: float, datanodes: int, consumers: int, hosts: bool,
-             clients: int, standby: bool, **faults: object) -> None:
+             clients: int, standby: bool, masters: int, **faults: object) -> None:
     """Print the fault schedule a seed gives (the same seed always gives the same one)."""
     if seed is None:
         raise click.UsageError("--seed is required to show a schedule")
+    _check_masters(masters, hosts, standby)
     try:
-        plan = make_schedule(seed, duration_s, datanodes=datanodes, consumers=consumers,
+        plan = make_schedule(seed, duration_s, datanodes=datanodes * masters, consumers=consumers,
                              plan=_plan(duration_s=duration_s, hosts=hosts, standby=standby,
                                         **faults),  # type: ignore[arg-type]
                              timing=Timing(), clients=clients if hosts else 0, standby=standby)

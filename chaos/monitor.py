@@ -63,7 +63,9 @@ class Monitor(threading.Thread):
         expected = (0,) if stopped else (-signal.SIGKILL,)
         if self.cluster.standby and not stopped:
             expected = EXPECTED_EXITS  # an old primary that learnt of a newer epoch: fenced
-        for proc in [self.cluster.master, self.cluster.second, *self.cluster.nodes]:
+        procs = self.cluster.processes() if hasattr(self.cluster, "processes") else \
+            [self.cluster.master, self.cluster.second, *self.cluster.nodes]  # sharded: all shards'
+        for proc in procs:
             if proc is None or proc.popen is None:
                 continue
             code = proc.popen.poll()

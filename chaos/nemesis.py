@@ -20,6 +20,7 @@ from chaos.history import INFO, OK, History
 from chaos.partitions import Partitions
 from chaos.schedule import (CHURN, CUT_MASTER, CUT_NODE, FLAP_LINK, KILL_MASTER, KILL_NODE, PARTITIONS,
                             PAUSE_MASTER, PAUSE_NODE, STALL_CONSUMER, WIPE_NODE, Fault)
+from chaos.shards import ChaosShards
 from chaos.standby import MasterFaults
 from chaos.workload import Workload
 
@@ -31,7 +32,7 @@ PROCESS = "nemesis"
 class Nemesis:
     """Applies faults from a schedule, lane by lane, and heals them."""
 
-    def __init__(self, cluster: LocalCluster, history: History, schedule: list[Fault],
+    def __init__(self, cluster: LocalCluster | ChaosShards, history: History, schedule: list[Fault],
                  workload: Workload | ClientHosts, *, gate_timeout_s: float = 20.0,
                  partitions: Partitions | None = None) -> None:
         self.cluster, self.history, self.workload = cluster, history, workload
@@ -92,7 +93,11 @@ class Nemesis:
 
     def _master_fault(self, number: int, fault: Fault) -> None:
         """Kill or pause the primary. With a standby, it takes over meanwhile (if in sync), and
-        the healing brings the stopped master back as its standby."""
+        the healing brings the stopped master back as its standby. Sharded: one shard's
+        master, the others serving meanwhile."""
+        if isinstance(self.cluster, ChaosShards):
+            self._shard_master_fault(number, fault)
+            return
         target = self._master()
 
         def apply() -> None:
@@ -106,6 +111,22 @@ class Nemesis:
             else:
                 target.signal(signal.SIGCONT)
         self._run(number, fault, None, apply, heal)
+
+    def _shard_master_fault(self, number: int, fault: Fault) -> None:
+        cluster = self.cluster
+        assert isinstance(cluster, ChaosShards)
+        k = cluster.shard_for(number)
+        target = cluster.master_of(k)
+
+        def apply() -> None:
+            target.kill() if fault.kind == KILL_MASTER else target.signal(signal.SIGSTOP)
+
+        def heal() -> None:
+            if fault.kind == KILL_MASTER:
+                cluster.restart_master(k)
+            else:
+                target.signal(signal.SIGCONT)
+        self._run(number, fault, k, apply, heal)
 
     def _node_actions(self, fault: Fault) -> tuple[Callable[[], None], Callable[[], None]]:
         i = fault.target
@@ -230,6 +251,8 @@ class Nemesis:
                 self.cluster.restart_node(i)
         if self.masters is not None:
             self.masters.recover(timeout_s)
+        elif isinstance(self.cluster, ChaosShards):
+            self.cluster.heal_masters(timeout_s)
         else:
             master = self._master()
             master.signal(signal.SIGCONT)

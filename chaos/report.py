@@ -133,7 +133,7 @@ def master_outages(tl: Timeline) -> list[dict[str, Any]]:
             continue
         after = next((t for t in times if t > f["start"]), None)
         before = max((t for t in times if t <= f["start"]), default=0.0)
-        out.append({"kind": f["kind"], "start_s": round(f["start"], 2),
+        out.append({"kind": f["kind"], "start_s": round(f["start"], 2), "shard": f["target"],
                     "first_ack_after_s": None if after is None else round(after - f["start"], 2),
                     "no_ack_for_s": None if after is None else round(after - before, 2)})
     return out
@@ -147,7 +147,8 @@ def summary(report: dict[str, Any]) -> str:
     lines = [
         f"Blizzard chaos run: {'PASS' if report['valid'] else 'FAIL'}   seed {o['seed']}   "
         f"workload {o['duration_s']:g}s   wall time {report['runtime_s']:.1f}s",
-        f"cluster: {o['datanodes']} data nodes, R={o['replication']}, heartbeat "
+        f"cluster: {str(o.get('masters', 1)) + ' shards of ' if o.get('masters', 1) > 1 else ''}"
+        f"{o['datanodes']} data nodes, R={o['replication']}, heartbeat "
         f"{o['heartbeat_s']:g}s, dead after {o['dead_after_s']:g}s, lease {o['lease_s']:g}s"
         + (f", each on a host of its own ({o['clients']} client hosts)" if o.get("hosts") else ""),
         f"faults applied: {faults}",
@@ -193,8 +194,9 @@ def _partitions(partitions: list[dict[str, Any]]) -> str:
 
 def _outages(faults: list[dict[str, Any]]) -> str:
     """``kill_master 12.1s: 2.3s/2.5s; ...``."""
-    return "; ".join(f"{f['kind']} {f['start_s']:g}s: {f['first_ack_after_s']}s/"
-                     f"{f['no_ack_for_s']}s" for f in faults)
+    return "; ".join(f"{f['kind']}{'' if f.get('shard') is None else ' shard %d' % f['shard']} "
+                     f"{f['start_s']:g}s: {f['first_ack_after_s']}s/{f['no_ack_for_s']}s"
+                     for f in faults)
 
 
 def write(run_dir: str, report: dict[str, Any]) -> str:

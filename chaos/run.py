@@ -13,6 +13,7 @@ from typing import Any
 
 from blizzard import Client
 from blizzard.harness import LocalCluster
+from blizzard.shard_cluster import ShardedCluster
 from chaos import checker, history, report
 from chaos.client_hosts import ClientHosts
 from chaos.history import OK, History
@@ -21,6 +22,7 @@ from chaos.monitor import Monitor
 from chaos.nemesis import Nemesis
 from chaos.partitions import Partitions
 from chaos.schedule import Fault, FaultPlan, Timing, make_schedule, to_json
+from chaos.shards import ChaosShards
 from chaos.standby import primary_host
 from chaos.workload import Workload, WorkloadConfig
 
@@ -47,9 +49,10 @@ class RunOptions:
     hosts: bool = False  # every process on a host of its own (network namespaces, root only)
     clients: int = 2  # client hosts, with hosts
     standby: bool = False  # a hot standby master runs: only then may the plan cut the master off
+    masters: int = 1  # shards (``chaos/shards.py``), each with ``datanodes`` data nodes
 
     def schedule(self) -> list[Fault]:
-        return make_schedule(self.seed, self.duration_s, datanodes=self.datanodes,
+        return make_schedule(self.seed, self.duration_s, datanodes=self.datanodes * self.masters,
                              consumers=self.workload.consumers, plan=self.plan,
                              timing=Timing(dead_after_s=self.dead_after_s,
                                            lease_s=self.workload.lease_s),
@@ -86,12 +89,18 @@ def run(opts: RunOptions) -> RunResult:
         masters = ("master", "standby") if opts.standby else ("master",)
         hosts = stack.enter_context(Hosts(list(host_names(opts.datanodes, opts.clients,
                                                           masters)))) if opts.hosts else None
-        cluster = LocalCluster(os.path.join(opts.run_dir, "cluster"), datanodes=opts.datanodes,
-                               replication=opts.replication, heartbeat_s=opts.heartbeat_s,
-                               dead_after_s=opts.dead_after_s, standby=opts.standby,
-                               master_args=["--pending-timeout-s", str(opts.pending_timeout_s),
-                                            "--checkpoint-records", str(opts.checkpoint_records)],
-                               **({"placement": hosts.placement} if hosts else {}))
+        master_args = ["--pending-timeout-s", str(opts.pending_timeout_s),
+                       "--checkpoint-records", str(opts.checkpoint_records)]
+        cluster: Any = LocalCluster(
+            os.path.join(opts.run_dir, "cluster"), datanodes=opts.datanodes,
+            replication=opts.replication, heartbeat_s=opts.heartbeat_s,
+            dead_after_s=opts.dead_after_s, standby=opts.standby, master_args=master_args,
+            **({"placement": hosts.placement} if hosts else {})) if opts.masters == 1 else \
+            ChaosShards(ShardedCluster(
+                os.path.join(opts.run_dir, "cluster"), masters=opts.masters,
+                datanodes=opts.datanodes, replication=opts.replication,
+                heartbeat_s=opts.heartbeat_s, dead_after_s=opts.dead_after_s,
+                master_args=master_args))
         stack.callback(cluster.stop)
         log.info("run dir %s: seed %d, %d faults planned, cluster starting", opts.run_dir,
                  opts.seed, len(schedule))
@@ -114,7 +123,7 @@ def run(opts: RunOptions) -> RunResult:
                 f"seed {opts.seed}: {'PASS' if result.valid else 'FAIL'}")
     text = report.write(opts.run_dir, figures)
     if result.valid and not opts.keep_data:
-        _remove_data(cluster)
+        cluster.remove_data() if isinstance(cluster, ChaosShards) else _remove_data(cluster)
     return RunResult(result, opts.run_dir, text)
 
 

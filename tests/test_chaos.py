@@ -349,3 +349,22 @@ def test_a_short_chaos_run_passes_the_checker(tmp_path):
     assert checker["acknowledged"] > 1000
     assert sum(figures["faults_applied"].values()) >= 5
     assert (run_dir / "timeline.png").exists() and (run_dir / "summary.txt").exists()
+
+
+def test_a_short_sharded_chaos_run_passes_with_shard_masters_killed(tmp_path):
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "chaos", "run", "--masters", "3", "--datanodes", "4",
+           "--seed", "3", "--duration-s", "30", "--scale-faults", "--master-kills", "4",
+           "--run-dir", str(run_dir), "--log-level", "warning"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=200)
+    if proc.returncode != 0:
+        print(proc.stdout, proc.stderr[-5000:])
+    assert proc.returncode == 0
+    figures = json.loads((run_dir / "report.json").read_text())
+    checker = figures["checker"]
+    assert figures["valid"] and checker["lost"] == 0 and checker["unexpected"] == 0
+    assert checker["acknowledged"] > 1000 and checker["ids_reused"] == 0
+    kills = [f for f in figures["master_faults"] if f["kind"] == "kill_master"]
+    assert kills and all(f["shard"] in (0, 1, 2) and f["first_ack_after_s"] is not None
+                         for f in kills)
+    assert "3 shards of 4 data nodes" in (run_dir / "summary.txt").read_text()
