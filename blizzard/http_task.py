@@ -20,6 +20,7 @@ from typing import Any, Mapping
 from urllib.parse import urlsplit
 
 from blizzard import protocol as p
+from blizzard.shard_messages import shard_of
 from blizzard.errors import InvalidArgument, LeaseExpired, ProtocolError
 from blizzard.queue_settings import check_queue_name
 
@@ -161,10 +162,13 @@ def bury(client: Any, msgs: list[Any], error: str) -> None:
 
     For a task whose own ``max_attempts`` are spent; ``LeaseExpired`` if a lease was lost.
     """
-    reply: p.Acked = client.master.call(p.Bury([m.id for m in msgs], [m.lease for m in msgs],
-                                               str(error)))
-    if reply.lost:
-        raise LeaseExpired(f"items {reply.lost[:10]} were no longer leased under the tokens "
+    lost: list[int] = []
+    for link, group in _by_master(client, msgs, lambda m: m.id):
+        reply: p.Acked = link.call(p.Bury([m.id for m in group], [m.lease for m in group],
+                                          str(error)))
+        lost += reply.lost
+    if lost:
+        raise LeaseExpired(f"items {lost[:10]} were no longer leased under the tokens "
                            "given; they were not buried")
 
 
@@ -172,14 +176,36 @@ def lookup(client: Any, ids: list[int]) -> list[dict[str, Any]]:
     """Each item's task state, queue, attempts, last error and ``until`` (see ``ItemStates``)."""
     if not ids or len(ids) > p.MAX_BATCH:
         raise InvalidArgument(f"look up 1..{p.MAX_BATCH} ids at once, not {len(ids)}")
-    reply: p.ItemStates = client.master.call(p.Lookup(list(ids)))
-    return [{"id": reply.ids[i], "state": reply.states[i], "queue": reply.queues[i] or None,
-             "attempts": reply.attempts[i], "error": reply.errors[i],
-             "until": reply.until[i] or None} for i in range(len(reply.ids))]
+    found: dict[int, dict[str, Any]] = {}
+    for link, group in _by_master(client, list(ids), lambda i: i):
+        reply: p.ItemStates = link.call(p.Lookup(group))
+        for i in range(len(reply.ids)):
+            found[reply.ids[i]] = {"id": reply.ids[i], "state": reply.states[i],
+                                   "queue": reply.queues[i] or None,
+                                   "attempts": reply.attempts[i], "error": reply.errors[i],
+                                   "until": reply.until[i] or None}
+    return [found[i] for i in ids if i in found]
 
 
 def task_counts(client: Any, queue: str) -> dict[str, Any]:
     """A queue's items by task state: queued, scheduled, in_flight, succeeded, failed."""
-    reply: p.TaskCounts = client.master.call(p.TaskStats(check_queue_name(queue)))
-    return {"queue": reply.queue, "queued": reply.queued, "scheduled": reply.scheduled,
-            "in_flight": reply.in_flight, "succeeded": reply.succeeded, "failed": reply.failed}
+    check_queue_name(queue)
+    counts = {"queue": queue, "queued": 0, "scheduled": 0, "in_flight": 0, "succeeded": 0,
+              "failed": 0}
+    for shard in getattr(client, "shards", [client]):  # a sharded queue: summed over shards
+        reply: p.TaskCounts = shard.master.call(p.TaskStats(queue))
+        for name in ("queued", "scheduled", "in_flight", "succeeded", "failed"):
+            counts[name] += getattr(reply, name)
+    return counts
+
+
+def _by_master(client: Any, things: list[Any], id_of: Any) -> list[tuple[Any, list[Any]]]:
+    """``things`` grouped by the master link that holds each (by its item id's shard when
+    ``client`` is a ``ShardedClient``)."""
+    shards = getattr(client, "shards", None)
+    if shards is None:
+        return [(client.master, things)]
+    groups: dict[int, list[Any]] = {}
+    for thing in things:
+        groups.setdefault(shard_of(id_of(thing)), []).append(thing)
+    return [(shards[k].master, group) for k, group in groups.items()]

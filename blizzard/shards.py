@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterable, Sequence
 from blizzard import protocol as p
 from blizzard.consumer import Consumer
 from blizzard.errors import (BlizzardError, InvalidArgument, LeaseExpired, MasterUnavailable,
-                             UnknownQueue)
+                             QueueExists, UnknownQueue)
 from blizzard.message import LeasedItem, Message, leased_items
 from blizzard.pipeline import Staged
 from blizzard.shard_admin import (merge_queues, merge_stats, merge_status, shard_settings,
@@ -291,18 +291,18 @@ class ShardedClient:
         return whole_settings(self.shards[0].queue_config(queue), len(self.shards))
 
     def create_queue(self, queue: str, **options: Any) -> dict[str, Any]:
-        """Create ``queue`` on every shard (``QueueExists`` only if every shard had it)."""
+        """Create ``queue`` on every shard that lacks it (those that have it keep their
+        settings); ``QueueExists`` only if every shard had it."""
         part = shard_settings(options, len(self.shards))
-        made, settings = 0, None
+        made = []
         for shard in self.shards:
             try:
-                settings = shard.create_queue(queue, **part)
-                made += 1
-            except BlizzardError as exc:
-                if exc.code != "queue_exists" or shard is self.shards[-1] and not made:
-                    raise
-                settings = shard.configure_queue(queue, **part)
-        return whole_settings(settings or {}, len(self.shards))
+                made.append(shard.create_queue(queue, **part))
+            except QueueExists:
+                pass
+        if not made:
+            raise QueueExists(f"queue {queue!r} exists on every shard")
+        return whole_settings(made[0], len(self.shards))
 
     def configure_queue(self, queue: str, **options: Any) -> dict[str, Any]:
         part = shard_settings(options, len(self.shards))

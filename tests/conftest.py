@@ -6,6 +6,7 @@ import atexit
 import contextlib
 import os
 import shutil
+import sys
 import time
 from typing import Callable, Iterator
 
@@ -40,6 +41,18 @@ def cluster_factory(tmp_path, request) -> Iterator[Callable[..., LocalCluster]]:
 def cluster(cluster_factory) -> LocalCluster:
     """One master and three data nodes, R=2, short heartbeats."""
     return cluster_factory(datanodes=3, heartbeat_s=0.2, dead_after_s=1.5)
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local[2] SparkSession for every test: loopback only, workers on this venv's Python."""
+    from blizzard.spark import local_session
+
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    session = local_session("local[2]", app_name="blizzard-tests", shuffle_partitions=2)
+    yield session
+    session.stop()
 
 
 @pytest.fixture

@@ -20,21 +20,11 @@ from pyspark.errors import PySparkException
 from pyspark.sql import functions as F
 
 from blizzard import Client
-from blizzard.spark import SCHEMA, drain, local_session
+from blizzard.spark import SCHEMA, drain
 from conftest import wait_for
 from processes import LOOPBACK_HEX, listening_addresses
 
 FAST = dict(datanodes=3, replication=2, heartbeat_s=0.2, dead_after_s=1.5)
-
-
-@pytest.fixture(scope="session")
-def spark():
-    """One local[2] SparkSession for every test: loopback only, workers on this venv's Python."""
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    session = local_session("local[2]", app_name="blizzard-tests", shuffle_partitions=2)
-    yield session
-    session.stop()
 
 
 def fill(master: str, queue: str, n: int, *, seed: int = 0,

@@ -158,7 +158,7 @@ def test_a_client_leaves_a_master_of_an_older_epoch_at_once():
     try:
         link._check_epoch()
         assert link.epoch == 1
-        link._move_on(TimeoutError("the new primary was slow once"))
+        link.move_on(TimeoutError("the new primary was slow once"))
         assert link.endpoint.addr == new_addr  # the old one was asked, and left
     finally:
         stop.set()

@@ -289,3 +289,23 @@ def test_the_worker_bench_prints_the_raw_client_and_the_worker_side_by_side():
         [("raw_dequeue_ack", 300, False), ("worker", 300, False)]
     assert lines[1]["concurrency"] == 2 and lines[1]["vs_raw"] > 0
     assert lines[1]["worker_cpu_us_per_job"] > 0
+
+
+def test_a_worker_serves_every_shard_of_a_sharded_queue(sharded, jobs_dir):
+    spec = " ".join(sharded.addrs)
+    with Client(spec) as c:
+        tags = [f"s{i}" for i in range(12)]
+        ids = [record.with_options(client=c).enqueue(tag) for tag in tags]  # random shards
+        assert len({i >> 56 for i in ids}) > 1
+        fail.with_options(client=c).enqueue("x")
+        proc = start_worker(jobs_dir, spec)
+        try:
+            wait_for(lambda: len(out_files(jobs_dir, "ok-")) == 12 and c.stats("work")["dead"] == 1,
+                     30, "every shard's jobs done, the failing one dead")
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            code, out = finish(proc)
+        assert code == 0, out
+        assert out_files(jobs_dir, "ok-") == sorted(f"ok-{t}" for t in tags)
+        stats = c.stats("work")
+        assert (stats["ready"], stats["leased"]) == (0, 0)

@@ -20,7 +20,8 @@ import pyarrow.compute as pc
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from blizzard import protocol as p
-from blizzard.client import Client
+from blizzard.client import Client, ShardedClient
+from blizzard.shard_messages import shard_of
 from blizzard.errors import ClusterError, Forbidden, LeaseExpired
 from blizzard.spark.options import ReadOptions
 from blizzard.spark.plan import NodePartition, Run
@@ -40,13 +41,16 @@ UNREADABLE_DELAY_S = 1.0  # an item no replica could serve returns to the queue 
 def read_partition(opts: ReadOptions, part: NodePartition) -> Iterator[pa.RecordBatch]:
     """Fetch a partition's payloads in chunks and yield them as Arrow record batches."""
     client = Client(opts.master, timeout_s=opts.timeout_s, node_timeout_s=opts.node_timeout_s)
-    reader = _RunReader(client)
+    readers: dict[int, _RunReader] = {}  # sharded: a run is read through its shard's client
     timings = Timings(opts.timings_dir, "executor")
     spent = dict.fromkeys(("executor fetch", "Arrow", "Spark consumes"), 0.0)
     clock = time.monotonic
     began = clock()
     try:
         for run in part.runs:
+            k = shard_of(run.ids[0]) if isinstance(client, ShardedClient) and run.ids else -1
+            reader = readers.get(k) or readers.setdefault(
+                k, _RunReader(client.shards[k] if k >= 0 else client))
             for start, end in _chunks(run.sizes):
                 t0 = clock()
                 got = reader.read(run, start, end)

@@ -33,7 +33,7 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadM
                                               SupportsTriggerAvailableNow)
 
 from blizzard import protocol as p
-from blizzard.client import Client
+from blizzard.client import Client, ShardedClient
 from blizzard.errors import ClusterError, LeaseExpired
 from blizzard.protocol import MAX_BATCH
 from blizzard.spark.fetch import read_partition
@@ -244,8 +244,8 @@ class _Driver:
                 replies.append(got)
             count += len(got.ids)
             size += sum(got.sizes)
-            if len(got.ids) < want:
-                break
+            if not got.ids or len(got.ids) < want and not isinstance(client, ShardedClient):
+                break  # (a shard ran short: the others may hold more)
         return Batch(replies, taken_at)
 
     def partitions(self, end: dict) -> list[NodePartition]:

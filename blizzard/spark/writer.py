@@ -28,6 +28,7 @@ from pyspark.sql.types import (BinaryType, ByteType, DataType, DoubleType, Float
 from blizzard.client import Client
 from blizzard.errors import InvalidArgument, UnknownItem
 from blizzard.pipeline import Staged
+from blizzard.shard_messages import shard_of
 from blizzard.producer import Stager
 from blizzard.protocol import MAX_BATCH
 from blizzard.spark.options import WriteOptions
@@ -115,7 +116,11 @@ class BlizzardWriter(DataSourceArrowWriter):
                               "commit them all; nothing was committed (write smaller jobs or "
                               "raise the master's --pending-timeout-s and pendingTimeoutSeconds)")
         with Client(self.opts.master, timeout_s=self.opts.timeout_s) as client:
-            plan = commit_plan(staged, client.status().replication)
+            replication = client.status().replication
+            parts: dict[int, Staged] = defaultdict(list)  # sharded: each shard commits its own
+            for chunk in staged:
+                parts[shard_of(chunk[0][0]) if chunk[0] else 0].append(chunk)
+            plan = [c for part in parts.values() for c in commit_plan(part, replication)]
             client.commit(plan)
         log.info("committed %d rows to queue %r in %d request(s)",
                  sum(m.rows for m in chunks), self.opts.queue, len(plan))
