@@ -1,7 +1,8 @@
 """A sharded client's pipelined writes, and its unawaited acks (``blizzard/shards.py``).
 
-``ShardedProducer`` sends each batch to the next shard in turn (all to the key's shard when
-the producer has a key), through one ``Producer`` per shard, and gives ids back in send order.
+``ShardedProducer`` sends ``window`` batches to one shard, then as many to the next (all to
+the key's shard when the producer has a key), through one ``Producer`` per shard, and gives ids
+back in send order.
 ``ShardedStager`` stages the same way; its chunks' ids say where each is committed.
 ``ShardLeases`` sends ``Message.ack()``'s unawaited acks (the worker's) to each item's shard;
 ``AcksInFlight`` a consumer's acks beside its next lease.
@@ -39,8 +40,9 @@ class ShardedProducer:
         key = self.options.get("key")
         if key:
             k = self.client.shard_for(key)
-        else:
-            k = self.turn % len(self.client.shards)
+        else:  # a window's worth of batches to one shard, then the next: each master gets
+            # batches as dense as a lone master would, so its cost per item does not grow
+            k = self.turn // self.window % len(self.client.shards)
             self.turn += 1
         producer = self.producers.get(k)
         if producer is None:

@@ -75,6 +75,7 @@ class Heads:
         self.next_scan = 0.0
         self.next_all = 0.0
         self.dirty = False  # something changed since the last scan
+        self.marks: dict[str, tuple[int, int, int, int]] = {}  # queue -> counts at its last scan
         if bind:
             sock = ctx.socket(zmq.PUB)
             sock.setsockopt(zmq.LINGER, 0)
@@ -110,13 +111,24 @@ class Heads:
         self.next_scan = mono + SCAN_EVERY_S
         if everything:
             self.next_all = mono + REPUBLISH_S
+            for gone in [name for name in self.published if name not in self.state.queues]:
+                del self.published[gone]  # a deleted queue
+                self.marks.pop(gone, None)
         names = list(self.state.queues)
         if len(names) > MAX_SCAN:
             start = self.turn % len(names)
             names = (names[start:] + names[:start])[:MAX_SCAN]
             self.turn = start + MAX_SCAN
         now, seq = time.time(), self.seq()
+        queues, marks = self.state.queues, self.marks
         for name in names:
+            q = queues[name]
+            # what every change of a head changes too: no head is worked out for a queue
+            # untouched since the last scan (the once-a-second round works out all of them)
+            mark = (q.n_ready, len(q.ready), q.n_delayed, q.n_leased)
+            if not everything and marks.get(name) == mark:
+                continue
+            marks[name] = mark
             head = head_of(self.state, name, self.shard, now, seq)
             seen = (min(head.ready, 1), head.priority, head.enqueued_at)
             if everything or self.published.get(name) != seen:
