@@ -7,9 +7,7 @@ and exit code 1 in one place (``main``).
 from __future__ import annotations
 
 import os
-import signal
 import sys
-import time
 from typing import Any
 
 import click
@@ -19,7 +17,7 @@ from blizzard.cli_config import name_env_vars
 from blizzard.cli_keys import keys_group
 from blizzard.cli_dashboard import dashboard
 from blizzard.cli_common import (EXIT_ERROR, EXIT_USAGE, START_HINT, keys_opt, master_opt,
-                                 master_origin, timeout_opt)
+                                 master_origin, stop_on_signals, timeout_opt)
 from blizzard.cli_output import json_opt, echo_json
 from blizzard.cli_worker import worker as worker_command
 from blizzard.defaults import DATANODE_PORT, LOOPBACK, MASTER_PORT
@@ -92,13 +90,7 @@ def cluster(data_dir: str, datanodes: int, replication: int, port: int, node_por
     local = LocalCluster(os.path.abspath(data_dir), datanodes=datanodes, replication=replication,
                          master_port=port, node_base_port=node_port, keys=keys, metrics=metrics,
                          log_format=log_format, standby=standby)
-    stopping = False
-
-    def stop(signum: int, frame: Any) -> None:
-        nonlocal stopping
-        stopping = True
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    stopping = stop_on_signals()
     try:
         _start(local, data_dir)
         click.echo(f"master {local.masters}, {datanodes} data nodes, data in {data_dir}; "
@@ -108,8 +100,7 @@ def cluster(data_dir: str, datanodes: int, replication: int, port: int, node_por
             click.echo(f"export BLIZZARD_KEYS={keys}")
         for name in local.metrics_ports:
             click.echo(f"metrics of {name}: {local.metrics_url(name)}")
-        while not stopping:
-            time.sleep(0.2)
+        while not stopping.wait(0.2):
             if standby and not local.master.alive and local.second.alive:
                 click.echo(f"the master {local.master.addr} stopped; the standby "
                            f"{local.second.addr} takes over, and it comes back as its standby")

@@ -8,6 +8,7 @@ import dataclasses
 import logging
 import os
 import signal
+import threading
 from typing import Any, Callable
 
 import click
@@ -58,6 +59,17 @@ class Masters(Address):
         return " ".join(",".join(super(Masters, self).convert(a.strip(), param, ctx)
                                  for a in shard.split(","))
                         for shard in str(value).split())
+
+
+def stop_on_signals() -> threading.Event:
+    """An event SIGTERM or SIGINT (Ctrl-C) sets: a foreground command's loop ends on it."""
+    stopping = threading.Event()
+
+    def stop(signum: int, frame: Any) -> None:
+        stopping.set()
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    return stopping
 
 
 def config_defaults(config: type) -> dict[str, Any]:

@@ -8,11 +8,12 @@ cluster, as in the unsharded ``blizzard cluster`` (its shard would run short of 
 from __future__ import annotations
 
 import os
-import signal
 import time
 from typing import Any, Callable
 
 import click
+
+from blizzard.cli_common import stop_on_signals
 
 RESTART_PAUSE_S = 1.0  # between a shard master's death noticed and its restart
 
@@ -25,13 +26,7 @@ def run_sharded(data_dir: str, masters: int, datanodes: int, replication: int, p
     local = ShardedCluster(os.path.abspath(data_dir), masters=masters, datanodes=datanodes,
                            replication=replication, master_port=port, node_base_port=node_port,
                            keys=keys, metrics=metrics, log_format=log_format)
-    stopping = False
-
-    def stop(signum: int, frame: Any) -> None:
-        nonlocal stopping
-        stopping = True
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    stopping = stop_on_signals()
     try:
         start(local, data_dir)
         spec = " ".join(local.addrs)
@@ -46,8 +41,7 @@ def run_sharded(data_dir: str, masters: int, datanodes: int, replication: int, p
         for k, shard in enumerate(local.shards):
             for name in shard.metrics_ports:
                 click.echo(f"metrics of shard {k} {name}: {shard.metrics_url(name)}")
-        while not stopping:
-            time.sleep(0.2)
+        while not stopping.wait(0.2):
             _watch(local, data_dir)
     finally:
         local.stop()

@@ -1,4 +1,5 @@
-"""What tests ask of the processes they start: stop one politely, list where some listen."""
+"""What tests ask of the processes they start: stop one politely, find some, list where some
+listen."""
 
 from __future__ import annotations
 
@@ -19,6 +20,20 @@ def stop(proc: subprocess.Popen, timeout_s: float = 10.0) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def pids_with(fragment: str, part: str = "cmdline") -> list[int]:
+    """Pids of running processes whose ``/proc/PID/<part>`` (command line, environment) holds
+    ``fragment``."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/{part}", "rb") as f:
+                if fragment.encode() in f.read():
+                    found.append(int(pid))
+        except OSError:
+            continue
+    return found
 
 
 def listening_addresses(pids: list[int]) -> list[str]:

@@ -13,11 +13,11 @@ import time
 import pytest
 
 from blizzard import Client
-from blizzard import protocol as p
 from blizzard.errors import InvalidArgument, LeaseExpired, QueueExists
 from blizzard.shard_messages import first_id, shard_of
 from blizzard.shards import key_shard
-from tests.conftest import wait_for
+from conftest import wait_for
+from processes import pids_with
 
 
 def priorities_served(client, queue: str, n: int) -> list[int]:
@@ -202,20 +202,6 @@ def test_a_master_refuses_the_data_dir_of_another_shard(sharded, tmp_path):
     assert "holds the ids of shard 0, not of shard 2" in out.stdout + out.stderr
 
 
-def pids_running(fragment: str) -> list[int]:
-    """Pids of processes whose command line holds ``fragment``."""
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/cmdline", "rb") as f:
-                    if fragment.encode() in f.read():
-                        found.append(int(name))
-            except OSError:
-                pass
-    return found
-
-
 def test_cluster_command_with_masters_restarts_a_dead_shard_master(tmp_path):
     from blizzard.harness import free_port
 
@@ -238,7 +224,7 @@ def test_cluster_command_with_masters_restarts_a_dead_shard_master(tmp_path):
         with Client(spec, timeout_s=30, keys=str(tmp_path / "keys")) as c:
             key = next(f"k{i}" for i in range(100) if key_shard(f"k{i}", 2) == 1)
             c.enqueue("q", b"before", key=key)
-            (victim,) = pids_running(str(tmp_path / "shard1" / "master"))
+            (victim,) = pids_with(str(tmp_path / "shard1" / "master"))
             os.kill(victim, signal.SIGKILL)
             wait_for(lambda: any("shard 1: the master serves again" in line for line in lines),
                      60, "the shard master restarted")

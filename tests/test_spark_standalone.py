@@ -22,7 +22,7 @@ from blizzard import Client
 from blizzard.spark.session import on_loopback
 from blizzard.spark.standalone import StandaloneSpark
 from conftest import wait_for
-from processes import LOOPBACK_HEX, listening_addresses
+from processes import LOOPBACK_HEX, listening_addresses, pids_with
 
 ITEMS = 5000
 DRIVER_TIMEOUT_S = 240
@@ -44,15 +44,7 @@ def spark_cluster(tmp_path_factory):
 def _left_behind(base_dir: str) -> list[int]:
     """Processes still running whose environment names ``base_dir`` (every process the
     daemons started: their scratch directory is in it)."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                if base_dir.encode() in f.read():
-                    found.append(int(pid))
-        except OSError:
-            continue
-    return found
+    return pids_with(base_dir, "environ")
 
 
 def run_driver(argv: list[str], spark_cluster: StandaloneSpark) -> subprocess.CompletedProcess:
