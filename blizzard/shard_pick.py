@@ -71,23 +71,35 @@ class ShardPicker:
         deadline = time.monotonic() + wait_s
         tried: set[int] = set()
         acked = False
+        final = self.feed is None  # peek-d asks afresh each time: no last round needed
         while True:
             k = self.choose(queue, tried, prefer)
-            last = k is None and time.monotonic() >= deadline
-            if last:
-                k = tried.pop() if tried else (self.up() or [0])[0]
-            elif k is None:
+            if k is None and time.monotonic() < deadline:
                 k, waited = self._wait(queue, n, lease_s, deadline)
                 if waited is not None and waited.ids:
                     return k, waited, acked
                 tried.clear()
                 continue
+            if k is None:
+                up = self.up()
+                if not up:
+                    raise MasterUnavailable(f"none of the {len(self.shards)} shards' masters "
+                                            "answered")
+                if final:
+                    return up[0], EMPTY, acked
+                # Nothing ready as far as the heads known say; they may lag (a publication
+                # still on its way): before answering "empty", ask every shard once.
+                final = True
+                tried.clear()
+                ready = [(order(head), shard) for shard, head in self.peek(queue, up).items()
+                         if head.ready > 0]
+                if not ready:
+                    return up[0], EMPTY, acked
+                k = min(ready)[1]
             rides = riding if not acked and k == prefer else ()
             leased = self._lease(k, queue, n, lease_s, 0.0, rides)
             acked = acked or bool(rides) and leased is not EMPTY  # settled with the lease
-            if leased is EMPTY and last and not self.up():
-                raise MasterUnavailable(f"none of the {len(self.shards)} shards' masters answered")
-            if leased.ids or last:
+            if leased.ids:
                 return k, leased, acked
             self.view.emptied(queue, k)
             tried.add(k)
