@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from blizzard.defaults import LOOPBACK
-from blizzard.harness import AUTO_KEYS, LocalCluster, free_port
+from blizzard.harness import AUTO_KEYS, LocalCluster, StartFailed, free_port
 
 
 @dataclass
@@ -43,7 +43,21 @@ class ShardedCluster:
         return self.master_port + k if self.master_port else free_port()
 
     def start(self, timeout_s: float = 60.0) -> "ShardedCluster":
-        """Start every shard (masters first, so each knows all addresses) and wait for all."""
+        """Start every shard and wait for all. The masters' ports are chosen first (each is
+        told them all), so another process may take one before its shard starts: with ports
+        chosen freely, such a start is tried again on new ones."""
+        attempts = 1 if self.master_port else 3
+        for attempt in range(attempts):
+            try:
+                return self._start(timeout_s)
+            except StartFailed as exc:
+                self.shards = []
+                if attempt == attempts - 1 or not ("taken" in exc.reason
+                                                   or "Address already in use" in str(exc)):
+                    raise
+        return self
+
+    def _start(self, timeout_s: float) -> "ShardedCluster":
         ports = [self._port(k) for k in range(self.masters)]
         addrs = [f"tcp://{LOOPBACK}:{port}" for port in ports]
         heads = [self.master_port + self.masters + k if self.master_port else free_port()
