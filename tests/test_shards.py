@@ -238,8 +238,12 @@ def test_cluster_command_with_masters_restarts_a_dead_shard_master(tmp_path):
         proc.wait(30)
         assert proc.returncode == 0, "".join(lines)
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        if proc.poll() is None:  # Ctrl-C first: it stops the cluster's processes too
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
 
 
 def test_acks_travel_beside_the_next_lease_and_report_lost_leases(sharded):
