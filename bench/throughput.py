@@ -56,7 +56,20 @@ def own_cpu_s() -> float:
 
 def proc_cpu_s(pid: int, children: bool = False) -> float | None:
     """CPU seconds another process has used (Linux /proc), or None where unreadable;
-    ``children``: with its children that exited and were waited for."""
+    ``children``: with its children that exited and were waited for.
+
+    Without children it is the sum of its threads' scheduler clocks (nanoseconds), not the
+    clock ticks of ``stat`` (10 ms each: a 30,000-item run could not tell 0.3 µs per item).
+    """
+    if not children:
+        try:
+            total = 0
+            for task in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                    total += int(f.read().split()[0])
+            return total / 1e9
+        except (OSError, ValueError, IndexError):
+            pass  # no schedstat here (or a thread left meanwhile): the coarse clock
     try:
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()

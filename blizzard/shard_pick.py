@@ -24,7 +24,7 @@ import time
 from typing import Any, Callable, Sequence
 
 from blizzard import protocol as p
-from blizzard.errors import InvalidArgument, MasterUnavailable
+from blizzard.errors import InvalidArgument, MasterStarting, MasterUnavailable, NotPrimary
 from blizzard.shard_view import HeadsFeed, HeadsView, order
 from blizzard.transport import call_many
 
@@ -33,6 +33,9 @@ DOWN_S = 2.0  # and not asked again for this long
 WAIT_SLICE_S = 0.2  # with nothing ready anywhere, a long poll waits on one shard this long
 STICKY_S = 1.0  # FIFO between shards may be relaxed this much to keep a consumer on its shard
 LEASE_ATTEMPT_S = 3.0  # a shard that does not answer a lease within this is left for another
+# what a shard says while it cannot serve for now (dead, rebuilding, a standby not yet
+# promoted): that shard is passed over for ``DOWN_S``, the others keep serving
+UNAVAILABLE = (MasterUnavailable, MasterStarting, NotPrimary)
 EMPTY = p.Leased("", [], [], [], [], [], [], [], [], [], [], [], p.GetGrant([], [], 0, 0.0, b""), [])
 
 
@@ -53,6 +56,9 @@ class ShardPicker:
         self.rng = random.Random()
         self.turn = 0
         self.requests = 0  # Head and Lease requests sent (what a pop costs, for bench-pei)
+
+    def is_down(self, k: int) -> bool:
+        return self.down.get(k, 0.0) > time.monotonic()
 
     def up(self) -> list[int]:
         now = time.monotonic()
@@ -117,9 +123,9 @@ class ShardPicker:
             unknown = [k for k in up if k not in fresh or k in self.feedless]
             if unknown:  # never heard of (or silent): ask once, the feed keeps it current
                 self.peek(queue, unknown)
-            best = self.view.best(queue, up)
+            heads = self.view.fresh(queue)
+            best = self.view.best(queue, up, heads)
             if best is not None and prefer is not None and prefer in up and prefer != best:
-                heads = self.view.fresh(queue)
                 mine, top = heads.get(prefer), heads[best]
                 if mine is not None and mine.ready > 0 and mine.priority == top.priority \
                         and mine.enqueued_at - top.enqueued_at <= STICKY_S:
@@ -157,7 +163,7 @@ class ShardPicker:
         try:
             self.hello(k)
             return True
-        except MasterUnavailable:
+        except UNAVAILABLE:
             self.down[k] = time.monotonic() + DOWN_S
             return False
 
@@ -173,7 +179,7 @@ class ShardPicker:
             leased = self.shards[k].leases.lease_columns(
                 queue, n, lease_s=lease_s, wait_s=wait_s, ack=ack, head=True,
                 timeout_s=min(LEASE_ATTEMPT_S, self.shards[k].timeout_s))
-        except MasterUnavailable:
+        except UNAVAILABLE:
             self.down[k] = time.monotonic() + DOWN_S
             return EMPTY
         if leased.head_ready >= 0:

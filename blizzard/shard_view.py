@@ -57,10 +57,12 @@ class HeadsView:
         return {shard: head for shard, (head, at) in self.heads.get(queue, {}).items()
                 if now - at < STALE_S}
 
-    def best(self, queue: str, among: Sequence[int] | None = None) -> int | None:
+    def best(self, queue: str, among: Sequence[int] | None = None,
+             fresh: dict[int, p.QueueHead] | None = None) -> int | None:
         """The shard with the best fresh head holding ready items (``among`` those, if
-        given); None if no fresh head holds any."""
-        fresh = self.fresh(queue)
+        given; of ``fresh``, ``fresh(queue)`` taken already, if given); None if no fresh
+        head holds any."""
+        fresh = self.fresh(queue) if fresh is None else fresh
         ready = [(order(head), shard) for shard, head in fresh.items()
                  if head.ready > 0 and (among is None or shard in among)]
         return min(ready)[1] if ready else None

@@ -11,11 +11,12 @@ back in send order.
 from __future__ import annotations
 
 import time
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from blizzard import protocol as p
 from blizzard.errors import LeaseExpired
 from blizzard.pipeline import Staged
+from blizzard.shard_pick import UNAVAILABLE
 from blizzard.shard_messages import shard_of
 
 
@@ -52,10 +53,19 @@ class ShardedProducer:
         self.sent.append((k, len(items)))
 
     def flush(self) -> list[int]:
-        ids = {k: iter(producer.flush()) for k, producer in self.producers.items()}
-        ordered = [next(ids[k]) for k, count in self.sent for _ in range(count)]
-        self.sent = []
-        return ordered
+        """Every shard's batches flushed; their ids in send order. A shard that fails does
+        not keep the others' batches from being flushed; its error is raised after."""
+        sent, self.sent = self.sent, []
+        ids: dict[int, Iterator[int]] = {}
+        failed: BaseException | None = None
+        for k, producer in self.producers.items():
+            try:
+                ids[k] = iter(producer.flush())
+            except Exception as exc:
+                failed = failed or exc
+        if failed is not None:
+            raise failed
+        return [next(ids[k]) for k, count in sent for _ in range(count)]
 
 
 class ShardedStager:
@@ -106,42 +116,55 @@ class AcksInFlight:
     """The previous batch's acks, sent to their shards at once and collected after the next
     lease: a sharded consumer's lease goes to whichever shard is best, seldom the one its acks
     are for, so instead of riding on the lease they travel beside it (no round trip more).
-    An ack not answered within ``ACK_WAIT_S`` is sent again the patient way (acks are
-    idempotent)."""
+
+    An ack its shard does not answer within ``ACK_WAIT_S``, or that is for a shard passed over
+    as down (``down``), is owed: ``settle`` gives it back to be sent again with the next call
+    (acks are idempotent), so a dead shard neither holds up nor fails a lease from another.
+    One answered with an error is sent again the patient way."""
 
     ACK_WAIT_S = 1.0
 
-    def __init__(self, shards: Sequence[Any], groups: dict[int, list[Any]]) -> None:
-        self.shards = shards
+    def __init__(self, shards: Sequence[Any], groups: dict[int, list[Any]],
+                 down: Callable[[int], bool]) -> None:
+        self.shards, self.down = shards, down
         self.sent: list[tuple[int, Any, int | None, list[Any]]] = []
         for k, msgs in groups.items():
-            ep, rid = shards[k].master.endpoint, None
-            if len(msgs) <= p.MAX_BATCH:
-                try:
-                    rid = ep.send(p.Ack([m.id for m in msgs], [m.lease for m in msgs], False))
-                except TimeoutError:
-                    rid = None
-            self.sent.append((k, ep, rid, msgs))
+            self.add(k, msgs)
 
-    def settle(self) -> LeaseExpired | None:
-        """Wait for every ack's answer; the first ``LeaseExpired`` among them (not raised)."""
-        lost = None
+    def add(self, k: int, msgs: list[Any]) -> None:
+        """Send acks for shard ``k`` too."""
+        ep, rid = self.shards[k].master.endpoint, None
+        if len(msgs) <= p.MAX_BATCH and not self.down(k):
+            try:
+                rid = ep.send(p.Ack([m.id for m in msgs], [m.lease for m in msgs], False))
+            except TimeoutError:
+                rid = None
+        self.sent.append((k, ep, rid, msgs))
+
+    def settle(self) -> tuple[LeaseExpired | None, list[Any]]:
+        """Wait for every ack's answer: the first ``LeaseExpired`` among them (not raised),
+        and the acks owed."""
+        lost, owed = None, []
         deadline = time.monotonic() + self.ACK_WAIT_S
         for k, ep, rid, msgs in self.sent:
-            reply = None
             while rid is not None and not ep.has(rid) and time.monotonic() < deadline:
                 if ep.wait(max(1, int((deadline - time.monotonic()) * 1000))):
                     ep.read_ready()
-            if rid is not None:
-                reply = ep.take(rid)
+            reply = ep.take(rid) if rid is not None else None
+            if isinstance(reply, p.Acked):
+                if reply.lost:
+                    lost = lost or LeaseExpired(
+                        f"items {reply.lost[:10]} are no longer leased under the tokens given: "
+                        "already settled, or the lease ran out; another consumer may hold "
+                        "them now")
+                continue
+            if (rid is not None and reply is None) or self.down(k):
+                owed += msgs  # silent, or known down: not waited on now
+                continue
             try:
-                if isinstance(reply, p.Acked):
-                    if reply.lost:
-                        raise LeaseExpired(f"items {reply.lost[:10]} are no longer leased under "
-                                           "the tokens given: already settled, or the lease ran "
-                                           "out; another consumer may hold them now")
-                else:
-                    self.shards[k].ack_many(msgs)
+                self.shards[k].ack_many(msgs)
             except LeaseExpired as exc:
                 lost = lost or exc
-        return lost
+            except UNAVAILABLE:
+                owed += msgs
+        return lost, owed

@@ -34,7 +34,7 @@ from blizzard.pipeline import Staged
 from blizzard.shard_admin import (merge_queues, merge_stats, merge_status, shard_settings,
                                   whole_settings)
 from blizzard.shard_messages import MAX_SHARDS, shard_of
-from blizzard.shard_pick import DOWN_S, LEASE_ATTEMPT_S, ShardPicker
+from blizzard.shard_pick import DOWN_S, LEASE_ATTEMPT_S, UNAVAILABLE, ShardPicker
 from blizzard.shard_view import HeadsFeed, HeadsView
 from blizzard.transport import call
 from blizzard.shard_writes import AcksInFlight, ShardedProducer, ShardedStager, ShardLeases
@@ -72,6 +72,7 @@ class ShardedClient:
         self.leases = ShardLeases(self.shards)
         self._checked: set[int] = set()
         self.heard: dict[int, float] = {}  # shard -> when a keyless enqueue last got through
+        self.owed: list[Any] = []  # acks whose shard did not answer: sent with the next lease
         self.rng = random.Random()
 
     def __enter__(self) -> "ShardedClient":
@@ -81,6 +82,16 @@ class ShardedClient:
         self.close()
 
     def close(self) -> None:
+        if self.owed:  # one more try; what stays owed comes back when its leases run out
+            try:
+                _, owed = AcksInFlight(self.shards, self._by_shard(self.owed),
+                                       lambda k: False).settle()
+            except BlizzardError:
+                owed = self.owed
+            if owed:
+                log.warning("closing with %d acks their shards did not take: those items are "
+                            "delivered again when their leases run out", len(owed))
+            self.owed = []
         for shard in self.shards:
             shard.close()
         if self.feed is not None:
@@ -94,6 +105,10 @@ class ShardedClient:
         link = self.shards[k].master
         welcome = link.call(p.Hello(), since=time.monotonic() - link.timeout_s  # not for long:
                             + min(LEASE_ATTEMPT_S, link.timeout_s))  # a dead shard is passed over
+        if welcome.primary:  # a standby not yet promoted: it tells no shard, and serves nothing
+            link.move_on(p.Error("not_primary", ""))  # the shard's other master next time
+            raise MasterUnavailable(f"shard {k}'s master {link.addr} is a standby (of "
+                                    f"{welcome.primary}); its primary did not answer")
         if welcome.shard != k:
             raise InvalidArgument(f"master {self.shards[k].master.addr} is shard {welcome.shard},"
                                   f" listed as shard {k}: list every shard, in shard order")
@@ -212,17 +227,26 @@ class ShardedClient:
         """Lease from the shard the picker chooses. The previous batch's acks ride on that
         lease if they are all of the shard the picker prefers on a near tie; else they travel
         to their shards meanwhile (``AcksInFlight``)."""
-        groups = self._by_shard(ack)
+        owed, self.owed = self.owed, []
+        groups = self._by_shard([*owed, *ack])
         prefer = next(iter(groups)) if len(groups) == 1 else None
         riding = groups.pop(prefer) if prefer is not None else []
-        acks = AcksInFlight(self.shards, groups)
-        rode = False
+        acks = AcksInFlight(self.shards, groups, self.picker.is_down)
+        rode, leased = False, None
         try:
             k, leased, rode = self.picker.lease(queue, n, lease_s, wait_s, prefer, riding)
         finally:
-            if riding and not rode:  # the lease went elsewhere: settled now, the patient way
-                acks.sent.append((prefer, None, None, riding))
-            lost = acks.settle()
+            if riding and not rode:  # the lease went elsewhere: they follow it
+                acks.add(prefer, riding)
+            try:
+                lost, self.owed = acks.settle()
+            except BaseException:
+                if leased is not None and leased.ids:  # the caller gets the error instead
+                    self.shards[k].nack_ids(leased.ids, leased.leases, delay_s=0.0)
+                raise
+        if self.owed:
+            log.warning("%d acks owed to shards that did not answer; sent again with the "
+                        "next lease", len(self.owed))
         if lost is not None:
             if leased.ids:  # the caller gets the error, so these go back at once
                 self.shards[k].nack_ids(leased.ids, leased.leases, delay_s=0.0)
@@ -248,8 +272,7 @@ class ShardedClient:
         return Consumer(self, queue, n, lease_s, wait_s)
 
     def extend_many(self, msgs: Sequence[Any], *, lease_s: float) -> None:
-        for k, group in self._by_shard(msgs).items():
-            self.shards[k].extend_many(group, lease_s=lease_s)
+        self._each(msgs, lambda shard, group: shard.extend_many(group, lease_s=lease_s))
 
     def ack_many(self, msgs: Sequence[Any]) -> None:
         self._each(msgs, lambda shard, group: shard.ack_many(group))
@@ -259,15 +282,16 @@ class ShardedClient:
         self._each(msgs, lambda shard, group: shard.nack_many(group, delay_s=delay_s, error=error))
 
     def _each(self, msgs: Sequence[Any], settle: Callable[[Any, list[Any]], None]) -> None:
-        """Settle each shard's part; every part is tried, the first ``LeaseExpired`` raised."""
-        lost = None
+        """Settle each shard's part; every part is tried (a shard down or a lease lost fails
+        only its own), then the first such error raised."""
+        failed: BlizzardError | None = None
         for k, group in self._by_shard(msgs).items():
             try:
                 settle(self.shards[k], group)
-            except LeaseExpired as exc:
-                lost = lost or exc
-        if lost is not None:
-            raise lost
+            except (LeaseExpired, *UNAVAILABLE) as exc:
+                failed = failed or exc
+        if failed is not None:
+            raise failed
 
     def ack_ids(self, ids: Sequence[int], leases: Sequence[int]) -> None:
         self.ack_many(_pairs(ids, leases))
