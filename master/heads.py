@@ -90,6 +90,10 @@ class Heads:
         """When the loop must pass again to publish a change (monotonic); None: no change."""
         return self.next_scan if self.dirty and self.sock is not None else None
 
+    def next_round(self) -> float | None:
+        """When every head is sent again (monotonic); None: nothing is published."""
+        return self.next_all if self.sock is not None else None
+
     def head(self, msg: p.Head, now: float, *_: Any) -> p.QueueHead:
         checks.queue_name(msg.queue)
         return head_of(self.state, msg.queue, self.shard, now, self.seq())

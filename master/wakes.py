@@ -1,0 +1,66 @@
+"""When the master's loop must pass again, so that an idle master sleeps instead of polling.
+
+A pass with nothing to do costs about 20 µs with warm caches but about 300 µs after a sleep
+(measured: an idle master passing every 50 ms spent 6 ms of CPU a second, twenty idle shards an
+eighth of a core). So the loop sleeps until the soonest of what a timer is due for: a long
+poll running out, a head to publish, a lease, a staged or parked enqueue or an id block
+running out; while background work is under way (repairs, safe mode, a standby to serve, a
+checkpoint being written) it passes every ``BUSY_S`` as it always did, and otherwise at least every
+``IDLE_S`` (less with a short ``--dead-after-s``: a silent data node is noticed by a pass).
+
+``stop`` wakes a sleeping loop at once (a byte on a pipe the router's poller watches), so a
+long sleep does not hold up a shutdown.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import zmq
+
+BUSY_S = 0.05  # the longest sleep while background work is under way
+IDLE_S = 0.5  # the longest sleep otherwise
+
+
+class Wakes:
+    """The loop's next pass (``next_pass``) and its alarm clock (``interrupt``)."""
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
+        self._r, self._w = os.pipe()
+        os.set_blocking(self._r, False)
+        os.set_blocking(self._w, False)
+        poller = getattr(server.router, "poller", None)  # a test's stand-in router has none
+        if poller is not None:
+            poller.register(self._r, zmq.POLLIN)
+
+    def next_pass(self, now: float, mono: float) -> float:
+        """The monotonic time by which the loop must pass again."""
+        s = self.server
+        soon = [t for t in (s.leases.next_wake(), s.heads.wake(), s.heads.next_round())
+                if t is not None]
+        for heap in (s.enqueues.expiry, s.enqueues.timeouts, s.blocks.expiry):
+            if heap:  # (monotonic deadline, ...): staged items, parked enqueues, id blocks
+                soon.append(heap[0][0])
+        deadline = s.state.expiries.next_deadline()  # wall-clock time, as leases are given
+        if deadline is not None:
+            soon.append(mono + max(0.0, deadline - now))
+        busy = s.repair.scan or s.repair.in_flight or s.safe_mode.on or s.replication.parked \
+            or s.replication.sync_name or s.checkpoints.child is not None
+        soon.append(mono + (BUSY_S if busy else min(IDLE_S, s.config.dead_after_s / 4)))
+        return min(soon)
+
+    def interrupt(self) -> None:
+        """Wake the loop now (from a signal handler or another thread)."""
+        try:
+            os.write(self._w, b"!")
+        except (BlockingIOError, OSError):
+            pass  # a byte is there already, or the pipe is closed
+
+    def close(self) -> None:
+        for fd in (self._r, self._w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
