@@ -76,8 +76,8 @@ class MasterCommand(click.Command):
                    "a standby: ADDR,ADDR), told to clients so one address finds them all.")
 @click.option("--heads-bind", type=ADDRESS, default=None,
               help="Publish each queue's head (ready count, first item's priority) on a ZeroMQ "
-                   "PUB socket here whenever it changes: sharded clients pick the best shard "
-                   "from them without asking (default: off).")
+                   "XPUB socket here whenever it changes, for the queues someone subscribes to: "
+                   "sharded clients pick the best shard from them without asking (default: off).")
 def master_command(data_dir: str, bind: str, replication: int, min_replicas: int | None,
                    heartbeat_s: float, dead_after_s: float, pending_timeout_s: float,
                    max_item_bytes: int, checkpoint_records: int, keys: str | None,

@@ -40,7 +40,7 @@ class MasterConfig:
     # sharding (master/heads.py)
     shard: int = 0  # this master's shard: its ids start at shard << 56
     shards: str = ""  # every shard's masters, space-separated, told to clients (Welcome)
-    heads_bind: str | None = None  # publish queue heads on a PUB socket here; None: off
+    heads_bind: str | None = None  # publish queue heads on an XPUB socket here; None: off
 
     @property
     def addr(self) -> str:

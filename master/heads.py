@@ -6,9 +6,10 @@ there and refuses a data dir that holds another shard's ids.
 
 A queue's head on this shard (``head_of``: what a lease would take first) is what a sharded
 client compares shards by. It is asked for with ``Head`` (the paper's peek-d), comes back on a
-lease that asks (``Lease.head``), and, with ``--heads-bind``, is published on a ZeroMQ PUB
-socket whenever it changes (``HeadsPublisher``), so a client that subscribes knows every shard's
-head, a little stale, without asking any.
+lease that asks (``Lease.head``), and, with ``--heads-bind``, is published on a ZeroMQ XPUB
+socket whenever it changes (``Heads.publish``), so a client that subscribes knows every shard's
+head, a little stale, without asking any. Only queues someone subscribes to are published
+(producers alone pay nothing for the feed), and a new subscriber is sent the head at once.
 """
 
 from __future__ import annotations
@@ -76,10 +77,11 @@ class Heads:
         self.next_all = 0.0
         self.dirty = False  # something changed since the last scan
         self.marks: dict[str, tuple[int, int, int, int]] = {}  # queue -> counts at its last scan
+        self.listened: set[bytes] = set()  # topics someone subscribes to
         if bind:
-            sock = ctx.socket(zmq.PUB)
+            sock = ctx.socket(zmq.XPUB)  # tells the master which queues anyone listens to
             sock.setsockopt(zmq.LINGER, 0)
-            sock.setsockopt(zmq.MAXMSGSIZE, SUBSCRIPTION_BYTES)
+            sock.setsockopt(zmq.MAXMSGSIZE, SUBSCRIPTION_BYTES)  # a subscription's size
             sock.setsockopt(zmq.SNDHWM, 10_000)  # a slow subscriber loses updates, not memory
             if keys is not None:
                 serve_curve(sock, keys)
@@ -88,11 +90,11 @@ class Heads:
 
     def wake(self) -> float | None:
         """When the loop must pass again to publish a change (monotonic); None: no change."""
-        return self.next_scan if self.dirty and self.sock is not None else None
+        return self.next_scan if self.dirty and self.listened else None
 
     def next_round(self) -> float | None:
-        """When every head is sent again (monotonic); None: nothing is published."""
-        return self.next_all if self.sock is not None else None
+        """When every listened-to head is sent again (monotonic); None: none is."""
+        return self.next_all if self.listened else None
 
     def head(self, msg: p.Head, now: float, *_: Any) -> p.QueueHead:
         checks.queue_name(msg.queue)
@@ -104,10 +106,18 @@ class Heads:
     def publish(self, busy: bool, mono: float) -> None:
         """After a pass: send the heads that changed (``busy``: the pass did something; a
         change within ``SCAN_EVERY_S`` of the last scan waits for the next, ``wake``), or
-        every head once a second."""
+        every head once a second; only of queues someone subscribes to, and a queue's head
+        at once to its first subscriber."""
         if self.sock is None:
             return
+        joined = self._listeners()
         self.dirty = self.dirty or busy
+        if not self.listened:
+            self.dirty = False
+            return  # nobody listens: producers alone pay nothing for the feed
+        now, seq = time.time(), self.seq()
+        for name in joined:
+            self._publish(name, now, seq, True)
         everything = mono >= self.next_all
         if not (self.dirty and mono >= self.next_scan or everything):
             return
@@ -123,21 +133,53 @@ class Heads:
             start = self.turn % len(names)
             names = (names[start:] + names[:start])[:MAX_SCAN]
             self.turn = start + MAX_SCAN
-        now, seq = time.time(), self.seq()
-        queues, marks = self.state.queues, self.marks
+        everyone = b"" in self.listened  # a subscription to every topic
         for name in names:
-            q = queues[name]
-            # what every change of a head changes too: no head is worked out for a queue
-            # untouched since the last scan (the once-a-second round works out all of them)
-            mark = (q.n_ready, len(q.ready), q.n_delayed, q.n_leased)
-            if not everything and marks.get(name) == mark:
+            if everyone or topic(name) in self.listened:
+                self._publish(name, now, seq, everything)
+
+    def _publish(self, name: str, now: float, seq: int, anyway: bool) -> None:
+        """Send ``name``'s head if it changed since it was last sent (or ``anyway``)."""
+        q = self.state.queues.get(name)
+        if q is None:
+            return
+        # what every change of a head changes too: no head is worked out for a queue
+        # untouched since the last scan (the once-a-second round works out all of them)
+        mark = (q.n_ready, len(q.ready), q.n_delayed, q.n_leased)
+        if not anyway and self.marks.get(name) == mark:
+            return
+        self.marks[name] = mark
+        head = head_of(self.state, name, self.shard, now, seq)
+        seen = (min(head.ready, 1), head.priority, head.enqueued_at)
+        if anyway or self.published.get(name) != seen:
+            self.published[name] = seen
+            self._send(head)
+
+    def _listeners(self) -> list[str]:
+        """Read the subscriptions that came (the XPUB socket tells a topic's first subscribe
+        and its last unsubscribe, a subscriber's leaving included); the queues just joined."""
+        assert self.sock is not None
+        joined = []
+        while self.sock.get(zmq.EVENTS) & zmq.POLLIN:
+            try:
+                msg = self.sock.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            if not msg or msg[0] not in (0, 1):
+                continue  # not a subscription: ignored
+            wanted = msg[1:]
+            if msg[0] == 0:
+                self.listened.discard(wanted)
                 continue
-            marks[name] = mark
-            head = head_of(self.state, name, self.shard, now, seq)
-            seen = (min(head.ready, 1), head.priority, head.enqueued_at)
-            if everything or self.published.get(name) != seen:
-                self.published[name] = seen
-                self._send(head)
+            self.listened.add(wanted)
+            if wanted.endswith(b"\0"):
+                try:
+                    joined.append(wanted[:-1].decode("utf-8"))
+                except UnicodeDecodeError:
+                    pass
+            elif not wanted:
+                joined += list(self.state.queues)[:MAX_SCAN]
+        return joined
 
     def _send(self, head: p.QueueHead) -> None:
         assert self.sock is not None

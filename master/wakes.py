@@ -34,6 +34,8 @@ class Wakes:
         poller = getattr(server.router, "poller", None)  # a test's stand-in router has none
         if poller is not None:
             poller.register(self._r, zmq.POLLIN)
+            if server.heads.sock is not None:  # a subscription wakes the loop too: a new
+                poller.register(server.heads.sock, zmq.POLLIN)  # subscriber is told at once
 
     def next_pass(self, now: float, mono: float) -> float:
         """The monotonic time by which the loop must pass again."""

@@ -7,6 +7,7 @@ import time
 
 import pytest
 import zmq
+from conftest import wait_for
 
 from blizzard import protocol as p
 from blizzard.errors import InvalidArgument
@@ -138,6 +139,39 @@ def test_a_master_publishes_its_heads_as_they_change():
             if sub.poll(100):
                 heads.append(p.unpack(sub.recv_multipart()[1]))
         assert heads and heads[0].queue == "q" and heads[0].priority == 4 and heads[0].ready >= 1
+    finally:
+        sub.close()
+        master.close()
+
+
+def test_a_master_publishes_only_what_someone_listens_to_and_tells_a_newcomer_at_once():
+    port = free_port()
+    master = in_process_master(replication=1, heads_bind=f"tcp://127.0.0.1:{port}")
+    sent: list[str] = []
+    send = master.heads._send
+    master.heads._send = lambda head: (sent.append(head.queue), send(head))
+    sub = zmq.Context.instance().socket(zmq.SUB)
+    sub.setsockopt(zmq.LINGER, 0)
+    try:
+        for queue in ("q", "other"):
+            placement = alloc(master, 2, queue=queue, priorities=[3, 6])
+            call(master, p.Commit(placement.ids, ["dn-a"], f"c{queue}"))
+        master.heads.next_all = 0.0  # the once-a-second round too: still nothing to send
+        master.run_once(0)
+        assert sent == [] and not master.heads.listened
+        sub.setsockopt(zmq.SUBSCRIBE, topic("q"))
+        sub.connect(f"tcp://127.0.0.1:{port}")
+        deadline = time.monotonic() + 10
+        while not sub.poll(20) and time.monotonic() < deadline:
+            master.run_once(0)  # reads the subscription: the head goes out with no change
+        head = p.unpack(sub.recv_multipart()[1])
+        assert (head.queue, head.ready, head.priority) == ("q", 2, 3)
+        master.heads.next_all = 0.0
+        master.run_once(0)
+        assert set(sent) == {"q"}  # "other" has no subscriber
+        sub.close()
+        wait_for(lambda: master.run_once(0) or not master.heads.listened,
+                 what="the last subscriber's leaving noticed")
     finally:
         sub.close()
         master.close()
