@@ -36,15 +36,21 @@ def status(master: str, timeout_s: float, as_json: bool, watch_s: float | None) 
     free_bytes), "items", "bytes_used", "free_bytes"}], "queues": [{queue, ready, delayed, leased, pending, dead,
     oldest_age_s, enqueued_total, acked_total (both since the master started)}]}. With
     --watch, one such document a line ({"error", "error_class"} while the master does not
-    answer).
+    answer). A sharded cluster (several masters in --master): the shards' statuses merged,
+    with "shards" and "shards_unanswered" ({shard: why}: those down are left out).
     """
     from blizzard.client import Client
 
     with Client(master, timeout_s=timeout_s) as c:
         def render() -> str:
             st = c.status()
-            return json.dumps(_status_doc(st), indent=None if watch_s else 2) if as_json \
-                else "\n".join(_status_lines(st))
+            doc = _status_doc(st)
+            unanswered = getattr(c, "unanswered", None)  # a sharded cluster's shards that are down
+            if unanswered is not None:
+                doc["shards"] = len(c.shards)
+                doc["shards_unanswered"] = {str(k): why for k, why in unanswered.items()}
+            return json.dumps(doc, indent=None if watch_s else 2) if as_json \
+                else "\n".join(_status_lines(st, doc))
         if watch_s is None:
             click.echo(render())
         else:
@@ -66,18 +72,23 @@ def _status_doc(st: Any) -> dict[str, Any]:
                         "acked_total": q.acked_total} for q in st.queues]}
 
 
-def _status_lines(st: Any) -> list[str]:
-    doc = _status_doc(st)
+def _status_lines(st: Any, doc: dict[str, Any] | None = None) -> list[str]:
+    doc = _status_doc(st) if doc is None else doc
     lines = [f"cluster: {st.cluster_id} (epoch {st.epoch}; standby in sync: "
-             f"{st.standby or 'none'})",
-             "security: on (CURVE keys, capabilities)" if st.secure else
-             "security: OFF (servers started with --insecure)",
-             "safe mode: ON (the master just started: no re-replication or deletion until "
-             "the data nodes report)" if st.safe_mode else "safe mode: off",
-             f"data nodes (replication {st.replication}, under-replicated items "
-             f"{st.under_replicated}; items and bytes as of heartbeats):",
-             f"  {'node':<16} {'address':<24} {'state':<6} {'as of':>10} {'items':>9} "
-             f"{'used':>10} {'free':>10}"]
+             f"{st.standby or 'none'})"]
+    if "shards" in doc:
+        down = doc["shards_unanswered"]
+        lines.append(f"shards: {doc['shards']}, " + (
+            "all answering" if not down else f"NOT ANSWERING: {len(down)} (" + "; ".join(
+                f"shard {k}: {why}" for k, why in down.items()) + "); shown: the others"))
+    lines += ["security: on (CURVE keys, capabilities)" if st.secure else
+              "security: OFF (servers started with --insecure)",
+              "safe mode: ON (the master just started: no re-replication or deletion until "
+              "the data nodes report)" if st.safe_mode else "safe mode: off",
+              f"data nodes (replication {st.replication}, under-replicated items "
+              f"{st.under_replicated}; items and bytes as of heartbeats):",
+              f"  {'node':<16} {'address':<24} {'state':<6} {'as of':>10} {'items':>9} "
+              f"{'used':>10} {'free':>10}"]
     for n in st.nodes:
         lines.append(f"  {n.node_id:<16} {n.addr:<24} {'alive' if n.alive else 'DEAD':<6} "
                      f"{seconds(n.heartbeat_age_s) + ' ago':>10} {n.items:>9} "

@@ -73,6 +73,7 @@ class ShardedClient:
         self._checked: set[int] = set()
         self.heard: dict[int, float] = {}  # shard -> when a keyless enqueue last got through
         self.owed: list[Any] = []  # acks whose shard did not answer: sent with the next lease
+        self.unanswered: dict[int, str] = {}  # shards the last ``status`` did not hear, and why
         self.rng = random.Random()
 
     def __enter__(self) -> "ShardedClient":
@@ -346,8 +347,18 @@ class ShardedClient:
         return done
 
     def status(self) -> p.ClusterStatus:
-        """Every shard's status merged (``statuses`` for each apart)."""
-        return merge_status(self.statuses())
+        """The statuses of the shards that answer, merged (``statuses`` for each apart); those
+        that did not, and why, are in ``unanswered``. ``MasterUnavailable`` if none answered."""
+        answered, self.unanswered = [], {}
+        for k, shard in enumerate(self.shards):
+            try:
+                answered.append(shard.status())
+            except UNAVAILABLE as exc:
+                self.unanswered[k] = f"{type(exc).__name__}: {exc}"
+        if not answered:
+            raise MasterUnavailable(f"none of the {len(self.shards)} shards' masters answered: "
+                                    f"{self.unanswered[0]}")
+        return merge_status(answered)
 
     def statuses(self) -> list[p.ClusterStatus]:
         return [shard.status() for shard in self.shards]
@@ -369,11 +380,15 @@ class ShardedClient:
         return count
 
     def remove_node(self, node_id: str) -> int:
-        """Forget a dead data node of whichever shard it belongs to."""
-        for shard, status in zip(self.shards, self.statuses()):
-            if any(node.node_id == node_id for node in status.nodes):
+        """Forget a dead data node of whichever shard it belongs to (of those that answer)."""
+        for shard in self.shards:
+            try:
+                nodes = shard.status().nodes
+            except UNAVAILABLE:
+                continue
+            if any(node.node_id == node_id for node in nodes):
                 return shard.remove_node(node_id)
-        raise InvalidArgument(f"no shard knows a data node {node_id!r}")
+        raise InvalidArgument(f"no shard that answered knows a data node {node_id!r}")
 
 
 class _Pair:

@@ -28,9 +28,10 @@ class Wakes:
 
     def __init__(self, server: Any) -> None:
         self.server = server
-        self._r, self._w = os.pipe()
-        os.set_blocking(self._r, False)
-        os.set_blocking(self._w, False)
+        r, w = os.pipe()
+        os.set_blocking(w, False)
+        # file objects, not bare fds: closed when collected too (a test may drop a server)
+        self._r, self._w = open(r, "rb", buffering=0), open(w, "wb", buffering=0)
         poller = getattr(server.router, "poller", None)  # a test's stand-in router has none
         if poller is not None:
             poller.register(self._r, zmq.POLLIN)
@@ -56,13 +57,10 @@ class Wakes:
     def interrupt(self) -> None:
         """Wake the loop now (from a signal handler or another thread)."""
         try:
-            os.write(self._w, b"!")
-        except (BlockingIOError, OSError):
-            pass  # a byte is there already, or the pipe is closed
+            self._w.write(b"!")
+        except (OSError, ValueError):
+            pass  # the pipe is full (it is awake anyway) or closed
 
     def close(self) -> None:
-        for fd in (self._r, self._w):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        self._r.close()
+        self._w.close()

@@ -50,3 +50,12 @@ def test_status_shows_safe_mode_and_the_queue_totals():
     settled = p.ClusterStatus([], [jobs], 0, 3, True, False)
     assert _status_doc(settled)["safe_mode"] is False
     assert "safe mode: off" in _status_lines(settled)
+
+
+def test_status_of_a_sharded_cluster_names_the_shards_that_do_not_answer():
+    st = p.ClusterStatus([], [], 0, 2, True, False)
+    doc = {**_status_doc(st), "shards": 3, "shards_unanswered": {"1": "MasterUnavailable: gone"}}
+    assert "shards: 3, NOT ANSWERING: 1 (shard 1: MasterUnavailable: gone); shown: the others" \
+        in _status_lines(st, doc)
+    assert "shards: 3, all answering" in _status_lines(st, {**doc, "shards_unanswered": {}})
+    assert not any(line.startswith("shards:") for line in _status_lines(st))  # one master

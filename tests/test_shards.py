@@ -177,6 +177,10 @@ def test_kill_9_of_one_shard_master_under_load_loses_nothing(sharded):
         assert len(got) == 20 and {shard_of(m.id) for m in got} <= {0, 2}
         other.ack_many(got)
         assert time.monotonic() - started < 15
+    with sharded.client(timeout_s=2) as quick:  # status shows the shards that answer
+        st = quick.status()
+        assert list(quick.unanswered) == [1] and "MasterUnavailable" in quick.unanswered[1]
+        assert "load" in {q.queue for q in st.queues}
     sharded.restart_master(1)
     for t in threads[:2]:
         t.join(90)
