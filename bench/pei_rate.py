@@ -3,7 +3,8 @@
 The batched pipeline of ``bench.backlog`` (a producer enqueues ``--n`` items ``--batch`` per
 call with ``--window`` batches in flight, then a consumer dequeues and acks them) on two
 clusters started side by side: one master, and ``--shards`` shards, each with the same data
-nodes and R as the one master. Runs alternate (ABBA). Per run: the enqueue and ack rates, and
+nodes and R as the one master; and that sharded cluster again with its clients on shard 0
+alone (a shard master's own cost, the other shards idle). Runs alternate. Per run: the enqueue and ack rates, and
 CPU per item of the masters together, of the data nodes together and of the clients. On this
 2-core machine every process shares the same two cores, so sharding cannot add speed here;
 what must hold is that the cost per item does not grow (what more cores or hosts would give
@@ -55,18 +56,22 @@ def phase(cluster: Any, role: str, worker: Any, args_: tuple, max_s: float) -> t
     return res, spent
 
 
-def spec(cluster: Any) -> str:
-    return " ".join(cluster.addrs) if isinstance(cluster, ShardedCluster) else cluster.masters
+def spec(cluster: Any, only: int | None = None) -> str:
+    """The clients' master list: every shard, or shard ``only`` alone (the others idle)."""
+    if not isinstance(cluster, ShardedCluster):
+        return cluster.masters
+    return " ".join(cluster.addrs) if only is None else cluster.addrs[only]
 
 
-def pipeline(cluster: Any, queue: str, args: Any) -> dict[str, Any]:
+def pipeline(cluster: Any, queue: str, args: Any, only: int | None = None) -> dict[str, Any]:
     keys = cluster.keys or ""
+    masters = spec(cluster, only)
     prod, enq_cpu = phase(cluster, "producer", produce,
-                          (spec(cluster), keys, queue, args.size, args.n, args.batch,
+                          (masters, keys, queue, args.size, args.n, args.batch,
                            args.max_seconds, args.window), args.max_seconds)
     done = prod["done"]
     cons, ack_cpu = phase(cluster, "consumer", consume,
-                          (spec(cluster), keys, queue, done, args.batch, args.max_seconds),
+                          (masters, keys, queue, done, args.batch, args.max_seconds),
                           args.max_seconds)
     per_item = {f"enqueue_{k}": round(v / max(1, done) * 1e6, 1) for k, v in enq_cpu.items()}
     per_item |= {f"ack_{k}": round(v / max(1, cons["got"]) * 1e6, 1) for k, v in ack_cpu.items()}
@@ -86,17 +91,22 @@ def main(argv: list[str], base: str) -> int:
                        replication=args.replication)
     many = ShardedCluster(os.path.join(base, "many"), masters=args.rate_shards,
                           datanodes=args.datanodes, replication=args.replication)
-    labels = {"one master": one, f"{args.rate_shards} shards": many}
+    # the third: the same sharded cluster with the clients on shard 0 alone, the other shards
+    # idle: a shard master's own cost per item, without the load spread over more processes
+    # than cores (what tells code from contention on a small machine)
+    labels = {"one master": (one, None), f"{args.rate_shards} shards": (many, None),
+              f"{args.rate_shards} shards, one used": (many, 0)}
 
     def body() -> int:
         many.start(timeout_s=120)
         runs: dict[str, list[dict]] = {label: [] for label in labels}
-        for cluster in labels.values():
-            pipeline(cluster, "warm-up", args)
+        for cluster, only in labels.values():
+            pipeline(cluster, "warm-up", args, only)
         for i in range(args.repeat):
             order = list(labels) if i % 2 == 0 else list(reversed(labels))
             for label in order:
-                rec = pipeline(labels[label], f"pipe-{i}", args)
+                cluster, only = labels[label]
+                rec = pipeline(cluster, f"pipe-{i}", args, only)
                 runs[label].append(rec)
                 print(json.dumps({"system": "blizzard", "op": "shard_rate", "cluster": label,
                                   "size": args.size, "batch": args.batch, **rec}), flush=True)
