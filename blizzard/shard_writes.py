@@ -5,7 +5,8 @@ the key's shard when the producer has a key), through one ``Producer`` per shard
 back in send order.
 ``ShardedStager`` stages the same way; its chunks' ids say where each is committed.
 ``ShardLeases`` sends ``Message.ack()``'s unawaited acks (the worker's) to each item's shard;
-``AcksInFlight`` a consumer's acks beside its next lease.
+``AcksInFlight`` a consumer's acks beside its next lease; ``pairs`` the (id, lease) items
+of the ``*_ids`` calls.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import time
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from blizzard import protocol as p
-from blizzard.errors import LeaseExpired
+from blizzard.errors import InvalidArgument, LeaseExpired
 from blizzard.pipeline import Staged
 from blizzard.shard_pick import UNAVAILABLE
 from blizzard.shard_messages import shard_of
@@ -168,3 +169,18 @@ class AcksInFlight:
             except UNAVAILABLE:
                 owed += msgs
         return lost, owed
+
+
+class _Pair:
+    """An item as ``*_ids`` calls name it: its id and lease token."""
+
+    __slots__ = ("id", "lease")
+
+    def __init__(self, item_id: int, lease: int) -> None:
+        self.id, self.lease = item_id, lease
+
+
+def pairs(ids: Sequence[int], leases: Sequence[int]) -> list[_Pair]:
+    if len(ids) != len(leases):
+        raise InvalidArgument(f"{len(ids)} ids but {len(leases)} lease tokens")
+    return [_Pair(i, lease) for i, lease in zip(ids, leases)]

@@ -37,7 +37,8 @@ from blizzard.shard_messages import MAX_SHARDS, shard_of
 from blizzard.shard_pick import DOWN_S, LEASE_ATTEMPT_S, UNAVAILABLE, ShardPicker
 from blizzard.shard_view import HeadsFeed, HeadsView
 from blizzard.transport import call
-from blizzard.shard_writes import AcksInFlight, ShardedProducer, ShardedStager, ShardLeases
+from blizzard.shard_writes import (AcksInFlight, ShardedProducer, ShardedStager, ShardLeases,
+                                   pairs as _pairs)
 
 log = logging.getLogger(__name__)
 
@@ -389,16 +390,3 @@ class ShardedClient:
             if any(node.node_id == node_id for node in nodes):
                 return shard.remove_node(node_id)
         raise InvalidArgument(f"no shard that answered knows a data node {node_id!r}")
-
-
-class _Pair:
-    __slots__ = ("id", "lease")
-
-    def __init__(self, item_id: int, lease: int) -> None:
-        self.id, self.lease = item_id, lease
-
-
-def _pairs(ids: Sequence[int], leases: Sequence[int]) -> list[_Pair]:
-    if len(ids) != len(leases):
-        raise InvalidArgument(f"{len(ids)} ids but {len(leases)} lease tokens")
-    return [_Pair(i, lease) for i, lease in zip(ids, leases)]
