@@ -246,9 +246,9 @@ class ShardedClient:
                 if leased is not None and leased.ids:  # the caller gets the error instead
                     self.shards[k].nack_ids(leased.ids, leased.leases, delay_s=0.0)
                 raise
-        if self.owed:
-            log.warning("%d acks owed to shards that did not answer; sent again with the "
-                        "next lease", len(self.owed))
+        if self.owed and not owed:  # said once, not at every lease while a shard is down
+            log.warning("%d acks owed to shards that did not answer; sent again with each "
+                        "lease until taken", len(self.owed))
         if lost is not None:
             if leased.ids:  # the caller gets the error, so these go back at once
                 self.shards[k].nack_ids(leased.ids, leased.leases, delay_s=0.0)
@@ -350,16 +350,22 @@ class ShardedClient:
     def status(self) -> p.ClusterStatus:
         """The statuses of the shards that answer, merged (``statuses`` for each apart); those
         that did not, and why, are in ``unanswered``. ``MasterUnavailable`` if none answered."""
-        answered, self.unanswered = [], {}
-        for k, shard in enumerate(self.shards):
-            try:
-                answered.append(shard.status())
-            except UNAVAILABLE as exc:
-                self.unanswered[k] = f"{type(exc).__name__}: {exc}"
+        answered = self._answering()
         if not answered:
             raise MasterUnavailable(f"none of the {len(self.shards)} shards' masters answered: "
                                     f"{self.unanswered[0]}")
-        return merge_status(answered)
+        return merge_status([status for _, status in answered])
+
+    def _answering(self) -> list[tuple[Any, p.ClusterStatus]]:
+        """(shard, its status) of the shards that answer; the others, and why, in
+        ``unanswered``."""
+        answered, self.unanswered = [], {}
+        for k, shard in enumerate(self.shards):
+            try:
+                answered.append((shard, shard.status()))
+            except UNAVAILABLE as exc:
+                self.unanswered[k] = f"{type(exc).__name__}: {exc}"
+        return answered
 
     def statuses(self) -> list[p.ClusterStatus]:
         return [shard.status() for shard in self.shards]
@@ -382,11 +388,7 @@ class ShardedClient:
 
     def remove_node(self, node_id: str) -> int:
         """Forget a dead data node of whichever shard it belongs to (of those that answer)."""
-        for shard in self.shards:
-            try:
-                nodes = shard.status().nodes
-            except UNAVAILABLE:
-                continue
-            if any(node.node_id == node_id for node in nodes):
+        for shard, status in self._answering():
+            if any(node.node_id == node_id for node in status.nodes):
                 return shard.remove_node(node_id)
         raise InvalidArgument(f"no shard that answered knows a data node {node_id!r}")

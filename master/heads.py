@@ -92,10 +92,6 @@ class Heads:
         """When the loop must pass again to publish a change (monotonic); None: no change."""
         return self.next_scan if self.dirty and self.listened else None
 
-    def next_round(self) -> float | None:
-        """When every listened-to head is sent again (monotonic); None: none is."""
-        return self.next_all if self.listened else None
-
     def head(self, msg: p.Head, now: float, *_: Any) -> p.QueueHead:
         checks.queue_name(msg.queue)
         return head_of(self.state, msg.queue, self.shard, now, self.seq())
@@ -115,11 +111,14 @@ class Heads:
         if not self.listened:
             self.dirty = False
             return  # nobody listens: producers alone pay nothing for the feed
+        everything = mono >= self.next_all
+        scan = self.dirty and mono >= self.next_scan or everything
+        if not (joined or scan):
+            return
         now, seq = time.time(), self.seq()
         for name in joined:
             self._publish(name, now, seq, True)
-        everything = mono >= self.next_all
-        if not (self.dirty and mono >= self.next_scan or everything):
+        if not scan:
             return
         self.dirty = False
         self.next_scan = mono + SCAN_EVERY_S

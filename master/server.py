@@ -267,7 +267,7 @@ class MasterServer:
         """One pass: the requests that came (waiting for one until a timer is due, at most
         ``timeout_ms``), the timers, one fsync, the replies."""
         mono = time.monotonic()
-        wait_ms = max(0, int((self.wakes.next_pass(time.time(), mono) - mono) * 1000) + 1)
+        wait_ms = max(0, int((self.wakes.next_pass(mono) - mono) * 1000) + 1)
         requests = self.router.receive(wait_ms if timeout_ms is None else min(wait_ms, timeout_ms))
         now, mono = time.time(), time.monotonic()
         timed = self.metrics.request
