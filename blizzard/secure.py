@@ -9,6 +9,7 @@ which arrives with every message as the frame property ``User-Id``.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import threading
@@ -24,6 +25,7 @@ from blizzard.errors import AuthenticationFailed
 
 log = logging.getLogger(__name__)
 
+_watch_ids = itertools.count(1)
 HANDSHAKE_FAILED = (zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
                     | zmq.EVENT_HANDSHAKE_FAILED_AUTH)
 
@@ -126,7 +128,19 @@ class HandshakeWatch:
     UNEXPLAINED = 3
 
     def __init__(self, sock: zmq.Socket, addr: str, secure: bool) -> None:
-        self.monitor = sock.get_monitor_socket(HANDSHAKE_FAILED | zmq.EVENT_HANDSHAKE_SUCCEEDED)
+        # ZeroMQ's I/O thread sends each event to the monitor with a blocking send: if the
+        # reading end is full or gone while monitoring is on, that thread stops for good and
+        # every socket of the context with it. So: a name never used before (pyzmq's default
+        # names it by the socket's fd, which a new socket reuses before the old name is freed),
+        # no limit on unread events (one per handshake), and ``close`` stops the monitoring
+        # before it closes the reading end.
+        inproc = f"inproc://blizzard.handshake-watch.{next(_watch_ids)}"
+        sock.monitor(inproc, HANDSHAKE_FAILED | zmq.EVENT_HANDSHAKE_SUCCEEDED)
+        self.sock = sock
+        self.monitor = sock.context.socket(zmq.PAIR)
+        self.monitor.setsockopt(zmq.LINGER, 0)
+        self.monitor.setsockopt(zmq.RCVHWM, 0)
+        self.monitor.connect(inproc)
         self.addr = addr
         self.secure = secure
         self.unexplained = 0
@@ -166,4 +180,7 @@ class HandshakeWatch:
                 "not the one this process was given (wrong master or data-node key?)")
 
     def close(self) -> None:
+        """Stop monitoring the socket, then close the reading end (in this order: see above)."""
+        if not self.sock.closed:
+            self.sock.monitor(None, 0)
         self.monitor.close(linger=0)

@@ -6,6 +6,7 @@ import itertools
 import logging
 import re
 import time
+import weakref
 from typing import Any, Iterable
 
 import zmq
@@ -97,6 +98,7 @@ class Endpoint:
         self.sock: zmq.Socket | None = None
         self.poller: zmq.Poller | None = None  # polls ``sock`` and its handshake watch
         self.watch: HandshakeWatch | None = None
+        self._closer: weakref.finalize | None = None
         self._early: dict[int, Any] = {}
 
     def _socket(self) -> zmq.Socket:
@@ -115,6 +117,9 @@ class Endpoint:
                 self._close(sock, watch)
                 raise InvalidArgument(f"cannot connect to {self.addr}: {exc}") from None
             self.sock, self.watch = sock, watch
+            # An endpoint dropped without ``close`` still closes in the safe order: left to the
+            # garbage collector, the monitor's reading end may go first (see HandshakeWatch).
+            self._closer = weakref.finalize(self, self._close, sock, watch)
             self.poller = zmq.Poller()
             self.poller.register(sock, zmq.POLLIN)
             self.poller.register(watch.monitor, zmq.POLLIN)
@@ -122,7 +127,6 @@ class Endpoint:
 
     @staticmethod
     def _close(sock: zmq.Socket, watch: HandshakeWatch) -> None:
-        sock.disable_monitor()
         watch.close()
         sock.close(linger=0)
 
@@ -196,12 +200,9 @@ class Endpoint:
 
     def reset(self) -> None:
         """Drop the socket (and every request queued on it) after a timeout."""
-        if self.sock is not None:
-            assert self.watch is not None
-            self._close(self.sock, self.watch)
-            self.sock = None
-            self.watch = None
-            self.poller = None
+        if self._closer is not None:
+            self._closer()  # closes the socket and its watch
+            self._closer = self.sock = self.watch = self.poller = None
         self._early.clear()
 
     def close(self) -> None:
