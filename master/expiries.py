@@ -33,6 +33,11 @@ class Expiries:
         if ids:
             heapq.heappush(self._heap, [deadline, next(self._seq), ids, leases, 0])
 
+    def next_deadline(self) -> float | None:
+        """The soonest deadline held (an entry's items may all be settled since: then it is
+        dropped at the next ``due``), or None."""
+        return self._heap[0][0] if self._heap else None
+
     def due(self, now: float, held: dict[int, tuple[int, float]], limit: int) -> list[int]:
         """Ids whose lease has run out by ``now`` and that ``held`` (id -> (lease, deadline))
         still holds under it: at most ``limit``, by deadline, then id.

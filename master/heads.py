@@ -92,6 +92,10 @@ class Heads:
         """When the loop must pass again to publish a change (monotonic); None: no change."""
         return self.next_scan if self.dirty and self.listened else None
 
+    def next_round(self) -> float | None:
+        """When every listened-to head is sent again (monotonic); None: none is."""
+        return self.next_all if self.listened else None
+
     def head(self, msg: p.Head, now: float, *_: Any) -> p.QueueHead:
         checks.queue_name(msg.queue)
         return head_of(self.state, msg.queue, self.shard, now, self.seq())

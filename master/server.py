@@ -51,6 +51,7 @@ from master.safe_mode import SafeMode
 from master.state import State
 from master.tasks import Tasks
 from master.wal import MemoryWal, Wal
+from master.wakes import Wakes
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +132,7 @@ class MasterServer:
         self.tasks = Tasks(self.state, self.log_record, self.counts)
         self._replies: list[tuple[bytes, int, Any]] = []
         self._stopping = False
+        self.wakes = Wakes(self)  # when the loop must pass again; ``stop`` wakes it
         # collected always (about a µs a request), served only with a metrics port
         self.metrics = MasterMetrics(self)
         self.checkpoints = Checkpointer(wal, config.checkpoint_records, replayed,
@@ -243,14 +245,16 @@ class MasterServer:
         else:
             log.info("security on: CURVE keys from %s", self.config.keys)
         while not self._stopping:
-            self.run_once(50)
+            self.run_once()
 
     def stop(self) -> None:
         self._stopping = True
+        self.wakes.interrupt()
 
     def close(self) -> None:
         self.router.close()
         self.heads.close()
+        self.wakes.close()
         self.metrics.close()
         try:
             self.checkpoints.now(self.state)
@@ -259,12 +263,12 @@ class MasterServer:
             os._exit(70)
         self.wal.close()
 
-    def run_once(self, timeout_ms: int) -> None:
-        wake = min((t for t in (self.leases.next_wake(), self.heads.wake()) if t is not None),
-                   default=None)
-        if wake is not None:
-            timeout_ms = max(0, min(timeout_ms, int((wake - time.monotonic()) * 1000) + 1))
-        requests = self.router.receive(timeout_ms)
+    def run_once(self, timeout_ms: int | None = None) -> None:
+        """One pass: the requests that came (waiting for one until a timer is due, at most
+        ``timeout_ms``), the timers, one fsync, the replies."""
+        mono = time.monotonic()
+        wait_ms = max(0, int((self.wakes.next_pass(time.time(), mono) - mono) * 1000) + 1)
+        requests = self.router.receive(wait_ms if timeout_ms is None else min(wait_ms, timeout_ms))
         now, mono = time.time(), time.monotonic()
         timed = self.metrics.request
         for peer, rid, msg in requests:
