@@ -14,10 +14,11 @@ subscriber is told at once).
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import zmq
+
+from blizzard.wake_pipe import WakePipe
 
 BUSY_S = 0.05  # the longest sleep while something may change with time alone
 IDLE_S = 0.5  # the longest sleep otherwise
@@ -28,13 +29,10 @@ class Wakes:
 
     def __init__(self, server: Any) -> None:
         self.server = server
-        r, w = os.pipe()
-        os.set_blocking(w, False)
-        # file objects, not bare fds: closed when collected too (a test may drop a server)
-        self._r, self._w = open(r, "rb", buffering=0), open(w, "wb", buffering=0)
+        self.pipe = WakePipe()
         poller = getattr(server.router, "poller", None)  # a test's stand-in router has none
         if poller is not None:
-            poller.register(self._r, zmq.POLLIN)
+            self.pipe.watch_with(poller)
             if server.heads.sock is not None:  # a subscription wakes the loop too: a new
                 poller.register(server.heads.sock, zmq.POLLIN)  # subscriber is told at once
 
@@ -57,11 +55,7 @@ class Wakes:
 
     def interrupt(self) -> None:
         """Wake the loop now (from a signal handler or another thread)."""
-        try:
-            self._w.write(b"!")
-        except (OSError, ValueError):
-            pass  # the pipe is full (it is awake anyway) or closed
+        self.pipe.wake()
 
     def close(self) -> None:
-        self._r.close()
-        self._w.close()
+        self.pipe.close()
