@@ -5,7 +5,11 @@ call with ``--window`` batches in flight, then a consumer dequeues and acks them
 clusters started side by side: one master, and ``--shards`` shards, each with the same data
 nodes and R as the one master; and that sharded cluster again with its clients on shard 0
 alone (a shard master's own cost, the other shards idle). Runs alternate. Per run: the enqueue and ack rates, and
-CPU per item of the masters together, of the data nodes together and of the clients. On this
+CPU per item of the masters together, of the data nodes together and of the clients; at 100
+and at 400 items per call (``--rate-batches``), since what a master's loop pass costs besides its
+items weighs per item by the batch, and spread over 4 masters the same requests make more
+passes, each with fewer requests. Once,
+after the warm-up: what each master and data node spends idle, in CPU ms a second. On this
 2-core machine every process shares the same two cores, so sharding cannot add speed here;
 what must hold is that the cost per item does not grow (what more cores or hosts would give
 follows from it: ``docs/DESIGN.md``, "Sharded queues").
@@ -13,10 +17,12 @@ follows from it: ``docs/DESIGN.md``, "Sharded queues").
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import os
 import statistics
+import time
 from typing import Any
 
 from bench.backlog import pipeline_options
@@ -56,6 +62,19 @@ def phase(cluster: Any, role: str, worker: Any, args_: tuple, max_s: float) -> t
     return res, spent
 
 
+def idle_cpu(cluster: Any, seconds: float = 5.0) -> dict[str, float]:
+    """CPU milliseconds a second that each server spends with no client at all, by group
+    (the mean of the group's processes)."""
+    pids = processes(cluster)
+    before = cpu(pids)
+    time.sleep(seconds)  # the measurement's span, not a wait for a condition
+    after = cpu(pids)
+    spent: dict[str, list[float]] = {}
+    for name in pids:
+        spent.setdefault(name.split("/")[0], []).append(after[name] - before[name])
+    return {group: round(statistics.mean(v) / seconds * 1000, 2) for group, v in spent.items()}
+
+
 def spec(cluster: Any, only: int | None = None) -> str:
     """The clients' master list: every shard, or shard ``only`` alone (the others idle)."""
     if not isinstance(cluster, ShardedCluster):
@@ -84,7 +103,11 @@ def main(argv: list[str], base: str) -> int:
     ap = parser("scripts/bench-pei --rate", __doc__)
     pipeline_options(ap, repeat=4, window=4)
     ap.add_argument("--rate-shards", type=int, default=4, help="shards against one master")
+    ap.add_argument("--rate-batches", default="100,400",
+                    help="items per call, comma-separated: each size is measured in turn "
+                         "(--batch is ignored); a pass's fixed cost weighs per item by it")
     args, _ = ap.parse_known_args(argv)
+    batches = [int(b) for b in args.rate_batches.split(",")]
     if args.size < HDR.size:
         ap.error(f"--size must be >= {HDR.size}")
     one = LocalCluster(os.path.join(base, "one"), datanodes=args.datanodes,
@@ -99,14 +122,23 @@ def main(argv: list[str], base: str) -> int:
 
     def body() -> int:
         many.start(timeout_s=120)
-        runs: dict[str, list[dict]] = {label: [] for label in labels}
         for cluster, only in labels.values():
             pipeline(cluster, "warm-up", args, only)
+        for label, (cluster, only) in labels.items():
+            if only is None:
+                print(json.dumps({"system": "blizzard", "op": "shard_idle", "cluster": label,
+                                  "cpu_ms_per_s": idle_cpu(cluster)}), flush=True)
+        for batch in batches:
+            measure(argparse.Namespace(**{**vars(args), "batch": batch}))
+        return 0
+
+    def measure(args: Any) -> None:
+        runs: dict[str, list[dict]] = {label: [] for label in labels}
         for i in range(args.repeat):
             order = list(labels) if i % 2 == 0 else list(reversed(labels))
             for label in order:
                 cluster, only = labels[label]
-                rec = pipeline(cluster, f"pipe-{i}", args, only)
+                rec = pipeline(cluster, f"pipe-{args.batch}-{i}", args, only)
                 runs[label].append(rec)
                 print(json.dumps({"system": "blizzard", "op": "shard_rate", "cluster": label,
                                   "size": args.size, "batch": args.batch, **rec}), flush=True)
@@ -114,10 +146,10 @@ def main(argv: list[str], base: str) -> int:
             med = {key: statistics.median(r["cpu_us_per_item"].get(key, 0.0) for r in rows)
                    for key in rows[0]["cpu_us_per_item"]}
             print(json.dumps({"system": "blizzard", "op": "shard_rate_median", "cluster": label,
+                              "batch": args.batch,
                               "enqueue_per_s": statistics.median(r["enqueue_per_s"] for r in rows),
                               "ack_per_s": statistics.median(r["ack_per_s"] for r in rows),
                               "cpu_us_per_item": med}), flush=True)
-        return 0
     try:
         return on_clusters(base, [one], body)
     finally:
