@@ -5,19 +5,16 @@ the key's shard when the producer has a key), through one ``Producer`` per shard
 back in send order.
 ``ShardedStager`` stages the same way; its chunks' ids say where each is committed.
 ``ShardLeases`` sends ``Message.ack()``'s unawaited acks (the worker's) to each item's shard;
-``AcksInFlight`` a consumer's acks beside its next lease; ``pairs`` the (id, lease) items
-of the ``*_ids`` calls.
+``pairs`` makes the (id, lease) items of the ``*_ids`` calls. A consumer's acks:
+``blizzard/shard_acks.py``.
 """
 
 from __future__ import annotations
 
-import time
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
-from blizzard import protocol as p
-from blizzard.errors import InvalidArgument, LeaseExpired
+from blizzard.errors import InvalidArgument
 from blizzard.pipeline import Staged
-from blizzard.shard_pick import UNAVAILABLE
 from blizzard.shard_messages import shard_of
 
 
@@ -111,64 +108,6 @@ class ShardLeases:
     def flush(self, timeout_s: float) -> None:
         for shard in self.shards:
             shard.leases.flush(timeout_s)
-
-
-class AcksInFlight:
-    """The previous batch's acks, sent to their shards at once and collected after the next
-    lease: a sharded consumer's lease goes to whichever shard is best, seldom the one its acks
-    are for, so instead of riding on the lease they travel beside it (no round trip more).
-
-    An ack its shard does not answer within ``ACK_WAIT_S``, or that is for a shard passed over
-    as down (``down``), is owed: ``settle`` gives it back to be sent again with the next call
-    (acks are idempotent), so a dead shard neither holds up nor fails a lease from another.
-    One answered with an error is sent again the patient way."""
-
-    ACK_WAIT_S = 1.0
-
-    def __init__(self, shards: Sequence[Any], groups: dict[int, list[Any]],
-                 down: Callable[[int], bool]) -> None:
-        self.shards, self.down = shards, down
-        self.sent: list[tuple[int, Any, int | None, list[Any]]] = []
-        for k, msgs in groups.items():
-            self.add(k, msgs)
-
-    def add(self, k: int, msgs: list[Any]) -> None:
-        """Send acks for shard ``k`` too."""
-        ep, rid = self.shards[k].master.endpoint, None
-        if len(msgs) <= p.MAX_BATCH and not self.down(k):
-            try:
-                rid = ep.send(p.Ack([m.id for m in msgs], [m.lease for m in msgs], False))
-            except TimeoutError:
-                rid = None
-        self.sent.append((k, ep, rid, msgs))
-
-    def settle(self) -> tuple[LeaseExpired | None, list[Any]]:
-        """Wait for every ack's answer: the first ``LeaseExpired`` among them (not raised),
-        and the acks owed."""
-        lost, owed = None, []
-        deadline = time.monotonic() + self.ACK_WAIT_S
-        for k, ep, rid, msgs in self.sent:
-            while rid is not None and not ep.has(rid) and time.monotonic() < deadline:
-                if ep.wait(max(1, int((deadline - time.monotonic()) * 1000))):
-                    ep.read_ready()
-            reply = ep.take(rid) if rid is not None else None
-            if isinstance(reply, p.Acked):
-                if reply.lost:
-                    lost = lost or LeaseExpired(
-                        f"items {reply.lost[:10]} are no longer leased under the tokens given: "
-                        "already settled, or the lease ran out; another consumer may hold "
-                        "them now")
-                continue
-            if (rid is not None and reply is None) or self.down(k):
-                owed += msgs  # silent, or known down: not waited on now
-                continue
-            try:
-                self.shards[k].ack_many(msgs)
-            except LeaseExpired as exc:
-                lost = lost or exc
-            except UNAVAILABLE:
-                owed += msgs
-        return lost, owed
 
 
 class _Pair:

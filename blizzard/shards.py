@@ -19,7 +19,6 @@ list the same shards in the same order (each master checks its place: ``Welcome.
 
 from __future__ import annotations
 
-import logging
 import random
 import time
 import zlib
@@ -31,16 +30,14 @@ from blizzard.errors import (BlizzardError, InvalidArgument, LeaseExpired, Maste
                              QueueExists, UnknownQueue)
 from blizzard.message import LeasedItem, Message, leased_items
 from blizzard.pipeline import Staged
+from blizzard.shard_acks import ConsumerAcks
 from blizzard.shard_admin import (merge_queues, merge_stats, merge_status, shard_settings,
                                   whole_settings)
 from blizzard.shard_messages import MAX_SHARDS, shard_of
 from blizzard.shard_pick import DOWN_S, LEASE_ATTEMPT_S, UNAVAILABLE, ShardPicker
 from blizzard.shard_view import HeadsFeed, HeadsView
 from blizzard.transport import call
-from blizzard.shard_writes import (AcksInFlight, ShardedProducer, ShardedStager, ShardLeases,
-                                   pairs as _pairs)
-
-log = logging.getLogger(__name__)
+from blizzard.shard_writes import ShardedProducer, ShardedStager, ShardLeases, pairs as _pairs
 
 QUIET_S = 0.5  # a shard not heard from this long is asked whether it lives before an enqueue
 PROBE_S = 1.0  # and given this long to answer
@@ -73,7 +70,7 @@ class ShardedClient:
         self.leases = ShardLeases(self.shards)
         self._checked: set[int] = set()
         self.heard: dict[int, float] = {}  # shard -> when a keyless enqueue last got through
-        self.owed: list[Any] = []  # acks whose shard did not answer: sent with the next lease
+        self.acks = ConsumerAcks(self.shards, self._by_shard, self.picker.is_down)
         self.unanswered: dict[int, str] = {}  # shards the last ``status`` did not hear, and why
         self.rng = random.Random()
 
@@ -84,16 +81,7 @@ class ShardedClient:
         self.close()
 
     def close(self) -> None:
-        if self.owed:  # one more try; what stays owed comes back when its leases run out
-            try:
-                _, owed = AcksInFlight(self.shards, self._by_shard(self.owed),
-                                       lambda k: False).settle()
-            except BlizzardError:
-                owed = self.owed
-            if owed:
-                log.warning("closing with %d acks their shards did not take: those items are "
-                            "delivered again when their leases run out", len(owed))
-            self.owed = []
+        self.acks.close()
         for shard in self.shards:
             shard.close()
         if self.feed is not None:
@@ -226,29 +214,21 @@ class ShardedClient:
 
     def _lease(self, queue: str, n: int, lease_s: float | None, wait_s: float,
                ack: Sequence[Any]) -> tuple[int, p.Leased]:
-        """Lease from the shard the picker chooses. The previous batch's acks ride on that
-        lease if they are all of the shard the picker prefers on a near tie; else they travel
-        to their shards meanwhile (``AcksInFlight``)."""
-        owed, self.owed = self.owed, []
-        groups = self._by_shard([*owed, *ack])
-        prefer = next(iter(groups)) if len(groups) == 1 else None
-        riding = groups.pop(prefer) if prefer is not None else []
-        acks = AcksInFlight(self.shards, groups, self.picker.is_down)
-        rode, leased = False, None
+        """Lease from the shard the picker chooses. Acks are held for a lease to their shard
+        to ride on, and those due travel beside this one (``blizzard/shard_acks.py``)."""
+        beside = self.acks.start(ack, lease_s)
+        rode: set[int] = set()
+        leased = None
         try:
-            k, leased, rode = self.picker.lease(queue, n, lease_s, wait_s, prefer, riding)
+            k, leased, rode = self.picker.lease(queue, n, lease_s, wait_s, self.acks.held.most(),
+                                                self.acks.held.riding())
         finally:
-            if riding and not rode:  # the lease went elsewhere: they follow it
-                acks.add(prefer, riding)
             try:
-                lost, self.owed = acks.settle()
+                lost = self.acks.finish(beside, rode)
             except BaseException:
                 if leased is not None and leased.ids:  # the caller gets the error instead
                     self.shards[k].nack_ids(leased.ids, leased.leases, delay_s=0.0)
                 raise
-        if self.owed and not owed:  # said once, not at every lease while a shard is down
-            log.warning("%d acks owed to shards that did not answer; sent again with each "
-                        "lease until taken", len(self.owed))
         if lost is not None:
             if leased.ids:  # the caller gets the error, so these go back at once
                 self.shards[k].nack_ids(leased.ids, leased.leases, delay_s=0.0)
@@ -277,6 +257,7 @@ class ShardedClient:
         self._each(msgs, lambda shard, group: shard.extend_many(group, lease_s=lease_s))
 
     def ack_many(self, msgs: Sequence[Any]) -> None:
+        self.acks.send_held()
         self._each(msgs, lambda shard, group: shard.ack_many(group))
 
     def nack_many(self, msgs: Sequence[Any], *, delay_s: float | None = None,
@@ -311,6 +292,7 @@ class ShardedClient:
     # -- queues and the cluster --------------------------------------------------------------
 
     def stats(self, queue: str) -> dict[str, Any]:
+        self.acks.send_held(quiet=True)
         return merge_stats([shard.stats(queue) for shard in self.shards])
 
     def queue_config(self, queue: str) -> dict[str, Any]:
