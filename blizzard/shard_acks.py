@@ -1,13 +1,13 @@
 """A sharded consumer's acks: held until a lease to their own shard can carry them, or sent
 to their shards beside a lease and collected after it.
 
-A consumer's lease goes to whichever shard has the best head, seldom the one its last batch
-came from. An ack of its own would cost that shard's master a request and a loop pass (about
-as much as the lease: on a small machine, ~2 µs an item more for the sharded cluster), so acks
-wait, ``HOLD_S`` at most, for a lease to their shard to ride on (``HeldAcks``); those held
-longer, or a batch's worth, travel beside the next lease (``AcksInFlight``). Delivery stays at
-least once: an ack still held when a consumer dies lets its item come back when the lease
-runs out. ``close``, ``ack_many`` and ``stats`` send every held ack first.
+A consumer's lease goes to whichever shard has the best head, not always the one its last
+batch came from. An ack of its own would cost that shard's master a request and a loop pass
+besides the lease's, so acks wait, ``HOLD_S`` at most, for a lease to their shard to ride on
+(``HeldAcks``); those held longer, or a batch's worth, travel beside the next lease
+(``AcksInFlight``). Delivery stays at least once: an ack still held when a consumer dies lets
+its item come back when the lease runs out. ``close``, ``ack_many`` and ``stats`` send every
+held ack first.
 """
 
 from __future__ import annotations
