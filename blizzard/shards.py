@@ -68,7 +68,7 @@ class ShardedClient:
         self.feed = HeadsFeed(self.ctx, self.view, self.keys) if heads else None
         self.picker = ShardPicker(self.shards, peeks, self.feed, self.view, self._hello)
         self.leases = ShardLeases(self.shards)
-        self._checked: set[int] = set()
+        self._checked: dict[int, str] = {}  # shard -> the master that answered our Hello
         self.heard: dict[int, float] = {}  # shard -> when a keyless enqueue last got through
         self.acks = ConsumerAcks(self.shards, self._by_shard, self.picker.is_down)
         self.unanswered: dict[int, str] = {}  # shards the last ``status`` did not hear, and why
@@ -88,11 +88,12 @@ class ShardedClient:
             self.feed.close()
 
     def _hello(self, k: int) -> None:
-        """Before shard ``k`` is first used: check it is shard ``k`` (a client listing shards
-        in another order would put keys elsewhere), and join its heads feed."""
-        if k in self._checked:
-            return
+        """Before shard ``k`` is first used, and after its standby took over: check it is
+        shard ``k`` (a client listing shards in another order would put keys elsewhere), and
+        join its master's heads feed."""
         link = self.shards[k].master
+        if self._checked.get(k) == link.endpoint.addr:
+            return
         welcome = link.call(p.Hello(), since=time.monotonic() - link.timeout_s  # not for long:
                             + min(LEASE_ATTEMPT_S, link.timeout_s))  # a dead shard is passed over
         if welcome.primary:  # a standby not yet promoted: it tells no shard, and serves nothing
@@ -106,7 +107,7 @@ class ShardedClient:
             self.feed.connect(welcome.heads)
             if not welcome.heads:  # started without --heads-bind: asked before each lease
                 self.picker.feedless.add(k)
-        self._checked.add(k)
+        self._checked[k] = link.endpoint.addr
 
     def _shard(self, k: int) -> Any:
         self._hello(k)

@@ -26,7 +26,7 @@ _rids = itertools.count(1)
 
 class FakeEndpoint:
     def __init__(self, shard: "FakeShard") -> None:
-        self.shard, self.replies = shard, {}
+        self.shard, self.replies, self.addr = shard, {}, f"tcp://127.0.0.1:{7000 + shard.k}"
 
     def send(self, msg: Any) -> int:
         rid = next(_rids)
@@ -61,7 +61,8 @@ class FakeLink:
         assert isinstance(msg, p.Hello)
         if self.shard.fault is not None:
             raise self.shard.fault
-        return p.Welcome(False, b"", "", primary=self.shard.primary_of, shard=self.shard.k)
+        return p.Welcome(False, b"", "", primary=self.shard.primary_of, shard=self.shard.k,
+                         heads=self.shard.heads)
 
     def move_on(self, reply: Any) -> None:
         self.moved += 1
@@ -71,7 +72,7 @@ class FakeShard:
     """One shard's ``Client``: ``items`` ready ids; ``fault`` raised by every call while set."""
 
     def __init__(self, k: int, items: int = 0) -> None:
-        self.k, self.fault, self.primary_of = k, None, ""
+        self.k, self.fault, self.primary_of, self.heads = k, None, "", ""
         self.ready = [first_id(k) + i for i in range(items)]
         self.held: dict[int, int] = {}  # id -> lease token
         self.acked: list[int] = []
@@ -204,6 +205,20 @@ def test_a_standby_is_not_taken_for_a_misplaced_shard():
     assert 1 not in c._checked and b.master.moved == 1
     got = c.lease("q", 5)  # shard 0 still serves
     assert [shard_k(m.id) for m in got] == [0]
+
+
+def test_after_a_shards_standby_takes_over_the_client_joins_its_heads_feed():
+    a, b = FakeShard(0, items=1), FakeShard(1, items=1)
+    a.heads, b.heads = "tcp://127.0.0.1:7100", "tcp://127.0.0.1:7101"
+    c = sharded(a, b)
+    joined: list[str] = []
+    c.feed = SimpleNamespace(connect=joined.append)  # the feed's side: where it connects
+    c._hello(0)
+    c._hello(0)  # once per master
+    assert joined == ["tcp://127.0.0.1:7100"]
+    a.master.endpoint.addr, a.heads = "tcp://127.0.0.1:7200", "tcp://127.0.0.1:7300"  # promoted
+    c._hello(0)
+    assert joined == ["tcp://127.0.0.1:7100", "tcp://127.0.0.1:7300"]
 
 
 def test_extend_and_ack_reach_every_shard_though_one_fails():
