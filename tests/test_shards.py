@@ -15,6 +15,7 @@ import pytest
 from blizzard import Client
 from blizzard.errors import InvalidArgument, LeaseExpired, QueueExists
 from blizzard.shard_messages import first_id, shard_of
+from blizzard.shard_cluster import ShardedCluster
 from blizzard.shards import key_shard
 from conftest import wait_for
 from processes import pids_with
@@ -286,3 +287,23 @@ def test_published_heads_reach_a_subscribed_client_and_one_address_finds_every_s
         requests = consumer.picker.requests
         assert consumer.dequeue("q").data == b"urgent"
         assert consumer.picker.requests == requests + 1  # no question asked before the lease
+
+
+def test_after_a_shards_standby_takes_over_the_client_follows_its_heads(tmp_path):
+    with ShardedCluster(str(tmp_path / "ha"), masters=2, datanodes=1, replication=1,
+                        standby=True, heartbeat_s=0.2, dead_after_s=1.5) as cluster, \
+            cluster.client(timeout_s=30) as c:
+        key0 = next(f"k{i}" for i in range(100) if key_shard(f"k{i}", 2) == 0)
+        c.enqueue("q", b"before", key=key0)
+        first = c.dequeue("q")  # subscribed to shard 0's primary from here on
+        assert first.data == b"before"
+        first.ack(wait=True)  # else it holds the key
+        shard0 = cluster.shards[0]
+        old_heads = c.feed.connected.copy()
+        shard0.master.kill()
+        wait_for(lambda: shard0.find_primary() is shard0.master, 30, "the standby in charge")
+        new_heads = shard0.welcome(shard0.master).heads
+        assert new_heads not in old_heads
+        c.enqueue("q", b"after", key=key0)  # to the new primary
+        assert c.dequeue("q", wait_s=10).data == b"after"
+        assert new_heads in c.feed.connected  # its heads feed joined
