@@ -28,6 +28,8 @@ from blizzard.shard_messages import first_id, shard_of, topic
 from master import checks
 from master.state import State
 
+_EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)  # plain ints: enum operators cost a call
+
 log = logging.getLogger(__name__)
 
 SCAN_EVERY_S = 0.001  # heads are compared at most this often (after a pass that did something)
@@ -163,7 +165,7 @@ class Heads:
         and its last unsubscribe, a subscriber's leaving included); the queues just joined."""
         assert self.sock is not None
         joined = []
-        while self.sock.get(zmq.EVENTS) & zmq.POLLIN:
+        while self.sock.get(_EVENTS) & _POLLIN:
             try:
                 msg = self.sock.recv(zmq.NOBLOCK)
             except zmq.Again:

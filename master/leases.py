@@ -113,17 +113,17 @@ class Leases:
 
     def _described(self, msg: p.Lease, ids: list[int], lost: list[int], now: float) -> p.Leased:
         """``describe``, with the queue's head after the lease if the lease asked for it."""
-        leased = self.describe(msg.queue, ids, lost, now)
         if not msg.head or self.heads is None:
-            return leased
-        head = self.heads.head(p.Head(msg.queue), now)
-        return replace(leased, head_ready=head.ready, head_priority=head.priority,
-                       head_at=head.enqueued_at, head_seq=head.seq)
+            return self.describe(msg.queue, ids, lost, now)
+        return self.describe(msg.queue, ids, lost, now,
+                             self.heads.head(p.Head(msg.queue), now))
 
-    def describe(self, queue: str, ids: list[int], lost: list[int], now: float) -> p.Leased:
+    def describe(self, queue: str, ids: list[int], lost: list[int], now: float,
+                 head: p.QueueHead | None = None) -> p.Leased:
         """Describe items column by column; replica sets are shared between items.
 
-        With a grant to read them from the nodes named (the reply to a lease or a peek).
+        With a grant to read them from the nodes named (the reply to a lease or a peek), and
+        ``head``, the queue's head after the lease, when the lease asked for it.
         """
         state = self.state
         items = state.items
@@ -144,7 +144,9 @@ class Leases:
                         replica_set,
                         [p.ReplicaSet(self.membership.refs(nodes, addrs)) for nodes in set_index],
                         lost, self.capabilities.get_grant(ids, list(holders), now, until),
-                        [errors.get(i, "") for i in ids] if errors else [""] * len(ids))
+                        [errors.get(i, "") for i in ids] if errors else [""] * len(ids),
+                        *((head.ready, head.priority, head.enqueued_at, head.seq)
+                          if head is not None else ()))
 
     # -- settling ----------------------------------------------------------------------------
 
