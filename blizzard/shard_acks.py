@@ -1,13 +1,11 @@
-"""A sharded consumer's acks: held until a lease to their own shard can carry them, or sent
-to their shards beside a lease and collected after it.
+"""A sharded consumer's acks (``dequeue_many(ack=...)``): on its next lease when that goes to
+their shard, else sent to their shards beside it and collected after it, in the same call.
 
-A consumer's lease goes to whichever shard has the best head, not always the one its last
-batch came from. An ack of its own would cost that shard's master a request and a loop pass
-besides the lease's, so acks wait, ``HOLD_S`` at most, for a lease to their shard to ride on
-(``HeldAcks``); those held longer, or a batch's worth, travel beside the next lease
-(``AcksInFlight``). Delivery stays at least once: an ack still held when a consumer dies lets
-its item come back when the lease runs out. ``close``, ``ack_many`` and ``stats`` send every
-held ack first.
+A consumer's lease goes to whichever shard has the best head; among heads of equal priority
+enqueued close together the picker stays on the shard of the acks, so they usually ride.
+Holding acks back for a later lease to their shard was tried and taken out: nothing sends them
+if the next call comes late (a slow job, a full worker), so a lease could run out on an item
+already done.
 """
 
 from __future__ import annotations
@@ -21,47 +19,6 @@ from blizzard.errors import BlizzardError, LeaseExpired
 from blizzard.shard_pick import UNAVAILABLE
 
 log = logging.getLogger(__name__)
-
-HOLD_S = 0.2  # the longest an ack waits for a lease to its shard (a quarter of a shorter lease)
-
-
-class HeldAcks:
-    """Acks by shard, each group with the time its oldest came."""
-
-    def __init__(self) -> None:
-        self.groups: dict[int, tuple[float, list[Any]]] = {}
-
-    def __bool__(self) -> bool:
-        return bool(self.groups)
-
-    def add(self, groups: dict[int, list[Any]], now: float) -> None:
-        for k, msgs in groups.items():
-            since, held = self.groups.get(k, (now, []))
-            self.groups[k] = (since, held + msgs)
-
-    def due(self, now: float, lease_s: float | None) -> dict[int, list[Any]]:
-        """Take out the groups that must go now: held long enough, or a batch's worth."""
-        hold_s = HOLD_S if lease_s is None else min(HOLD_S, lease_s / 4)
-        due = [k for k, (since, msgs) in self.groups.items()
-               if now - since >= hold_s or len(msgs) >= p.MAX_BATCH // 2]
-        return {k: self.groups.pop(k)[1] for k in due}
-
-    def riding(self) -> dict[int, list[Any]]:
-        """What a lease to each shard carries."""
-        return {k: msgs for k, (_, msgs) in self.groups.items()}
-
-    def most(self) -> int | None:
-        """The shard holding the most acks: the one to stay on when heads tie."""
-        return max(self.groups, key=lambda k: len(self.groups[k][1])) if self.groups else None
-
-    def settled(self, shards: set[int]) -> None:
-        """These shards' acks rode on a lease and are settled."""
-        for k in shards:
-            self.groups.pop(k, None)
-
-    def take_all(self) -> dict[int, list[Any]]:
-        groups, self.groups = self.groups, {}
-        return {k: msgs for k, (_, msgs) in groups.items()}
 
 
 class AcksInFlight:
@@ -123,51 +80,38 @@ class AcksInFlight:
 
 
 class ConsumerAcks:
-    """A sharded client's acks: those held (``held``), and those owed (``owed``: their shard
-    did not answer; sent again with each lease until taken)."""
+    """A sharded client's acks in flight, and those owed (``owed``: their shard did not
+    answer; sent again with each lease until taken)."""
 
     def __init__(self, shards: Sequence[Any], by_shard: Callable[[Iterable[Any]], dict],
                  down: Callable[[int], bool]) -> None:
         self.shards, self.by_shard, self.down = shards, by_shard, down
-        self.held = HeldAcks()
         self.owed: list[Any] = []
 
-    def start(self, ack: Sequence[Any], lease_s: float | None) -> AcksInFlight:
-        """Before a lease: hold ``ack``; send those owed and those due beside the lease."""
-        now = time.monotonic()
-        self.held.add(self.by_shard(ack), now)
-        acks = AcksInFlight(self.shards, self.by_shard(self.owed), self.down)
-        acks.retried = bool(self.owed)
-        for k, msgs in self.held.due(now, lease_s).items():
-            acks.add(k, msgs)
-        return acks
+    def start(self, ack: Sequence[Any]) -> tuple[AcksInFlight, int | None, list[Any]]:
+        """Before a lease: the acks sent beside it, and (shard, acks) to ride on it if they
+        are all of one shard."""
+        groups = self.by_shard([*self.owed, *ack])
+        prefer = next(iter(groups)) if len(groups) == 1 else None
+        riding = groups.pop(prefer) if prefer is not None else []
+        beside = AcksInFlight(self.shards, groups, self.down)
+        beside.retried = bool(self.owed)
+        return beside, prefer, riding
 
-    def finish(self, acks: AcksInFlight, rode: set[int]) -> LeaseExpired | None:
-        """After the lease: drop the held acks that rode on it, collect those sent beside it;
-        the first lost lease among them (not raised)."""
-        self.held.settled(rode)
-        lost, self.owed = acks.settle()
-        if self.owed and not acks.retried:  # said once, not at every lease while a shard is down
+    def finish(self, beside: AcksInFlight, prefer: int | None, riding: list[Any],
+               rode: set[int]) -> LeaseExpired | None:
+        """After the lease (or its failure): riding acks that did not ride follow it; collect
+        every ack sent beside; the first lost lease among them (not raised)."""
+        if riding and prefer not in rode:  # the lease went elsewhere: they follow it
+            beside.add(prefer, riding)
+        lost, self.owed = beside.settle()
+        if self.owed and not beside.retried:  # said once, not at every lease while one is down
             log.warning("%d acks owed to shards that did not answer; sent again with each "
                         "lease until taken", len(self.owed))
         return lost
 
-    def send_held(self, quiet: bool = False) -> None:
-        """Send every held ack to its shard now; ``LeaseExpired`` if one was lost (logged
-        instead with ``quiet``: a call that settles nothing should not fail for it)."""
-        if not self.held:
-            return
-        lost, owed = AcksInFlight(self.shards, self.held.take_all(), self.down).settle()
-        self.owed += owed
-        if lost is not None and quiet:
-            log.warning("acks held for a lease to their shard came too late: %s", lost)
-        elif lost is not None:
-            raise lost
-
     def close(self) -> None:
-        """Send what is held or owed, one more try; what stays owed comes back when its
-        leases run out."""
-        self.send_held(quiet=True)
+        """One more try for the acks owed; what stays owed comes back when its leases run out."""
         if not self.owed:
             return
         try:

@@ -215,17 +215,18 @@ class ShardedClient:
 
     def _lease(self, queue: str, n: int, lease_s: float | None, wait_s: float,
                ack: Sequence[Any]) -> tuple[int, p.Leased]:
-        """Lease from the shard the picker chooses. Acks are held for a lease to their shard
-        to ride on, and those due travel beside this one (``blizzard/shard_acks.py``)."""
-        beside = self.acks.start(ack, lease_s)
+        """Lease from the shard the picker chooses. The previous batch's acks ride on that
+        lease if they are all of the shard the picker prefers on a near tie; else they travel
+        to their shards meanwhile (``blizzard/shard_acks.py``)."""
+        beside, prefer, riding = self.acks.start(ack)
         rode: set[int] = set()
         leased = None
         try:
-            k, leased, rode = self.picker.lease(queue, n, lease_s, wait_s, self.acks.held.most(),
-                                                self.acks.held.riding())
+            k, leased, rode = self.picker.lease(queue, n, lease_s, wait_s, prefer,
+                                                {prefer: riding} if riding else None)
         finally:
             try:
-                lost = self.acks.finish(beside, rode)
+                lost = self.acks.finish(beside, prefer, riding, rode)
             except BaseException:
                 if leased is not None and leased.ids:  # the caller gets the error instead
                     self.shards[k].nack_ids(leased.ids, leased.leases, delay_s=0.0)
@@ -258,7 +259,6 @@ class ShardedClient:
         self._each(msgs, lambda shard, group: shard.extend_many(group, lease_s=lease_s))
 
     def ack_many(self, msgs: Sequence[Any]) -> None:
-        self.acks.send_held()
         self._each(msgs, lambda shard, group: shard.ack_many(group))
 
     def nack_many(self, msgs: Sequence[Any], *, delay_s: float | None = None,
@@ -293,7 +293,6 @@ class ShardedClient:
     # -- queues and the cluster --------------------------------------------------------------
 
     def stats(self, queue: str) -> dict[str, Any]:
-        self.acks.send_held(quiet=True)
         return merge_stats([shard.stats(queue) for shard in self.shards])
 
     def queue_config(self, queue: str) -> dict[str, Any]:

@@ -371,8 +371,10 @@ class DatanodeServer:
 
     def _heartbeat(self, now: float) -> None:
         self.next_heartbeat = now + self.config.heartbeat_s
+        for peer in self.peers.values():  # read their handshake events: unread, they pile up
+            peer.handshake_failure()
+        refused = self.master.handshake_failure()
         if self.heartbeat_rid is not None:  # the last one went unanswered: master gone?
-            refused = self.master.handshake_failure()
             if refused is not None:
                 log.error("the master refuses this node: %s", refused)
             self.leader.silent()

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from blizzard import protocol as p
-from blizzard import shard_acks, shard_pick
+from blizzard import shard_pick
 from blizzard.errors import LeaseExpired, MasterStarting, MasterUnavailable
 from blizzard.shard_messages import first_id
-from blizzard.shard_acks import AcksInFlight, HeldAcks
+from blizzard.shard_acks import AcksInFlight
 from blizzard.shard_writes import ShardedProducer
 from blizzard.shards import ShardedClient
 
@@ -136,8 +136,7 @@ def sharded(*shards: FakeShard, peeks: int = 1) -> ShardedClient:
                          peeks=peeks, heads=False)
 
 
-def test_a_dead_shards_acks_are_owed_not_a_lost_lease_elsewhere(monkeypatch):
-    monkeypatch.setattr(shard_acks, "HOLD_S", 0.0)  # acks go beside the next lease at once
+def test_a_dead_shards_acks_are_owed_not_a_lost_lease_elsewhere():
     a, b = FakeShard(0, items=2), FakeShard(1, items=0)
     c = sharded(a, b)
     first = c.lease("q", 2)
@@ -156,31 +155,16 @@ def test_a_dead_shards_acks_are_owed_not_a_lost_lease_elsewhere(monkeypatch):
     assert sorted(b.acked) == [m.id for m in second]
 
 
-def test_acks_wait_for_a_lease_to_their_shard_and_ride_on_it():
+def test_acks_ride_on_a_lease_to_their_shard_and_follow_one_that_goes_elsewhere():
     a, b = FakeShard(0, items=2), FakeShard(1, items=0)
     c = sharded(a, b)
     first = c.lease("q", 2)  # shard 0's; it is empty now
     b.ready = [first_id(1) + i for i in range(3)]
-    second = c.lease("q", 3, ack=first)  # from shard 1: shard 0's acks are held, not sent
-    assert a.acked == [] and c.acks.held.riding() == {0: first}
+    second = c.lease("q", 3, ack=first)  # from shard 1: shard 0's acks are sent beside it
+    assert a.acked == [m.id for m in first]  # in this very call, not some later one
     a.ready, b.ready = [first_id(0) + 5], []
-    c.lease("q", 1, ack=second)  # to shard 0: its acks ride on the lease; shard 1's are held
-    assert a.acked == [m.id for m in first] and b.acked == []
-    c.close()  # what is still held is sent
+    c.lease("q", 1, ack=second)
     assert sorted(b.acked) == [m.id for m in second]
-
-
-def test_held_acks_go_beside_a_lease_once_held_long_or_many():
-    held = HeldAcks()
-    few, many = [object()] * 3, [object()] * (p.MAX_BATCH // 2)
-    held.add({0: few}, now=100.0)
-    held.add({1: many}, now=100.0)
-    assert held.due(100.0, None) == {1: many}  # a batch's worth goes at once
-    assert held.due(100.0 + shard_acks.HOLD_S / 2, None) == {}
-    held.add({0: few}, now=100.15)  # the group keeps the time of its oldest
-    assert held.due(100.0 + shard_acks.HOLD_S, None) == {0: few + few}
-    held.add({2: few}, now=200.0)
-    assert held.due(200.02, lease_s=0.04) == {2: few}  # a quarter of a short lease at most
 
 
 def test_a_shard_that_is_rebuilding_is_passed_over_and_the_lease_goes_elsewhere():
