@@ -35,7 +35,6 @@ class AcksInFlight:
     def __init__(self, shards: Sequence[Any], groups: dict[int, list[Any]],
                  down: Callable[[int], bool]) -> None:
         self.shards, self.down = shards, down
-        self.retried = False  # acks owed before are among them
         self.sent: list[tuple[int, Any, int | None, list[Any]]] = []
         for k, msgs in groups.items():
             self.add(k, msgs)
@@ -87,25 +86,25 @@ class ConsumerAcks:
                  down: Callable[[int], bool]) -> None:
         self.shards, self.by_shard, self.down = shards, by_shard, down
         self.owed: list[Any] = []
+        self._retrying = False  # the call under way sends acks owed before (said already)
 
     def start(self, ack: Sequence[Any]) -> tuple[AcksInFlight, int | None, list[Any]]:
         """Before a lease: the acks sent beside it, and (shard, acks) to ride on it if they
         are all of one shard."""
+        self._retrying = bool(self.owed)
         groups = self.by_shard([*self.owed, *ack])
         prefer = next(iter(groups)) if len(groups) == 1 else None
         riding = groups.pop(prefer) if prefer is not None else []
-        beside = AcksInFlight(self.shards, groups, self.down)
-        beside.retried = bool(self.owed)
-        return beside, prefer, riding
+        return AcksInFlight(self.shards, groups, self.down), prefer, riding
 
     def finish(self, beside: AcksInFlight, prefer: int | None, riding: list[Any],
-               rode: set[int]) -> LeaseExpired | None:
+               rode: bool) -> LeaseExpired | None:
         """After the lease (or its failure): riding acks that did not ride follow it; collect
         every ack sent beside; the first lost lease among them (not raised)."""
-        if riding and prefer not in rode:  # the lease went elsewhere: they follow it
+        if riding and not rode:  # the lease went elsewhere: they follow it
             beside.add(prefer, riding)
         lost, self.owed = beside.settle()
-        if self.owed and not beside.retried:  # said once, not at every lease while one is down
+        if self.owed and not self._retrying:  # said once, not at every lease while one is down
             log.warning("%d acks owed to shards that did not answer; sent again with each "
                         "lease until taken", len(self.owed))
         return lost

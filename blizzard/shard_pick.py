@@ -65,20 +65,18 @@ class ShardPicker:
         return [k for k in range(len(self.shards)) if self.down.get(k, 0.0) <= now]
 
     def lease(self, queue: str, n: int, lease_s: float | None, wait_s: float,
-              prefer: int | None = None, riding: dict[int, Sequence[Any]] | None = None
-              ) -> tuple[int, p.Leased, set[int]]:
-        """Lease up to ``n`` items of ``queue`` from the best shard; (shard, reply, the shards
-        whose ``riding`` acks rode on a lease). Waits up to ``wait_s`` while no shard has any ready.
+              prefer: int | None = None, riding: Sequence[Any] = ()) -> tuple[int, p.Leased, bool]:
+        """Lease up to ``n`` items of ``queue`` from the best shard; (shard, reply, whether
+        ``riding`` rode on it). Waits up to ``wait_s`` while no shard has any ready.
 
-        ``riding``: acks by shard, settled with a lease that goes to their shard. Among
+        ``riding``: acks for shard ``prefer``, settled with the lease if it goes there. Among
         heads of equal priority enqueued within ``STICKY_S`` of each other, ``prefer`` is
         taken (the published heads only): a consumer's acks then ride on its next lease, and
         FIFO between shards is relaxed by at most that much.
         """
         deadline = time.monotonic() + wait_s
         tried: set[int] = set()
-        acked: set[int] = set()
-        riding = riding or {}
+        acked = False
         final = self.feed is None  # peek-d asks afresh each time: no last round needed
         while True:
             k = self.choose(queue, tried, prefer)
@@ -104,10 +102,9 @@ class ShardPicker:
                 if not ready:
                     return up[0], EMPTY, acked
                 k = min(ready)[1]
-            rides = riding.get(k, ()) if k not in acked else ()
+            rides = riding if not acked and k == prefer else ()
             leased = self._lease(k, queue, n, lease_s, 0.0, rides)
-            if rides and leased is not EMPTY:  # settled with the lease
-                acked.add(k)
+            acked = acked or bool(rides) and leased is not EMPTY  # settled with the lease
             if leased.ids:
                 return k, leased, acked
             self.view.emptied(queue, k)

@@ -219,11 +219,9 @@ class ShardedClient:
         lease if they are all of the shard the picker prefers on a near tie; else they travel
         to their shards meanwhile (``blizzard/shard_acks.py``)."""
         beside, prefer, riding = self.acks.start(ack)
-        rode: set[int] = set()
-        leased = None
+        rode, leased = False, None
         try:
-            k, leased, rode = self.picker.lease(queue, n, lease_s, wait_s, prefer,
-                                                {prefer: riding} if riding else None)
+            k, leased, rode = self.picker.lease(queue, n, lease_s, wait_s, prefer, riding)
         finally:
             try:
                 lost = self.acks.finish(beside, prefer, riding, rode)

@@ -145,8 +145,9 @@ class Leases:
                         [p.ReplicaSet(self.membership.refs(nodes, addrs)) for nodes in set_index],
                         lost, self.capabilities.get_grant(ids, list(holders), now, until),
                         [errors.get(i, "") for i in ids] if errors else [""] * len(ids),
-                        *((head.ready, head.priority, head.enqueued_at, head.seq)
-                          if head is not None else ()))
+                        **({} if head is None else
+                           {"head_ready": head.ready, "head_priority": head.priority,
+                            "head_at": head.enqueued_at, "head_seq": head.seq}))
 
     # -- settling ----------------------------------------------------------------------------
 
