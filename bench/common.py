@@ -117,8 +117,10 @@ def start(tag: str) -> str:
     return tempfile.mkdtemp(prefix=f"blizzard-{tag}-", dir="/tmp")
 
 
-def on_clusters(base: str, clusters: Sequence[LocalCluster], body: Callable[[], int]) -> int:
+def on_clusters(base: str, clusters: Sequence[LocalCluster], body: Callable[[], int],
+                scrape: bool = True) -> int:
     """Start ``clusters``, run ``body`` (it returns an exit code), stop them whatever happens.
+    Those serving metrics are scraped meanwhile as Prometheus would, unless not ``scrape``.
 
     Ctrl-C gives 130; an exception is logged with the clusters' logs and gives 1. The scratch
     dir ``base`` is removed after a clean run and kept, with the logs, after a failure.
@@ -127,7 +129,7 @@ def on_clusters(base: str, clusters: Sequence[LocalCluster], body: Callable[[], 
     try:
         for cluster in clusters:
             cluster.start()
-        with Scraper(clusters):
+        with Scraper(clusters if scrape else []):
             rc = body()
     except KeyboardInterrupt:
         log.info("interrupted; stopping the cluster")

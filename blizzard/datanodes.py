@@ -24,7 +24,7 @@ from typing import Callable, Iterable
 import zmq
 
 from blizzard import protocol as p
-from blizzard.errors import (AuthenticationFailed, BlizzardError, DataCorrupt,
+from blizzard.errors import (AuthenticationFailed, BlizzardError, ClientClosed, DataCorrupt,
                              DatanodeUnavailable, Forbidden)
 from blizzard.keys import ClientKeys
 from blizzard.message import LeasedItem
@@ -80,10 +80,13 @@ class DatanodePool:
         self.node_timeout_s = node_timeout_s
         self.endpoints: dict[str, Endpoint] = {}
         self._suspects: dict[str, float] = {}  # node id -> monotonic time it is trusted again
+        self.closed = False
 
     def endpoint(self, addr: str) -> Endpoint:
         ep = self.endpoints.get(addr)
         if ep is None:
+            if self.closed:
+                raise ClientClosed("this client was closed: make a new one")
             ep = self.endpoints[addr] = Endpoint(self.ctx, addr, self.keys,
                                                  self.node_key() if self.keys else None)
         return ep
@@ -92,6 +95,7 @@ class DatanodePool:
         for ep in self.endpoints.values():
             ep.close()
         self.endpoints.clear()
+        self.closed = True
 
     # -- nodes to avoid ----------------------------------------------------------------------
 

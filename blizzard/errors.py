@@ -194,6 +194,16 @@ class InUse(RequestError):
     code = "in_use"
 
 
+# -- the client: a call its own state refuses -------------------------------------------------
+
+
+class ClientClosed(BlizzardError):
+    """Raised by a call made through a ``Client`` after its ``close()`` (a message's ``ack()``
+    included): a closed client opens no connection again; make a new one."""
+
+    code = "client_closed"
+
+
 _BY_CODE: dict[str, type[BlizzardError]] = {}
 
 

@@ -12,7 +12,7 @@ from typing import Any, Iterable
 import zmq
 
 from blizzard import protocol
-from blizzard.errors import (AuthenticationFailed, BlizzardError, InvalidArgument,
+from blizzard.errors import (AuthenticationFailed, BlizzardError, ClientClosed, InvalidArgument,
                              ProtocolError, from_code)
 from blizzard.keys import ClientKeys, ServerKeys
 from blizzard.probes import Probes
@@ -100,9 +100,12 @@ class Endpoint:
         self.watch: HandshakeWatch | None = None
         self._closer: weakref.finalize | None = None
         self._early: dict[int, Any] = {}
+        self.closed = False  # by ``close``: no socket is opened again
 
     def _socket(self) -> zmq.Socket:
         if self.sock is None:
+            if self.closed:
+                raise ClientClosed(f"the connection to {self.addr} was closed: make a new client")
             sock = self.ctx.socket(zmq.DEALER)
             _harden(sock, protocol.MAX_FRAME_BYTES)
             sock.setsockopt(zmq.RECONNECT_IVL, 50)
@@ -206,7 +209,10 @@ class Endpoint:
         self._early.clear()
 
     def close(self) -> None:
+        """Drop the socket for good: a later request raises ``ClientClosed`` rather than
+        connecting again (``reset`` is the one that lets the next request reconnect)."""
         self.reset()
+        self.closed = True
 
 
 def raise_if_error(reply: Any) -> Any:

@@ -32,3 +32,22 @@ def test_security_and_metrics_settings_combine_into_one_cluster_each(tmp_path):
         [("on", "on"), ("on", "off"), ("off", "on"), ("off", "off")]
     assert len({c.base_dir for c in clusters}) == 4
     assert [metrics_of(c) for c in clusters_for(str(tmp_path), "on")] == ["off"]
+
+
+def test_the_shard_rate_bench_counts_what_the_masters_did():
+    """``scripts/bench-pei --rate-only`` end to end at a toy size: every cluster's medians
+    carry CPU per item and the masters' counted work, which a real run must show."""
+    proc = subprocess.run([sys.executable, "-m", "bench.pei", "--rate-only", "--n", "400",
+                           "--repeat", "1", "--rate-batches", "100"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    medians = {x["cluster"]: x for x in lines if x["op"] == "shard_rate_median"}
+    assert set(medians) == {"one master", "4 shards", "4 shards, one used"}
+    for line in medians.values():
+        work = line["masters_per_100_items"]
+        # 400 items in calls of 100: at least one Enqueue and one Lease request each, and a
+        # group commit for each enqueue (an ack riding on a lease is logged too)
+        assert work["enqueue_requests"] >= 1 and work["ack_requests"] >= 1
+        assert work["enqueue_fsyncs"] > 0 and work["ack_fsyncs"] > 0
+        assert work["enqueue_runs"] > 0 and line["cpu_us_per_item"]["ack_masters"] > 0

@@ -8,8 +8,8 @@ import pytest
 
 from blizzard import Client, protocol as p
 from blizzard import datanodes as nodes_module
-from blizzard.errors import (InvalidArgument, LeaseExpired, MasterUnavailable, PayloadTooLarge,
-                             ProtocolError, UnknownOp)
+from blizzard.errors import (ClientClosed, InvalidArgument, LeaseExpired, MasterUnavailable,
+                             PayloadTooLarge, ProtocolError, UnknownOp)
 from blizzard.harness import LOOPBACK, free_port
 from blizzard.message import leased_items
 from blizzard.transport import call
@@ -34,6 +34,25 @@ def test_enqueue_dequeue_ack_round_trip(cluster):
         assert c.stats("jobs") == {"queue": "jobs", "ready": 0, "delayed": 0, "leased": 0,
                                    "pending": 0, "dead": 0, "oldest_age_s": 0.0}
         assert c.dequeue("jobs") is None
+
+
+def test_a_closed_client_refuses_calls_and_opens_no_connection(cluster):
+    c = Client(cluster.master_addr, timeout_s=5)
+    c.enqueue("jobs", b"x")
+    msg = c.dequeue("jobs", lease_s=30.0)
+    c.close()
+    with pytest.raises(ClientClosed):
+        msg.ack()  # no ack sent: the item stays leased
+    with pytest.raises(ClientClosed):
+        msg.ack(wait=True)
+    with pytest.raises(ClientClosed):
+        c.enqueue("jobs", b"y")
+    with pytest.raises(ClientClosed):
+        c.stats("jobs")
+    assert all(ep.sock is None for ep in c.master.endpoints.values())
+    assert c.datanodes.endpoints == {}
+    with Client(cluster.master_addr, timeout_s=5) as other:
+        assert other.stats("jobs")["leased"] == 1 and other.stats("jobs")["ready"] == 0
 
 
 def test_many_items_spread_over_nodes_and_come_back_in_order(cluster):

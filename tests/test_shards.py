@@ -13,7 +13,7 @@ import time
 import pytest
 
 from blizzard import Client
-from blizzard.errors import InvalidArgument, LeaseExpired, QueueExists
+from blizzard.errors import ClientClosed, InvalidArgument, LeaseExpired, QueueExists
 from blizzard.shard_messages import first_id, shard_of
 from blizzard.shard_cluster import ShardedCluster
 from blizzard.shards import key_shard
@@ -56,6 +56,14 @@ def test_peek_one_asks_one_shard_and_relaxes_the_order(sharded):
         assert sorted(served) == list(range(30))
         # one Head and one Lease per pop, and a few more when a sampled shard ran empty
         assert 60 <= consumer.picker.requests <= 60 + 3 * 10
+    c = sharded.client()
+    c.enqueue("jobs", b"late")
+    msg = c.dequeue("jobs")
+    c.close()  # a closed sharded client: every shard's part refuses
+    with pytest.raises(ClientClosed):
+        c.enqueue("jobs", b"x")
+    with pytest.raises(ClientClosed):
+        msg.ack()
 
 
 def test_counters_add_up_and_settings_apply_to_every_shard(sharded):
