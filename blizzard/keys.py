@@ -35,6 +35,9 @@ ROLE_OF_PREFIX = {"datanode": "node", "client": "client", "admin": "admin",
                   "master": "master"}  # a standby master follows its primary with this pair
 ROTATING = ("client", "admin")  # the datanode and master pairs are server keys others pin
 ZAP_DOMAIN = "blizzard"
+# a socket whose ZAP domain is ``blizzard:ROLE,ROLE`` admits only keys of those roles (a
+# sharded master's heads feed: what producers and consumers read, not data nodes)
+READERS = ("admin", "client")
 ENV = "BLIZZARD_KEYS"
 
 

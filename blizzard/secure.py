@@ -64,10 +64,17 @@ class _Directory:
             return self.roles.get(public)
 
     def callback(self, domain: str, public: bytes) -> bool:  # pyzmq's credentials provider
-        allowed = self.role(public) is not None
-        if not allowed:
+        """A known key; on a socket of domain ``blizzard:ROLE,...``, of one of those roles."""
+        role = self.role(public)
+        if role is None:
             log.warning("refused a connection with an unknown key %s", public[:8].decode())
-        return allowed
+            return False
+        _, _, only = domain.partition(":")
+        if only and role not in only.split(","):
+            log.warning("refused a connection with a %s key %s: this socket serves %s keys "
+                        "only", role, public[:8].decode(), only.replace(",", " and "))
+            return False
+        return True
 
 
 class Gatekeeper(ThreadAuthenticator):
@@ -100,13 +107,18 @@ def guard(ctx: zmq.Context, directory: str) -> Gatekeeper:
     return gate
 
 
-def serve_curve(sock: zmq.Socket, server: k.ServerKeys) -> None:
-    """Make ``sock`` a CURVE server admitting the keys in ``server.directory`` (before bind)."""
-    guard(sock.context, server.directory)
+def serve_curve(sock: zmq.Socket, server: k.ServerKeys,
+                roles: tuple[str, ...] = ()) -> None:
+    """Make ``sock`` a CURVE server admitting the keys in ``server.directory`` (before bind);
+    given ``roles``, only the keys of those roles."""
+    gate = guard(sock.context, server.directory)
+    domain = k.ZAP_DOMAIN + (":" + ",".join(sorted(roles)) if roles else "")
+    if domain not in gate.credentials_providers:
+        gate.configure_curve_callback(domain, credentials_provider=gate.keys)
     sock.setsockopt(zmq.CURVE_SERVER, 1)
     sock.setsockopt(zmq.CURVE_PUBLICKEY, server.public)
     sock.setsockopt(zmq.CURVE_SECRETKEY, server.secret)
-    sock.setsockopt(zmq.ZAP_DOMAIN, k.ZAP_DOMAIN.encode())
+    sock.setsockopt(zmq.ZAP_DOMAIN, domain.encode())
 
 
 def connect_curve(sock: zmq.Socket, mine: k.ClientKeys, server_public: bytes) -> None:

@@ -10,6 +10,8 @@ lease that asks (``Lease.head``), and, with ``--heads-bind``, is published on a 
 socket whenever it changes (``Heads.publish``), so a client that subscribes knows every shard's
 head, a little stale, without asking any. Only queues someone subscribes to are published
 (producers alone pay nothing for the feed), and a new subscriber is sent the head at once.
+With keys, the feed admits client and admin keys only (``blizzard/secure.py``: its ZAP domain
+names the roles), so a data node's key cannot read the queues' heads.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import zmq
 
 from blizzard import protocol as p
 from blizzard.errors import InvalidArgument
-from blizzard.keys import ServerKeys
+from blizzard.keys import READERS, ServerKeys
 from blizzard.secure import serve_curve
 from blizzard.shard_messages import first_id, shard_of, topic
 from master import checks
@@ -85,8 +87,8 @@ class Heads:
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.MAXMSGSIZE, SUBSCRIPTION_BYTES)  # a subscription's size
             sock.setsockopt(zmq.SNDHWM, 10_000)  # a slow subscriber loses updates, not memory
-            if keys is not None:
-                serve_curve(sock, keys)
+            if keys is not None:  # producers' and consumers' keys: not a data node's
+                serve_curve(sock, keys, READERS)
             sock.bind(bind)
             self.sock = sock
 

@@ -12,10 +12,13 @@ import time
 
 import pytest
 
-from blizzard import Client
+from blizzard import Client, protocol as p
+from blizzard.keys import ClientKeys
+from blizzard.secure import HandshakeWatch
 from blizzard.errors import ClientClosed, InvalidArgument, LeaseExpired, QueueExists
 from blizzard.shard_messages import first_id, shard_of
 from blizzard.shard_cluster import ShardedCluster
+from blizzard.shard_view import HeadsFeed, HeadsView
 from blizzard.shards import key_shard
 from conftest import wait_for
 from processes import pids_with
@@ -295,6 +298,22 @@ def test_published_heads_reach_a_subscribed_client_and_one_address_finds_every_s
         requests = consumer.picker.requests
         assert consumer.dequeue("q").data == b"urgent"
         assert consumer.picker.requests == requests + 1  # no question asked before the lease
+        # the feed admits producers' and consumers' keys (and admins'), not a data node's
+        heads = consumer.shards[1].master.call(p.Hello()).heads
+        for name, refused in (("datanode", True), ("admin", False)):
+            feed = HeadsFeed(consumer.ctx, HeadsView(), ClientKeys.from_dir(sharded.keys, name))
+            watch = HandshakeWatch(feed.sock, heads, True)
+            try:
+                feed.connect(heads)
+                feed.subscribe("q")
+                if refused:
+                    wait_for(watch.poll, 10, "the data node key's handshake refused")
+                else:
+                    wait_for(lambda: feed.drain() > 0, 10, "the admin key's feed")
+                    assert watch.poll() is None
+            finally:
+                watch.close()
+                feed.close()
 
 
 def test_after_a_shards_standby_takes_over_the_client_follows_its_heads(tmp_path):
