@@ -1,10 +1,11 @@
-"""What the masters did, counted rather than timed: requests handled, WAL group commits and
-times the scheduler ran them, read from their ``/metrics`` and ``/proc``.
+"""What the masters did, counted rather than timed: requests handled, WAL group commits,
+wake-ups and preemptions of their threads, read from their ``/metrics`` and ``/proc``.
 
 CPU time per item on a machine whose cores every process shares rises and falls with what
-else runs (cache, preemption); these counts do not. Equal counts per item on two clusters say
-their masters do the same work per item, so a CPU time that differs is the machine's
-contention, not more work (``scripts/bench-pei --rate``).
+else runs (cache, preemption); requests and group commits do not, so equal counts per item on
+two clusters say their masters do the same work per item. Wake-ups tell how the requests came
+(many to a pass, or one each); preemptions rise with the machine's load
+(``scripts/bench-pei --rate``).
 """
 
 from __future__ import annotations
@@ -24,17 +25,26 @@ def masters_of(cluster: Any) -> list[Any]:
     return list(getattr(cluster, "shards", None) or [cluster])
 
 
-def run_slices(pid: int) -> int:
-    """How many times the scheduler has run any thread of ``pid`` (``schedstat``'s third
-    field): one per wake-up of an event loop that sleeps in between."""
-    total = 0
+def switches(pid: int) -> tuple[int, int]:
+    """(voluntary, involuntary) context switches of every thread of ``pid`` so far: a thread
+    that sleeps and is woken (an event loop waiting for a request, a blocking fsync), and one
+    that is preempted while it could run on (which rises with the machine's load)."""
+    woken = preempted = 0
     try:
-        for task in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
-                total += int(f.read().split()[2])
-    except (OSError, ValueError, IndexError):
-        pass  # a thread that left meanwhile: counted without it
-    return total
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0, 0
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/status") as f:
+                for line in f:
+                    if line.startswith("voluntary_ctxt_switches:"):
+                        woken += int(line.split()[1])
+                    elif line.startswith("nonvoluntary_ctxt_switches:"):
+                        preempted += int(line.split()[1])
+        except (OSError, ValueError, IndexError):
+            continue  # a thread that left meanwhile: counted without it
+    return woken, preempted
 
 
 def counted(url: str) -> tuple[float, float]:
@@ -55,11 +65,12 @@ def master_work(cluster: Any) -> dict[str, float]:
     """The masters' requests (data nodes' heartbeats left out: they come by the clock, not by
     the load), group commits and scheduler runs so far, summed over the shards; the clusters
     must serve metrics (``metrics=True``)."""
-    total = {"requests": 0.0, "fsyncs": 0.0, "runs": 0.0}
+    total = {"requests": 0.0, "fsyncs": 0.0, "wakeups": 0.0, "preempted": 0.0}
     for shard in masters_of(cluster):
         requests, fsyncs = counted(shard.metrics_url("master"))
+        woken, preempted = switches(shard.master.popen.pid)
         total["requests"] += requests
         total["fsyncs"] += fsyncs
-        total["runs"] += run_slices(shard.master.popen.pid)
+        total["wakeups"] += woken
+        total["preempted"] += preempted
     return total
-

@@ -4,16 +4,16 @@ The batched pipeline of ``bench.backlog`` (a producer enqueues ``--n`` items ``-
 call with ``--window`` batches in flight, then a consumer dequeues and acks them) on two
 clusters started side by side: one master, and ``--shards`` shards, each with the same data
 nodes and R as the one master; and that sharded cluster again with its clients on its last
-shard alone (a shard master's own cost, the other shards idle; the last, since shard 0's ids are
-as small as a lone master's and the others' are not). Runs alternate. Per run: the enqueue and
-ack rates; CPU per item of the masters together, of the data nodes together and of the
-clients; and what the masters did per 100 items, counted rather than timed (requests, group
-commits, times the scheduler ran them: ``bench/master_work.py``); at 100
-and at 400 items per call (``--rate-batches``), since what a master spends on a request
-besides its items weighs per item by the batch. Once, after the warm-up: what each master and data node spends idle, in CPU ms a second. On this
-2-core machine every process shares the same two cores, so sharding cannot add speed here;
-what must hold is that the cost per item does not grow (what more cores or hosts would give
-follows from it: ``docs/DESIGN.md``, "Sharded queues").
+shard alone (a shard master's own cost, the other shards idle; the last, since shard 0's ids
+are as small as a lone master's and the others' are not). Runs alternate. Per run: the
+enqueue and ack rates; CPU per item of the masters together, of the data nodes together and
+of the clients; and what the masters did per 100 items, counted rather than timed (requests,
+group commits, wake-ups, preemptions: ``bench/master_work.py``). At 100 and at 400 items per
+call (``--rate-batches``), since what a master spends on a request besides its items weighs
+per item by the batch. Once, after the warm-up: what each master and data node spends idle,
+in CPU ms a second. On this 2-core machine every process shares the same two cores, so
+sharding cannot add speed here; what must hold is that the cost per item does not grow (what
+more cores or hosts would give follows from it: ``docs/DESIGN.md``, "Sharded queues").
 """
 
 from __future__ import annotations
@@ -92,12 +92,12 @@ def pipeline(cluster: Any, queue: str, args: Any, only: int | None = None) -> di
     keys = cluster.keys or ""
     masters = spec(cluster, only)
     prod, enq_cpu, enq_work = phase(cluster, "producer", produce,
-                          (masters, keys, queue, args.size, args.n, args.batch,
-                           args.max_seconds, args.window), args.max_seconds)
+                                    (masters, keys, queue, args.size, args.n, args.batch,
+                                     args.max_seconds, args.window), args.max_seconds)
     done = prod["done"]
     cons, ack_cpu, ack_work = phase(cluster, "consumer", consume,
-                          (masters, keys, queue, done, args.batch, args.max_seconds),
-                          args.max_seconds)
+                                    (masters, keys, queue, done, args.batch, args.max_seconds),
+                                    args.max_seconds)
     per_item = {f"enqueue_{k}": round(v / max(1, done) * 1e6, 1) for k, v in enq_cpu.items()}
     per_item |= {f"ack_{k}": round(v / max(1, cons["got"]) * 1e6, 1) for k, v in ack_cpu.items()}
     return {"enqueue_per_s": round(done / ((prod["t1"] - prod["t0"]) / 1e9), 1),

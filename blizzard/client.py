@@ -99,7 +99,10 @@ class Client:
         self.close()
 
     def close(self) -> None:
-        """Drop the connections, first waiting up to 2 s for acks not awaited to be durable."""
+        """Drop the connections, first waiting up to 2 s for acks not awaited to be durable;
+        after it, every call raises ``ClientClosed`` (a second ``close`` does nothing)."""
+        if self.master.closed:
+            return
         try:
             self.leases.flush(min(self.timeout_s, CLOSE_WAIT_S))
         except Exception as exc:  # closing never fails; at worst those items come back later

@@ -17,7 +17,7 @@ from typing import Any, Sequence
 import zmq
 
 from blizzard import protocol as p
-from blizzard.errors import AuthenticationFailed, BlizzardError, MasterUnavailable
+from blizzard.errors import AuthenticationFailed, BlizzardError, ClientClosed, MasterUnavailable
 from blizzard.keys import ClientKeys
 from blizzard.masters import MasterChoice
 from blizzard.transport import Endpoint, call, call_many, raise_if_error
@@ -48,6 +48,7 @@ class MasterLink:
         self.choice = MasterChoice(addr)
         self.epoch = 0  # the newest master epoch seen (``_check_epoch``)
         self.endpoints: dict[str, Endpoint] = {}
+        self.closed = False  # by ``close``: no connection is made again
         self._current = self._endpoint()
         self._found = len(self.choice.addrs) == 1  # which master is primary: asked at first use
         self._node_key = keys.datanode if keys else None
@@ -81,6 +82,8 @@ class MasterLink:
         """The connection to ``addr`` (default: the current master), made once."""
         addr = addr or self.choice.current
         if addr not in self.endpoints:
+            if self.closed:
+                raise ClientClosed("this client was closed: make a new one")
             self.endpoints[addr] = Endpoint(self.ctx, addr, self.keys,
                                             self.keys.master if self.keys else None)
         return self.endpoints[addr]
@@ -185,6 +188,7 @@ class MasterLink:
             self._current = self._endpoint()
 
     def close(self) -> None:
+        self.closed = True
         for endpoint in self.endpoints.values():
             endpoint.close()
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Sequence
 
-from blizzard.transport import check_addr
+from blizzard.addrs import check_addr
 
 QUIET_S = 2.5  # a master silent this recently is not gone back to on a standby's word (about
 # the time a standby takes to take over; a primary that merely stalled is back to soon after)

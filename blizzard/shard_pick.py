@@ -193,7 +193,7 @@ class ShardPicker:
         long-poll the shards in turn, a slice each."""
         slice_s = max(0.0, min(WAIT_SLICE_S, deadline - time.monotonic()))
         if self.feed is not None:
-            self.feed.sock.poll(int(slice_s * 1000) + 1)
+            self.feed.wait(int(slice_s * 1000) + 1)
             return -1, None
         up = self.up() or list(range(len(self.shards)))
         k = up[self.turn % len(up)]

@@ -18,6 +18,7 @@ from typing import Sequence
 import zmq
 
 from blizzard import protocol as p
+from blizzard.errors import ClientClosed
 from blizzard.keys import ClientKeys
 from blizzard.secure import connect_curve
 from blizzard.shard_messages import topic
@@ -87,24 +88,31 @@ class HeadsFeed:
             connect_curve(self.sock, keys, keys.master)
         self.connected: set[str] = set()
         self.topics: set[str] = set()
+        self.closed = False
+
+    def _open(self) -> zmq.Socket:
+        if self.closed:
+            raise ClientClosed("this client was closed: make a new one")
+        return self.sock
 
     def connect(self, addr: str) -> None:
         if addr and addr not in self.connected:
-            self.sock.connect(addr)
+            self._open().connect(addr)
             self.connected.add(addr)
 
     def subscribe(self, queue: str) -> None:
         if queue not in self.topics:
-            self.sock.setsockopt(zmq.SUBSCRIBE, topic(queue))
+            self._open().setsockopt(zmq.SUBSCRIBE, topic(queue))
             self.topics.add(queue)
 
     def drain(self, limit: int = 100_000) -> int:
         """Take every published head that has arrived (without waiting); how many."""
         got = 0
         mono = time.monotonic()
+        sock = self._open()
         while got < limit:
             try:
-                frames = self.sock.recv_multipart(zmq.NOBLOCK)
+                frames = sock.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 break
             got += 1
@@ -116,5 +124,10 @@ class HeadsFeed:
                 self.view.learn(head, mono)
         return got
 
+    def wait(self, timeout_ms: int) -> None:
+        """Wait up to ``timeout_ms`` for a published head to arrive."""
+        self._open().poll(timeout_ms)
+
     def close(self) -> None:
+        self.closed = True
         self.sock.close()

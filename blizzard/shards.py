@@ -26,8 +26,8 @@ from typing import Any, Callable, Iterable, Sequence
 
 from blizzard import protocol as p
 from blizzard.consumer import Consumer
-from blizzard.errors import (BlizzardError, InvalidArgument, LeaseExpired, MasterUnavailable,
-                             QueueExists, UnknownQueue)
+from blizzard.errors import (BlizzardError, ClientClosed, InvalidArgument, LeaseExpired,
+                             MasterUnavailable, QueueExists, UnknownQueue)
 from blizzard.message import LeasedItem, Message, leased_items
 from blizzard.pipeline import Staged
 from blizzard.shard_acks import ConsumerAcks
@@ -162,6 +162,8 @@ class ShardedClient:
                 call(link.endpoint, p.Hello(), PROBE_S)
                 self.heard[k] = time.monotonic()
                 return k
+            except ClientClosed:
+                raise
             except (TimeoutError, BlizzardError):
                 self.picker.down[k] = time.monotonic() + DOWN_S
                 link.move_on(TimeoutError())  # with a standby: ask the other next time

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import re
 import time
 import weakref
 from typing import Any, Iterable
@@ -12,6 +11,7 @@ from typing import Any, Iterable
 import zmq
 
 from blizzard import protocol
+from blizzard.addrs import check_addr
 from blizzard.errors import (AuthenticationFailed, BlizzardError, ClientClosed, InvalidArgument,
                              ProtocolError, from_code)
 from blizzard.keys import ClientKeys, ServerKeys
@@ -36,18 +36,6 @@ PASS_BYTES = 64 * 1024 * 1024  # request bytes a server takes in one loop pass
 MAX_UNCLAIMED = 4096  # replies an endpoint keeps for requests not yet collected
 _EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)  # plain ints: enum operators cost a call
 _RCVMORE = int(zmq.RCVMORE)
-
-_ADDR = re.compile(r"tcp://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]{1,253}):([0-9]{1,5})")
-
-
-def check_addr(addr: str) -> str:
-    """``addr`` if it is a ``tcp://host:port`` address ZeroMQ can connect to, else InvalidArgument."""
-    m = _ADDR.fullmatch(addr) if type(addr) is str else None
-    if m is None or not 0 < int(m.group(2)) < 65536:
-        shown = addr[:60] if type(addr) is str else type(addr).__name__
-        raise InvalidArgument(f"{shown!r} is not a tcp://host:port address")
-    return addr
-
 
 def _harden(sock: zmq.Socket, max_frame_bytes: int) -> None:
     sock.setsockopt(zmq.MAXMSGSIZE, max_frame_bytes)

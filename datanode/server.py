@@ -24,9 +24,10 @@ import zmq
 
 from blizzard import keys as k
 from blizzard import protocol as p
+from blizzard.addrs import check_addr
 from blizzard.errors import (BlizzardError, InvalidArgument, PayloadTooLarge, StorageError,
                              WrongNode)
-from blizzard.transport import Endpoint, RouterServer, check_addr, error_reply
+from blizzard.transport import Endpoint, RouterServer, error_reply
 from blizzard.wake_pipe import WakePipe
 from datanode import meta
 from datanode.cluster_id import ClusterMembership
@@ -120,7 +121,7 @@ class DatanodeServer:
         poller, dealers = self._poller()
         ready = dict(poller.poll(self.wait_ms(timeout_ms)))
         for sock, ep in dealers.items():
-            if sock in ready:
+            if sock in ready and ep.sock is sock:  # not a peer evicted earlier in this pass
                 ep.read_ready()
                 self._guarded(self._collect, ep)
         if self.router.sock in ready:

@@ -11,8 +11,8 @@ import logging
 from typing import Any, Callable, Container
 
 from blizzard import protocol as p
+from blizzard.addrs import check_addr
 from blizzard.errors import InvalidArgument
-from blizzard.transport import check_addr
 from master import checks
 from master.capabilities import CapabilityKeys
 from master.config import MasterConfig

@@ -29,9 +29,10 @@ import zmq
 
 from blizzard import keys as k
 from blizzard import protocol as p
+from blizzard.addrs import check_addr
 from blizzard.errors import (AuthenticationFailed, DatanodeUnavailable, InvalidArgument,
                              MasterStarting)
-from blizzard.transport import Endpoint, call, check_addr
+from blizzard.transport import Endpoint, call
 from master import checkpoint, records
 from master.config import MasterConfig
 from master.rebuild_fold import NodeScan, Rebuilt, check_node, fold

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 
 from blizzard import item_meta
 from blizzard import protocol as p
+from blizzard.addrs import check_addr
 from blizzard.errors import InvalidArgument
-from blizzard.transport import check_addr
 from master import checks
 from master.records import ClusterCreated, NodeSeen, RebuildItems, Reserve
 

@@ -50,4 +50,4 @@ def test_the_shard_rate_bench_counts_what_the_masters_did():
         # group commit for each enqueue (an ack riding on a lease is logged too)
         assert work["enqueue_requests"] >= 1 and work["ack_requests"] >= 1
         assert work["enqueue_fsyncs"] > 0 and work["ack_fsyncs"] > 0
-        assert work["enqueue_runs"] > 0 and line["cpu_us_per_item"]["ack_masters"] > 0
+        assert work["enqueue_wakeups"] > 0 and line["cpu_us_per_item"]["ack_masters"] > 0

@@ -13,9 +13,9 @@ import time
 import pytest
 
 from blizzard import Client, protocol as p
+from blizzard.errors import ClientClosed, InvalidArgument, LeaseExpired, QueueExists
 from blizzard.keys import ClientKeys
 from blizzard.secure import HandshakeWatch
-from blizzard.errors import ClientClosed, InvalidArgument, LeaseExpired, QueueExists
 from blizzard.shard_messages import first_id, shard_of
 from blizzard.shard_cluster import ShardedCluster
 from blizzard.shard_view import HeadsFeed, HeadsView
@@ -66,7 +66,10 @@ def test_peek_one_asks_one_shard_and_relaxes_the_order(sharded):
     with pytest.raises(ClientClosed):
         c.enqueue("jobs", b"x")
     with pytest.raises(ClientClosed):
+        c.dequeue("jobs")
+    with pytest.raises(ClientClosed):
         msg.ack()
+    c.close()  # a second close does nothing
 
 
 def test_counters_add_up_and_settings_apply_to_every_shard(sharded):
