@@ -63,8 +63,8 @@ def counted(url: str) -> tuple[float, float]:
 
 def master_work(cluster: Any) -> dict[str, float]:
     """The masters' requests (data nodes' heartbeats left out: they come by the clock, not by
-    the load), group commits and scheduler runs so far, summed over the shards; the clusters
-    must serve metrics (``metrics=True``)."""
+    the load), group commits, wake-ups and preemptions so far, summed over the shards; the
+    clusters must serve metrics (``metrics=True``)."""
     total = {"requests": 0.0, "fsyncs": 0.0, "wakeups": 0.0, "preempted": 0.0}
     for shard in masters_of(cluster):
         requests, fsyncs = counted(shard.metrics_url("master"))

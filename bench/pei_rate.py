@@ -28,7 +28,7 @@ from typing import Any
 
 from bench.backlog import pipeline_options
 from bench.common import on_clusters, parser
-from bench.master_work import master_work
+from bench.master_work import master_work, masters_of
 from bench.throughput import HDR, consume, produce, proc_cpu_s, run_workers
 from blizzard.harness import LocalCluster
 from blizzard.shard_cluster import ShardedCluster
@@ -38,9 +38,8 @@ log = logging.getLogger(__name__)
 
 def processes(cluster: Any) -> dict[str, int]:
     """Server pids by group name (``masters``, ``datanodes``) and a per-process suffix."""
-    shards = cluster.shards if isinstance(cluster, ShardedCluster) else [cluster]
     pids = {}
-    for k, shard in enumerate(shards):
+    for k, shard in enumerate(masters_of(cluster)):
         pids[f"masters/{k}"] = shard.master.popen.pid
         for node in shard.nodes:
             pids[f"datanodes/{k}/{node.name}"] = node.popen.pid

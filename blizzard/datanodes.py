@@ -86,7 +86,7 @@ class DatanodePool:
         ep = self.endpoints.get(addr)
         if ep is None:
             if self.closed:
-                raise ClientClosed("this client was closed: make a new one")
+                raise ClientClosed()
             ep = self.endpoints[addr] = Endpoint(self.ctx, addr, self.keys,
                                                  self.node_key() if self.keys else None)
         return ep

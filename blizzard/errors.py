@@ -203,6 +203,9 @@ class ClientClosed(BlizzardError):
 
     code = "client_closed"
 
+    def __init__(self, message: str = "this client was closed: make a new one") -> None:
+        super().__init__(message)
+
 
 _BY_CODE: dict[str, type[BlizzardError]] = {}
 

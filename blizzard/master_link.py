@@ -83,7 +83,7 @@ class MasterLink:
         addr = addr or self.choice.current
         if addr not in self.endpoints:
             if self.closed:
-                raise ClientClosed("this client was closed: make a new one")
+                raise ClientClosed()
             self.endpoints[addr] = Endpoint(self.ctx, addr, self.keys,
                                             self.keys.master if self.keys else None)
         return self.endpoints[addr]

@@ -92,7 +92,7 @@ class HeadsFeed:
 
     def _open(self) -> zmq.Socket:
         if self.closed:
-            raise ClientClosed("this client was closed: make a new one")
+            raise ClientClosed()
         return self.sock
 
     def connect(self, addr: str) -> None:
