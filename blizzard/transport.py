@@ -134,7 +134,9 @@ class Endpoint:
         """Queue a request; raises ``TimeoutError`` if the socket's send queue is full."""
         rid = next(_request_ids)
         try:
-            self._socket().send(protocol.encode(rid, msg), zmq.NOBLOCK, copy=False)
+            # Copied into libzmq's own buffer: a zero-copy frame would leave libzmq's I/O thread
+            # reading a Python object that the interpreter may free first (at exit, a segfault).
+            self._socket().send(protocol.encode(rid, msg), zmq.NOBLOCK, copy=True)
         except zmq.Again:
             self.reset()
             raise TimeoutError(f"cannot send to {self.addr}: queue full") from None
@@ -385,7 +387,7 @@ class RouterServer:
             log.exception("cannot encode a %s reply", protocol.op_name(msg))
             return
         try:
-            self.sock.send_multipart([peer, body], zmq.NOBLOCK, copy=False)
+            self.sock.send_multipart([peer, body], zmq.NOBLOCK, copy=True)  # see Endpoint.send
         except zmq.ZMQError as exc:  # peer gone or its queue full: it will time out and retry
             log.debug("reply to a departed peer dropped: %s", exc)
 
