@@ -22,10 +22,12 @@ from zmq.utils.monitor import parse_monitor_message
 
 from blizzard import keys as k
 from blizzard.errors import AuthenticationFailed
+from blizzard.log_limit import Throttled
 
 log = logging.getLogger(__name__)
 
 _watch_ids = itertools.count(1)
+REFUSALS_LOG_EVERY_S = 10.0  # one line per reason this often, with how many were refused
 HANDSHAKE_FAILED = (zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
                     | zmq.EVENT_HANDSHAKE_FAILED_AUTH)
 
@@ -53,6 +55,8 @@ class _Directory:
             try:
                 st = os.stat(self.directory)
                 stamp = (st.st_mtime_ns, st.st_ino)
+        # anyone who reaches a port can knock with a random key, as often as they like
+        self.refusals = Throttled(log, REFUSALS_LOG_EVERY_S)
                 now = time.monotonic()
                 if stamp != self.stamp or (public not in self.roles
                                            and now - self.read_at >= self.RETRY_S):
@@ -67,12 +71,14 @@ class _Directory:
         """A known key; on a socket of domain ``blizzard:ROLE,...``, of one of those roles."""
         role = self.role(public)
         if role is None:
-            log.warning("refused a connection with an unknown key %s", public[:8].decode())
+            self.refusals("unknown key", "refused a connection with an unknown key %s",
+                          public[:8].decode())
             return False
         _, _, only = domain.partition(":")
         if only and role not in only.split(","):
-            log.warning("refused a connection with a %s key %s: this socket serves %s keys "
-                        "only", role, public[:8].decode(), only.replace(",", " and "))
+            self.refusals(f"{role} key on {only}", "refused a connection with a %s key %s: "
+                          "this socket serves %s keys only", role, public[:8].decode(),
+                          only.replace(",", " and "))
             return False
         return True
 
