@@ -33,6 +33,9 @@ MAX_DELAY_S = 365 * 86400.0
 MAX_WAITERS = 10_000  # parked long polls, all connections together
 MAX_WAITERS_PER_PEER = 256  # ... one connection's share
 MAX_ERROR = 2000  # characters of a nack's error kept with the item
+# ... and one key's, over all its connections: a key that opens many connections cannot take
+# every slot (a fleet of workers sharing one key has this many long polls parked at most)
+MAX_WAITERS_PER_KEY = 2_000
 
 
 @dataclass(slots=True)
@@ -66,16 +69,17 @@ class Leases:
     # -- leasing -----------------------------------------------------------------------------
 
     def lease_request(self, msg: p.Lease, now: float, mono: float, peer: bytes,
+    key: str = ""  # the public key its connection authenticated with ("": security off)
+    fd: int = -1  # its connection's descriptor (``blizzard/departures.py``; -1: unknown)
                       rid: int) -> p.Leased | None:
         checks.queue_name(msg.queue)
         checks.batch(msg.n)
         checks.seconds(msg.lease_s, "lease_s", low=0, high=self.config.max_lease_s)
         checks.seconds(msg.wait_s, "wait_s", low=0, high=MAX_WAIT_S)
         checks.request_id(msg.request)
-        if msg.wait_s and (len(self.waiters) >= MAX_WAITERS
-                           or self.waiting_by_peer.get(peer, 0) >= MAX_WAITERS_PER_PEER):
-            raise TooManyItems(f"too many long polls waiting ({len(self.waiters)}); "
-                               f"at most {MAX_WAITERS_PER_PEER} per connection, {MAX_WAITERS} in all")
+        key, fd = self.connection_of(peer) if msg.wait_s else ("", -1)
+        if msg.wait_s:
+            self._check_slots(peer, key)
         lost: list[int] = []
         if msg.ack_ids:
             lost = self._ack(msg.ack_ids, msg.ack_leases).lost
@@ -84,9 +88,12 @@ class Leases:
         ids = self._take(msg, now, mono)
         if ids or msg.wait_s == 0 or lost:  # lost acks are news the caller must get now
             return self._described(msg, ids, lost, now)
+        self.waiting_by_key: dict[str, int] = {}
+        # a peer's key and descriptor, for the request being handled (the server's router)
+        self.connection_of: Callable[[bytes], tuple[str, int]] = lambda peer: ("", -1)
         # parked without its acks (settled above): a waiter holds only what it needs later
         self.waiters.append(Waiter(peer, rid, replace(msg, ack_ids=[], ack_leases=[]),
-                                   mono + msg.wait_s))
+                                   mono + msg.wait_s, key, fd))
         self.waiting_by_peer[peer] = self.waiting_by_peer.get(peer, 0) + 1
         return None
 
@@ -111,8 +118,51 @@ class Leases:
             self.counts.add("leased", msg.queue, len(ids))
         return ids
 
+        if key:
+            self.waiting_by_key[key] = self.waiting_by_key.get(key, 0) + 1
     def _described(self, msg: p.Lease, ids: list[int], lost: list[int], now: float) -> p.Leased:
         """``describe``, with the queue's head after the lease if the lease asked for it."""
+    def _check_slots(self, peer: bytes, key: str) -> None:
+        """``TooManyItems`` if a long poll of ``peer`` (of ``key``) may not park now."""
+        if len(self.waiters) >= MAX_WAITERS:
+            held = f"{len(self.waiters)} long polls wait, the most the master parks"
+        elif self.waiting_by_peer.get(peer, 0) >= MAX_WAITERS_PER_PEER:
+            held = f"this connection has {MAX_WAITERS_PER_PEER} long polls waiting, the most one may"
+        elif key and self.waiting_by_key.get(key, 0) >= MAX_WAITERS_PER_KEY:
+            held = f"this key's connections have {MAX_WAITERS_PER_KEY} long polls waiting, the " \
+                   "most one key may"
+        else:
+            return
+        raise TooManyItems(f"too many long polls waiting: {held} (at most {MAX_WAITERS_PER_PEER} "
+                           f"per connection, {MAX_WAITERS_PER_KEY} per key, {MAX_WAITERS} in all)")
+
+    def _unpark(self, w: Waiter) -> None:
+        """Give back the slot ``w`` held (the caller takes it out of ``waiters``)."""
+        left = self.waiting_by_peer[w.peer] - 1
+        if left:
+            self.waiting_by_peer[w.peer] = left
+        else:
+            del self.waiting_by_peer[w.peer]
+        if w.key:
+            left = self.waiting_by_key[w.key] - 1
+            if left:
+                self.waiting_by_key[w.key] = left
+            else:
+                del self.waiting_by_key[w.key]
+
+    def drop_departed(self, fds: set[int]) -> int:
+        """Forget the long polls of connections that ended (their descriptors): nobody is
+        there to answer, and their slots are free again. How many were dropped."""
+        if not fds or not self.waiters:
+            return 0
+        gone = [w for w in self.waiters if w.fd in fds]
+        if gone:
+            for w in gone:
+                self._unpark(w)
+            self.waiters = [w for w in self.waiters if w.fd not in fds]
+            log.info("%d long polls of %d departed connections dropped", len(gone), len(fds))
+        return len(gone)
+
         if not msg.head or self.heads is None:
             return self.describe(msg.queue, ids, lost, now)
         return self.describe(msg.queue, ids, lost, now,
@@ -259,11 +309,7 @@ class Leases:
                 dry.add(w.msg.queue)
             if ids or w.until <= mono:
                 replies.append((w.peer, w.rid, self.describe(w.msg.queue, ids, [], now)))
-                left = self.waiting_by_peer[w.peer] - 1
-                if left:
-                    self.waiting_by_peer[w.peer] = left
-                else:
-                    del self.waiting_by_peer[w.peer]
+                self._unpark(w)
             else:
                 still.append(w)
         self.waiters = still

@@ -129,6 +129,12 @@ class MasterServer:
         self.datanodes = DatanodeReports(config, self.state, self.log_record, self.membership,
                                          self.repair, self.deletes, self.safe_mode,
                                          self.enqueues, self.capabilities, self.router.role_of)
+        # a long poll's slot goes with its connection (blizzard/departures.py)
+        departures = getattr(self.router, "departures", None)  # stand-ins in tests: none
+        self.departures = departures() if departures is not None else None
+        key_of = getattr(self.router, "key_of", lambda peer: "")  # stand-ins in tests: none
+        fd_of = getattr(self.router, "fd_of", lambda peer: -1)
+        self.leases.connection_of = lambda peer: (key_of(peer), fd_of(peer))
         self.tasks = Tasks(self.state, self.log_record, self.counts)
         self._replies: list[tuple[bytes, int, Any]] = []
         self._stopping = False
@@ -282,6 +288,8 @@ class MasterServer:
                 self.router.reply(peer, rid, reply)
             else:
                 self._replies.append((peer, rid, reply))
+        if self.departures is not None:
+            self.departures.close()  # before its socket (see Departures)
         try:
             self.tick(now, mono)
         except Exception:  # a bug in a timer must not stop the server; it is retried next pass
@@ -299,6 +307,8 @@ class MasterServer:
 
         A standby's ``Follow`` and a ``Hello`` (a client's sign of life) reveal nothing, and a
         heartbeat reply with no delete orders neither (its delete orders may stem from acks
+        if self.departures is not None:  # after the batch came, before it is handled: see there
+            self.leases.drop_departed(self.departures.read())
         not yet durable): a data node must not leave a primary that waits for its standby.
         Without a sync standby, a placement that logged nothing, whose ids lie below a
         reservation already on disk, reveals nothing the fsync could still lose; and a lease
