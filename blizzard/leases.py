@@ -11,7 +11,8 @@ import time
 from typing import Any, Callable, Sequence
 
 from blizzard import protocol as p
-from blizzard.errors import InvalidArgument, LeaseExpired
+from blizzard.errors import (BlizzardError, InvalidArgument, LeaseExpired, NotInQueue,
+                             UnknownItem, WrongLease)
 from blizzard.master_link import MasterLink
 from blizzard.message import LeasedItem, leased_items
 from blizzard.queue_settings import check_queue_name
@@ -67,10 +68,11 @@ class Leases:
         self._settle(ids, leases, lambda ids, leases: p.Extend(ids, leases, float(lease_s)))
 
     def ack_many(self, msgs: Sequence[Any]) -> None:
-        self.ack_ids(*_columns(msgs))
+        self.ack_ids(*_columns(msgs), queue=queue_of(msgs))
 
-    def ack_ids(self, ids: Sequence[int], leases: Sequence[int]) -> None:
-        self._settle(ids, leases, lambda ids, leases: p.Ack(ids, leases, False))
+    def ack_ids(self, ids: Sequence[int], leases: Sequence[int], queue: str = "") -> None:
+        """Ack by ids and lease tokens; ``queue`` (if not ""): every id must be in it."""
+        self._settle(ids, leases, lambda ids, leases: p.Ack(ids, leases, False, queue))
 
     def ack_unawaited(self, msgs: Sequence[Any]) -> None:
         """Send acks the master applies without replying (``Message.ack()``): nothing to wait for.
@@ -81,7 +83,8 @@ class Leases:
             self.ack_many(msgs)
             return
         try:
-            self.master.endpoint.send(p.Ack([m.id for m in msgs], [m.lease for m in msgs], True))
+            self.master.endpoint.send(p.Ack([m.id for m in msgs], [m.lease for m in msgs], True,
+                                            queue_of(msgs)))
             self.quiet_sent = True
         except TimeoutError:  # the send queue is full: the slow way, with retries
             self.ack_many(msgs)
@@ -116,16 +119,48 @@ class Leases:
         if len(ids) != len(leases):
             raise InvalidArgument(f"{len(ids)} ids but {len(leases)} lease tokens")
         lost: list[int] = []
+        why: list[int] = []
         for start in range(0, len(ids), p.MAX_BATCH):
             end = start + p.MAX_BATCH
             reply: p.Acked = self.master.call(make(list(ids[start:end]), list(leases[start:end])))
             lost += reply.lost
-        if lost:
-            # the master tells a held lease from one that is not: it does not keep why a
-            # lease ended, so the message names every way one does
-            raise LeaseExpired(f"items {lost[:10]} are no longer leased under the tokens given: "
-                               "already settled (acked or nacked), or the lease ran out; "
-                               "another consumer may hold them now")
+            why += reply.why
+        error = refusal(lost, why)
+        if error is not None:
+            raise error
+
+
+def refusal(lost: Sequence[int], why: Sequence[int]) -> BlizzardError | None:
+    """The error for ids an ack, nack or extend could not settle (``Acked.lost``, ``.why``):
+    by the first id's reason, naming the ids of each reason; None if every id was settled."""
+    if not lost:
+        return None
+    why = list(why) + [p.LOST_EXPIRED] * (len(lost) - len(why))  # an older master gives none
+    by_reason: dict[int, list[int]] = {}
+    for item_id, reason in zip(lost, why):
+        by_reason.setdefault(reason, []).append(item_id)
+    text = "; ".join(f"{REFUSALS[reason][1]}: {ids[:10]}" + (" ..." if len(ids) > 10 else "")
+                     for reason, ids in by_reason.items())
+    return REFUSALS[why[0]][0](text)
+
+
+REFUSALS: dict[int, tuple[type[BlizzardError], str]] = {  # reason -> (error, what it means)
+    p.LOST_EXPIRED: (LeaseExpired, "not leased under this token any more: the lease ran out or "
+                     "the item was nacked (it is back in its queue), or another consumer's "
+                     "lease of it was acked: items"),
+    p.LOST_UNKNOWN: (UnknownItem, "no such item (never made, or finished long ago): ids"),
+    p.LOST_OTHER_QUEUE: (NotInQueue, "in another queue than the one named: items"),
+    p.LOST_WRONG_TOKEN: (WrongLease, "leased under another token than the one given (a wrong "
+                         "token, or this lease ended - ran out, or the item was nacked - and "
+                         "the item was delivered again): items"),
+}
+
+
+def queue_of(msgs: Sequence[Any]) -> str:
+    """The queue all these messages came from ("" if they name none, or several): an ack
+    naming it is refused for an item that is not in it."""
+    queues = {getattr(m, "queue", "") for m in msgs}
+    return queues.pop() if len(queues) == 1 else ""
 
 
 def _columns(msgs: Sequence[Any]) -> tuple[list[int], list[int]]:

@@ -38,7 +38,7 @@ from typing import Any, Iterable
 from blizzard import protocol as p
 from blizzard.datanodes import DatanodePool
 from blizzard.enqueue_options import EnqueueOptions, as_bytes
-from blizzard.errors import DatanodeUnavailable, NotEnoughDatanodes, UnknownItem
+from blizzard.errors import DatanodeUnavailable, NotEnoughDatanodes, PayloadTooLarge, UnknownItem
 from blizzard.master_link import MasterLink, is_retryable
 from blizzard.queue_settings import check_queue_name
 from blizzard.transport import Endpoint, Replies, raise_if_error
@@ -55,7 +55,9 @@ BLOCK_MAX = 4000  # ... but no more than this
 
 PLACE, ENQUEUE, DONE = range(3)
 
-Staged = list[tuple[list[int], list[str]]]  # (ids, node ids) per chunk, for commit()
+# (ids, node ids, grants) per chunk, for commit(): the grants of the ids' placements prove
+# to a secure master that the committer staged them (the ids are sequential, so guessable)
+Staged = list[tuple[list[int], list[str], list[p.PutGrant]]]
 
 
 @dataclass(eq=False)
@@ -107,6 +109,9 @@ def split(items: Iterable[Any], chunk_items: int = CHUNK_ITEMS) -> list[list[byt
     chunks: list[list[bytes]] = [[]]
     size = 0
     for blob in map(as_bytes, items):
+        if len(blob) > p.MAX_ITEM_BYTES:  # no master takes it: refused before it is sent
+            raise PayloadTooLarge(f"an item of {len(blob)} bytes exceeds the largest any "
+                                  f"cluster allows ({p.MAX_ITEM_BYTES} bytes)")
         if len(chunks[-1]) >= chunk_items or (size + len(blob) > CHUNK_BYTES and chunks[-1]):
             chunks.append([])
             size = 0
@@ -151,13 +156,13 @@ class EnqueuePipeline:
         window = Window(self, ENQUEUE_WINDOW)
         for chunk in self.chunks(queue, items, opts, commit=False):
             window.add(chunk)
-        return [(chunk.ids, chunk.stored_on) for chunk in window.wait()]
+        return [staged_chunk(chunk) for chunk in window.wait()]
 
     def commit(self, staged: Staged) -> None:
         """Make staged chunks visible, all in one round trip (idempotent)."""
         if staged:
-            self.master.call_many([p.Commit(ids, nodes, self.master.call_id())
-                                   for ids, nodes in staged])
+            self.master.call_many([p.Commit(ids, nodes, self.master.call_id(), grants)
+                                   for ids, nodes, grants in staged])
 
     # -- the steps ---------------------------------------------------------------------------
 
@@ -292,6 +297,12 @@ class EnqueuePipeline:
             log.warning("the master forgot the ids of a chunk of %d items (restarted?); "
                         "enqueueing it again", len(c.blobs))
             self._again(c, exc)
+
+
+def staged_chunk(chunk: Chunk) -> tuple[list[int], list[str], list[p.PutGrant]]:
+    """What ``commit`` needs of a staged chunk: its ids, the nodes that hold them, its grant."""
+    grant = chunk.placement.grant if chunk.placement is not None else None
+    return chunk.ids, chunk.stored_on, [grant] if grant is not None else []
 
 
 class Window:

@@ -15,7 +15,8 @@ import time
 from typing import Any, Callable, Iterable, Sequence
 
 from blizzard import protocol as p
-from blizzard.errors import BlizzardError, LeaseExpired
+from blizzard.errors import BlizzardError, LeaseExpired, NotInQueue, UnknownItem
+from blizzard.leases import queue_of, refusal
 from blizzard.shard_pick import UNAVAILABLE
 
 log = logging.getLogger(__name__)
@@ -44,13 +45,14 @@ class AcksInFlight:
         ep, rid = self.shards[k].master.endpoint, None
         if len(msgs) <= p.MAX_BATCH and not self.down(k):
             try:
-                rid = ep.send(p.Ack([m.id for m in msgs], [m.lease for m in msgs], False))
+                rid = ep.send(p.Ack([m.id for m in msgs], [m.lease for m in msgs], False,
+                                    queue_of(msgs)))
             except TimeoutError:
                 rid = None
         self.sent.append((k, ep, rid, msgs))
 
-    def settle(self) -> tuple[LeaseExpired | None, list[Any]]:
-        """Wait for every ack's answer: the first ``LeaseExpired`` among them (not raised),
+    def settle(self) -> tuple[BlizzardError | None, list[Any]]:
+        """Wait for every ack's answer: the first refusal among them (not raised, see ``refusal``),
         and the acks owed."""
         lost, owed = None, []
         deadline = time.monotonic() + self.ACK_WAIT_S
@@ -60,18 +62,14 @@ class AcksInFlight:
                     ep.read_ready()
             reply = ep.take(rid) if rid is not None else None
             if isinstance(reply, p.Acked):
-                if reply.lost:
-                    lost = lost or LeaseExpired(
-                        f"items {reply.lost[:10]} are no longer leased under the tokens given: "
-                        "already settled, or the lease ran out; another consumer may hold "
-                        "them now")
+                lost = lost or refusal(reply.lost, reply.why)
                 continue
             if (rid is not None and reply is None) or self.down(k):
                 owed += msgs  # silent, or known down: not waited on now
                 continue
             try:
                 self.shards[k].ack_many(msgs)
-            except LeaseExpired as exc:
+            except (LeaseExpired, NotInQueue, UnknownItem) as exc:  # refused: see ``refusal``
                 lost = lost or exc
             except UNAVAILABLE:
                 owed += msgs
@@ -98,7 +96,7 @@ class ConsumerAcks:
         return AcksInFlight(self.shards, groups, self.down), prefer, riding
 
     def finish(self, beside: AcksInFlight, prefer: int | None, riding: list[Any],
-               rode: bool) -> LeaseExpired | None:
+               rode: bool) -> BlizzardError | None:
         """After the lease (or its failure): riding acks that did not ride follow it; collect
         every ack sent beside; the first lost lease among them (not raised)."""
         if riding and not rode:  # the lease went elsewhere: they follow it

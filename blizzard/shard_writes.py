@@ -111,15 +111,16 @@ class ShardLeases:
 
 
 class _Pair:
-    """An item as ``*_ids`` calls name it: its id and lease token."""
+    """An item as ``*_ids`` calls name it: its id and lease token (and the queue an ack
+    names, "" for none)."""
 
-    __slots__ = ("id", "lease")
+    __slots__ = ("id", "lease", "queue")
 
-    def __init__(self, item_id: int, lease: int) -> None:
-        self.id, self.lease = item_id, lease
+    def __init__(self, item_id: int, lease: int, queue: str = "") -> None:
+        self.id, self.lease, self.queue = item_id, lease, queue
 
 
-def pairs(ids: Sequence[int], leases: Sequence[int]) -> list[_Pair]:
+def pairs(ids: Sequence[int], leases: Sequence[int], queue: str = "") -> list[_Pair]:
     if len(ids) != len(leases):
         raise InvalidArgument(f"{len(ids)} ids but {len(leases)} lease tokens")
-    return [_Pair(i, lease) for i, lease in zip(ids, leases)]
+    return [_Pair(i, lease, queue) for i, lease in zip(ids, leases)]

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Collection
 
 from blizzard import Client
-from blizzard.errors import BlizzardError, LeaseExpired
+from blizzard.errors import NOT_HELD, BlizzardError
 from chaos import payload
 from chaos.history import FAIL, INFO, OK, History
 
@@ -141,7 +141,7 @@ class Producer(Worker):
             staged = client.stage(self.config.queue, blobs)
         except Exception as exc:  # nothing was committed, whatever went wrong
             return FAIL, {"seqs": seqs}, _error(exc)
-        ids = [i for chunk, _ in staged for i in chunk]
+        ids = [i for chunk in staged for i in chunk[0]]
         try:
             client.commit(staged)
         except Exception as exc:  # the commit may have landed before the error
@@ -216,7 +216,7 @@ class Consumer(Worker):
         self.history.invoke(self.name, "ack", {"ids": ids})
         try:
             client.ack_many(msgs)
-        except LeaseExpired as exc:
+        except NOT_HELD as exc:
             # The leases still held were acked; find out which were lost, one by one
             # (acking an item that is already gone counts as done, so this is safe).
             acked, lost, unknown = [], [], []
@@ -224,7 +224,7 @@ class Consumer(Worker):
                 try:
                     client.ack_many([m])
                     acked.append(m.id)
-                except LeaseExpired:
+                except NOT_HELD:
                     lost.append(m.id)
                 except Exception:  # outcome unknown; the checker counts it as settled
                     unknown.append(m.id)

@@ -20,6 +20,7 @@ class QueueCounts:
 
     def __init__(self) -> None:
         self.by_kind: dict[str, dict[str, int]] = {kind: {} for kind in KINDS}
+        self.refused_acks: dict[int, int] = {}  # quiet acks refused, by reason (``p.LOST_*``)
 
     def add(self, kind: str, queue: str, n: int = 1) -> None:
         if n:
@@ -31,6 +32,11 @@ class QueueCounts:
         totals = self.by_kind[kind]
         for queue, n in Counter(queues).items():
             totals[queue] = totals.get(queue, 0) + n
+
+    def refuse_acks(self, reasons: Iterable[int]) -> None:
+        """Quiet acks the master could not apply (no one hears of them otherwise)."""
+        for why, n in Counter(reasons).items():
+            self.refused_acks[why] = self.refused_acks.get(why, 0) + n
 
     def get(self, kind: str, queue: str) -> int:
         return self.by_kind[kind].get(queue, 0)

@@ -22,6 +22,7 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from blizzard import metrics
 from blizzard.metrics import Timing
 from master.counts import KINDS
+from master.leases import LOST_NAMES
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +118,13 @@ class MasterMetrics(metrics.ServedCollector):
             for name, n in sorted(dict(counts.by_kind[kind]).items()):
                 family.add_metric([name], n)
             yield family
+        refused = CounterMetricFamily(
+            "blizzard_acks_refused", "Items of quiet acks (``Message.ack()``) the master could not "
+            "settle since it started, by reason: a consumer acking ids it does not hold.",
+            labels=["reason"])
+        for why, n in sorted(dict(counts.refused_acks).items()):
+            refused.add_metric([LOST_NAMES[why].replace(" ", "_")], n)
+        yield refused
 
     def _head_age(self, q: object, now: float) -> float:
         """Seconds since the head item of ``q``'s ready line was enqueued.

@@ -44,7 +44,7 @@ def test_the_safe_way_dequeue_no_ack_json_then_ack_nack_extend(cluster):
     assert [(i["id"], i["attempts"], i["error"]) for i in again] == [(second["id"], 1, "boom")]
     # And a stale token is refused with a clear error naming what may have happened
     stale = run("ack", "jobs", str(second["id"]), str(second["lease"]), master=m, check=False)
-    assert stale.returncode == 1 and b"LeaseExpired" in stale.stderr
+    assert stale.returncode == 1 and b"WrongLease" in stale.stderr  # held under the new lease
     assert b"nacked" in stale.stderr
     run("ack", "jobs", str(again[0]["id"]), str(again[0]["lease"]), master=m)
     empty = run("dequeue", "jobs", "--json", master=m, check=False)

@@ -22,7 +22,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from blizzard import protocol as p
 from blizzard.client import Client, ShardedClient
 from blizzard.shard_messages import shard_of
-from blizzard.errors import ClusterError, Forbidden, LeaseExpired
+from blizzard.errors import NOT_HELD, ClusterError, Forbidden
 from blizzard.spark.options import ReadOptions
 from blizzard.spark.plan import NodePartition, Run
 from blizzard.spark.schema import SCHEMA
@@ -148,7 +148,7 @@ class _RunReader:
             try:  # if this fails, the task fails and the batch is not acked: nothing lost
                 self.client.nack_many(failed, delay_s=UNREADABLE_DELAY_S,
                                       error="no replica could be read")
-            except LeaseExpired:
+            except NOT_HELD:
                 pass
         return got
 

@@ -34,7 +34,7 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadM
 
 from blizzard import protocol as p
 from blizzard.client import Client, ShardedClient
-from blizzard.errors import ClusterError, LeaseExpired
+from blizzard.errors import NOT_HELD, ClusterError
 from blizzard.protocol import MAX_BATCH
 from blizzard.spark.fetch import read_partition
 from blizzard.spark.options import ReadOptions
@@ -281,7 +281,7 @@ class _Driver:
             try:
                 client.ack_ids(ids, leases)
                 break
-            except LeaseExpired as exc:  # given back by an executor, or a lease ran out
+            except NOT_HELD as exc:  # given back by an executor, or a lease ran out
                 log.warning("some acks came too late; those items will be delivered again: %s",
                             exc)
                 break
@@ -315,7 +315,7 @@ class _Driver:
                         for b in due:
                             b.renewed = now
                         self.timings.add("lease keep-alive", time.monotonic() - now, len(ids))
-                    except LeaseExpired as exc:
+                    except NOT_HELD as exc:
                         log.warning("leases lost while in flight (those items will be delivered "
                                     "again): %s", exc)
                         for b in due:  # the others were extended
@@ -329,7 +329,7 @@ class _Driver:
             return
         try:
             self.client.nack_ids(ids, leases, delay_s=0.0)
-        except (LeaseExpired, ClusterError) as exc:  # their leases will run out instead
+        except (*NOT_HELD, ClusterError) as exc:  # their leases will run out instead
             log.warning("could not give back %d items: %s", len(ids), exc)
 
     def close(self) -> None:
