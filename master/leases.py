@@ -9,7 +9,8 @@ lives here: ``expire`` returns items whose deadline passed to their queues.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from collections import Counter
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from blizzard import protocol as p
@@ -32,10 +33,32 @@ MAX_WAIT_S = 300.0
 MAX_DELAY_S = 365 * 86400.0
 MAX_WAITERS = 10_000  # parked long polls, all connections together
 MAX_WAITERS_PER_PEER = 256  # ... one connection's share
-MAX_ERROR = 2000  # characters of a nack's error kept with the item
 # ... and one key's, over all its connections: a key that opens many connections cannot take
 # every slot (a fleet of workers sharing one key has this many long polls parked at most)
 MAX_WAITERS_PER_KEY = 2_000
+MAX_ERROR = 2000  # characters of a nack's error kept with the item
+
+
+LOST_NAMES = {p.LOST_EXPIRED: "lease expired", p.LOST_UNKNOWN: "unknown id",
+              p.LOST_OTHER_QUEUE: "in another queue", p.LOST_WRONG_TOKEN: "wrong token"}
+
+
+@dataclass(slots=True)
+class Settled:
+    """What an ack, nack or extend found: ids held under the tokens given, ids refused (and
+    why, ``p.LOST_*``), and how many were already acked under the very token (a retry)."""
+
+    held: list[int] = field(default_factory=list)
+    lost: list[int] = field(default_factory=list)
+    why: list[int] = field(default_factory=list)
+    gone: int = 0
+
+    def refuse(self, item_id: int, why: int) -> None:
+        self.lost.append(item_id)
+        self.why.append(why)
+
+    def reply(self) -> p.Acked:
+        return p.Acked(done=len(self.held) + self.gone, lost=self.lost, why=self.why)
 
 
 @dataclass(slots=True)
@@ -46,6 +69,8 @@ class Waiter:
     rid: int
     msg: p.Lease
     until: float  # monotonic
+    key: str = ""  # the public key its connection authenticated with ("": security off)
+    fd: int = -1  # its connection's descriptor (``blizzard/departures.py``; -1: unknown)
 
 
 class Leases:
@@ -64,13 +89,14 @@ class Leases:
         self.capabilities = capabilities
         self.waiters: list[Waiter] = []
         self.waiting_by_peer: dict[bytes, int] = {}
+        self.waiting_by_key: dict[str, int] = {}
+        # a peer's key and descriptor, for the request being handled (the server's router)
+        self.connection_of: Callable[[bytes], tuple[str, int]] = lambda peer: ("", -1)
         self.buckets: dict[str, TokenBucket] = {}  # queue -> rate limiter (soft state)
 
     # -- leasing -----------------------------------------------------------------------------
 
     def lease_request(self, msg: p.Lease, now: float, mono: float, peer: bytes,
-    key: str = ""  # the public key its connection authenticated with ("": security off)
-    fd: int = -1  # its connection's descriptor (``blizzard/departures.py``; -1: unknown)
                       rid: int) -> p.Leased | None:
         checks.queue_name(msg.queue)
         checks.batch(msg.n)
@@ -88,40 +114,14 @@ class Leases:
         ids = self._take(msg, now, mono)
         if ids or msg.wait_s == 0 or lost:  # lost acks are news the caller must get now
             return self._described(msg, ids, lost, now)
-        self.waiting_by_key: dict[str, int] = {}
-        # a peer's key and descriptor, for the request being handled (the server's router)
-        self.connection_of: Callable[[bytes], tuple[str, int]] = lambda peer: ("", -1)
         # parked without its acks (settled above): a waiter holds only what it needs later
         self.waiters.append(Waiter(peer, rid, replace(msg, ack_ids=[], ack_leases=[]),
                                    mono + msg.wait_s, key, fd))
         self.waiting_by_peer[peer] = self.waiting_by_peer.get(peer, 0) + 1
-        return None
-
-    def _take(self, msg: p.Lease, now: float, mono: float) -> list[int]:
-        config = self.state.config(msg.queue)
-        if config.rate_per_s > 0:  # one bucket per queue: a global limit over all consumers
-            bucket = self.buckets.get(msg.queue)
-            if bucket is None:
-                bucket = self.buckets[msg.queue] = TokenBucket(config.rate_per_s, config.burst)
-            tokens = bucket.take(msg.n, mono)
-            # only new items need a token; redeliveries pass (``master/admission.py``)
-            ids = self.state.head(msg.queue, msg.n, now, new=tokens)
-            fresh = sum(1 for i in ids if self.state.items[i].attempts == 0)
-            bucket.tokens += tokens - fresh  # unused grants go back
-        else:
-            ids = self.state.head(msg.queue, msg.n, now)
-        if ids:
-            first = self.state.lease_seq + 1
-            lease_s = msg.lease_s or config.lease_s
-            self.log(LeaseItems(ids=ids, leases=list(range(first, first + len(ids))),
-                                deadline=now + lease_s, request=msg.request))
-            self.counts.add("leased", msg.queue, len(ids))
-        return ids
-
         if key:
             self.waiting_by_key[key] = self.waiting_by_key.get(key, 0) + 1
-    def _described(self, msg: p.Lease, ids: list[int], lost: list[int], now: float) -> p.Leased:
-        """``describe``, with the queue's head after the lease if the lease asked for it."""
+        return None
+
     def _check_slots(self, peer: bytes, key: str) -> None:
         """``TooManyItems`` if a long poll of ``peer`` (of ``key``) may not park now."""
         if len(self.waiters) >= MAX_WAITERS:
@@ -163,6 +163,29 @@ class Leases:
             log.info("%d long polls of %d departed connections dropped", len(gone), len(fds))
         return len(gone)
 
+    def _take(self, msg: p.Lease, now: float, mono: float) -> list[int]:
+        config = self.state.config(msg.queue)
+        if config.rate_per_s > 0:  # one bucket per queue: a global limit over all consumers
+            bucket = self.buckets.get(msg.queue)
+            if bucket is None:
+                bucket = self.buckets[msg.queue] = TokenBucket(config.rate_per_s, config.burst)
+            tokens = bucket.take(msg.n, mono)
+            # only new items need a token; redeliveries pass (``master/admission.py``)
+            ids = self.state.head(msg.queue, msg.n, now, new=tokens)
+            fresh = sum(1 for i in ids if self.state.items[i].attempts == 0)
+            bucket.tokens += tokens - fresh  # unused grants go back
+        else:
+            ids = self.state.head(msg.queue, msg.n, now)
+        if ids:
+            first = self.state.lease_seq + 1
+            lease_s = msg.lease_s or config.lease_s
+            self.log(LeaseItems(ids=ids, leases=list(range(first, first + len(ids))),
+                                deadline=now + lease_s, request=msg.request))
+            self.counts.add("leased", msg.queue, len(ids))
+        return ids
+
+    def _described(self, msg: p.Lease, ids: list[int], lost: list[int], now: float) -> p.Leased:
+        """``describe``, with the queue's head after the lease if the lease asked for it."""
         if not msg.head or self.heads is None:
             return self.describe(msg.queue, ids, lost, now)
         return self.describe(msg.queue, ids, lost, now,
@@ -201,54 +224,72 @@ class Leases:
 
     # -- settling ----------------------------------------------------------------------------
 
-    def _settle(self, ids: list[int], leases: list[int]) -> tuple[list[int], list[int], int]:
-        """Split (id, lease) pairs into still-held leases, lost leases, and already-gone ids."""
+    def _settle(self, ids: list[int], leases: list[int], queue: str = "") -> Settled:
+        """Split (id, lease) pairs into still-held leases, refused ones (with why), and ids
+        already gone under this very lease (a retry). ``queue``: every id must be in it."""
         checks.batch(checks.same_length(ids=ids, leases=leases))
-        held, lost, gone = [], [], 0
+        if queue:
+            checks.queue_name(queue)
+        out = Settled()
         acked, holding, items = self.state.recent_acks, self.state.held, self.state.items
+        issued = self.state.lease_seq  # tokens are handed out in order: none above this yet
         if len(set(ids)) != len(ids):  # an id named twice counts once (its first lease)
             pairs = dict(zip(reversed(ids), reversed(leases)))
             ids, leases = list(pairs), list(pairs.values())
         for item_id, lease in zip(ids, leases):
+            item = items.get(item_id)
+            if item is None:
+                if item_id not in acked:
+                    out.refuse(item_id, p.LOST_UNKNOWN)
+                elif acked[item_id] == lease:
+                    out.gone += 1  # acked under this very lease: a retry
+                else:
+                    out.refuse(item_id, p.LOST_EXPIRED)  # another consumer's delivery was acked
+                continue
             h = holding.get(item_id)  # (lease, deadline); only items there are leased
-            if h is not None and h[0] == lease:
-                held.append(item_id)
-            elif item_id in items:
-                lost.append(item_id)
-            elif acked.get(item_id, lease) == lease:
-                gone += 1  # acked under this very lease: a retry
+            if queue and item.queue != queue \
+                    and self.state.origins.get(item_id) != queue:  # a dead item: either name
+                out.refuse(item_id, p.LOST_OTHER_QUEUE)
+            elif h is not None and h[0] == lease:
+                out.held.append(item_id)
+            elif h is not None or lease > issued:
+                out.refuse(item_id, p.LOST_WRONG_TOKEN)
             else:
-                lost.append(item_id)  # another consumer's delivery was acked
-        return held, lost, gone
+                out.refuse(item_id, p.LOST_EXPIRED)  # not leased: back in its queue
+        return out
 
     def ack(self, msg: p.Ack, *_: Any) -> p.Acked | None:
-        """Settle for good; a quiet ack gets no reply (None), its lost leases are only logged."""
-        acked = self._ack(msg.ids, msg.leases)
+        """Settle for good; a quiet ack gets no reply (None): what it could not settle is
+        counted (``refused_acks``, in the metrics) and logged."""
+        acked = self._ack(msg.ids, msg.leases, msg.queue)
         if not msg.quiet:
             return acked
         if acked.lost:
-            log.info("quiet ack of %d items whose lease had run out, e.g. %s", len(acked.lost),
-                     acked.lost[:5])
+            self.counts.refuse_acks(acked.why)
+            log.warning("quiet ack refused for %d items (%s), e.g. %s", len(acked.lost),
+                        ", ".join(f"{n} {LOST_NAMES[why]}" for why, n in
+                                  sorted(Counter(acked.why).items())), acked.lost[:5])
         return None
 
-    def _ack(self, ids: list[int], leases: list[int]) -> p.Acked:
-        held, lost, gone = self._settle(ids, leases)
+    def _ack(self, ids: list[int], leases: list[int], queue: str = "") -> p.Acked:
+        out = self._settle(ids, leases, queue)
+        held = out.held
         if held:
             items = self.state.items
             queues, holders = columns([items[i] for i in held], "queue", "nodes")
             self.log(AckItems(ids=held))
             self.counts.add_each("acked", queues)
             self.deletes.drop_blobs_of(held, holders)
-        return p.Acked(done=len(held) + gone, lost=lost)
+        return out.reply()
 
     def nack(self, msg: p.Nack, now: float, *_: Any) -> p.Acked:
         if msg.delay_s is not None:
             checks.seconds(msg.delay_s, "delay_s", low=0, high=MAX_DELAY_S)
-        held, lost, gone = self._settle(msg.ids, msg.leases)
-        if held:
-            self.counts.add_each("nacked", [self.state.items[i].queue for i in held])
-            self.release(held, now, msg.delay_s, msg.error[:MAX_ERROR])
-        return p.Acked(done=len(held) + gone, lost=lost)
+        out = self._settle(msg.ids, msg.leases, msg.queue)
+        if out.held:
+            self.counts.add_each("nacked", [self.state.items[i].queue for i in out.held])
+            self.release(out.held, now, msg.delay_s, msg.error[:MAX_ERROR])
+        return out.reply()
 
     def release(self, ids: list[int], now: float, delay_s: float | None, error: str = "") -> None:
         """Give leased items back: after ``delay_s``, or (None) after their queue's back-off."""
@@ -267,18 +308,23 @@ class Leases:
 
     def extend(self, msg: p.Extend, now: float, *_: Any) -> p.Acked:
         checks.seconds(msg.lease_s, "lease_s", low=0, high=self.config.max_lease_s, low_ok=False)
-        held, lost, gone = self._settle(msg.ids, msg.leases)
-        lost += [i for i in msg.ids if i not in self.state.items]  # gone: nothing to extend
-        if held:
+        out = self._settle(msg.ids, msg.leases, msg.queue)
+        if out.gone:  # acked already: nothing to extend
+            for i in msg.ids:
+                if i not in self.state.items and i not in out.lost:
+                    out.refuse(i, p.LOST_EXPIRED)
+            out.gone = 0
+        if out.held:
             holding = self.state.held
-            self.log(LeaseItems(ids=held, leases=[holding[i][0] for i in held],
+            self.log(LeaseItems(ids=out.held, leases=[holding[i][0] for i in out.held],
                                 deadline=now + msg.lease_s, request=""))
-        return p.Acked(done=len(held), lost=lost)
+        return out.reply()
 
     def regrant(self, msg: p.Regrant, now: float, *_: Any) -> p.Regranted:
         """A fresh read grant for the items still leased under the tokens given, until the
         latest of their leases ends (a grant ends with the leases it came with)."""
-        held, lost, _ = self._settle(msg.ids, msg.leases)
+        settled = self._settle(msg.ids, msg.leases)
+        held, lost = settled.held, settled.lost
         nodes = {node for i in held for node in self.state.items[i].nodes}
         until = max((self.state.held[i][1] for i in held), default=now)
         return p.Regranted(self.capabilities.get_grant(held, list(nodes), now, until), lost)
