@@ -62,10 +62,12 @@ class Leases:
         return leased
 
     def extend_many(self, msgs: Sequence[Any], *, lease_s: float) -> None:
-        self.extend_ids(*_columns(msgs), lease_s=lease_s)
+        self.extend_ids(*_columns(msgs), lease_s=lease_s, queue=queue_of(msgs))
 
-    def extend_ids(self, ids: Sequence[int], leases: Sequence[int], *, lease_s: float) -> None:
-        self._settle(ids, leases, lambda ids, leases: p.Extend(ids, leases, float(lease_s)))
+    def extend_ids(self, ids: Sequence[int], leases: Sequence[int], *, lease_s: float,
+                   queue: str = "") -> None:
+        self._settle(ids, leases, lambda ids, leases: p.Extend(ids, leases, float(lease_s),
+                                                               queue))
 
     def ack_many(self, msgs: Sequence[Any]) -> None:
         self.ack_ids(*_columns(msgs), queue=queue_of(msgs))
@@ -101,7 +103,7 @@ class Leases:
 
     def nack_many(self, msgs: Sequence[Any], *, delay_s: float | None = None,
                   error: str = "") -> None:
-        self.nack_ids(*_columns(msgs), delay_s=delay_s, error=error)
+        self.nack_ids(*_columns(msgs), delay_s=delay_s, error=error, queue=queue_of(msgs))
 
     def regrant(self, ids: Sequence[int], leases: Sequence[int]) -> tuple[p.GetGrant, list[int]]:
         """A fresh grant to read items still leased under these tokens (at most MAX_BATCH),
@@ -110,9 +112,10 @@ class Leases:
         return reply.grant, reply.lost
 
     def nack_ids(self, ids: Sequence[int], leases: Sequence[int], *, delay_s: float | None = None,
-                 error: str = "") -> None:
+                 error: str = "", queue: str = "") -> None:
         delay = None if delay_s is None else float(delay_s)
-        self._settle(ids, leases, lambda ids, leases: p.Nack(ids, leases, delay, str(error)))
+        self._settle(ids, leases, lambda ids, leases: p.Nack(ids, leases, delay, str(error),
+                                                             queue))
 
     def _settle(self, ids: Sequence[int], leases: Sequence[int],
                 make: Callable[[list[int], list[int]], Any]) -> None:

@@ -84,6 +84,9 @@ def test_the_cli_ack_reports_each_refusal_and_exits_1(metered):
     assert elsewhere.returncode == 1 and b"NotInQueue" in elsewhere.stderr
     wrong = cli("ack", "tq2", str(msg.id), str(msg.lease + 10**6), master=m)
     assert wrong.returncode == 1 and b"WrongLease" in wrong.stderr
+    for verb in (["nack"], ["extend", "--lease-s", "30"]):  # they name the queue too
+        refused = cli(verb[0], "nosuchqueue", str(msg.id), str(msg.lease), *verb[1:], master=m)
+        assert refused.returncode == 1 and b"NotInQueue" in refused.stderr
     done = cli("ack", "tq2", str(msg.id), str(msg.lease), master=m)
     assert done.returncode == 0 and done.stdout == f"acked {msg.id}\n".encode()
 
