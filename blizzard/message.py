@@ -74,9 +74,12 @@ class Message:
         """The item is done: the master drops it and its blobs.
 
         By default the ack is sent and not waited for, and the master sends no answer (as
-        RabbitMQ's ``basic.ack``); ``Client.close`` waits up to 2 s until they are durable. A
-        lease that had already run out is only logged by the master. ``wait=True`` returns once
-        the ack is durable on the master and raises ``LeaseExpired`` if the lease was lost.
+        RabbitMQ's ``basic.ack``); ``Client.close`` waits up to 2 s until they are durable. An
+        ack the master refuses (the lease had run out, say) is then only counted in its
+        metrics (``blizzard_acks_refused_total``) and logged. ``wait=True`` returns once the
+        ack is durable on the master, or raises why it was refused: ``LeaseExpired`` (the
+        lease ran out), ``WrongLease`` (the item is leased under another token now),
+        ``NotInQueue`` or ``UnknownItem``; the item is then unchanged.
         Either way delivery stays at least once: an ack that never lands lets the item come
         back when its lease runs out.
         """
