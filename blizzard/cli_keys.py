@@ -7,13 +7,14 @@ import os
 import click
 
 from blizzard import keys as k
+from blizzard.errors import AuthenticationFailed
 
 
 @click.group("keys")
 def keys_group() -> None:
-    """The cluster's CURVE keys: one pair each for the master, the data nodes, clients and
-    admins, in one directory (files 0600). Servers take --keys DIR, clients keys=DIR or
-    BLIZZARD_KEYS."""
+    """The cluster's CURVE keys: one pair each for the master, the data nodes' server side,
+    clients and admins, and one per data node (add-node), in one directory (files 0600).
+    Servers take --keys DIR, clients keys=DIR or BLIZZARD_KEYS."""
 
 
 @keys_group.command("generate")
@@ -49,6 +50,39 @@ def retire(directory: str, name: str) -> None:
     if not k.retire(directory, name):
         raise click.ClickException(f"{name} has no old key in {directory}")
     click.echo(f"retired {name}'s old key")
+
+
+@keys_group.command("add-node")
+@click.argument("directory", type=click.Path(file_okay=False, exists=True))
+@click.argument("name")
+def add_node(directory: str, name: str) -> None:
+    """Make data node NAME's own key pair (datanode-NAME) in DIRECTORY.
+
+    Copy the pair to that node's machine and start it with --node-key NAME. The master binds
+    the key to the node id of its first heartbeat; the key speaks for that node only.
+    """
+    try:
+        made = k.add_node(directory, name)
+    except AuthenticationFailed as exc:
+        raise click.ClickException(exc.message) from None
+    click.echo(f"made {made} in {directory}; start the node with --node-key {name}")
+
+
+@keys_group.command("remove-node")
+@click.argument("directory", type=click.Path(file_okay=False, exists=True))
+@click.argument("name")
+def remove_node(directory: str, name: str) -> None:
+    """Revoke data node NAME's key: servers refuse it at once, open connections included.
+
+    The other nodes keep working. A replacement node gets a new key (`keys add-node`).
+    """
+    try:
+        found = k.remove_node(directory, name)
+    except AuthenticationFailed as exc:
+        raise click.ClickException(exc.message) from None
+    if not found:
+        raise click.ClickException(f"no data node key {name} in {directory}")
+    click.echo(f"removed data node key {name}; servers refuse it from now on")
 
 
 @keys_group.command("list")

@@ -7,6 +7,7 @@ so there is one way to run Blizzard's processes. Only loopback addresses are use
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
 import re
@@ -124,6 +125,11 @@ class LocalCluster:
     standby: bool = False  # also a hot standby master (``--standby-of`` the master)
     standby_args: Sequence[str] = ()
     second: Proc | None = None  # the standby's process
+    nofile: int | None = None  # run every server under this descriptor limit (soft = hard,
+    # with ``prlimit``), as a host with a low limit would; None: this process's limits
+
+    def _limit(self) -> list[str]:
+        return [] if self.nofile is None else ["prlimit", f"--nofile={self.nofile}", "--"]
 
     def _security(self) -> list[str]:
         if self.keys is None:
@@ -133,6 +139,21 @@ class LocalCluster:
         else:
             k.generate(self.keys)
         return ["--keys", self.keys]
+
+    def node_key(self, i: int) -> str:
+        """Data node ``i``'s own key's name (``datanode-NAME`` in the key directory): one per
+        node and cluster, as clusters of one process share a key directory."""
+        digest = hashlib.sha1(os.path.abspath(self.base_dir).encode()).hexdigest()[:8]
+        return f"{k.NODE_PREFIX}node{i}-{digest}"
+
+    def _node_key(self, i: int) -> list[str]:
+        """``--node-key`` of data node ``i``, its pair made if missing."""
+        if self.keys is None:
+            return []
+        name = self.node_key(i)[len(k.NODE_PREFIX):]
+        if name not in k.node_names(self.keys):
+            k.add_node(self.keys, name)
+        return ["--node-key", name]
 
     def _metrics(self, name: str) -> list[str]:
         if not self.metrics:
@@ -217,7 +238,7 @@ class LocalCluster:
                 check_port_free(self.node_base_port + i, f"data node {i}'s")
 
     def _master_proc(self, addr: str, name: str = "master", extra: Sequence[str] = ()) -> Proc:
-        argv = [*self.placement(name).prefix, self.python, "-m", "master",
+        argv = [*self.placement(name).prefix, *self._limit(), self.python, "-m", "master",
                 "--data-dir", os.path.join(self.base_dir, name),
                 "--bind", addr, "--replication", str(self.replication),
                 "--heartbeat-s", str(self.heartbeat_s), "--dead-after-s", str(self.dead_after_s),
@@ -229,10 +250,12 @@ class LocalCluster:
         return Proc(name, argv, os.path.join(self.base_dir, f"{name}.log"), addr)
 
     def _node_proc(self, i: int, addr: str) -> Proc:
-        argv = [*self.placement(f"datanode{i}").prefix, self.python, "-m", "datanode",
+        argv = [*self.placement(f"datanode{i}").prefix, *self._limit(), self.python, "-m",
+                "datanode",
                 "--data-dir", os.path.join(self.base_dir, f"datanode{i}"), "--bind", addr,
                 "--master", self.masters, "--heartbeat-s", str(self.heartbeat_s),
-                *self._security(), *self._metrics(f"datanode{i}"), "--log-format", self.log_format]
+                *self._security(), *self._node_key(i), *self._metrics(f"datanode{i}"),
+                "--log-format", self.log_format]
         return Proc(f"datanode{i}", argv, os.path.join(self.base_dir, f"datanode{i}.log"), addr)
 
     def restart_master(self, timeout_s: float = 30.0) -> None:
@@ -305,12 +328,13 @@ class LocalCluster:
             ep.close()
 
     def client_keys(self, name: str = "client") -> k.ClientKeys | None:
-        """The keys a client of this cluster uses (None when it runs insecure)."""
+        """The keys a client of this cluster uses (None when it runs insecure); ``datanode``:
+        data node 0's own key (the shared datanode pair is the nodes' server key only)."""
         if self.keys is None:
             return None
         self._security()
         assert self.keys is not None
-        return k.ClientKeys.from_dir(self.keys, name)
+        return k.ClientKeys.from_dir(self.keys, self.node_key(0) if name == "datanode" else name)
 
     def endpoint(self, addr: str, name: str = "client") -> Endpoint:
         """An ``Endpoint`` to one of this cluster's servers, with key ``name`` if secure."""

@@ -6,8 +6,12 @@ mode 0600:
 
 ========== ===================================================================
 ``master``   the master's server key; clients and data nodes pin its public key
-``datanode`` the data nodes' key: their server key, and their key towards the master
-             and towards each other (role ``node``)
+``datanode`` the data nodes' server key (clients pin its public key); no role: it lets
+             nobody in
+``datanode-NAME`` one data node's own key, towards the master and the other nodes (role
+             ``node``); ``blizzard keys add-node DIR NAME`` makes one, ``remove-node``
+             revokes it alone. The master binds it to the node id that first heartbeats
+             with it (``master/node_keys.py``)
 ``client``   producers and consumers (role ``client``)
 ``admin``    operators: purge, redrive, configure, deletes, node removal (role ``admin``)
 ========== ===================================================================
@@ -23,6 +27,8 @@ from __future__ import annotations
 
 import glob
 import os
+import re
+import time
 from dataclasses import dataclass
 
 import zmq
@@ -31,14 +37,18 @@ import zmq.auth
 from blizzard.errors import AuthenticationFailed
 
 PARTIES = ("master", "datanode", "client", "admin")
-ROLE_OF_PREFIX = {"datanode": "node", "client": "client", "admin": "admin",
+ROLE_OF_PREFIX = {"datanode-": "node", "client": "client", "admin": "admin",
                   "master": "master"}  # a standby master follows its primary with this pair
+NODE_PREFIX = "datanode-"  # a data node's own pair: ``datanode-NAME``
+NODE_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 ROTATING = ("client", "admin")  # the datanode and master pairs are server keys others pin
 ZAP_DOMAIN = "blizzard"
 # a socket whose ZAP domain is ``blizzard:ROLE,ROLE`` admits only keys of those roles (a
 # sharded master's heads feed: what producers and consumers read, not data nodes)
 READERS = ("admin", "client")
 ENV = "BLIZZARD_KEYS"
+# How long a rotated key's old half stays valid unless retired sooner (``rotate --grace-s``).
+DEFAULT_GRACE_S = 24 * 3600.0
 
 
 def _private(path: str) -> None:
@@ -66,8 +76,11 @@ def generate(directory: str, *, force: bool = False) -> list[str]:
     return made
 
 
-def rotate(directory: str, name: str) -> None:
-    """Replace ``name``'s pair; its old public key stays valid (``NAME.old.key``) until retired."""
+def rotate(directory: str, name: str, grace_s: float = DEFAULT_GRACE_S) -> None:
+    """Replace ``name``'s pair; its old public key stays valid (``NAME.old.key``) until retired,
+    or until ``grace_s`` seconds have passed (the end is kept in ``NAME.old.expires``)."""
+    if not 0 <= grace_s < 10 * 365 * 86400:
+        raise AuthenticationFailed("the grace period is between 0 and 10 years, in seconds")
     if name not in ROTATING:
         raise AuthenticationFailed(f"only {' and '.join(ROTATING)} keys rotate live; a server "
                                    "key (master, datanode) changes with a restart of the "
@@ -77,6 +90,9 @@ def rotate(directory: str, name: str) -> None:
         raise AuthenticationFailed(f"{name} is already rotating: retire the old key first")
     os.replace(base + ".key", base + ".old.key")
     os.replace(base + ".key_secret", base + ".old.key_secret")
+    with open(os.open(base + ".old.expires", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600),
+              "w") as f:
+        f.write(f"{time.time() + grace_s:.3f}\n")
     _new_pair(directory, name)
     os.utime(directory)  # servers notice the change by the directory's time
 
@@ -85,12 +101,71 @@ def retire(directory: str, name: str) -> bool:
     """Drop ``name``'s old key after a rotation; False if there was none."""
     base = os.path.join(directory, name)
     found = False
-    for path in (base + ".old.key", base + ".old.key_secret"):
+    for path in (base + ".old.key", base + ".old.key_secret", base + ".old.expires"):
+        if os.path.exists(path):
+            os.remove(path)
+            found = found or path.endswith(".key")
+    os.utime(directory)
+    return found
+
+
+def expiry(old_key_path: str) -> float:
+    """When a rotated key's old half (``NAME.old.key``) stops being valid (unix time): as its
+    ``NAME.old.expires`` says, or for one rotated before expiries were kept, the default grace
+    after the rotation (the file's change time)."""
+    try:
+        with open(old_key_path[:-len(".key")] + ".expires") as f:
+            return float(f.read().strip())
+    except (OSError, ValueError):
+        return os.stat(old_key_path).st_ctime + DEFAULT_GRACE_S
+
+
+def next_expiry(directory: str) -> float:
+    """The soonest end of an old key's grace still to come (inf: none)."""
+    now = time.time()
+    ends = [expiry(path) for path in glob.glob(os.path.join(glob.escape(directory), "*.old.key"))]
+    return min((end for end in ends if end > now), default=float("inf"))
+
+
+def _node_base(directory: str, name: str) -> str:
+    if not NODE_NAME.fullmatch(name):
+        raise AuthenticationFailed(f"a data node key's name is 1-64 letters, digits, '_' or "
+                                   f"'-', not {name[:80]!r}")
+    return os.path.join(directory, NODE_PREFIX + name)
+
+
+def add_node(directory: str, name: str) -> str:
+    """Make data node ``name``'s own pair (``datanode-NAME``); its file base name."""
+    base = _node_base(directory, name)
+    if os.path.exists(base + ".key_secret") or os.path.exists(base + ".key"):
+        raise AuthenticationFailed(f"data node key {name} exists in {directory}; remove it "
+                                   "first (`blizzard keys remove-node`) to replace it")
+    if not os.path.isdir(directory):
+        raise AuthenticationFailed(f"no key directory {directory}: make it with `blizzard "
+                                   "keys generate DIR`")
+    _new_pair(directory, NODE_PREFIX + name)
+    os.utime(directory)  # servers notice the change by the directory's time
+    return NODE_PREFIX + name
+
+
+def remove_node(directory: str, name: str) -> bool:
+    """Revoke data node ``name``'s key: servers refuse it from now on and close its open
+    connections; False if there was none."""
+    base = _node_base(directory, name)
+    found = False
+    for path in (base + ".key", base + ".key_secret"):
         if os.path.exists(path):
             os.remove(path)
             found = True
     os.utime(directory)
     return found
+
+
+def node_names(directory: str) -> list[str]:
+    """The data node keys in ``directory`` that have their secret half (``NAME`` only)."""
+    found = glob.glob(os.path.join(glob.escape(directory), NODE_PREFIX + "*.key_secret"))
+    return sorted(os.path.basename(path)[len(NODE_PREFIX):-len(".key_secret")]
+                  for path in found)
 
 
 def load_pair(directory: str, name: str) -> tuple[bytes, bytes]:
@@ -120,10 +195,17 @@ def load_public(directory: str, name: str) -> bytes:
 
 
 def authorized(directory: str) -> dict[bytes, str]:
-    """Every public key (z85) the directory lets in, with its role."""
+    """Every public key (z85) the directory lets in, with its role (not an old key whose
+    grace period has ended)."""
     keys: dict[bytes, str] = {}
+    now = time.time()
     for path in sorted(glob.glob(os.path.join(directory, "*.key"))):
         name = os.path.basename(path)
+        try:
+            if name.endswith(".old.key") and expiry(path) <= now:
+                continue
+        except OSError:
+            continue  # gone meanwhile
         for prefix, role in ROLE_OF_PREFIX.items():
             if name.startswith(prefix):
                 try:
@@ -168,11 +250,24 @@ class ServerKeys:
         return cls(public, secret, directory)
 
 
-def node_keys(directory: str) -> tuple[ServerKeys, ClientKeys]:
-    """A data node's keys: its server side, and its side towards the master and other nodes."""
+def node_keys(directory: str, name: str | None = None) -> tuple[ServerKeys, ClientKeys]:
+    """A data node's keys: its server side (the shared ``datanode`` pair clients pin), and
+    its own pair ``datanode-NAME`` towards the master and other nodes. Without ``name``, the
+    only node pair in the directory (a node machine's directory holds its own alone)."""
     server = ServerKeys.from_dir(directory, "datanode")
-    return server, ClientKeys(server.public, server.secret, load_public(directory, "master"),
-                              server.public)
+    if name is None:
+        names = node_names(directory)
+        if len(names) != 1:
+            raise AuthenticationFailed(
+                f"{'no data node key' if not names else 'several data node keys'} in "
+                f"{directory}: " + ("make this node's own with `blizzard keys add-node DIR "
+                                    "NAME` (the shared datanode key no longer speaks for a node)"
+                                    if not names else f"choose one with --node-key NAME "
+                                    f"({', '.join(names[:5])})"))
+        name = names[0]
+    _node_base(directory, name)  # a name that is no file name is refused here
+    public, secret = load_pair(directory, NODE_PREFIX + name)
+    return server, ClientKeys(public, secret, load_public(directory, "master"), server.public)
 
 
 def master_keys(directory: str) -> tuple[ServerKeys, ClientKeys]:

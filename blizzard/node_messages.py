@@ -37,6 +37,8 @@ class Heartbeat:
     free_bytes: int
     cluster_id: str = ""  # the cluster this node joined ("": none yet, it adopts the master's)
     epoch: int = 0  # the highest master epoch this node has seen: an older master is fenced
+    # the masters' proof of that epoch (a secure master believes no bare claim of an epoch)
+    epoch_proof: bytes = b""
 
 
 @message(31)
@@ -55,6 +57,7 @@ class HeartbeatReply:
     epoch: int = 0  # the master's epoch: a node obeys no master older than one it has seen
     # item metadata (issue 17, rebuild): changed metadata of items this node holds, best effort
     meta: list[ItemMeta] = field(default_factory=list)
+    epoch_proof: bytes = b""  # the masters' MAC of (cluster id, epoch), echoed in heartbeats
 
 
 @message(50)

@@ -42,30 +42,52 @@ class _Directory:
     """
 
     RETRY_S = 1.0
+    RECHECK_S = 0.25  # open connections learn of a removed key this late at most
 
     def __init__(self, directory: str) -> None:
         self.directory = directory
         self.stamp: tuple[int, int] | None = None
         self.read_at = 0.0
+        self.checked_at = 0.0
+        self.expires_at = float("inf")  # unix time the next rotated key's grace ends
         self.roles: dict[bytes, str] = {}
         self.lock = threading.Lock()
+        # anyone who reaches a port can knock with a random key, as often as they like
+        self.refusals = Throttled(log, REFUSALS_LOG_EVERY_S)
 
     def role(self, public: bytes) -> str | None:
         with self.lock:
-            try:
-                st = os.stat(self.directory)
-                stamp = (st.st_mtime_ns, st.st_ino)
-        # anyone who reaches a port can knock with a random key, as often as they like
-        self.refusals = Throttled(log, REFUSALS_LOG_EVERY_S)
-                now = time.monotonic()
-                if stamp != self.stamp or (public not in self.roles
-                                           and now - self.read_at >= self.RETRY_S):
-                    self.roles = k.authorized(self.directory)
-                    self.stamp, self.read_at = stamp, now
-                    log.info("%d keys allowed from %s", len(self.roles), self.directory)
-            except Exception as exc:  # keep serving with the keys read last
-                log.error("cannot read the key directory %s: %s", self.directory, exc)
+            self._read(public not in self.roles)
             return self.roles.get(public)
+
+    def _read(self, unknown: bool) -> None:
+        """Read the directory again if it changed, an old key's grace ended, or (``unknown``)
+        an unknown key knocks and the last read is ``RETRY_S`` old."""
+        try:
+            st = os.stat(self.directory)
+            stamp = (st.st_mtime_ns, st.st_ino)
+            now = time.monotonic()
+            if stamp != self.stamp or time.time() >= self.expires_at or \
+                    (unknown and now - self.read_at >= self.RETRY_S):
+                self.roles = k.authorized(self.directory)
+                self.expires_at = k.next_expiry(self.directory)
+                self.stamp, self.read_at = stamp, now
+                log.info("%d keys allowed from %s", len(self.roles), self.directory)
+        except Exception as exc:  # keep serving with the keys read last
+            log.error("cannot read the key directory %s: %s", self.directory, exc)
+
+    def current(self, user_id: str) -> bool:
+        """True while the key a connection authenticated with (its User-Id, ``ROLE:KEY``) is
+        still in the directory with that role: a removed, retired or expired key's open
+        connections stop working too. Called per message, so the directory is looked at
+        (one ``stat``) at most every ``RECHECK_S``."""
+        now = time.monotonic()
+        if now - self.checked_at >= self.RECHECK_S:
+            self.checked_at = now
+            with self.lock:
+                self._read(False)
+        role, _, key = user_id.partition(":")
+        return bool(role) and self.roles.get(key.encode()) == role
 
     def callback(self, domain: str, public: bytes) -> bool:  # pyzmq's credentials provider
         """A known key; on a socket of domain ``blizzard:ROLE,...``, of one of those roles."""
@@ -84,15 +106,19 @@ class _Directory:
 
 
 class Gatekeeper(ThreadAuthenticator):
-    """The ZAP handler of one context: known keys only, each peer's User-Id is its role."""
+    """The ZAP handler of one context: known keys only, each peer's User-Id its role and key."""
 
     def __init__(self, ctx: zmq.Context, directory: str) -> None:
         super().__init__(ctx, log=logging.getLogger("blizzard.zap"))
         self.keys = _Directory(directory)
 
     def curve_user_id(self, client_public_key: bytes) -> str:
+        """``ROLE:KEY`` (the z85 public key): the role says what a peer may do, the key who it
+        is (a data node's key is bound to its node id)."""
         from zmq.utils import z85
-        return self.keys.role(z85.encode(client_public_key)) or ""
+        public = z85.encode(client_public_key)
+        role = self.keys.role(public)
+        return f"{role}:{public.decode()}" if role else ""
 
 
 _gatekeepers: "weakref.WeakKeyDictionary[zmq.Context, Gatekeeper]" = weakref.WeakKeyDictionary()

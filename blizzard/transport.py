@@ -16,7 +16,7 @@ from blizzard.errors import (AuthenticationFailed, BlizzardError, ClientClosed, 
                              ProtocolError, from_code)
 from blizzard.keys import ClientKeys, ServerKeys
 from blizzard.probes import Probes
-from blizzard.secure import HandshakeWatch, connect_curve, serve_curve
+from blizzard.secure import HandshakeWatch, connect_curve, guard, serve_curve
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +25,7 @@ _request_ids = itertools.count(1)
 # ZMTP heartbeats: a peer that answers no PING within the timeout is disconnected, so idle or
 # half-open connections do not hold a server's memory forever; TCP keepalive as a backstop.
 HEARTBEAT_IVL_MS = 5_000
+REVOKED = "revoked:"  # the User-Id noted for a connection whose key is no longer admitted
 HEARTBEAT_TIMEOUT_MS = 20_000
 HANDSHAKE_IVL_MS = 10_000  # a connection that has not finished the ZMTP greeting by then is cut
 RECEIVE_HWM = 256  # frames queued per peer before ZeroMQ stops reading its socket
@@ -309,7 +310,9 @@ class RouterServer:
                  keys: ServerKeys | None = None, send_hwm: int = SEND_HWM) -> None:
         self.sock = bind_router(ctx, addr, max_frame_bytes, keys, send_hwm)
         self.secure = keys is not None
-        self.roles: dict[bytes, str] = {}  # this batch's connections -> their keys' roles
+        # the key directory's current keys: a revoked key's open connection stops working
+        self.admitted = guard(ctx, keys.directory).keys if keys is not None else None
+        self.roles: dict[bytes, str] = {}  # this batch's connections -> "ROLE:KEY" (User-Id)
         self.poller = zmq.Poller()  # made once: ``Socket.poll`` would build one per call
         self.poller.register(self.sock, zmq.POLLIN)
         self.max_batch = max_batch
@@ -336,6 +339,11 @@ class RouterServer:
                         "protocol", f"expected one body frame, got {extra + 1}"))
                 continue
             taken += len(body)
+            if self.roles.get(peer) == REVOKED:  # its key was removed, retired or expired
+                self.reply(peer, protocol.peek_request_id(body) or 0, protocol.Error(
+                    AuthenticationFailed.code, "this connection's key was revoked (removed, "
+                    "retired or past its grace period): connect with a current key"))
+                continue
             try:
                 rid, msg = protocol.decode(body)
             except ProtocolError as exc:
@@ -364,6 +372,8 @@ class RouterServer:
             role = first.get("User-Id")
             if self.roles.setdefault(peer, role) != role:
                 self.roles[peer] = ""
+            if self.admitted is not None and not self.admitted.current(role):
+                self.roles[peer] = REVOKED
         else:
             peer = sock.recv(zmq.NOBLOCK)
         body, extra = None, 0
@@ -378,7 +388,12 @@ class RouterServer:
         """The role (``node``, ``client``, ``admin``; "" unknown) of the key ``peer``
         authenticated with, for a request of the batch ``receive`` returned last; None when
         the server runs without security (every peer may do everything)."""
-        return self.roles.get(peer, "") if self.secure else None
+        return self.roles.get(peer, "").partition(":")[0] if self.secure else None
+
+    def key_of(self, peer: bytes) -> str:
+        """The public key (z85) ``peer`` authenticated with, like ``role_of`` ("" unknown or
+        security off): a data node's key is bound to its node id."""
+        return self.roles.get(peer, "").partition(":")[2]
 
     def reply(self, peer: bytes, rid: int, msg: Any) -> None:
         try:

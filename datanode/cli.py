@@ -28,14 +28,20 @@ _DEFAULT = config_defaults(DatanodeConfig)
               help="Attach a node that holds blobs but no cluster id (from before cluster ids) "
                    "to cluster ID; its master refuses it otherwise. Blobs no item of that "
                    "cluster names are deleted.")
+@click.option("--node-key", default=None, metavar="NAME",
+              help="This node's own key in --keys (`blizzard keys add-node DIR NAME`); "
+                   "default: the only data node key there.")
 def datanode_command(data_dir: str, bind: str, advertise: str | None, master: str,
                      heartbeat_s: float, max_item_bytes: int, join_cluster: str,
+                     node_key: str | None,
                      keys: str | None, insecure: bool,
-                     metrics_port: int | None, metrics_addr: str, log_level: str,
+                     metrics_port: int | None, metrics_addr: str,
+                     metrics_allow_hosts: tuple[str, ...], log_level: str,
                      log_format: str) -> None:
     """Run a data node: stores payload blobs in LevelDB.
 
-    Security: give the key directory (--keys, made by `blizzard keys generate`) or --insecure.
+    Security: give the key directory (--keys, made by `blizzard keys generate`) or --insecure;
+    the node speaks with its own key in it (`blizzard keys add-node DIR NAME`, --node-key).
     Options also come from BLIZZARD_DATANODE_<OPTION> variables (the master address from
     BLIZZARD_MASTER) and from a TOML file (--config).
     """
@@ -45,7 +51,9 @@ def datanode_command(data_dir: str, bind: str, advertise: str | None, master: st
     config = DatanodeConfig(data_dir=data_dir, bind=bind, master=master, advertise=advertise,
                             heartbeat_s=heartbeat_s, max_item_bytes=max_item_bytes,
                             keys=security(keys, insecure), metrics_port=metrics_port,
-                            metrics_addr=metrics_addr, join_cluster=join_cluster)
+                            metrics_addr=metrics_addr, metrics_allow_hosts=metrics_allow_hosts,
+                            join_cluster=join_cluster,
+                            node_key=node_key)
     server = start(lambda: DatanodeServer(config), "data node", bind)
     fields.node_id = server.node_id
     serve(server, "data node")

@@ -23,8 +23,11 @@ class DatanodeConfig:
     heartbeat_s: float = 1.0
     max_item_bytes: int = 8 * 1024 * 1024
     keys: str | None = None  # key directory (``blizzard keys generate``); None: insecure
+    # this node's own key in it (``blizzard keys add-node DIR NAME``); None: the only one there
+    node_key: str | None = None
     metrics_port: int | None = None  # Prometheus /metrics on metrics_addr:port; None: off
     metrics_addr: str = "127.0.0.1"
+    metrics_allow_hosts: tuple[str, ...] = ()  # Host names /metrics answers to, besides its own
     join_cluster: str = ""  # the cluster an unjoined node holding blobs joins (the operator's word)
 
     def validate(self) -> "DatanodeConfig":

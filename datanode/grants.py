@@ -15,7 +15,10 @@ from blizzard import protocol as p
 from blizzard.capability import KeyRing
 from blizzard.errors import Forbidden
 
-DELETERS = ("node", "admin")  # roles that may delete blobs without a grant
+# Roles that may delete blobs without a grant. Not ``node``: a node deletes its own blobs on
+# the master's word (heartbeat replies) and never asks another node to, so another node's key
+# must not (one stolen node key would erase every replica).
+DELETERS = ("admin",)
 
 
 class Gate:
@@ -47,5 +50,5 @@ class Gate:
         if msg.grant is not None:
             self.ring.check_put(msg.grant, msg.ids, self.node_id, time.time())
         elif self.role_of(peer) not in DELETERS:
-            raise Forbidden("a delete needs the put grant of its ids, or a data node or "
-                            "admin key")
+            raise Forbidden("a delete needs the put grant of its ids, or an admin key (a data "
+                            "node deletes only its own blobs)")

@@ -29,6 +29,7 @@ class Leader:
         self.keys = keys
         self.choice = MasterChoice(masters)
         self.epoch = 0
+        self.epoch_proof = b""  # the masters' proof of ``epoch`` (master/epoch_proof.py)
         self.endpoint = self._connect()
 
     def _connect(self) -> Endpoint:
@@ -60,7 +61,8 @@ class Leader:
 
     def learn(self, reply: p.HeartbeatReply) -> None:
         """The epoch of a reply of this node's own cluster (a foreign one teaches nothing)."""
-        self.epoch = max(self.epoch, reply.epoch)
+        if reply.epoch > self.epoch or (reply.epoch == self.epoch and not self.epoch_proof):
+            self.epoch, self.epoch_proof = reply.epoch, reply.epoch_proof
 
     def close(self) -> None:
         self.endpoint.close()

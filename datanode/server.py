@@ -61,7 +61,8 @@ class DatanodeServer:
             LevelDbStore(os.path.join(config.data_dir, "blobs"))
         # obeys only a master of its cluster
         self.cluster = ClusterMembership(self.store, config.join_cluster)
-        server_keys, self.keys = k.node_keys(config.keys) if config.keys else (None, None)
+        server_keys, self.keys = k.node_keys(config.keys, config.node_key) \
+            if config.keys else (None, None)
         self.router = RouterServer(self.ctx, config.bind, keys=server_keys)
         self.leader = Leader(self.ctx, config.master, self.keys)  # the primary, by epoch
         self.gate = Gate(self.node_id, self.router.role_of) if config.keys is not None else None
@@ -384,6 +385,6 @@ class DatanodeServer:
         try:
             self.heartbeat_rid = self.master.send(p.Heartbeat(
                 self.node_id, self.addr, self.store.count, self.store.bytes_used, free,
-                self.cluster.cluster_id, self.leader.epoch))
+                self.cluster.cluster_id, self.leader.epoch, self.leader.epoch_proof))
         except TimeoutError:
             self.heartbeat_rid = None

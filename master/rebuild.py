@@ -66,15 +66,15 @@ def refuse_used(data_dir: str) -> None:
 
 
 def node_keys(keys_dir: str | None) -> k.ClientKeys | None:
-    """The pair the master asks the nodes with: ``admin``, else ``datanode``."""
+    """The pair the master asks the nodes with: ``admin``, else a data node's own."""
     if keys_dir is None:
         return None
-    for name in ("admin", "datanode"):
+    for name in ("admin", *(k.NODE_PREFIX + n for n in k.node_names(keys_dir))):
         if os.path.exists(os.path.join(keys_dir, name + ".key_secret")):
             public, secret = k.load_pair(keys_dir, name)
             return k.ClientKeys(public, secret, k.load_public(keys_dir, "master"),
                                 k.load_public(keys_dir, "datanode"))
-    raise AuthenticationFailed(f"a rebuild needs the admin (or datanode) key pair in {keys_dir}")
+    raise AuthenticationFailed(f"a rebuild needs the admin (or a data node's) key pair in {keys_dir}")
 
 
 def scan(ep: Endpoint, addr: str) -> NodeScan:

@@ -194,6 +194,15 @@ class StandbySynced:
     addr: str
 
 
+@message(127)
+class NodeKeyBound:
+    """Data node key ``key`` (its public key, z85) speaks for ``node_id`` from now on, and for
+    no other node (``master/node_keys.py``)."""
+
+    node_id: str
+    key: str
+
+
 # -- rebuild from the data nodes (codes 121-122) -----------------------------------------------
 
 

@@ -33,6 +33,7 @@ from blizzard import protocol as p
 from blizzard.errors import ForeignCluster, InvalidArgument
 from blizzard.transport import Endpoint, call
 from master import checkpoint
+from master.epoch_proof import EpochProof
 from master.records import StandbySynced
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,8 @@ class Replication:
         self.sync = sync
         self.failover_after_s = failover_after_s
         self.keys = keys  # ClientKeys to ask a silent standby for its epoch (None: insecure)
+        self.proof = EpochProof(keys.secret if keys is not None else None)
+        self._unproven_logged = -WARN_EVERY_S
         self.on_fenced = on_fenced
         self.acked: dict[str, tuple[int, int]] = {}  # standby -> the log it holds durably
         self.seen: dict[str, float] = {}  # standby -> monotonic time of its last Follow
@@ -117,16 +120,31 @@ class Replication:
             raise InvalidArgument(f"this primary follows at most {MAX_STANDBYS} standby names")
 
     def guard_heartbeat(self, handler: Callable[..., Any]) -> Callable[..., Any]:
-        """A heartbeat handler that fences this master when the node saw a newer epoch, and
-        tells the node this master's epoch."""
+        """A heartbeat handler that fences this master when the node saw a newer epoch (and
+        shows the masters' proof of it: ``master/epoch_proof.py``), and tells the node this
+        master's epoch with its proof."""
         def heartbeat(msg: p.Heartbeat, *args: Any) -> Any:
-            if msg.cluster_id == self.server.state.cluster_id:  # not a foreign node's epoch
-                self.check_epoch(msg.epoch, f"data node {msg.node_id[:64]}")
+            state = self.server.state
+            if msg.cluster_id == state.cluster_id and msg.epoch > state.epoch:
+                if self.proof.believes(msg.cluster_id, msg.epoch, msg.epoch_proof):
+                    self.check_epoch(msg.epoch, f"data node {msg.node_id[:64]}")
+                else:
+                    self._unproven(msg)
             reply = handler(msg, *args)
             if isinstance(reply, p.HeartbeatReply):
-                reply = dataclasses.replace(reply, epoch=self.server.state.epoch)
+                reply = dataclasses.replace(reply, epoch=state.epoch, epoch_proof=self.proof.make(
+                    state.cluster_id, state.epoch))
             return reply
         return heartbeat
+
+    def _unproven(self, msg: p.Heartbeat) -> None:
+        """A node named a newer epoch without the masters' proof: ignored (every
+        ``WARN_EVERY_S`` a line, whoever floods)."""
+        mono = time.monotonic()
+        if mono - self._unproven_logged >= WARN_EVERY_S:
+            self._unproven_logged = mono
+            log.warning("data node %s claims epoch %d without the masters' proof; ignored "
+                        "(a data node key cannot fence a master)", msg.node_id[:64], msg.epoch)
 
     def check_epoch(self, epoch: int, who: str) -> None:
         if epoch > self.server.state.epoch:

@@ -25,6 +25,7 @@ import zmq
 
 from blizzard import keys as k
 from blizzard import protocol as p
+from blizzard import secure
 from blizzard.errors import BlizzardError, Forbidden, InvalidArgument
 from blizzard.transport import RouterServer, error_reply
 from master import records
@@ -44,6 +45,7 @@ from master.leases import Leases
 from master.membership import Membership
 from master.meta_sync import MetaSync
 from master.metrics import MasterMetrics
+from master.node_keys import NodeKeys
 from master.removal import Removals
 from master.repair import Repairer
 from master.replication import Replication
@@ -181,13 +183,30 @@ class MasterServer:
                                        failover_after_s=config.failover_after_s,
                                        keys=k.master_keys(config.keys)[1] if config.keys else None)
         heartbeat = self.meta_sync.replying(self.identity.heartbeat)  # rebuild: item changes
+        # a node's key speaks for its own node id only (master/node_keys.py)
+        self.node_keys = NodeKeys(self.state, self.log_record, self._key_of, self._revoked,
+                                  self._node_alive)
         self.handlers.update({p.Follow: self.replication.follow,
-                              p.Heartbeat: self.replication.guard_heartbeat(heartbeat)})
+                              p.Heartbeat: self.node_keys.guard(
+                                  self.replication.guard_heartbeat(heartbeat))})
 
     def hello(self, msg: p.Hello, now: float, mono: float, peer: bytes, rid: int) -> p.Welcome:
         config = self.config
         return p.Welcome(config.keys is not None, self.node_key, self.router.role_of(peer) or "",
                          self.state.epoch, "", config.shard, config.shards, config.heads_bind or "")
+
+    def _key_of(self, peer: bytes) -> str:
+        key_of = getattr(self.router, "key_of", None)  # a stand-in router in tests has none
+        return key_of(peer) if key_of is not None else ""
+
+    def _revoked(self, key: str) -> bool:
+        """True once ``key`` is no data node key of the key directory (removed)."""
+        assert self.config.keys is not None
+        return secure.guard(self.ctx, self.config.keys).keys.role(key.encode()) != "node"
+
+    def _node_alive(self, node_id: str, mono: float) -> bool:
+        node = self.membership.nodes.get(node_id)
+        return node is not None and self.membership.is_alive(node, mono)
 
     def _allowed(self, role: str | None, msg: Any) -> None:
         """Forbidden unless a peer of ``role`` may send ``msg`` (None: security is off).

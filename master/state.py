@@ -24,7 +24,8 @@ from master.item import DELAYED, LEASED, READY, Item, QueueState
 from master.queues import QueueConfig
 from master.ready import ReadyLine
 from master.records import (AckItems, AddReplicas, BuryItems, CommitItems, ConfigureQueue,
-                            DropReplicas, LeaseItems, NodeSeen, RedriveItems, ReleaseItems, Reserve)
+                            DropReplicas, LeaseItems, NodeKeyBound, NodeSeen, RedriveItems,
+                            ReleaseItems, Reserve)
 
 RECENT_LEASES = 4096  # lease calls remembered for retries
 RECENT_COMMITS = 16384  # commit calls remembered for retries
@@ -47,6 +48,7 @@ class State:
         self.errors: dict[int, str] = {}  # id -> the last error a consumer gave
         self.expiries = Expiries()  # when leases run out
         self.node_addrs: dict[str, str] = {}
+        self.node_keys: dict[str, str] = {}  # node id -> the public key it speaks with (z85)
         self.recent_leases: OrderedDict[str, tuple[list[int], list[int]]] = OrderedDict()
         self.recent_commits: OrderedDict[str, None] = OrderedDict()
         self.recent_acks: OrderedDict[int, int] = OrderedDict()  # id -> lease it was acked under
@@ -173,6 +175,11 @@ class State:
     def _apply_node_seen(self, rec: NodeSeen) -> None:
         self.node_addrs[rec.node_id] = rec.addr
 
+    def _apply_node_key_bound(self, rec: NodeKeyBound) -> None:
+        for node_id in [n for n, key in self.node_keys.items() if key == rec.key]:
+            del self.node_keys[node_id]  # a key speaks for one node
+        self.node_keys[rec.node_id] = rec.key
+
     def _apply_add_replicas(self, rec: AddReplicas) -> None:
         for item_id in rec.ids:
             item = self.items.get(item_id)
@@ -190,6 +197,7 @@ class State:
         AckItems: _apply_ack, ReleaseItems: _apply_release, BuryItems: _apply_release,
         RedriveItems: _apply_redrive, ConfigureQueue: _apply_configure,
         NodeSeen: _apply_node_seen, AddReplicas: _apply_add_replicas,
+        NodeKeyBound: _apply_node_key_bound,
         DropReplicas: _apply_drop_replicas,
         **state_removals.APPLY,  # cluster identity, high availability, operator removals
         **state_rebuild.APPLY,  # items rebuilt from the data nodes (master/rebuild.py)
@@ -314,7 +322,8 @@ class State:
         """Everything durable as plain data (msgpack-able), for a checkpoint: a header of named
         values, then one row per item, so neither writing nor reading needs it all at once."""
         yield {"version": schema.VERSION, "id_hi": self.id_hi, "lease_seq": self.lease_seq,
-               "node_addrs": self.node_addrs, "cluster_id": self.cluster_id,
+               "node_addrs": self.node_addrs, "node_keys": self.node_keys,
+               "cluster_id": self.cluster_id,
                "epoch": self.epoch, "standby": list(self.standby),
                "recent_leases": [[k, list(v[0]), list(v[1])] for k, v in self.recent_leases.items()],
                "recent_commits": list(self.recent_commits),
@@ -341,6 +350,7 @@ class State:
         head = schema.read_header(next(parts))
         s.id_hi, s.lease_seq, s.node_addrs = head["id_hi"], head["lease_seq"], head["node_addrs"]
         s.cluster_id = head.get("cluster_id", "")  # none in checkpoints older than cluster ids
+        s.node_keys = head.get("node_keys", {})  # none before data nodes had keys of their own
         s.epoch, s.standby = head.get("epoch", 0), tuple(head.get("standby", ("", "")))
         s.recent_acks = OrderedDict((i, lease) for i, lease in head["recent_acks"])
         s.recent_leases = OrderedDict((k, (ids, leases)) for k, ids, leases in head["recent_leases"])
@@ -390,7 +400,7 @@ class State:
     def snapshot(self) -> tuple:
         """A comparable picture of the durable state (tests compare live and replayed)."""
         return (self.cluster_id, self.epoch, self.standby, self.id_hi, self.lease_seq,
-                sorted(self.node_addrs.items()),
+                sorted(self.node_addrs.items()), sorted(self.node_keys.items()),
                 list(self.recent_leases.items()), list(self.recent_commits),
                 list(self.recent_acks.items()),
                 sorted(self._row(i) for i in self.items.values()),

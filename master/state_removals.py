@@ -31,6 +31,7 @@ def apply_standby_synced(state: Any, rec: StandbySynced) -> None:
 def apply_forget_node(state: Any, rec: ForgetNode) -> None:
     """The node is no replica of anything any more; its address is forgotten too."""
     state.node_addrs.pop(rec.node_id, None)
+    state.node_keys.pop(rec.node_id, None)  # its key may speak for a new node id now
     for item in [i for i in state.items.values() if rec.node_id in i.nodes]:
         state.set_nodes(item, tuple(n for n in item.nodes if n != rec.node_id))
 

@@ -39,6 +39,7 @@ class Node:
     def __init__(self, tmp_path, keys: str | None = "keys") -> None:
         if keys:
             k.generate(str(tmp_path / keys))
+            k.add_node(str(tmp_path / keys), "n")  # the node's own key
         self.server = DatanodeServer(DatanodeConfig(
             data_dir=str(tmp_path), bind=f"tcp://127.0.0.1:{free_port()}",
             keys=str(tmp_path / keys) if keys else None), zmq.Context(), store=MemoryStore())
@@ -135,7 +136,7 @@ def test_relays_between_data_nodes_need_no_grant_but_a_node_key(node, keys, monk
     assert node.put([8], None, report=False, peer=b"client").code == Forbidden.code
 
 
-def test_a_delete_needs_the_put_grant_of_its_ids_or_a_node_or_admin_key(node, keys, monkeypatch):
+def test_a_delete_needs_the_put_grant_of_its_ids_or_an_admin_key(node, keys, monkeypatch):
     node.hears(keys)
     grant = put_grant(keys, node)
     node.put([100, 101, 102], grant)
@@ -144,8 +145,8 @@ def test_a_delete_needs_the_put_grant_of_its_ids_or_a_node_or_admin_key(node, ke
     assert node.ask(p.Delete([100], grant)) == p.Ok()
     monkeypatch.setattr(node.server.gate, "role_of", lambda peer: peer.decode())
     assert node.ask(p.Delete([101], None), peer=b"admin") == p.Ok()
-    assert node.ask(p.Delete([102], None), peer=b"node") == p.Ok()
-    assert node.server.store.count == 0
+    assert node.ask(p.Delete([102], None), peer=b"node").code == Forbidden.code  # another node
+    assert node.server.store.count == 1
 
 
 def test_a_node_without_security_checks_no_grant(tmp_path):
@@ -187,13 +188,16 @@ def secure_cluster(tmp_path):
     master_addr = f"tcp://127.0.0.1:{free_port()}"
     keys = str(tmp_path / "keys")
     k.generate(keys)
+    for i in range(2):
+        k.add_node(keys, f"dn{i}")
     ctx = zmq.Context()  # its own: one key directory per ZeroMQ context
     master = MasterServer(MasterConfig(
         data_dir=str(tmp_path / "master"), bind=master_addr, heartbeat_s=0.1, dead_after_s=1.0,
         pending_timeout_s=3.0, capability_key_s=1.0, keys=keys), ctx)
     nodes = [DatanodeServer(DatanodeConfig(
         data_dir=str(tmp_path / f"dn{i}"), bind=f"tcp://127.0.0.1:{free_port()}",
-        master=master_addr, heartbeat_s=0.1, keys=keys), ctx, store=MemoryStore())
+        master=master_addr, heartbeat_s=0.1, keys=keys, node_key=f"dn{i}"), ctx,
+        store=MemoryStore())
         for i in range(2)]
     running = Running([master, *nodes])
     client = Client(master_addr, timeout_s=10.0, node_timeout_s=2.0, keys=keys, ctx=ctx)

@@ -30,7 +30,8 @@ def test_generated_keys_are_private_and_complete(tmp_path):
     assert stat.S_IMODE(os.stat(directory).st_mode) == 0o700
     for name in os.listdir(directory):
         assert stat.S_IMODE(os.stat(os.path.join(directory, name)).st_mode) == 0o600, name
-    assert sorted(k.authorized(directory).values()) == ["admin", "client", "master", "node"]
+    # the shared datanode pair is the nodes' server key: it lets nobody in (add-node does)
+    assert sorted(k.authorized(directory).values()) == ["admin", "client", "master"]
 
 
 def test_a_client_without_keys_is_refused_quickly_with_a_clear_error(cluster, monkeypatch):

@@ -1,0 +1,124 @@
+"""Each data node has a key of its own: one node's key is not the whole cluster.
+
+Real secure clusters; the attacker holds one data node's key (``cluster.endpoint(addr,
+"datanode")`` speaks with data node 0's own key) and sends what a node may send, forged.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from blizzard import Client
+from blizzard import keys as k
+from blizzard import protocol as p
+from blizzard.errors import AuthenticationFailed, Forbidden
+from blizzard.transport import call
+from conftest import wait_for
+from master.epoch_proof import EpochProof
+
+
+def node_status(cluster, i: int) -> p.NodeStatus:
+    """What the master says of data node ``i`` (by its address)."""
+    return next(n for n in cluster.status().nodes if n.addr == cluster.nodes[i].addr)
+
+
+def heartbeat(cluster, node_id: str, addr: str, **fields) -> object:
+    """A heartbeat sent with data node 0's key; the master's reply (errors raised)."""
+    ep = cluster.endpoint(cluster.master_addr, "datanode")
+    try:
+        return call(ep, p.Heartbeat(node_id, addr, 0, 0, 10**12, cluster.status().cluster_id,
+                                    **fields), 5)
+    finally:
+        ep.close()
+
+
+def test_a_heartbeat_with_an_invented_node_id_gets_no_key_ring(cluster):
+    with pytest.raises(Forbidden, match="speaks for"):
+        heartbeat(cluster, "dn-invented", "tcp://127.0.0.1:1")
+    assert "dn-invented" not in {n.node_id for n in cluster.status().nodes}
+
+
+def test_one_node_key_cannot_pose_as_another_node(cluster):
+    other = node_status(cluster, 1)
+    with pytest.raises(Forbidden, match="speaks with another key"):
+        heartbeat(cluster, other.node_id, other.addr)
+    assert node_status(cluster, 1).alive
+
+
+def test_a_node_key_claiming_a_huge_epoch_fences_nobody(cluster_factory):
+    cl = cluster_factory(datanodes=2, replication=2, heartbeat_s=0.2, dead_after_s=1.5,
+                         standby=True)
+    own = node_status(cl, 0)  # the key's own node id: accepted, its epoch claim is not
+    for proof in [b"", b"\x00" * 16, EpochProof(b"not the masters' key").make(
+            cl.status().cluster_id, 10**9)]:
+        reply = heartbeat(cl, own.node_id, own.addr, epoch=10**9, epoch_proof=proof)
+        assert isinstance(reply, p.HeartbeatReply) and reply.epoch == 0
+    assert cl.master.alive and cl.second.alive
+    assert "without the masters' proof" in cl.master.tail()
+    with Client(cl.masters, timeout_s=10) as c:
+        c.enqueue("after", b"still served")
+        assert c.dequeue("after", wait_s=5).data == b"still served"
+
+
+def test_a_node_key_cannot_delete_blobs_on_another_node(cluster_factory):
+    cl = cluster_factory(datanodes=2, replication=2, heartbeat_s=0.2, dead_after_s=1.5)
+    with Client(cl.master_addr, timeout_s=10) as c:
+        ids = c.enqueue_many("kept", [b"a", b"b"])
+    ep = cl.endpoint(cl.nodes[1].addr, "datanode")  # node 0's key, at node 1
+    try:
+        with pytest.raises(Forbidden, match="only its own blobs"):
+            call(ep, p.Delete(ids, None), 5)
+    finally:
+        ep.close()
+    cl.nodes[0].kill()  # the only copies left are node 1's
+    with Client(cl.master_addr, timeout_s=10) as c:
+        got = c.dequeue_many("kept", 10, wait_s=5)
+        assert sorted(m.data for m in got) == [b"a", b"b"]
+
+
+def test_a_removed_node_key_is_refused_and_its_open_connection_closed(cluster):
+    name = cluster.node_key(2)[len(k.NODE_PREFIX):]
+    ep = cluster.endpoint(cluster.master_addr, "datanode")  # an open connection of node 0's key
+    assert isinstance(call(ep, p.Ping(), 5), p.Ok)
+    k.remove_node(cluster.keys, name)
+    k.remove_node(cluster.keys, cluster.node_key(0)[len(k.NODE_PREFIX):])
+    try:
+        wait_for(lambda: not node_status(cluster, 2).alive, what="node 2's heartbeats refused")
+        with pytest.raises(AuthenticationFailed, match="revoked"):
+            call(ep, p.Ping(), 5)
+    finally:
+        ep.close()
+    assert node_status(cluster, 1).alive  # the other nodes are not touched
+
+
+def test_a_data_node_without_a_key_of_its_own_says_how_to_make_one(cluster, tmp_path):
+    keys = str(tmp_path / "keys")
+    k.generate(keys)  # an old key directory: the shared datanode pair only
+    out = subprocess.run([sys.executable, "-m", "datanode", "--data-dir", str(tmp_path / "d"),
+                          "--bind", "tcp://127.0.0.1:1", "--master", cluster.master_addr,
+                          "--keys", keys], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 1
+    assert "blizzard keys add-node" in out.stderr and len(out.stderr.splitlines()) == 1
+
+
+def test_node_keys_are_added_listed_and_removed_alone(tmp_path):
+    keys = str(tmp_path / "keys")
+    k.generate(keys)
+    run = lambda *args: subprocess.run([sys.executable, "-m", "blizzard.cli", "keys", *args],  # noqa: E731
+                                       capture_output=True, text=True, timeout=30)
+    assert run("add-node", keys, "rack1-a").returncode == 0
+    assert run("add-node", keys, "rack1-b").returncode == 0
+    assert run("add-node", keys, "rack1-a").returncode == 1  # no silent replacement
+    bad = run("add-node", keys, "../escape")
+    assert bad.returncode == 1 and "letters, digits" in bad.stderr
+    assert k.node_names(keys) == ["rack1-a", "rack1-b"]
+    roles = k.authorized(keys)
+    assert sorted(roles.values()) == ["admin", "client", "master", "node", "node"]
+    assert run("remove-node", keys, "rack1-a").returncode == 0
+    assert k.node_names(keys) == ["rack1-b"]
+    assert not os.path.exists(os.path.join(keys, "datanode-rack1-a.key"))
+    assert run("remove-node", keys, "rack1-a").returncode == 1
