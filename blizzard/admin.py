@@ -35,7 +35,15 @@ class QueueAdmin:
         return dataclasses.asdict(reply.settings)
 
     def queues(self) -> list[dict[str, Any]]:
-        return [stats_dict(q) for q in self.master.call(p.ListQueues()).queues]
+        """Every queue's counters, by name, a page (``MAX_QUEUE_PAGE`` queues) a round trip."""
+        out: list[dict[str, Any]] = []
+        after = ""
+        while True:  # each page starts past the last one, so this ends
+            page = self.master.call(p.ListQueues(after))
+            out += [stats_dict(q) for q in page.queues]
+            if not page.more or not page.queues:
+                return out
+            after = page.queues[-1].queue
 
     def purge(self, queue: str) -> int:
         return self.master.call(p.Purge(check_queue_name(queue))).done

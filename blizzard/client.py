@@ -161,8 +161,9 @@ class Client:
               key: str | None = None) -> Staged:
         """Phases 1-2 of an enqueue: ids allocated, payloads durable on data nodes, nothing visible.
 
-        Returns (ids, node ids) per chunk for ``commit``; if it is never committed, the master
-        drops the items after its pending timeout and deletes their blobs.
+        Returns (ids, node ids, grants) per chunk for ``commit`` (the grants prove to a secure
+        master that whoever commits staged them); if it is never committed, the master drops
+        the items after its pending timeout and deletes their blobs.
         """
         return self.pipeline.stage(queue, items, EnqueueOptions.make(priority, delay_s, None, key))
 

@@ -253,7 +253,8 @@ def state_doc(history: History, master: str, now: float) -> dict[str, Any]:
         "answered_at": answered.at if answered is not None else None,
         "cluster": _cluster_doc(answered.status) if answered and answered.status else None,
         "queues": [_queue_doc(q, recent) for q in shown],
-        "queues_hidden": len(queues) - len(shown),
+        "queues_hidden": len(queues) - len(shown) + (answered.status.queues_more
+                                                      if answered and answered.status else 0),
         "history": {"t": [round(run[-1].at, 1) for run in runs],
                     "queues": {q.queue: _series(runs, q.queue) for q in shown}},
     }

@@ -157,6 +157,13 @@ class QueueExists(RequestError):
     code = "queue_exists"
 
 
+class TooManyQueues(RequestError):
+    """Raised when a new queue would pass the master's quota for the caller's key (a client
+    key's ``client_queues``, everyone's ``max_queues``): reuse or delete a queue."""
+
+    code = "too_many_queues"
+
+
 class PayloadTooLarge(RequestError):
     """Raised when an item's payload exceeds the cluster's max item size."""
 

@@ -13,7 +13,7 @@ from typing import Any, Iterable
 
 from blizzard.enqueue_options import EnqueueOptions
 from blizzard.errors import InvalidArgument
-from blizzard.pipeline import CHUNK_ITEMS, EnqueuePipeline, Staged, Window
+from blizzard.pipeline import CHUNK_ITEMS, EnqueuePipeline, Staged, Window, staged_chunk
 from blizzard.protocol import MAX_BATCH
 
 
@@ -74,5 +74,5 @@ class Stager:
             self.window.add(chunk)
 
     def flush(self) -> Staged:
-        """Wait for every batch sent so far; (ids, node ids) per chunk, in send order."""
-        return [(chunk.ids, chunk.stored_on) for chunk in self.window.wait()]
+        """Wait for every batch sent so far; (ids, node ids, grants) per chunk, in send order."""
+        return [staged_chunk(chunk) for chunk in self.window.wait()]

@@ -8,6 +8,8 @@ nodes', task delivery's, high availability's, metadata's and sharding's messages
 
 from __future__ import annotations
 
+from dataclasses import field
+
 from blizzard.node_messages import (BadReplica, Blobs, CapabilityKey, CopyOrder, Delete, Get,
                                     GetGrant, Heartbeat, HeartbeatReply, Inventory, NodeRef, Put,
                                     PutGrant, PutReport, Regrant, Regranted, Replicated, Stored)
@@ -124,6 +126,9 @@ class Commit:
     ids: list[Id]
     stored_on: list[str]  # node ids
     request: str  # the caller's id for this commit: a retry after the items were acked succeeds
+    # the put grants of the ids' placements (a secure master commits only staged ids one of
+    # them covers: whoever staged them holds their grant)
+    grants: list[PutGrant] = field(default_factory=list)
 
 
 @message(13)
@@ -274,16 +279,25 @@ class Configure:
     create: bool
 
 
+MAX_QUEUE_PAGE = 1000  # queues in one QueueList, and in ClusterStatus (each reply decodes)
+
+
 @message(28)
 class ListQueues:
-    """Ask for every queue's stats."""
+    """Ask for the stats of the queues named after ``after``, in name order, at most ``limit``
+    of them (0, or more than ``MAX_QUEUE_PAGE``: ``MAX_QUEUE_PAGE``)."""
+
+    after: str = ""
+    limit: int = 0
 
 
 @message(29)
 class QueueList:
-    """Reply to ListQueues."""
+    """Reply to ListQueues: one page; ``more`` queues follow the last one (ask again with it
+    as ``after``)."""
 
     queues: list[QueueStats]
+    more: int = 0
 
 
 @message(36)
@@ -340,6 +354,7 @@ class ClusterStatus:
     cluster_id: str = ""  # made by the master at its first start; data nodes keep it
     epoch: int = 0  # promotions of a standby so far (master/standby.py)
     standby: str = ""  # the standby every confirmation waits for ("": none in sync)
+    queues_more: int = 0  # queues past the first MAX_QUEUE_PAGE by name, not listed here
 
 
 @message(55)

@@ -56,7 +56,8 @@ def merge_status(statuses: Sequence[p.ClusterStatus]) -> p.ClusterStatus:
         sum(s.under_replicated for s in statuses), first.replication,
         all(s.secure for s in statuses), any(s.safe_mode for s in statuses),
         ",".join(s.cluster_id for s in statuses), max(s.epoch for s in statuses),
-        ",".join(s.standby for s in statuses if s.standby))
+        ",".join(s.standby for s in statuses if s.standby),
+        max(s.queues_more for s in statuses))
 
 
 def shard_settings(options: dict[str, Any], shards: int) -> dict[str, Any]:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 from typing import Any, Callable
 
 from blizzard import protocol as p
-from blizzard.errors import QueueExists
+from blizzard.errors import InvalidArgument, QueueExists
 from blizzard.queue_settings import NAMES
 from master import checks
 from master.config import MasterConfig
@@ -14,6 +15,7 @@ from master.deletes import Deletes
 from master.enqueue import Enqueues
 from master.leases import Leases
 from master.membership import Membership
+from master.queue_policy import QueuePolicy
 from master.records import AckItems, ConfigureQueue, RedriveItems
 from master.repair import Repairer
 from master.safe_mode import SafeMode
@@ -25,8 +27,9 @@ class QueueAdmin:
 
     def __init__(self, config: MasterConfig, state: State, log_record: Callable[[Any], None],
                  deletes: Deletes, enqueues: Enqueues, leases: Leases, membership: Membership,
-                 repair: Repairer, safe_mode: SafeMode) -> None:
+                 repair: Repairer, safe_mode: SafeMode, policy: QueuePolicy | None = None) -> None:
         self.config = config
+        self.policy = policy if policy is not None else QueuePolicy(config, state, lambda _: None)
         self.state = state
         self.log = log_record
         self.deletes = deletes
@@ -66,17 +69,29 @@ class QueueAdmin:
         return self.queue_stats(checks.queue_name(msg.queue), now)
 
     def list_queues(self, msg: p.ListQueues, now: float, *_: Any) -> p.QueueList:
-        return p.QueueList([self.queue_stats(name, now) for name in sorted(self.state.queues)])
+        """One page of queues by name: a listing of every queue might not fit a reply."""
+        if msg.limit < 0:
+            raise InvalidArgument("limit must be 0 (a whole page) or positive")
+        if msg.after:
+            checks.queue_name(msg.after, "after")
+        limit = min(msg.limit or p.MAX_QUEUE_PAGE, p.MAX_QUEUE_PAGE)
+        names = sorted(self.state.queues)
+        start = bisect.bisect_right(names, msg.after) if msg.after else 0
+        page = names[start:start + limit]
+        return p.QueueList([self.queue_stats(name, now) for name in page],
+                           len(names) - start - len(page))
 
-    def configure(self, msg: p.Configure, now: float, *_: Any) -> p.QueueStats:
+    def configure(self, msg: p.Configure, now: float, mono: float = 0.0,
+                  peer: bytes = b"", *_: Any) -> p.QueueStats:
         checks.queue_name(msg.queue)
-        checks.new_queue_allowed(self.state, msg.queue)
         if msg.create and msg.queue in self.state.queues:
             raise QueueExists(f"queue {msg.queue!r} exists; change its settings with "
                               f"`blizzard queue config {msg.queue} --OPTION VALUE` "
                               "(Client.configure_queue)")
+        self.policy.may_create(msg.queue, peer)
         current = self.state.config(msg.queue)
         changes = {name: getattr(msg, name) for name in NAMES if getattr(msg, name) is not None}
+        self.policy.may_set(changes, peer)  # a client's create (only an admin changes a queue)
         new = dataclasses.replace(current, **changes).validate()
         if new.dead_letter:
             checks.queue_name(new.dead_letter, "queue option dead_letter")
@@ -119,9 +134,11 @@ class QueueAdmin:
         nodes = [p.NodeStatus(n.node_id, n.addr, self.membership.is_alive(n, mono),
                               mono - n.last_seen, n.items, n.bytes_used, n.free_bytes)
                  for n in sorted(self.membership.nodes.values(), key=lambda n: n.node_id)]
-        queues = [self.queue_stats(name, now) for name in sorted(self.state.queues)]
+        names = sorted(self.state.queues)
+        queues = [self.queue_stats(name, now) for name in names[:p.MAX_QUEUE_PAGE]]
         under = self.repair.under_replicated(mono)
         return p.ClusterStatus(nodes, queues, under, self.config.replication,
                                self.config.keys is not None, self.safe_mode.on,
                                self.state.cluster_id, self.state.epoch,
-                               self.state.standby[1] if self.config.sync_standby else "")
+                               self.state.standby[1] if self.config.sync_standby else "",
+                               max(0, len(names) - p.MAX_QUEUE_PAGE))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from blizzard.errors import InvalidArgument, TooManyItems
 from blizzard.protocol import MAX_BATCH
@@ -50,16 +49,9 @@ def checksum(value: int) -> int:
     return value
 
 
-MAX_QUEUES = 10_000
 MAX_REQUEST_ID = 128
 MAX_NODE_ID = 64
 MAX_NODE_LIST = 64
-
-
-def new_queue_allowed(state: Any, name: str) -> None:
-    """Refuse to create one more queue past ``MAX_QUEUES`` (each costs memory and WAL forever)."""
-    if name not in state.queues and len(state.queues) >= MAX_QUEUES:
-        raise InvalidArgument(f"the master holds {MAX_QUEUES} queues; purge or reuse one")
 
 
 def request_id(value: str) -> str:

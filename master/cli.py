@@ -78,13 +78,25 @@ class MasterCommand(click.Command):
               help="Publish each queue's head (ready count, first item's priority) on a ZeroMQ "
                    "XPUB socket here whenever it changes, for the queues someone subscribes to: "
                    "sharded clients pick the best shard from them without asking (default: off).")
+@click.option("--max-queues", default=_DEFAULT["max_queues"], show_default=True,
+              type=click.IntRange(1), help="Queues the master holds at most (admin keys may "
+              "create up to this many; every queue costs memory and WAL).")
+@click.option("--client-queues", default=_DEFAULT["client_queues"], show_default=True,
+              type=click.IntRange(1), help="A client key creates a queue (or enqueues to a new "
+              "one) only while fewer than this many exist; the rest up to --max-queues is the "
+              "admins' headroom. All client keys share it. Refused: TooManyQueues.")
+@click.option("--client-settings", default=_DEFAULT["client_settings"], show_default=True,
+              metavar="'SETTING ...'", help="The queue settings a client key may set when it "
+              "creates a queue (space-separated; 'all'; '' for none). Any other setting that "
+              "differs from its default needs an admin key (Forbidden).")
 def master_command(data_dir: str, bind: str, replication: int, min_replicas: int | None,
                    heartbeat_s: float, dead_after_s: float, pending_timeout_s: float,
                    max_item_bytes: int, checkpoint_records: int, keys: str | None,
                    insecure: bool, metrics_port: int | None, metrics_addr: str,
                    log_level: str, log_format: str, standby_of: str | None,
                    advertise: str | None, sync_standby: bool, failover_after_s: float,
-                   rebuild_from: str, shard: int, shards: str, heads_bind: str | None) -> None:
+                   rebuild_from: str, shard: int, shards: str, heads_bind: str | None,
+                   max_queues: int, client_queues: int, client_settings: str) -> None:
     """Run the master: queue metadata, ids, placement, leases, WAL.
 
     Security: give the key directory (--keys, made by `blizzard keys generate`) or --insecure.
@@ -105,7 +117,9 @@ def master_command(data_dir: str, bind: str, replication: int, min_replicas: int
                           metrics_addr=metrics_addr, standby_of=standby_of,
                           advertise=advertise, sync_standby=sync_standby,
                           failover_after_s=failover_after_s, shard=shard,
-                          shards=" ".join(shards.split()), heads_bind=heads_bind)
+                          shards=" ".join(shards.split()), heads_bind=heads_bind,
+                          max_queues=max_queues, client_queues=client_queues,
+                          client_settings=client_settings)
     if rebuild_from and standby_of:
         raise click.UsageError("--rebuild-from-datanodes makes a primary; drop --standby-of")
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from blizzard.defaults import DEFAULT_MASTER
 from blizzard.errors import InvalidArgument
 from blizzard.protocol import MAX_ITEM_BYTES
+from blizzard.queue_settings import NAMES
 from blizzard.shard_messages import MAX_SHARDS
 
 MiB = 1024 * 1024
@@ -41,6 +42,12 @@ class MasterConfig:
     shard: int = 0  # this master's shard: its ids start at shard << 56
     shards: str = ""  # every shard's masters, space-separated, told to clients (Welcome)
     heads_bind: str | None = None  # publish queue heads on an XPUB socket here; None: off
+    # who may create queues (master/queue_policy.py)
+    max_queues: int = 10_000  # queues the master holds at most; admin keys may fill it
+    client_queues: int = 1_000  # a client key creates a queue only while fewer than this exist
+    client_settings: str = "lease_s max_attempts backoff_base_s backoff_cap_s"  # a client key
+    # may set these when it creates a queue (space-separated; "all", or "" for none); the
+    # rest (a dead-letter queue elsewhere, a rate limit) need an admin key
 
     @property
     def addr(self) -> str:
@@ -65,6 +72,12 @@ class MasterConfig:
             raise InvalidArgument("failover-after-s must be 0 (never) or positive")
         if not 0 <= self.shard < MAX_SHARDS:
             raise InvalidArgument(f"shard must be between 0 and {MAX_SHARDS - 1}")
+        if not 1 <= self.client_queues <= self.max_queues:
+            raise InvalidArgument("need 1 <= client-queues <= max-queues")
+        unknown = set(self.client_settings.split()) - set(NAMES) - {"all"}
+        if unknown:
+            raise InvalidArgument(f"client-settings: no setting {sorted(unknown)[0]!r}; "
+                                  f"settings: {', '.join(NAMES)} (or all)")
         if not 0 < self.max_item_bytes <= MAX_ITEM_BYTES:
             raise InvalidArgument(f"max-item-bytes must be between 1 and {MAX_ITEM_BYTES}")
         return self

@@ -20,14 +20,15 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from blizzard import protocol as p
-from blizzard.errors import (BlizzardError, InvalidArgument, NotEnoughDatanodes, PayloadTooLarge,
-                             TooManyItems, UnknownItem)
+from blizzard.errors import (BlizzardError, Forbidden, InvalidArgument, NotEnoughDatanodes,
+                             PayloadTooLarge, TooManyItems, UnknownItem)
 from blizzard.transport import error_reply
 from master import checks
 from master.blocks import Blocks
 from master.config import MasterConfig
 from master.counts import QueueCounts
 from master.deletes import Deletes
+from master.queue_policy import QueuePolicy
 from master.records import CommitItems
 from master.state import State
 
@@ -73,8 +74,10 @@ class Enqueues:
     """Enqueue and commit requests, the enqueues waiting for put reports, staged items."""
 
     def __init__(self, config: MasterConfig, state: State, log: Callable[[Any], None],
-                 blocks: Blocks, deletes: Deletes, counts: QueueCounts | None = None) -> None:
+                 blocks: Blocks, deletes: Deletes, counts: QueueCounts | None = None,
+                 policy: QueuePolicy | None = None) -> None:
         self.config = config
+        self.policy = policy if policy is not None else QueuePolicy(config, state, lambda _: None)
         self.counts = counts if counts is not None else QueueCounts()
         self.state = state
         self.log = log
@@ -115,7 +118,7 @@ class Enqueues:
     def enqueue(self, msg: p.Enqueue, now: float, mono: float, peer: bytes,
                 rid: int) -> p.Committed | p.Stored | None:
         checks.queue_name(msg.queue)
-        checks.new_queue_allowed(self.state, msg.queue)
+        self.policy.may_create(msg.queue, peer)
         n = checks.same_length(ids=msg.ids, sizes=msg.sizes, crcs=msg.crcs,
                                priorities=msg.priorities, delays=msg.delays, keys=msg.keys)
         checks.batch(n)
@@ -322,6 +325,29 @@ class Enqueues:
                 raise InvalidArgument(f"a key is at most {MAX_KEY} characters")
 
     # -- commit (of staged items) -----------------------------------------------------------
+
+    def check_stager(self, msg: p.Commit, verify: Callable[[p.PutGrant], None]) -> None:
+        """Forbidden unless each staged id of ``msg`` lies in one of its grants, each one
+        ``verify``'d: staged ids are whoever's holds their placement's grant, as an enqueue's
+        ids are (ids are sequential: anyone could name another producer's)."""
+        if len(msg.grants) > p.MAX_BATCH:
+            raise TooManyItems(f"{len(msg.grants)} grants in one commit; at most {p.MAX_BATCH}")
+        staged = sorted(i for i in msg.ids if i in self.pending)
+        if not staged:
+            return  # a retry of a commit that landed, or unknown ids (refused by ``commit``)
+        for grant in msg.grants:
+            verify(grant)
+        ranges = sorted((g.first, g.first + g.n) for g in msg.grants)
+        uncovered, k = [], 0
+        for item_id in staged:  # both in order: one walk
+            while k < len(ranges) and ranges[k][1] <= item_id:
+                k += 1
+            if k == len(ranges) or item_id < ranges[k][0]:
+                uncovered.append(item_id)
+        if uncovered:
+            raise Forbidden(f"{len(uncovered)} staged ids of this commit, e.g. {uncovered[:3]}, "
+                            "lie in none of its grants: only who staged them (holding their "
+                            "placements' grants, as Client.stage returns them) commits them")
 
     def commit(self, msg: p.Commit, now: float, *_: Any) -> p.Committed:
         checks.batch(len(msg.ids))

@@ -45,6 +45,7 @@ from master.leases import Leases
 from master.membership import Membership
 from master.meta_sync import MetaSync
 from master.metrics import MasterMetrics
+from master.queue_policy import QueuePolicy
 from master.node_keys import NodeKeys
 from master.removal import Removals
 from master.repair import Repairer
@@ -119,15 +120,18 @@ class MasterServer:
         self.repair = Repairer(self.state, self.membership, config.replication)
         self.blocks = Blocks(config, self.ids, self.membership, self.safe_mode, self.deletes,
                              self.capabilities, self._kept_on)
+        # who may create queues, with which settings (master/queue_policy.py)
+        self.queue_policy = QueuePolicy(config, self.state, self.router.role_of)
         self.enqueues = Enqueues(config, self.state, self.log_record, self.blocks, self.deletes,
-                                 self.counts)
+                                 self.counts, self.queue_policy)
         # sharding: a queue's head here, asked for, told with leases, published (master/heads.py)
         self.heads = Heads(self.state, config.shard, self.ctx, config.heads_bind, keys,
                            lambda: self.wal.records_appended)
         self.leases = Leases(config, self.state, self.log_record, self.deletes, self.membership,
                              self.capabilities, self.counts, self.heads)
         self.admin = QueueAdmin(config, self.state, self.log_record, self.deletes, self.enqueues,
-                                self.leases, self.membership, self.repair, self.safe_mode)
+                                self.leases, self.membership, self.repair, self.safe_mode,
+                                self.queue_policy)
         self.datanodes = DatanodeReports(config, self.state, self.log_record, self.membership,
                                          self.repair, self.deletes, self.safe_mode,
                                          self.enqueues, self.capabilities, self.router.role_of)
@@ -150,7 +154,7 @@ class MasterServer:
             p.Place: self.blocks.place,
             p.Enqueue: self.enqueue,
             p.PutReport: self.blocks.report,
-            p.Commit: self.enqueues.commit,
+            p.Commit: self.commit,
             p.Lease: self.leases.lease_request,
             p.Ack: self.leases.ack,
             p.Nack: self.leases.nack,
@@ -230,6 +234,13 @@ class MasterServer:
         if self.router.role_of(peer) is not None:
             self.capabilities.check_owned(msg.grant, msg.ids, self.blocks.holds)
         return self.enqueues.enqueue(msg, now, mono, peer, rid)
+
+    def commit(self, msg: p.Commit, now: float, mono: float, peer: bytes, rid: int) -> Any:
+        """With security on, a commit must show the grants of its staged ids' placements."""
+        if self.router.role_of(peer) is not None:  # (one id in range: the grant is checked)
+            self.enqueues.check_stager(
+                msg, lambda grant: self.capabilities.check_owned(grant, [grant.first]))
+        return self.enqueues.commit(msg, now, mono, peer, rid)
 
     def _kept_on(self, item_id: int) -> tuple[str, ...] | None:
         """The nodes the master counts an id's blob on: an item's replicas, a staged item's

@@ -88,7 +88,7 @@ def test_a_wrong_element_deep_in_a_long_list_is_named(bad, named):
     ids = list(range(5000))
     ids[4321] = bad
     with pytest.raises(ProtocolError, match=f"expected int elements, got {named}"):
-        p.decode(_body(p.VERSION, 12, 1, ids, ["dn-a"], "r"))  # a Commit
+        p.decode(_body(p.VERSION, 12, 1, ids, ["dn-a"], "r", []))  # a Commit
 
 
 def test_float_lists_take_integers_but_not_booleans():

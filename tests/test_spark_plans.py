@@ -58,12 +58,14 @@ def test_partitions_put_dead_replicas_last():
 
 
 def test_commit_plan_merges_fully_replicated_chunks_only():
-    staged = [([1, 2], ["a", "b"]), ([3], ["b", "c"]), ([4], ["a"]), ([5], ["a"])]
+    staged = [([1, 2], ["a", "b"], []), ([3], ["b", "c"], []), ([4], ["a"], []),
+              ([5], ["a"], [])]
     plan = commit_plan(staged, replication=2)
-    assert sorted((sorted(ids), sorted(nodes)) for ids, nodes in plan) == [
+    assert sorted((sorted(ids), sorted(nodes)) for ids, nodes, _ in plan) == [
         ([1, 2, 3], ["a", "b", "c"]), ([4, 5], ["a"])]
-    big = commit_plan([(list(range(i, i + 1000)), ["a", "b"]) for i in range(0, 25_000, 1000)], 2)
-    assert [len(ids) for ids, _ in big] == [10_000, 10_000, 5000]
+    big = commit_plan([(list(range(i, i + 1000)), ["a", "b"], [])
+                       for i in range(0, 25_000, 1000)], 2)
+    assert [len(ids) for ids, _, _ in big] == [10_000, 10_000, 5000]
 
 
 def test_a_job_commit_too_close_to_the_pending_timeout_commits_nothing():

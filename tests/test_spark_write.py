@@ -32,7 +32,8 @@ def test_a_null_payload_is_refused_with_its_row_number():
 
 
 def test_commit_plan_commits_the_oldest_ids_first():
-    staged = [([3000, 3001], ["a", "b"]), ([1000, 1001], ["a", "b"]), ([2000], ["b", "c"])]
+    staged = [([3000, 3001], ["a", "b"], []), ([1000, 1001], ["a", "b"], []),
+              ([2000], ["b", "c"], [])]
     assert w.commit_plan(staged, replication=2)[0][0] == [1000, 1001, 2000, 3000, 3001]
 
 

@@ -14,6 +14,7 @@ Rows are taken from Arrow column by column; only a DataFrame with ``priority``, 
 
 from __future__ import annotations
 
+import bisect
 import logging
 import time
 from collections import defaultdict
@@ -30,7 +31,7 @@ from blizzard.errors import InvalidArgument, UnknownItem
 from blizzard.pipeline import Staged
 from blizzard.shard_messages import shard_of
 from blizzard.producer import Stager
-from blizzard.protocol import MAX_BATCH
+from blizzard.protocol import MAX_BATCH, PutGrant
 from blizzard.spark.options import WriteOptions
 
 log = logging.getLogger(__name__)
@@ -126,8 +127,8 @@ class BlizzardWriter(DataSourceArrowWriter):
                  sum(m.rows for m in chunks), self.opts.queue, len(plan))
 
     def abort(self, messages: list[Optional[WriterCommitMessage]]) -> None:
-        staged = sum(len(ids) for m in messages if isinstance(m, StagedChunks)
-                     for ids, _ in m.staged)
+        staged = sum(len(chunk[0]) for m in messages if isinstance(m, StagedChunks)
+                     for chunk in m.staged)
         log.warning("write to queue %r aborted: %d staged items stay invisible and are dropped "
                     "after the master's pending timeout", self.opts.queue, staged)
 
@@ -225,7 +226,9 @@ def commit_plan(staged: Staged, replication: int) -> Staged:
     groups: dict[tuple[str, ...], list[int]] = defaultdict(list)
     full: list[int] = []
     union: set[str] = set()
-    for ids, nodes in sorted(staged, key=lambda chunk: chunk[0][0] if chunk[0] else 0):
+    grants = []  # every chunk's: a commit shows those of its ids' placements
+    for ids, nodes, chunk_grants in sorted(staged, key=lambda chunk: chunk[0][0] if chunk[0] else 0):
+        grants += chunk_grants
         if len(set(nodes)) >= replication:
             full += ids
             union.update(nodes)
@@ -233,5 +236,13 @@ def commit_plan(staged: Staged, replication: int) -> Staged:
             groups[tuple(sorted(set(nodes)))] += ids
     if full:
         groups[tuple(sorted(union))] += full
-    return [(ids[i:i + MAX_BATCH], list(nodes))
-            for nodes, ids in groups.items() for i in range(0, len(ids), MAX_BATCH)]
+    return [(part, list(nodes), covering(grants, part))
+            for nodes, ids in groups.items() for part in
+            (ids[i:i + MAX_BATCH] for i in range(0, len(ids), MAX_BATCH))]
+
+
+def covering(grants: list[PutGrant], ids: list[int]) -> list[PutGrant]:
+    """The grants among ``grants`` whose id ranges hold some of ``ids``."""
+    ids = sorted(ids)
+    return [g for g in grants if bisect.bisect_left(ids, g.first) < len(ids)
+            and ids[bisect.bisect_left(ids, g.first)] < g.first + g.n]
