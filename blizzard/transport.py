@@ -12,6 +12,8 @@ import zmq
 
 from blizzard import protocol
 from blizzard.addrs import check_addr
+from blizzard.conn_guard import ConnectionGuard, GuardDepartures, Limits
+from blizzard.departures import Departures, source_fd
 from blizzard.errors import (AuthenticationFailed, BlizzardError, ClientClosed, InvalidArgument,
                              ProtocolError, from_code)
 from blizzard.keys import ClientKeys, ServerKeys
@@ -28,6 +30,9 @@ HEARTBEAT_IVL_MS = 5_000
 REVOKED = "revoked:"  # the User-Id noted for a connection whose key is no longer admitted
 HEARTBEAT_TIMEOUT_MS = 20_000
 HANDSHAKE_IVL_MS = 10_000  # a connection that has not finished the ZMTP greeting by then is cut
+# A server cuts sooner: a connection still greeting holds one of its descriptors (and, while
+# young, a place among the pending ones: blizzard/conn_guard.py); a real client greets in ms.
+SERVER_HANDSHAKE_IVL_MS = 5_000
 RECEIVE_HWM = 256  # frames queued per peer before ZeroMQ stops reading its socket
 # Replies queued per peer before ZeroMQ drops more (a peer that never reads): libzmq's default.
 # A count, not bytes: fewer would bound a data node's payload replies, but a pass answers up to
@@ -59,6 +64,7 @@ def bind_router(ctx: zmq.Context, addr: str, max_frame_bytes: int = protocol.MAX
     """
     sock = ctx.socket(zmq.ROUTER)
     _harden(sock, max_frame_bytes)
+    sock.setsockopt(zmq.HANDSHAKE_IVL, SERVER_HANDSHAKE_IVL_MS)
     if keys is not None:
         serve_curve(sock, keys)
     sock.setsockopt(zmq.RCVHWM, RECEIVE_HWM)
@@ -303,7 +309,10 @@ def error_reply(exc: BlizzardError) -> protocol.Error:
 
 
 class RouterServer:
-    """The receive side of a server: drains a ROUTER socket in batches and sends replies."""
+    """The receive side of a server: drains a ROUTER socket in batches and sends replies.
+
+    On TCP its ``guard`` caps the connections it accepts (``blizzard/conn_guard.py``).
+    """
 
     def __init__(self, ctx: zmq.Context, addr: str, max_batch: int = 512,
                  max_frame_bytes: int = protocol.MAX_FRAME_BYTES,
@@ -319,6 +328,8 @@ class RouterServer:
 
     def receive(self, timeout_ms: int) -> list[tuple[bytes, int, Any]]:
         """Up to ``max_batch`` decoded requests (``PASS_BYTES`` at most) as (peer, rid, message).
+        self.guard = ConnectionGuard(self.sock, Limits.for_process(
+            SERVER_HANDSHAKE_IVL_MS / 1000, self.secure)) if addr.startswith("tcp://") else None
 
         A request that fails to decode is answered with an error at once and not returned;
         so is a message of more than one body frame, whose extra frames are dropped as they
@@ -408,3 +419,10 @@ class RouterServer:
 
     def close(self) -> None:
         self.sock.close(linger=0)
+    def departures(self) -> Departures | GuardDepartures:
+        """What tells which of this socket's connections ended (``read``, ``close``): on TCP
+        the guard's, which holds the socket's one monitor (a second would replace it)."""
+        return Departures(self.sock) if self.guard is None else GuardDepartures(self.guard)
+
+        if self.guard is not None:
+            self.guard.close()  # first: its monitor must not outlive the socket's events

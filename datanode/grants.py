@@ -4,6 +4,11 @@ A client's request carries the grant the master gave it (``Placement``, ``Leased
 data node's relay or copy carries none, and is taken because CURVE proved the peer holds a
 data node's key (``RouterServer.role_of``). Anything else gets ``Forbidden``. A node without
 security (no key directory) checks nothing: ``Gate`` is not used there.
+
+A put grant lives until its placement's deadline, also after its ids were enqueued; so it
+only ever adds blobs: a put with it must report to the master (which then counts the blobs,
+or orders strays deleted), never replaces a blob the node holds (``DatanodeServer``), and
+deletes nothing.
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ class Gate:
         if msg.forward and self.role_of(peer) != "node":  # a grant names its nodes: no others
             raise Forbidden("only data nodes may name replicas to forward a put to")
         if msg.grant is not None:
+            if not msg.report:  # else the master would never hear of these ids (nor delete them)
+                raise Forbidden("a put with a grant must report to the master (report=True)")
             self.ring.check_put(msg.grant, msg.ids, self.node_id, time.time())
         elif self.role_of(peer) != "node":
             raise Forbidden("a put needs the master's grant (only data nodes relay without one)")
@@ -47,8 +54,8 @@ class Gate:
         self.ring.check_get(msg.grant, msg.ids, self.node_id, time.time())
 
     def check_delete(self, msg: p.Delete, peer: bytes) -> None:
-        if msg.grant is not None:
-            self.ring.check_put(msg.grant, msg.ids, self.node_id, time.time())
-        elif self.role_of(peer) not in DELETERS:
-            raise Forbidden("a delete needs the put grant of its ids, or an admin key (a data "
+        # A put grant deletes nothing: it lives on after its ids are enqueued, and the master
+        # deletes the blobs of ids never enqueued itself (block expiry, failed enqueues).
+        if self.role_of(peer) not in DELETERS:
+            raise Forbidden("a delete needs an admin key (a put grant deletes nothing; a data "
                             "node deletes only its own blobs)")

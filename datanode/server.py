@@ -155,6 +155,7 @@ class DatanodeServer:
     def _handle(self, requests: list[tuple[bytes, int, Any]]) -> None:
         puts: list[tuple[bytes, int, p.Put]] = []
         refused = Refusals()  # puts with ``report`` that failed their checks
+        again: list[int] = []  # ids of granted puts stored before: reported, not rewritten
         started = time.perf_counter()  # the pass took its requests up
         for peer, rid, msg in requests:
             try:
@@ -165,6 +166,9 @@ class DatanodeServer:
                         if not msg.report or len(msg.ids) > p.MAX_BATCH:
                             raise
                         refused.add(msg.ids, exc.message)
+                        continue
+                    if msg.grant is not None and msg.report and \
+                            self._stored_before(msg, again, refused):
                         continue
                     puts.append((peer, rid, msg))
                 elif isinstance(msg, p.Get):
@@ -191,9 +195,25 @@ class DatanodeServer:
                 self.router.reply(peer, rid, p.Error("internal", f"internal error: "
                                                      f"{type(exc).__name__}: {str(exc)[:200]}"))
         if puts:
-            self._write(puts, refused, started)  # reports the pass's puts, refused ones too
+            self._write(puts, refused, started, again)  # reports the pass's puts, refused too
         else:
-            self._send_report([], refused)
+            self._send_report(again, refused)
+
+    def _stored_before(self, msg: p.Put, again: list[int], refused: "Refusals") -> bool:
+        """True if a granted put names ids this node holds already: a retry (every id here)
+        is reported stored again, anything else refused; neither replaces a blob, so a put
+        grant cannot rewrite an item once it is enqueued."""
+        if min(msg.ids) >= self.store.id_hi:  # ids only grow: the usual put ends here
+            return False
+        held = [i for i, found in zip(msg.ids, self.store.get_many(msg.ids)) if found is not None]
+        if not held:
+            return False
+        if len(held) == len(msg.ids):
+            again += held
+        else:
+            refused.add(msg.ids, f"{self.node_id}: {len(held)} of these ids are stored here "
+                        "already; a put never replaces a blob")
+        return True
 
     def _check_put(self, msg: p.Put, peer: bytes) -> None:
         if msg.node_id and msg.node_id != self.node_id:
@@ -221,7 +241,7 @@ class DatanodeServer:
                 raise InvalidArgument("a blob does not match its checksum (damaged in transit?)")
 
     def _write(self, puts: list[tuple[bytes, int, p.Put]], refused: "Refusals",
-               started: float) -> None:
+               started: float, again: list[int] = []) -> None:
         """One synced ``WriteBatch`` for every put of the pass, then the replies and reports."""
         ids, blobs, crcs, metas = [], [], [], []  # metas: each id's (None: none given)
         for _, _, msg in puts:
@@ -246,7 +266,7 @@ class DatanodeServer:
                 os._exit(70)
             return
         self.metrics.wrote(len(puts), started, began)
-        reported: list[int] = []
+        reported: list[int] = list(again)
         for peer, rid, msg in puts:
             if msg.report:
                 reported += msg.ids

@@ -136,17 +136,33 @@ def test_relays_between_data_nodes_need_no_grant_but_a_node_key(node, keys, monk
     assert node.put([8], None, report=False, peer=b"client").code == Forbidden.code
 
 
-def test_a_delete_needs_the_put_grant_of_its_ids_or_an_admin_key(node, keys, monkeypatch):
+def test_a_delete_needs_an_admin_key_not_a_put_grant(node, keys, monkeypatch):
     node.hears(keys)
     grant = put_grant(keys, node)
     node.put([100, 101, 102], grant)
     assert node.ask(p.Delete([100], None)).code == Forbidden.code
     assert node.ask(p.Delete([100, 150], grant)).code == Forbidden.code
-    assert node.ask(p.Delete([100], grant)) == p.Ok()
+    # the grant outlives the enqueue of its ids: it deletes nothing (the master cleans up)
+    assert node.ask(p.Delete([100], grant)).code == Forbidden.code
     monkeypatch.setattr(node.server.gate, "role_of", lambda peer: peer.decode())
     assert node.ask(p.Delete([101], None), peer=b"admin") == p.Ok()
     assert node.ask(p.Delete([102], None), peer=b"node").code == Forbidden.code  # another node
-    assert node.server.store.count == 1
+    assert node.server.store.count == 2
+
+
+def test_a_granted_put_adds_blobs_only_and_always_reports(node, keys):
+    node.hears(keys)
+    grant = put_grant(keys, node)
+    assert node.put([100], grant, report=False).code == Forbidden.code  # unheard of: refused
+    assert node.server.store.count == 0
+    node.put([100, 101], grant)
+    node.reports.clear()
+    node.put([100, 101], grant)  # a retry: reported again, nothing rewritten
+    assert node.reports == [p.PutReport(node.id, [100, 101], [], "")]
+    node.reports.clear()
+    node.put([101, 102], grant)  # names a stored id: refused whole
+    assert node.reports[0].failed == [101, 102] and "never replaces" in node.reports[0].error
+    assert node.server.store.count == 2
 
 
 def test_a_node_without_security_checks_no_grant(tmp_path):
