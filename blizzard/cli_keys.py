@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 import click
 
@@ -31,22 +32,28 @@ def generate(directory: str, force: bool) -> None:
 @keys_group.command("rotate")
 @click.argument("directory", type=click.Path(file_okay=False, exists=True))
 @click.argument("name", type=click.Choice(k.ROTATING))
-def rotate(directory: str, name: str) -> None:
-    """Give NAME a new pair; the old public key stays valid until `keys retire`.
+@click.option("--grace-s", type=click.FloatRange(0, 10 * 365 * 86400, max_open=True),
+              default=k.DEFAULT_GRACE_S, show_default=True,
+              help="Seconds the old key stays valid unless retired sooner; then servers refuse "
+                   "it, on open connections too.")
+def rotate(directory: str, name: str, grace_s: float) -> None:
+    """Give NAME a new pair; the old public key stays valid until `keys retire`, or until
+    the grace period ends.
 
     Servers pick up the change without a restart. Hand the new secret file to every process
     that uses NAME, restart them one by one, then retire the old key.
     """
-    k.rotate(directory, name)
-    click.echo(f"new {name} pair in {directory}; the old one is valid until "
-               f"`blizzard keys retire {directory} {name}`")
+    k.rotate(directory, name, grace_s)
+    click.echo(f"new {name} pair in {directory}; the old one is valid for {grace_s:g}s, or "
+               f"until `blizzard keys retire {directory} {name}`")
 
 
 @keys_group.command("retire")
 @click.argument("directory", type=click.Path(file_okay=False, exists=True))
 @click.argument("name", type=click.Choice(k.ROTATING))
 def retire(directory: str, name: str) -> None:
-    """Stop accepting NAME's old key (new connections with it are refused)."""
+    """Stop accepting NAME's old key: new connections with it are refused, and requests on
+    connections already open with it too (within a second)."""
     if not k.retire(directory, name):
         raise click.ClickException(f"{name} has no old key in {directory}")
     click.echo(f"retired {name}'s old key")
@@ -85,6 +92,24 @@ def remove_node(directory: str, name: str) -> None:
     click.echo(f"removed data node key {name}; servers refuse it from now on")
 
 
+@keys_group.command("export-client")
+@click.argument("directory", type=click.Path(file_okay=False, exists=True))
+@click.argument("out", type=click.Path(file_okay=False))
+@click.option("--name", type=click.Choice(("client", "admin")), default="client",
+              show_default=True, help="Whose pair goes along: a producer's or consumer's "
+              "(client), or an operator's (admin).")
+def export_client(directory: str, out: str, name: str) -> None:
+    """Make OUT the key directory a client machine needs: NAME's pair and the master's and
+    data nodes' public keys, nothing else (no server secret, no other pair). OUT must be new
+    or empty; it is made 0700, its files 0600."""
+    try:
+        files = k.export_client(directory, out, name)
+    except AuthenticationFailed as exc:
+        raise click.ClickException(exc.message) from None
+    click.echo(f"wrote {', '.join(files)} to {out}; give it to the client as --keys or "
+               f"{k.ENV}")
+
+
 @keys_group.command("list")
 @click.argument("directory", type=click.Path(file_okay=False, exists=True))
 def list_keys(directory: str) -> None:
@@ -94,4 +119,9 @@ def list_keys(directory: str) -> None:
         if name.endswith(".key"):
             names[k.load_public(directory, name[:-4])] = name
     for public, role in k.authorized(directory).items():
-        click.echo(f"{role:<7} {names.get(public, '?'):<22} {public.decode()}")
+        name = names.get(public, "?")
+        until = ""
+        if name.endswith(".old.key"):  # a rotated key's old half, valid until its grace ends
+            end = k.expiry(os.path.join(directory, name))
+            until = "  valid until " + time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(end))
+        click.echo(f"{role:<7} {name:<22} {public.decode()}{until}")

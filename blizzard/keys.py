@@ -26,8 +26,11 @@ client`` drops it once every process uses the new one.
 from __future__ import annotations
 
 import glob
+import logging
 import os
 import re
+import shutil
+import stat
 import time
 from dataclasses import dataclass
 
@@ -35,6 +38,8 @@ import zmq
 import zmq.auth
 
 from blizzard.errors import AuthenticationFailed
+
+log = logging.getLogger(__name__)
 
 PARTIES = ("master", "datanode", "client", "admin")
 ROLE_OF_PREFIX = {"datanode-": "node", "client": "client", "admin": "admin",
@@ -246,8 +251,54 @@ class ServerKeys:
 
     @classmethod
     def from_dir(cls, directory: str, name: str) -> "ServerKeys":
+        check_private(directory)
         public, secret = load_pair(directory, name)
         return cls(public, secret, directory)
+
+
+def check_private(directory: str) -> None:
+    """``AuthenticationFailed`` (one line, with the fix) if other users may read a secret key
+    of the directory, or change the directory or a key in it (add a key of their own, swap
+    one); a loud warning if they may list it. What a server checks as it starts."""
+    try:
+        mode = stat.S_IMODE(os.stat(directory).st_mode)
+    except OSError:
+        return  # a missing directory is reported by the key loading, with its advice
+    if mode & 0o022:
+        raise AuthenticationFailed(f"the key directory {directory} is writable by other users "
+                                   f"(mode {mode:o}), who could add keys: chmod 700 {directory}")
+    for path in sorted(glob.glob(os.path.join(glob.escape(directory), "*.key*"))):
+        file_mode = stat.S_IMODE(os.stat(path).st_mode)
+        loose = 0o077 if path.endswith("_secret") else 0o022
+        if file_mode & loose:
+            raise AuthenticationFailed(f"{path} is {'readable' if loose == 0o077 else 'writable'}"
+                                       f" by other users (mode {file_mode:o}): chmod 600 {path}")
+    if mode & 0o055:
+        log.warning("the key directory %s may be listed by other users (mode %o): chmod 700 %s",
+                    directory, mode, directory)
+
+
+def export_client(directory: str, out: str, name: str = "client") -> list[str]:
+    """Make ``out`` (0700, new or empty) the key directory of a client machine: ``name``'s
+    pair and the servers' public keys, nothing else; the files written."""
+    if name not in ("client", "admin"):
+        raise AuthenticationFailed(f"a client machine's directory holds a client or admin "
+                                   f"pair, not {name!r}")
+    if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
+        raise AuthenticationFailed(f"{out} exists and is not an empty directory: choose a new "
+                                   "one (nothing is overwritten)")
+    load_pair(directory, name)  # a readable pair, or the reason why not
+    files = [name + ".key", name + ".key_secret", "master.key", "datanode.key"]
+    for file in files[2:]:
+        load_public(directory, file[:-len(".key")])
+        if not os.path.exists(os.path.join(directory, file)):
+            raise AuthenticationFailed(f"no {file} in {directory} to export")
+    os.makedirs(out, mode=0o700, exist_ok=True)
+    os.chmod(out, 0o700)
+    for file in files:  # the files as they are: ZeroMQ's certificate format
+        shutil.copyfile(os.path.join(directory, file), os.path.join(out, file))
+        _private(os.path.join(out, file))
+    return sorted(files)
 
 
 def node_keys(directory: str, name: str | None = None) -> tuple[ServerKeys, ClientKeys]:

@@ -27,6 +27,7 @@ from blizzard import protocol as p
 from blizzard.addrs import check_addr
 from blizzard.errors import (BlizzardError, InvalidArgument, PayloadTooLarge, StorageError,
                              WrongNode)
+from blizzard.file_modes import private_dir
 from blizzard.transport import Endpoint, RouterServer, error_reply
 from blizzard.wake_pipe import WakePipe
 from datanode import meta
@@ -54,7 +55,7 @@ class DatanodeServer:
                  store: BlobStore | None = None) -> None:
         self.config = config.validate()
         self.ctx = ctx or zmq.Context.instance()
-        os.makedirs(config.data_dir, exist_ok=True)
+        private_dir(config.data_dir)  # 0700: blizzard/file_modes.py
         self.node_id = load_node_id(config.data_dir)
         self.addr = config.advertise or config.bind
         self.store = store if store is not None else \

@@ -32,6 +32,7 @@ from blizzard import protocol as p
 from blizzard.addrs import check_addr
 from blizzard.errors import (AuthenticationFailed, DatanodeUnavailable, InvalidArgument,
                              MasterStarting)
+from blizzard.file_modes import private_dir
 from blizzard.transport import Endpoint, call
 from master import checkpoint, records
 from master.config import MasterConfig
@@ -155,7 +156,7 @@ def hold_reads(server: Any) -> Any:
 def rebuild(config: MasterConfig, addrs: list[str], ctx: zmq.Context | None = None) -> Rebuilt:
     """Rebuild the master's state in ``config.data_dir`` from the nodes at ``addrs``."""
     refuse_used(config.data_dir)
-    os.makedirs(config.data_dir, exist_ok=True)
+    private_dir(config.data_dir)  # 0700: blizzard/file_modes.py
     started = time.monotonic()
     ctx = ctx or zmq.Context.instance()
     keys = node_keys(config.keys)

@@ -27,6 +27,7 @@ from blizzard import keys as k
 from blizzard import protocol as p
 from blizzard import secure
 from blizzard.errors import BlizzardError, Forbidden, InvalidArgument
+from blizzard.file_modes import private_dir
 from blizzard.transport import RouterServer, error_reply
 from master import records
 from master.admin import QueueAdmin
@@ -104,7 +105,7 @@ class MasterServer:
         self.router = router if router is not None else \
             RouterServer(self.ctx, config.bind, max_frame_bytes=MAX_REQUEST_BYTES, keys=keys)
         if wal is None:
-            os.makedirs(config.data_dir, exist_ok=True)
+            private_dir(config.data_dir)  # 0700: blizzard/file_modes.py
             wal = Wal(os.path.join(config.data_dir, "wal"), segment_bytes=config.segment_bytes)
         self.wal = wal
         self.state, replayed = recovered or recover(wal)
