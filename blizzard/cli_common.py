@@ -18,6 +18,7 @@ from blizzard import logs
 from blizzard.cli_config import config_option, name_env_vars
 from blizzard.defaults import DEFAULT_MASTER, LOOPBACK
 from blizzard.errors import BlizzardError, InvalidArgument
+from blizzard.fd_limits import raise_fd_limit
 from blizzard.file_modes import private_process
 from blizzard.queue_settings import MAX_QUEUE_NAME, QUEUE_NAME_CHARS, check_queue_name
 
@@ -141,7 +142,8 @@ def start(make: Callable[[], Any], role: str, bind: str,
           refusals: tuple[type[Exception], ...] = ()) -> Any:
     """``make()`` a server; what stops it from starting (a port in use, a bad setting, bad
     keys, ``refusals`` such as a damaged WAL) becomes one line and exit code 1, not a
-    traceback."""
+    traceback. The soft descriptor limit is raised to the hard one first."""
+    raise_fd_limit()
     private_process()  # data directories 0700, files 0600 (blizzard/file_modes.py)
     try:
         return make()

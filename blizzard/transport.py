@@ -321,6 +321,8 @@ class RouterServer:
         self.secure = keys is not None
         # the key directory's current keys: a revoked key's open connection stops working
         self.admitted = guard(ctx, keys.directory).keys if keys is not None else None
+        self.guard = ConnectionGuard(self.sock, Limits.for_process(
+            SERVER_HANDSHAKE_IVL_MS / 1000, self.secure)) if addr.startswith("tcp://") else None
         self.roles: dict[bytes, str] = {}  # this batch's connections -> "ROLE:KEY" (User-Id)
         self.poller = zmq.Poller()  # made once: ``Socket.poll`` would build one per call
         self.poller.register(self.sock, zmq.POLLIN)
@@ -328,8 +330,6 @@ class RouterServer:
 
     def receive(self, timeout_ms: int) -> list[tuple[bytes, int, Any]]:
         """Up to ``max_batch`` decoded requests (``PASS_BYTES`` at most) as (peer, rid, message).
-        self.guard = ConnectionGuard(self.sock, Limits.for_process(
-            SERVER_HANDSHAKE_IVL_MS / 1000, self.secure)) if addr.startswith("tcp://") else None
 
         A request that fails to decode is answered with an error at once and not returned;
         so is a message of more than one body frame, whose extra frames are dropped as they
@@ -417,12 +417,12 @@ class RouterServer:
         except zmq.ZMQError as exc:  # peer gone or its queue full: it will time out and retry
             log.debug("reply to a departed peer dropped: %s", exc)
 
-    def close(self) -> None:
-        self.sock.close(linger=0)
     def departures(self) -> Departures | GuardDepartures:
         """What tells which of this socket's connections ended (``read``, ``close``): on TCP
         the guard's, which holds the socket's one monitor (a second would replace it)."""
         return Departures(self.sock) if self.guard is None else GuardDepartures(self.guard)
 
+    def close(self) -> None:
         if self.guard is not None:
             self.guard.close()  # first: its monitor must not outlive the socket's events
+        self.sock.close(linger=0)

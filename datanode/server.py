@@ -28,6 +28,8 @@ from blizzard.addrs import check_addr
 from blizzard.errors import (BlizzardError, InvalidArgument, PayloadTooLarge, StorageError,
                              WrongNode)
 from blizzard.file_modes import private_dir
+from blizzard.fd_limits import is_fd_pressure
+from blizzard.log_limit import Throttled
 from blizzard.transport import Endpoint, RouterServer, error_reply
 from blizzard.wake_pipe import WakePipe
 from datanode import meta
@@ -46,6 +48,7 @@ FORWARD_TIMEOUT_S = 3.0  # below the client's node timeout, so a partial result 
 MAX_PEERS = 64  # connections to other data nodes kept open; the least recently used goes
 MAX_FORWARD = 16  # replicas one put may name
 RETRY_S = 0.2  # the next heartbeat after a standby's refusal: it may be the primary any moment
+REOPEN_S = 10.0  # a store that failed for want of descriptors is reopened this often at most
 
 
 class DatanodeServer:
@@ -75,6 +78,8 @@ class DatanodeServer:
         self._stopping = False
         self.wake = WakePipe()  # ``stop`` wakes the loop's sleep
         self.metrics = DatanodeMetrics(self)  # timings always; served with a metrics port
+        self.pressure = Throttled(log)  # out of file descriptors: a line now and then
+        self.reopen_at = 0.0  # monotonic: the store may be reopened from then on
 
     @property
     def master(self) -> Endpoint:
@@ -254,14 +259,22 @@ class DatanodeServer:
         try:
             self.store.put_many(ids, blobs, crcs, metas)
         except (OSError, plyvel.Error) as exc:  # the disk, not the request (P6)
-            log.error("write of %d blobs failed: %s", len(ids), exc)
+            pressure = is_fd_pressure(exc)  # out of descriptors: refused now, retried later
+            if pressure:
+                self.pressure("write", "write of %d blobs failed for want of file descriptors "
+                              "(%s): refused, the store is reopened", len(ids), exc)
+            else:
+                log.error("write of %d blobs failed: %s", len(ids), exc)
             error = StorageError(f"{self.node_id}: {exc}")
             for peer, rid, msg in puts:
                 if msg.report:
                     refused.add(msg.ids, error.message)
                 else:
                     self.router.reply(peer, rid, error_reply(error))
-            if "No space" not in str(exc):
+            if pressure:
+                self._send_report([], refused)
+                self._reopen_store()
+            elif "No space" not in str(exc):
                 self._send_report([], refused)
                 log.critical("storage error that is not a full disk; stopping")
                 os._exit(70)
@@ -278,6 +291,18 @@ class DatanodeServer:
                              [self.node_id])
                 self._forward(job, msg, msg.forward)
         self._send_report(reported, refused)
+
+    def _reopen_store(self) -> None:
+        """Open the store again (see ``LevelDbStore.reopen``), at most every ``REOPEN_S``."""
+        now = time.monotonic()
+        if now < self.reopen_at:
+            return
+        self.reopen_at = now + REOPEN_S
+        try:
+            self.store.reopen()
+            log.info("store reopened after running out of file descriptors")
+        except (OSError, plyvel.Error) as exc:
+            self.pressure("reopen", "cannot reopen the store yet: %s", exc)
 
     def _send_report(self, stored: list[int], refused: "Refusals") -> None:
         """Tell the master which reported puts of this pass are durable and which were refused."""

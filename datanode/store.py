@@ -10,6 +10,7 @@ deleted with the blob. The store also keeps the highest id it ever stored (P4 af
 
 from __future__ import annotations
 
+import errno
 import logging
 import struct
 import zlib
@@ -19,6 +20,7 @@ from typing import Iterator, Protocol
 import plyvel
 
 from blizzard.errors import InvalidArgument
+from blizzard.fd_limits import leveldb_open_files
 from blizzard.protocol import MAX_ID
 
 log = logging.getLogger(__name__)
@@ -86,6 +88,9 @@ class BlobStore(Protocol):
     def put_meta(self, name: str, value: bytes) -> None:
         """Keep a fact durably (synced) before the call returns."""
 
+    def reopen(self) -> None:
+        """Open the storage again after it failed for want of file descriptors."""
+
     checksum_failures: int  # reads that found a blob failing its checksum, since the start
 
     @property
@@ -116,16 +121,15 @@ class LevelDbStore:
     """Blobs in one LevelDB, keyed by big-endian id, value = crc32 + bytes."""
 
     def __init__(self, path: str) -> None:
-        # A large memtable means fewer level-0 files and so fewer compactions competing with
-        # the synced writes of a node that holds a big backlog (LevelDB's default is 4 MiB).
+        self.path = path
         try:
-            self.db = plyvel.DB(path, create_if_missing=True,
-                                write_buffer_size=WRITE_BUFFER_BYTES)
+            self.db = self._open()
         except plyvel.IOError as exc:
             if "lock" not in str(exc):
                 raise
             raise OSError(f"the store in {path} is in use by another process (is a data node "
                           "already running on this data dir?)") from None
+        self.reopening = False  # closed by ``reopen``, not open again yet
         self._count = 0
         self._bytes = 0
         self.checksum_failures = 0
@@ -137,9 +141,29 @@ class LevelDbStore:
         kept = self.db.get(_ID_HI)
         self._id_hi = max(self._max_id + 1, _KEY.unpack(kept)[0] if kept else 0)
 
+    def _open(self) -> plyvel.DB:
+        # A large memtable means fewer level-0 files and so fewer compactions competing with
+        # the synced writes of a node that holds a big backlog (LevelDB's default is 4 MiB);
+        # the table cache stays within the descriptors kept for files (blizzard/fd_limits.py).
+        return plyvel.DB(self.path, create_if_missing=True, write_buffer_size=WRITE_BUFFER_BYTES,
+                         max_open_files=leveldb_open_files())
+
+    def reopen(self) -> None:
+        """Close and open the LevelDB again, after it failed for want of file descriptors:
+        LevelDB keeps the error of a failed background write (a compaction that could open
+        no file) and refuses every write after it until it is reopened. Raises if the open
+        fails; writes then raise EMFILE until a later ``reopen`` succeeds."""
+        self.reopening = True
+        self.db.close()
+        self.db = self._open()
+        self.reopening = False
+
     def put_many(self, ids: list[int], blobs: list[bytes], crcs: list[int],
                  metas: list[bytes | None] | None = None) -> None:
         _id_range(ids)
+        if self.reopening:
+            raise OSError(errno.EMFILE, "the store is closed until it can be opened again "
+                          "(it ran out of file descriptors)")
         added = count = 0
         get = self.db.get
         top = self._max_id
@@ -313,6 +337,9 @@ class MemoryStore:
 
     def put_meta(self, name: str, value: bytes) -> None:
         self.meta[name] = value
+
+    def reopen(self) -> None:
+        pass
 
     def corrupt_for_test(self, item_id: int) -> None:
         raw = bytearray(self.blobs[item_id])

@@ -13,6 +13,8 @@ import os
 import time
 from typing import Callable
 
+from blizzard.fd_limits import is_fd_pressure
+from blizzard.log_limit import Throttled
 from master import checkpoint, records
 from master.state import State
 from master.wal import MemoryWal, Wal
@@ -23,6 +25,8 @@ log = logging.getLogger(__name__)
 # record (tracked tuples). A million commits took 4.2 s with the default, 1.6 s with this;
 # 300k leases, extends and acks spent 1.0-1.2 s in collections, 0.2 s with 100 (measured).
 GC_THRESHOLDS = (700, 10, 1000)
+CHILD_NO_FDS = 3  # a checkpoint child's exit code: it found no file descriptor (try later)
+RETRY_S = 5.0  # a checkpoint put off for want of descriptors is tried again after this
 
 
 def recover(wal: Wal | MemoryWal) -> tuple[State, int]:
@@ -65,6 +69,9 @@ class Checkpointer:
 
     ``on_done(seconds)`` is told how long each one took (the metrics); ``keep_from()`` names
     the oldest segment a standby still reads, which pruning keeps.
+
+    Running out of file descriptors (for the new segment, the checkpoint file, the listing
+    that prunes) puts a checkpoint off by ``RETRY_S``; it never stops the master.
     """
 
     def __init__(self, wal: Wal | MemoryWal, every_records: int, replayed: int,
@@ -78,10 +85,29 @@ class Checkpointer:
         self.forked = 0.0  # monotonic
         self.on_done = on_done
         self.keep_from = keep_from  # the oldest segment a standby still reads (None: none)
+        self.retry_at = 0.0  # monotonic: no checkpoint before (one was put off)
+        self.pressure = Throttled(log)
 
     def due(self) -> bool:
         return self.wal.directory is not None and self.child is None and \
-            self.wal.records_written - self.mark >= self.every_records
+            self.wal.records_written - self.mark >= self.every_records and \
+            time.monotonic() >= self.retry_at
+
+    def roll_and_fork(self, state: State) -> None:
+        """Roll the log and checkpoint everything before the new segment (the primary's way);
+        put off when the new segment finds no file descriptor."""
+        try:
+            start = self.wal.roll()
+        except OSError as exc:
+            if not is_fd_pressure(exc):
+                raise
+            self._put_off("no file descriptor for a new WAL segment (%s)", exc)
+            return
+        self.fork(state, start)
+
+    def _put_off(self, why: str, *args: object) -> None:
+        self.retry_at = time.monotonic() + RETRY_S
+        self.pressure("put off", "checkpoint put off for %.0fs: " + why, RETRY_S, *args)
 
     def poll(self, block: bool = False) -> None:
         """Reap a finished child (``block``: wait for it): prune what its checkpoint covers,
@@ -93,10 +119,23 @@ class Checkpointer:
             return
         self.child = None
         self.on_done(time.monotonic() - self.forked)
-        if os.waitstatus_to_exitcode(status) != 0:
+        code = os.waitstatus_to_exitcode(status)
+        if code == CHILD_NO_FDS:
+            self.mark -= self.every_records  # due again once the retry time has come
+            self._put_off("its writer found no file descriptor (segment %d)", self.start)
+            return
+        if code != 0:
             log.critical("writing the checkpoint failed (exit status %d); stopping", status)
             os._exit(70)
-        removed = checkpoint.prune(self.wal.directory, self.start, self.keep_from())
+        try:
+            removed = checkpoint.prune(self.wal.directory, self.start, self.keep_from())
+        except OSError as exc:
+            if not is_fd_pressure(exc):
+                raise
+            self.pressure("prune", "checkpoint at segment %d done; old files not removed yet "
+                          "(no file descriptor: %s), the next checkpoint removes them",
+                          self.start, exc)
+            return
         log.info("checkpoint at segment %d done; %d old files removed", self.start, removed)
 
     def fork(self, state: State, wal_start: int) -> None:
@@ -114,6 +153,8 @@ class Checkpointer:
             try:
                 checkpoint.write(self.wal.directory, wal_start, state.export_parts())
                 code = 0
+            except OSError as exc:
+                code = CHILD_NO_FDS if is_fd_pressure(exc) else 1
             finally:
                 os._exit(code)
         self.child = pid

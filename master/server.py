@@ -269,7 +269,7 @@ class MasterServer:
     def _maybe_checkpoint(self) -> None:
         self.checkpoints.poll()
         if self.checkpoints.due():  # everything before the new segment is in the state
-            self.checkpoints.fork(self.state, self.wal.roll())
+            self.checkpoints.roll_and_fork(self.state)
 
     # -- loop --------------------------------------------------------------------------------
 

@@ -9,6 +9,8 @@ Recovery: a partial or CRC-bad record that runs to the very end of the last segm
 torn write and is truncated; any other damage raises ``WalCorrupt`` naming file and offset.
 A failed write or fsync calls ``on_fatal`` (by default, exit the process): after a failed
 fsync the kernel may have dropped the dirty pages, so carrying on would be lying (P6).
+A roll that finds no file descriptor (EMFILE, ENFILE) is no such failure: the log goes on in
+the current segment, whole, and the next write tries the roll again.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from blizzard.errors import InvalidArgument
+from blizzard.fd_limits import is_fd_pressure
+from blizzard.log_limit import Throttled
 
 log = logging.getLogger(__name__)
 
@@ -152,6 +156,7 @@ class Wal:
         self.records_appended = 0
         self.flushed_at = (0, 0)  # (segment, bytes): the end of the log on disk, before a roll
         self.rolls = True  # False in a standby: it rolls where its primary did, no sooner
+        self.pressure = Throttled(log)  # out of descriptors: a line now and then, not each pass
         os.makedirs(directory, exist_ok=True)
         self._lock = _lock_directory(directory)
 
@@ -180,14 +185,28 @@ class Wal:
         self._open(last if last is not None else max(start_index, 0))
 
     def _open(self, index: int) -> None:
+        """Continue in segment ``index`` (made if missing); on an error, in the segment as
+        before (the caller closes the old one after this returns)."""
         path = os.path.join(self.directory, segment_name(index))
         existed = os.path.exists(path)
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        self._index = index
-        self._size = os.fstat(self._fd).st_size
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            size = os.fstat(fd).st_size
+            if not existed or size == 0:  # (empty: made by a roll whose dir sync failed)
+                fsync_dir(self.directory)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd, self._index, self._size = fd, index, size
         self.flushed_at = max(self.flushed_at, (index, self._size))
-        if not existed:
-            fsync_dir(self.directory)
+
+    def _switch(self, index: int) -> None:
+        """Go on in segment ``index``: opened before the current one is closed, so a failure
+        leaves the log writing where it was."""
+        old = self._fd
+        self._open(index)
+        if old is not None:
+            os.close(old)
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -229,13 +248,21 @@ class Wal:
         self.records_written += records
         self.flushed_at = (self._index, self._size)
         if self._size >= self.segment_bytes and self.rolls:
-            self.roll()
+            try:
+                self.roll()
+            except OSError as exc:
+                if not is_fd_pressure(exc):
+                    raise
+                self.pressure("roll", "WAL segment %d is full but no file descriptor is free "
+                              "for the next (%s): writing on in it, retrying",
+                              self._index, exc)
 
     def roll(self) -> int:
-        """Start a new segment; return its index (records before it live in older segments)."""
-        if self._fd is not None:
-            os.close(self._fd)
-        self._open(self._index + 1)
+        """Start a new segment; return its index (records before it live in older segments).
+
+        Raises ``OSError`` (e.g. EMFILE) with the log still writing in the current segment.
+        """
+        self._switch(self._index + 1)
         return self._index
 
     # -- shipping to a standby (master/replication.py, master/standby.py) -------------------
@@ -285,9 +312,7 @@ class Wal:
 
     def roll_to(self, index: int) -> None:
         """Continue in segment ``index`` (a standby follows the primary's rolls)."""
-        if self._fd is not None:
-            os.close(self._fd)
-        self._open(index)
+        self._switch(index)
 
     def start_over(self, index: int) -> None:
         """Remove every segment and begin an empty one at ``index`` (a standby's snapshot)."""

@@ -1,0 +1,133 @@
+"""The connection guard (blizzard/conn_guard.py): caps on what a server socket accepts."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import zmq
+
+from blizzard import protocol as p
+from blizzard.conn_guard import LOOK_AGAIN_S, Admission, Limits
+from blizzard.harness import free_port
+from blizzard.transport import RouterServer
+from tests.conftest import wait_for
+
+LIMITS = Limits(max_open=10, max_pending=6, max_pending_per_addr=3, pending_s=5.0,
+                greeted_bytes=300)
+
+
+def admission(received: dict[int, int] | None = None) -> Admission:
+    got = received if received is not None else {}
+    return Admission(LIMITS, lambda fd: got.get(fd, 0))
+
+
+def test_pending_connections_are_capped_per_address_and_in_all():
+    a = admission()
+    assert [a.admit(fd, "10.0.0.1", 0.0) for fd in (1, 2, 3)] == [None] * 3
+    assert a.admit(4, "10.0.0.1", 0.1) == "pending from one address"
+    assert [a.admit(fd, "10.0.0.2", 0.2) for fd in (5, 6, 7)] == [None] * 3
+    assert a.admit(8, "10.0.0.3", 0.3) == "pending"  # six pending in all
+    assert a.refused == {"pending from one address": 1, "pending": 1}
+    assert sorted(a.open) == [1, 2, 3, 5, 6, 7]
+
+
+def test_a_connection_that_sent_a_handshake_pends_no_more():
+    sent = {1: 700, 2: 40}
+    a = admission(sent)
+    for fd in (1, 2, 3):
+        assert a.admit(fd, "10.0.0.1", 0.0) is None
+    # at the cap, the byte counts are read: 1 is through, its place goes to the new one
+    assert a.admit(4, "10.0.0.1", 0.0) is None
+    assert a.admit(5, "10.0.0.1", 0.0) == "pending from one address"
+    sent[2] = 900  # a slow one finishes; it is read again only after a while
+    assert a.admit(6, "10.0.0.1", LOOK_AGAIN_S / 2) == "pending from one address"
+    assert a.admit(7, "10.0.0.1", LOOK_AGAIN_S) is None
+
+
+def test_old_connections_pend_no_more_and_closed_ones_are_forgotten():
+    a = admission()
+    for fd in (1, 2, 3):
+        a.admit(fd, "10.0.0.1", 0.0)
+    assert a.admit(4, "10.0.0.1", LIMITS.pending_s) is None  # 1-3 are past the limit
+    a.forget(4)
+    a.forget(4)  # twice: nothing more
+    assert sorted(a.open) == [1, 2, 3]
+    assert a.admit(1, "10.0.0.9", 6.0) is None  # a reused descriptor is a new connection
+    assert a.open[1] == "10.0.0.9"
+
+
+def test_open_connections_are_capped_by_the_descriptors_left_for_them():
+    sent = {fd: 1000 for fd in range(20)}
+    a = admission(sent)
+    assert [a.admit(fd, f"10.0.0.{fd}", 0.0) for fd in range(10)] == [None] * 10
+    assert a.admit(10, "10.0.1.1", 0.0) == "open"
+    a.forget(3)
+    assert a.admit(10, "10.0.1.1", 0.0) is None
+
+
+def _ping(sock: zmq.Socket, rid: int) -> None:
+    sock.send(p.encode(rid, p.Ping()))
+
+
+def _shut_by_server(conn: socket.socket) -> bool:
+    """The server ended this connection (EOF or reset), after the greeting it may have sent."""
+    conn.settimeout(0.01)
+    try:
+        while True:
+            if not conn.recv(4096):
+                return True
+    except socket.timeout:
+        return False
+    except OSError:
+        return True
+
+
+def test_a_flood_of_idle_connections_is_cut_to_the_cap_and_real_clients_go_on():
+    """Given a server with a client connected, when 300 idle TCP connections from one address
+    are held open, then all but the per-address cap are shut at once, the connected client is
+    answered meanwhile, and once the flood ends a new client connects and is answered."""
+    ctx = zmq.Context.instance()
+    port = free_port()
+    addr = f"tcp://127.0.0.1:{port}"
+    server = RouterServer(ctx, addr)
+    assert server.guard is not None
+    cap = server.guard.admission.limits.max_pending_per_addr
+    client = ctx.socket(zmq.DEALER)
+    client.setsockopt(zmq.LINGER, 0)
+    client.connect(addr)
+    flood: list[socket.socket] = []
+    late = None
+    try:
+        _ping(client, 1)
+        assert [rid for _, rid, _ in server.receive(5000)] == [1]
+        for _ in range(300):
+            flood.append(socket.create_connection(("127.0.0.1", port)))
+        wait_for(lambda: sum(server.guard.refused.values()) >= 300 - cap, 10, "refusals")
+        shut = [c for c in flood if _shut_by_server(c)]
+        assert 300 - cap <= len(shut) < 300
+        assert len(server.guard.admission.open) <= cap + 1  # the flood's, and the client
+
+        _ping(client, 2)
+        assert [rid for _, rid, _ in server.receive(5000)] == [2]
+
+        for conn in flood:
+            conn.close()
+        wait_for(lambda: len(server.guard.admission.open) == 1, 10, "the flood's departures")
+        late = ctx.socket(zmq.DEALER)
+        late.setsockopt(zmq.LINGER, 0)
+        late.connect(addr)
+        _ping(late, 3)
+        deadline = time.monotonic() + 10
+        got: list[int] = []
+        while not got and time.monotonic() < deadline:
+            got = [rid for _, rid, _ in server.receive(200)]
+        assert got == [3]
+    finally:
+        for conn in flood:
+            conn.close()
+        client.close()
+        if late is not None:
+            late.close()
+        server.close()
+    assert not server.guard.thread.is_alive()
