@@ -99,6 +99,11 @@ def server_command(name: str, data_dir_help: str, bind_default: str,
         f = click.option("--metrics-addr", default=LOOPBACK, show_default=True,
                          help="Address the metrics endpoint listens on (loopback: only this "
                               "machine may scrape it).")(f)
+        f = click.option("--metrics-allow-host", "metrics_allow_hosts", multiple=True,
+                         metavar="NAME", help="A host name the metrics endpoint also answers "
+                         "to (repeatable): it answers requests whose Host header is its "
+                         "address, localhost or an IP address, and refuses other names (a "
+                         "web page could otherwise read it by DNS rebinding).")(f)
         f = click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
                          help="Serve Prometheus metrics at http://ADDR:PORT/metrics "
                               "(default: no metrics endpoint; 0 picks a free port).")(f)

@@ -20,7 +20,10 @@ A server accepts every public key in the directory whose file name starts with a
 prefix (``datanode*.key``, ``client*.key``, ``admin*.key``), re-reading the directory when it
 changes. So a key rotates without a restart: ``blizzard keys rotate DIR client`` keeps the old
 public key valid as ``client.old.key`` next to the new pair, and ``blizzard keys retire DIR
-client`` drops it once every process uses the new one.
+client`` drops it once every process uses the new one; unretired, it expires when its grace
+period ends (``rotate --grace-s``, a day by default; the end is in ``client.old.expires``).
+A key that is retired, expired or removed is refused on connections already open with it
+too (``secure._Directory.current``), within a second.
 """
 
 from __future__ import annotations

@@ -89,10 +89,15 @@ class MasterCommand(click.Command):
               metavar="'SETTING ...'", help="The queue settings a client key may set when it "
               "creates a queue (space-separated; 'all'; '' for none). Any other setting that "
               "differs from its default needs an admin key (Forbidden).")
+@click.option("--metrics-queues", default=_DEFAULT["metrics_queues"], show_default=True,
+              type=click.IntRange(1), help="Queues /metrics names (the first by name); the "
+              "rest are summed in one series, queue=\"(other)\", so a scrape stays small "
+              "however many queues there are.")
 def master_command(data_dir: str, bind: str, replication: int, min_replicas: int | None,
                    heartbeat_s: float, dead_after_s: float, pending_timeout_s: float,
                    max_item_bytes: int, checkpoint_records: int, keys: str | None,
                    insecure: bool, metrics_port: int | None, metrics_addr: str,
+                   metrics_allow_hosts: tuple[str, ...], metrics_queues: int,
                    log_level: str, log_format: str, standby_of: str | None,
                    advertise: str | None, sync_standby: bool, failover_after_s: float,
                    rebuild_from: str, shard: int, shards: str, heads_bind: str | None,
@@ -114,7 +119,8 @@ def master_command(data_dir: str, bind: str, replication: int, min_replicas: int
                           dead_after_s=dead_after_s, pending_timeout_s=pending_timeout_s,
                           max_item_bytes=max_item_bytes, checkpoint_records=checkpoint_records,
                           keys=security(keys, insecure), metrics_port=metrics_port,
-                          metrics_addr=metrics_addr, standby_of=standby_of,
+                          metrics_addr=metrics_addr, metrics_allow_hosts=metrics_allow_hosts,
+                          metrics_queues=metrics_queues, standby_of=standby_of,
                           advertise=advertise, sync_standby=sync_standby,
                           failover_after_s=failover_after_s, shard=shard,
                           shards=" ".join(shards.split()), heads_bind=heads_bind,

@@ -33,6 +33,8 @@ class MasterConfig:
     capability_key_s: float = 600.0  # the capability signing key is replaced this often
     metrics_port: int | None = None  # Prometheus /metrics on metrics_addr:port; None: off
     metrics_addr: str = "127.0.0.1"
+    metrics_allow_hosts: tuple[str, ...] = ()  # Host names /metrics answers to, besides its own
+    metrics_queues: int = 100  # queues /metrics names, by name; the rest summed as "(other)"
     # high availability (master/standby.py, master/replication.py)
     standby_of: str | None = None  # follow this primary as a hot standby
     advertise: str | None = None  # the address others reach this master at; default: bind
