@@ -11,23 +11,23 @@ refused (421), so a page of that site whose name was made to resolve to this add
 rebinding) cannot read ``/api/state``; a connection that sends nothing for
 ``IDLE_TIMEOUT_S``, or is still open after ``CONNECTION_S`` (one trickling a byte at a
 time), is closed; and at most ``MAX_CONNECTIONS`` are served at once (a thread each), those
-above it are closed at once, so slow or idle connections cannot pile up threads.
+above it are closed at once, so slow or idle connections cannot pile up threads. The server
+that does this is ``blizzard/http_guard.py``'s, which the servers' ``/metrics`` use too.
 """
 
 from __future__ import annotations
 
 import logging
-import socket
-import sys
-import threading
 import time
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from importlib import resources
 from typing import Any, Callable, Iterable
 from urllib.parse import urlsplit
 
 from blizzard.dashboard import History, StateCache
+from blizzard.http_guard import (CONNECTION_S, IDLE_TIMEOUT_S, MAX_CONNECTIONS,
+                                 GuardedHTTPServer, host_and_port)  # noqa: F401 (tests)
 
 log = logging.getLogger(__name__)
 
@@ -38,10 +38,6 @@ ASSETS = {  # URL path -> (file in blizzard/dashboard_assets, content type)
 }
 STATE_PATH = "/api/state"
 POLICY = "default-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'"
-LOCAL_NAMES = ("localhost", "127.0.0.1")  # Host names always answered, besides the bind address
-IDLE_TIMEOUT_S = 10.0  # a connection silent (or not reading) this long is closed
-CONNECTION_S = 30.0  # a connection's whole life: reading the request and sending the reply
-MAX_CONNECTIONS = 64  # served at once; more are closed unanswered
 
 
 def load_assets() -> dict[str, tuple[bytes, str]]:
@@ -50,88 +46,8 @@ def load_assets() -> dict[str, tuple[bytes, str]]:
     return {path: ((folder / name).read_bytes(), kind) for path, (name, kind) in ASSETS.items()}
 
 
-def host_and_port(header: str) -> tuple[str, int | None] | None:
-    """The lower-case name and the port (None: not given) of a Host header; None if the
-    header is not a name with an optional port."""
-    name, colon, port = header.rpartition(":")
-    if not colon or header.endswith("]"):  # no port, or a bare [IPv6] address
-        name, port = header, ""
-    if port and not (port.isascii() and port.isdigit()):
-        return None
-    if not name or any(c in name for c in "@/\\?# "):
-        return None
-    return name.lower().rstrip("."), int(port) if port else None
-
-
-class PageServer(ThreadingHTTPServer):
-    """A ``ThreadingHTTPServer`` that answers only to its own Host names and serves at most
-    ``max_connections`` connections at once."""
-
-    block_on_close = False  # a read-only page: Ctrl-C need not wait for idle connections
-    request_queue_size = MAX_CONNECTIONS
-
-    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler],
-                 allow_hosts: Iterable[str] = (), max_connections: int = MAX_CONNECTIONS,
-                 connection_s: float = CONNECTION_S) -> None:
-        self.max_connections, self.connection_s = max_connections, connection_s
-        self.slots = threading.BoundedSemaphore(max_connections)
-        self.deadlines: dict[socket.socket, float] = {}  # open connections: monotonic ends
-        self.deadlines_lock = threading.Lock()
-        super().__init__(address, handler)
-        self.names = frozenset(n.lower().rstrip(".")
-                               for n in (address[0], *LOCAL_NAMES, *allow_hosts))
-
-    def answers_to(self, host: str | None) -> bool:
-        """Whether a request with this Host header is for this page."""
-        parsed = host_and_port(host) if host else None
-        if parsed is None:
-            return False
-        name, port = parsed
-        return name in self.names and port in (None, self.server_port)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        if not self.slots.acquire(blocking=False):
-            log.info("%d connections open: closing one from %s unanswered",
-                     self.max_connections, client_address[0])
-            self.shutdown_request(request)
-            return
-        with self.deadlines_lock:
-            self.deadlines[request] = time.monotonic() + self.connection_s
-        try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self._forget(request)  # no thread started to do it
-            raise
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._forget(request)
-
-    def _forget(self, request: Any) -> None:
-        with self.deadlines_lock:
-            del self.deadlines[request]
-        self.slots.release()
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A connection the client or the deadline cut is routine; anything else a fault."""
-        if isinstance(sys.exc_info()[1], OSError):
-            log.debug("connection from %s ended early", client_address[0], exc_info=True)
-        else:
-            log.exception("serving %s failed", client_address[0])
-
-    def service_actions(self) -> None:
-        """Cut connections open past ``connection_s`` (``serve_forever`` calls this at least
-        every half second): their threads' reads and writes end at once."""
-        now = time.monotonic()
-        with self.deadlines_lock:
-            overdue = [conn for conn, end in self.deadlines.items() if end < now]
-        for conn in overdue:
-            try:
-                conn.shutdown(socket.SHUT_RDWR)
-            except OSError:  # closed meanwhile
-                pass
+class PageServer(GuardedHTTPServer):
+    """The status page's server: ``GuardedHTTPServer``'s bounds (``blizzard/http_guard.py``)."""
 
 
 def make_handler(state: Callable[[], bytes], assets: dict[str, tuple[bytes, str]],

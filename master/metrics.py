@@ -9,10 +9,16 @@ copies a dictionary's items in one C call before walking them, and retries a sca
 dictionary changing size interrupted. Figures may thus be a few requests apart from each
 other; each is one the master had. A delayed item whose time has come counts as delayed
 until its queue is next served (a lease, a peek or stats promote it).
+
+Per-queue series name the first ``--metrics-queues`` queues by name (``MasterConfig.
+metrics_queues``, 100) and sum the rest in one series labelled ``queue="(other)"``, so a
+scrape of a master holding 10,000 queues is about as big as one of 100 (each named queue adds
+about 1.5 KB); ``blizzard/metrics.py`` renders it at most every ``RENDER_EVERY_S``.
 """
 
 from __future__ import annotations
 
+import heapq
 import logging
 import time
 from typing import Any, Callable, Iterator, TypeVar
@@ -29,6 +35,10 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 HEAD_SCAN = 64  # entries of each part of a ready line a scrape looks at for the head item
+# The label of the queues past the first ``metrics_queues`` (by name), their figures summed: a
+# scrape's size and cost stay bounded however many queues there are (not a queue name: no
+# queue name has parentheses)
+OTHER = "(other)"
 
 QUEUE_DEPTHS = (  # (metric, help)
     ("blizzard_queue_ready_items", "Items a lease could take now."),
@@ -96,27 +106,41 @@ class MasterMetrics(metrics.ServedCollector):
         server = self.server
         state = server.state
         queues = _retrying(lambda: list(state.queues.items())) or []
+        named = set(heapq.nsmallest(server.config.metrics_queues, (name for name, _ in queues)))
         staged = dict(server.enqueues.by_queue)
         depths = [GaugeMetricFamily(name, doc, labels=["queue"]) for name, doc in QUEUE_DEPTHS]
         oldest = GaugeMetricFamily("blizzard_queue_oldest_ready_age_seconds",
-                                   "Age of the item at the head of the queue (0: none ready).",
-                                   labels=["queue"])
+                                   "Age of the item at the head of the queue (0: none ready; "
+                                   f"not told for {OTHER}).", labels=["queue"])
         now = time.time()
+        others = [0] * len(QUEUE_DEPTHS)
         for name, q in queues:
             dead_q = state.queues.get(q.config.dead_letter_queue(name))
             dead = dead_q.n_ready + dead_q.n_delayed + dead_q.n_leased if dead_q else 0
-            for family, value in zip(depths, (q.n_ready, q.n_delayed, q.n_leased,
-                                              staged.get(name, 0), dead)):
+            values = (q.n_ready, q.n_delayed, q.n_leased, staged.get(name, 0), dead)
+            if name not in named:
+                others = [total + value for total, value in zip(others, values)]
+                continue
+            for family, value in zip(depths, values):
                 family.add_metric([name], value)
             oldest.add_metric([name], self._head_age(q, now) if q.n_ready else 0.0)
+        if len(queues) > len(named):
+            for family, value in zip(depths, others):
+                family.add_metric([OTHER], value)
         yield from depths
         yield oldest
         counts = server.leases.counts
         for kind in KINDS:
             family = CounterMetricFamily(f"blizzard_queue_{kind}", TOTAL_HELP[kind],
                                          labels=["queue"])
+            other = None  # (deleted queues' totals count here too)
             for name, n in sorted(dict(counts.by_kind[kind]).items()):
-                family.add_metric([name], n)
+                if name in named:
+                    family.add_metric([name], n)
+                else:
+                    other = (other or 0) + n
+            if other is not None:
+                family.add_metric([OTHER], other)
             yield family
         refused = CounterMetricFamily(
             "blizzard_acks_refused", "Items of quiet acks (``Message.ack()``) the master could not "
@@ -155,6 +179,9 @@ class MasterMetrics(metrics.ServedCollector):
                                 value=self.checkpoint_s)
         yield GaugeMetricFamily("blizzard_master_items", "Items the master holds in memory.",
                                 value=len(server.state.items))
+        yield GaugeMetricFamily("blizzard_master_long_polls",
+                                "Lease requests parked until items come (long polls).",
+                                value=len(server.leases.waiters))
         mono = time.monotonic()
         members = server.membership
         nodes = _retrying(lambda: list(members.nodes.values())) or []
