@@ -13,7 +13,7 @@ import pytest
 
 from blizzard import protocol as p
 from blizzard.client import Client
-from blizzard.errors import Forbidden, TooManyQueues
+from blizzard.errors import Forbidden, InvalidArgument, TooManyQueues
 from blizzard.queue_settings import NAMES
 from blizzard.transport import call, call_many
 
@@ -27,9 +27,9 @@ def cli(master: str, *args: str) -> subprocess.CompletedProcess:
     return proc
 
 
-def create_many(cluster, names: list[str]) -> None:
-    """Create queues with the admin key, many requests in flight at once."""
-    ep = cluster.endpoint(cluster.master_addr, "admin")
+def create_many(cluster, names: list[str], key: str = "admin") -> None:
+    """Create queues with ``key``, many requests in flight at once."""
+    ep = cluster.endpoint(cluster.master_addr, key)
     try:
         unset = dict.fromkeys(NAMES)
         for start in range(0, len(names), 500):
@@ -41,56 +41,63 @@ def create_many(cluster, names: list[str]) -> None:
 
 
 def test_a_client_key_meets_its_queue_quota_and_an_admin_keeps_headroom(cluster_factory):
-    cluster = cluster_factory(datanodes=1, replication=1, heartbeat_s=0.2, dead_after_s=1.5,
-                              master_args=["--client-queues", "4", "--max-queues", "7"])
+    cluster = cluster_factory(datanodes=1, replication=1, heartbeat_s=0.2, dead_after_s=1.5)
+    quota = 1000  # the master's default --client-queues
+    create_many(cluster, [f"c{i:04}" for i in range(quota - 1)], key="client")  # a flood
     with Client(cluster.master_addr, timeout_s=10) as c, \
             Client(cluster.master_addr, timeout_s=10, admin=True) as admin:
-        c.create_queue("c0")
-        c.enqueue("c1", b"x")  # enqueueing to a new name creates it too
-        c.create_queue("c2")
-        c.create_queue("c3")
+        c.enqueue("last", b"x")  # enqueueing to a new name creates it too
+        with pytest.raises(TooManyQueues, match=f"fewer than {quota}"):
+            c.create_queue("one-more")
         with pytest.raises(TooManyQueues, match="client key"):
-            c.create_queue("c4")
-        with pytest.raises(TooManyQueues, match="client key"):
-            c.enqueue("c4", b"x")
-        c.enqueue("c1", b"y")  # the queues it has still take items
-        for name in ("a0", "a1", "a2"):  # the admins' headroom
-            admin.create_queue(name)
-        with pytest.raises(TooManyQueues, match="max-queues"):
-            admin.create_queue("a3")
-        # an admin lists page by page and deletes
+            c.enqueue("one-more", b"x")
+        c.enqueue("last", b"y")  # the queues it has still take items
+        admin.create_queue("ops")  # the admins' headroom
+        # an admin lists page by page (a reply holds at most MAX_QUEUE_PAGE) and deletes
         ep = cluster.endpoint(cluster.master_addr, "admin")
         try:
             first = call(ep, p.ListQueues("", 3), 5)
-            assert [q.queue for q in first.queues] == ["a0", "a1", "a2"] and first.more == 4
-            rest = call(ep, p.ListQueues("a2", 100), 5)
-            assert [q.queue for q in rest.queues] == ["c0", "c1", "c2", "c3"] and rest.more == 0
+            assert [q.queue for q in first.queues] == ["c0000", "c0001", "c0002"]
+            assert first.more == quota + 1 - 3
+            rest = call(ep, p.ListQueues("c0997", 0), 5)
+            assert [q.queue for q in rest.queues] == ["c0998", "last", "ops"] and rest.more == 0
+            with pytest.raises(InvalidArgument):
+                call(ep, p.ListQueues("", -1), 5)
         finally:
             ep.close()
-        assert [q["queue"] for q in admin.queues()] == ["a0", "a1", "a2", "c0", "c1", "c2", "c3"]
+        assert len(admin.queues()) == quota + 1
     cluster.master.kill()
     cluster.restart_master()  # the queues are the WAL's: so is the quota
     with Client(cluster.master_addr, timeout_s=10) as c, \
             Client(cluster.master_addr, timeout_s=10, admin=True) as admin:
-        with pytest.raises(TooManyQueues, match="holds 7 queues"):
-            c.create_queue("c4")
-        for name in ("a0", "a1", "a2", "c3"):
-            admin.delete_queue(name)
-        c.create_queue("c4")  # below the client quota again
+        with pytest.raises(TooManyQueues):
+            c.create_queue("one-more")
+        admin.delete_queue("c0000")
+        admin.delete_queue("ops")
+        c.create_queue("one-more")  # below the client quota again
+
+
+def test_an_admin_key_meets_max_queues(cluster_factory):
+    cluster = cluster_factory(datanodes=1, replication=1, heartbeat_s=0.2, dead_after_s=1.5,
+                              master_args=["--client-queues", "2", "--max-queues", "3"])
+    with Client(cluster.master_addr, timeout_s=10, admin=True) as admin:
+        for name in ("a", "b", "c"):
+            admin.create_queue(name)
+        with pytest.raises(TooManyQueues, match="max-queues"):
+            admin.create_queue("d")
 
 
 def test_status_and_queue_list_work_with_ten_thousand_queues(cluster_factory):
-    cluster = cluster_factory(datanodes=1, replication=1, heartbeat_s=0.2, dead_after_s=1.5,
-                              master_args=["--max-queues", "12000"])
-    n = 10_500  # past what one reply could carry before (the client refused to decode it)
-    create_many(cluster, [f"q{i:05}" for i in range(n)])
+    cluster = cluster_factory(datanodes=1, replication=1, heartbeat_s=0.2, dead_after_s=1.5)
+    n = 9_999  # one reply listing them all is more than the client decodes
+    create_many(cluster, [f"q{i:04}" for i in range(n)])
     status = json.loads(cli(cluster.master_addr, "status", "--json").stdout)
     assert len(status["queues"]) == p.MAX_QUEUE_PAGE
     assert status["queues_more"] == n - p.MAX_QUEUE_PAGE
     text = cli(cluster.master_addr, "status").stdout
     assert f"... and {n - p.MAX_QUEUE_PAGE} more queues" in text
     listed = json.loads(cli(cluster.master_addr, "queue", "list", "--json").stdout)
-    assert [q["queue"] for q in listed["queues"]] == [f"q{i:05}" for i in range(n)]
+    assert [q["queue"] for q in listed["queues"]] == [f"q{i:04}" for i in range(n)]
 
 
 def test_a_client_key_creates_queues_only_with_the_settings_the_policy_allows(cluster_factory):
