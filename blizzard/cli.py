@@ -15,7 +15,7 @@ import click
 from blizzard import cli_dispatch, cli_items, cli_queue, cli_removal, logs
 from blizzard.cli_config import name_env_vars
 from blizzard.cli_keys import keys_group
-from blizzard.cli_dashboard import dashboard
+from blizzard.cli_dashboard import DASHBOARD_PORT, dashboard
 from blizzard.cli_common import (EXIT_ERROR, EXIT_USAGE, START_HINT, keys_opt, master_opt,
                                  master_origin, stop_on_signals, timeout_opt)
 from blizzard.cli_output import json_opt, echo_json
@@ -37,7 +37,7 @@ def cli() -> None:
     \b
     Work on items safely from a shell (nothing is lost if the work fails):
       blizzard enqueue jobs "some work"        # or: - (stdin), --file PATH
-      blizzard dequeue jobs --no-ack --json    # id, lease token, attempts, data
+      blizzard dequeue jobs --json             # leases: id, token, attempts, data
       blizzard ack jobs ID TOKEN               # when done; or nack, or extend
 
     Every option can also be set by an environment variable named after the command
@@ -75,7 +75,9 @@ def cluster(data_dir: str, datanodes: int, replication: int, port: int, node_por
             insecure: bool, metrics: bool, log_format: str, standby: bool, masters: int) -> None:
     """Run a master and data nodes on 127.0.0.1 in the foreground; Ctrl-C stops them all.
 
-    Secure by default: the key pairs are made in DATA_DIR/keys on first start.
+    Secure by default: the key pairs are made in DATA_DIR/keys on first start. Once it
+    serves, `blizzard dashboard` (in another shell, with the exports it prints) serves a
+    status page.
     """
     from blizzard.harness import LocalCluster
 
@@ -91,8 +93,8 @@ def cluster(data_dir: str, datanodes: int, replication: int, port: int, node_por
                          master_port=port, node_base_port=node_port, keys=keys, metrics=metrics,
                          log_format=log_format, standby=standby)
     stopping = stop_on_signals()
+    _start(local, data_dir)
     try:
-        _start(local, data_dir)
         click.echo(f"master {local.masters}, {datanodes} data nodes, data in {data_dir}; "
                    "Ctrl-C stops")
         click.echo(f"export BLIZZARD_MASTER={local.masters}")
@@ -100,6 +102,7 @@ def cluster(data_dir: str, datanodes: int, replication: int, port: int, node_por
             click.echo(f"export BLIZZARD_KEYS={keys}")
         for name in local.metrics_ports:
             click.echo(f"metrics of {name}: {local.metrics_url(name)}")
+        click.echo(STATUS_PAGE_HINT)
         while not stopping.wait(0.2):
             if standby and not local.master.alive and local.second.alive:
                 click.echo(f"the master {local.master.addr} stopped; the standby "
@@ -114,20 +117,28 @@ def cluster(data_dir: str, datanodes: int, replication: int, port: int, node_por
         click.echo("stopped")
 
 
+STATUS_PAGE_HINT = ("status page: run `blizzard dashboard` in another shell with the exports "
+                    f"above, then open http://{LOOPBACK}:{DASHBOARD_PORT}/ (or: blizzard status)")
+
+
 def _start(local: Any, data_dir: str) -> None:
     """Start ``local``; a port that is taken, or a process that exits or hangs while starting,
     is one line: the harness's summary with the last line of that process's log (its own
-    one-line error). No data node starts before the master serves: none joins another cluster."""
+    one-line error). No data node starts before the master serves: none joins another cluster.
+    On failure whatever had started is stopped (and nothing printed: it never ran)."""
     from blizzard.harness import StartFailed
 
     try:
         local.start()
-    except StartFailed as exc:
-        raise click.ClickException(f"{exc.reason} (logs in {data_dir})") from None
-    except (RuntimeError, TimeoutError) as exc:
-        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-        last = lines[-1].removeprefix("Error: ")
-        raise click.ClickException(f"{lines[0]} {last} (logs in {data_dir})") from None
+    except BaseException as exc:
+        local.stop()
+        if isinstance(exc, StartFailed):
+            raise click.ClickException(f"{exc.reason} (logs in {data_dir})") from None
+        if isinstance(exc, (RuntimeError, TimeoutError)):
+            lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+            last = lines[-1].removeprefix("Error: ")
+            raise click.ClickException(f"{lines[0]} {last} (logs in {data_dir})") from None
+        raise
 
 
 @cli.command()

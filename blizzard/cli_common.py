@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 import signal
 import threading
@@ -194,9 +195,24 @@ keys_opt = click.option("--keys", type=click.Path(file_okay=False), envvar=KEYS_
                         expose_value=False, callback=_keys_to_env,
                         help="Key directory; the admin key is used for purge, redrive, "
                              "configure and deletes.")
+
+
+class Seconds(click.FloatRange):
+    """A duration in seconds within a range; ``nan`` and ``inf`` are refused (a wait of ``nan``
+    or ``inf`` seconds never ends, or ends in a traceback deep in a library)."""
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> float:
+        seconds = super().convert(value, param, ctx)
+        if math.isnan(seconds):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        return seconds
+
+
+MAX_TIMEOUT_S = 3600.0
 timeout_opt = click.option("--timeout-s", default=10.0, show_default=True, envvar=TIMEOUT_ENV,
-                           type=click.FloatRange(0.1), help="Give up on an unresponsive master "
-                           "after this long (requests are retried meanwhile).")
+                           type=Seconds(0.1, MAX_TIMEOUT_S),
+                           help="Give up on an unresponsive master after this long (requests "
+                                "are retried meanwhile); at most an hour.")
 
 
 def _queue_name(ctx: Any, param: Any, value: str) -> str:

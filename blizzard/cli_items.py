@@ -1,8 +1,9 @@
 """``blizzard enqueue|dequeue|ack|nack|extend``: put items in, take them out, settle them.
 
-The safe way to work from a shell: ``dequeue --no-ack --json`` leases items and prints each
-one's id and lease token; do the work; then ``ack QUEUE ID TOKEN`` (or ``nack`` to give it
-back, ``extend`` to keep it longer). An item whose lease runs out unacked comes back.
+Working from a shell is safe by default: ``dequeue`` leases items and prints each one's id
+and lease token; do the work; then ``ack QUEUE ID TOKEN`` (or ``nack`` to give it back,
+``extend`` to keep it longer). An item whose lease runs out unacked comes back. Only
+``dequeue --ack`` deletes what it prints at once.
 """
 
 from __future__ import annotations
@@ -13,10 +14,13 @@ from typing import Any
 
 import click
 
-from blizzard.cli_common import EXIT_EMPTY, keys_opt, master_opt, queue_arg, timeout_opt
-from blizzard.cli_output import escape, json_opt, message_doc, output
+from blizzard.cli_common import EXIT_EMPTY, Seconds, keys_opt, master_opt, queue_arg, timeout_opt
+from blizzard.cli_output import escape, json_opt, message_doc, output, size
+from blizzard.item_meta import PRIORITY_RANGE
+from blizzard.protocol import MAX_ITEM_BYTES
 
 MAX_LEASE_S = 12 * 3600.0
+MAX_DELAY_S = 365 * 86400.0  # as the master's enqueue (``master/enqueue.py``)
 
 
 @dataclass(frozen=True)
@@ -35,10 +39,10 @@ class Held:
 @master_opt
 @keys_opt
 @timeout_opt
-@click.option("--priority", default=0, show_default=True, type=int,
-              help="Lower is served first; equal priorities are FIFO.")
-@click.option("--delay-s", default=0.0, show_default=True, type=click.FloatRange(0),
-              help="Keep the items invisible this long (scheduled items).")
+@click.option("--priority", default=0, show_default=True, type=click.IntRange(*PRIORITY_RANGE),
+              help="Lower is served first; equal priorities are FIFO. A 32-bit signed integer.")
+@click.option("--delay-s", default=0.0, show_default=True, type=Seconds(0, MAX_DELAY_S),
+              help="Keep the items invisible this long (scheduled items); at most a year.")
 @click.option("--key", default=None, help="Items sharing a key are never leased at the same time.")
 @click.option("--coalesce", is_flag=True,
               help="With --key: replace waiting items with the same key (latest data kept).")
@@ -48,21 +52,33 @@ def enqueue(queue: str, data: tuple[str, ...], files: tuple[Any, ...], master: s
     """Add items to QUEUE and print their ids, one a line.
 
     Each DATA argument is one item (its UTF-8 text); DATA `-` reads one item from stdin,
-    byte for byte (`blizzard enqueue jobs - < job.bin`); each --file PATH is one item.
+    byte for byte (`blizzard enqueue jobs - < job.bin`); each --file PATH is one item. An
+    item is at most 16 MiB (a master's --max-item-bytes may allow less): a longer file or
+    stdin is refused before anything is sent.
     """
     from blizzard.client import Client
 
     if data.count("-") > 1:
         raise click.UsageError("'-' (stdin) can be given once")
     stdin = click.get_binary_stream("stdin")
-    payloads = [stdin.read() if d == "-" else d.encode() for d in data]
-    payloads += [f.read() for f in files]
+    payloads = [_read_item(stdin, "stdin") if d == "-" else d.encode() for d in data]
+    payloads += [_read_item(f, f.name) for f in files]
     if not payloads:
         raise click.UsageError("nothing to enqueue: give DATA, '-' (stdin) or --file PATH")
     with Client(master, timeout_s=timeout_s) as c:
         for item_id in c.enqueue_many(queue, payloads, priority=priority, delay_s=delay_s,
                                       key=key, coalesce=coalesce):
             click.echo(item_id)
+
+
+def _read_item(stream: Any, name: str) -> bytes:
+    """All of ``stream`` as one item, reading no more than the largest item could be (a
+    ``--file /dev/zero`` must not fill memory)."""
+    data = stream.read(MAX_ITEM_BYTES + 1)
+    if len(data) > MAX_ITEM_BYTES:
+        raise click.UsageError(f"{name} holds more than {size(MAX_ITEM_BYTES)}, the largest "
+                               "item a master accepts")
+    return data
 
 
 @click.command()
@@ -72,10 +88,10 @@ def enqueue(queue: str, data: tuple[str, ...], files: tuple[Any, ...], master: s
 @timeout_opt
 @click.option("--n", default=1, show_default=True, type=click.IntRange(1, 10000),
               help="How many items to take at most.")
-@click.option("--ack/--no-ack", default=True, show_default=True,
-              help="--no-ack (recommended) leaves the items leased and prints their lease "
-                   "tokens: ack each with `blizzard ack` once its work is done. --ack deletes "
-                   "them right after printing, so an item is lost if its work then fails.")
+@click.option("--ack/--no-ack", default=False, show_default=True,
+              help="--ack deletes the items right after printing them, so an item is lost if "
+                   "its work then fails. The default (--no-ack) leaves them leased and prints "
+                   "their lease tokens: ack each with `blizzard ack` once its work is done.")
 @click.option("--lease-s", default=None, type=click.FloatRange(0.001, MAX_LEASE_S),
               help="Lease length; default: the queue's configured lease.")
 @click.option("--wait-s", default=0.0, show_default=True, type=click.FloatRange(0, 300),
@@ -83,19 +99,21 @@ def enqueue(queue: str, data: tuple[str, ...], files: tuple[Any, ...], master: s
 @json_opt
 def dequeue(queue: str, master: str, timeout_s: float, n: int, ack: bool, lease_s: float | None,
             wait_s: float, as_json: bool) -> None:
-    """Take items from QUEUE and print them (exit 3 if there were none).
+    """Lease items from QUEUE and print them with their lease tokens (exit 3 if there were none).
 
     \b
-    The safe way, from a shell:
-      blizzard dequeue jobs --no-ack --json   # lease, print id, lease token, data
+    Nothing is deleted until it is acked:
+      blizzard dequeue jobs --json     # lease, print id, token, data
       ... do the work ...
-      blizzard ack jobs ID TOKEN              # or: nack (give back), extend (keep longer)
+      blizzard ack jobs ID TOKEN       # or: nack (give back), extend (keep longer)
+    An item not acked before its lease ends is delivered again. --ack deletes the items
+    as soon as they are printed (it used to be the default: see CHANGELOG.md).
 
-    Text output: one line per item, `ID<TAB>DATA`, with --no-ack `ID<TAB>TOKEN<TAB>DATA`;
-    DATA escaped to one line (\\t \\n \\r \\\\ and \\xNN for bytes that are not UTF-8).
-    --json: {"queue", "acked", "items": [{"id", "lease" (with --no-ack), "attempts",
-    "priority", "enqueued_at" (unix s), "key", "error", "size", "data_b64", "data" (the
-    text if UTF-8, else null)}]}.
+    Text output: one line per item, `id=ID<TAB>token=TOKEN<TAB>data=DATA`, with --ack
+    `id=ID<TAB>data=DATA`; DATA escaped to one line (\\t \\n \\r \\\\ and \\xNN for bytes
+    that are not UTF-8). --json: {"queue", "acked", "items": [{"id", "token" (unless
+    --ack), "attempts", "priority", "enqueued_at" (unix s), "key", "error", "size",
+    "data_b64", "data" (the text if UTF-8, else null)}]}.
     """
     from blizzard.client import Client
 
@@ -104,10 +122,13 @@ def dequeue(queue: str, master: str, timeout_s: float, n: int, ack: bool, lease_
 
         def human() -> None:
             for m in msgs:
-                token = "" if ack else f"{m.lease}\t"
-                click.echo(f"{m.id}\t{token}{escape(m.data)}")
+                token = "" if ack else f"token={m.lease}\t"
+                click.echo(f"id={m.id}\t{token}data={escape(m.data)}")
+            if msgs and not ack and sys.stderr.isatty():
+                click.echo(f"leased: when an item is done, `blizzard ack {queue} ID TOKEN`; "
+                           "unacked, it comes back when its lease ends", err=True)
         output(as_json, {"queue": queue, "acked": ack and bool(msgs),
-                         "items": [message_doc(m, lease=not ack) for m in msgs]}, human)
+                         "items": [message_doc(m, token=not ack) for m in msgs]}, human)
         if msgs and ack:
             c.ack_many(msgs)
     if not msgs:

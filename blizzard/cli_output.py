@@ -47,12 +47,12 @@ def escape(data: bytes) -> str:
     return "".join(out)
 
 
-def message_doc(m: Any, *, lease: bool) -> dict[str, Any]:
-    """A ``Message`` as JSON: id, [lease], attempts, priority, enqueued_at, key, error, size,
-    data_b64, data."""
+def message_doc(m: Any, *, token: bool = False) -> dict[str, Any]:
+    """A ``Message`` as JSON: id, [token: its lease token], attempts, priority, enqueued_at,
+    key, error, size, data_b64, data."""
     doc: dict[str, Any] = {"id": m.id}
-    if lease:
-        doc["lease"] = m.lease
+    if token:
+        doc["token"] = m.lease
     doc.update(attempts=m.attempts, priority=m.priority, enqueued_at=m.enqueued_at,
                key=m.key or None, error=m.error or None, size=len(m.data))
     doc.update(payload(m.data))

@@ -295,7 +295,7 @@ def queue_peek(queue: str, master: str, timeout_s: float, n: int, as_json: bool)
             click.echo(f"{m.id}\tpriority={m.priority}\tattempts={m.attempts}\t"
                        f"key={escape(m.key.encode())}\terror={escape(m.error.encode())}\t"
                        f"{escape(m.data)}")
-    output(as_json, {"queue": queue, "items": [message_doc(m, lease=False) for m in msgs]}, human)
+    output(as_json, {"queue": queue, "items": [message_doc(m) for m in msgs]}, human)
 
 
 @queue.command("redrive")

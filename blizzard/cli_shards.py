@@ -27,8 +27,8 @@ def run_sharded(data_dir: str, masters: int, datanodes: int, replication: int, p
                            replication=replication, master_port=port, node_base_port=node_port,
                            keys=keys, metrics=metrics, log_format=log_format)
     stopping = stop_on_signals()
+    start(local, data_dir)  # stops what it started if it fails
     try:
-        start(local, data_dir)
         spec = " ".join(local.addrs)
         click.echo(f"{masters} shards, {datanodes} data nodes each, data in {data_dir}; "
                    "Ctrl-C stops")

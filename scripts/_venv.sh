@@ -1,4 +1,6 @@
 # Sourced by scripts/*: create or refresh .venv with the project installed (extras in $EXTRAS).
+# Quiet: what venv and pip print (progress, deprecation notices, build output) goes to
+# .venv/install.log, shown only when a step fails.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$ROOT/.venv"
@@ -8,13 +10,17 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 stamp="$VENV/.installed-$(cat "$ROOT/setup.cfg" "$ROOT/pyproject.toml" | sha1sum | cut -c1-12)-${EXTRAS:-none}"
 if [ ! -f "$stamp" ]; then
-  "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
-  if [ -n "${EXTRAS:-}" ]; then
-    "$VENV/bin/python" -m pip install -q -e "$ROOT[$EXTRAS]"
-  else
-    "$VENV/bin/python" -m pip install -q -e "$ROOT"
+  install_log="$VENV/install.log"
+  : >"$install_log"
+  echo "installing the project${EXTRAS:+ with [$EXTRAS]} into .venv (log: .venv/install.log)"
+  pip_quiet=(-q --disable-pip-version-check --no-input)
+  "$VENV/bin/python" -m pip install "${pip_quiet[@]}" --upgrade pip >>"$install_log" 2>&1 || true
+  if ! "$VENV/bin/python" -m pip install "${pip_quiet[@]}" -e "$ROOT${EXTRAS:+[$EXTRAS]}" \
+      >>"$install_log" 2>&1; then
+    echo "installing into $VENV failed; the end of $install_log:" >&2
+    tail -n 40 "$install_log" >&2
+    exit 1
   fi
-
   touch "$stamp"
 fi
 export PATH="$VENV/bin:$PATH"

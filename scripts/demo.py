@@ -1,17 +1,25 @@
-"""The demo: a producer and a consumer move N items through a local cluster; nothing is lost."""
+"""The demo: a producer and a consumer move N items through a local cluster; nothing is lost.
+
+Everything it makes (data, keys, Spark's output and log) lives in one temporary directory,
+removed when it ends; the Spark JVM's own notices go to a log there, not to the terminal.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import sys
 import tempfile
 import threading
 import time
+from typing import Iterator
 
 import click
 
 from blizzard import Client
-from blizzard.harness import LocalCluster
+from blizzard.harness import LocalCluster, StartFailed
+from blizzard.keys import ENV as KEYS_ENV
 
 
 def payload(seq: int) -> bytes:
@@ -31,11 +39,20 @@ def verify(data: bytes) -> int:
 @click.option("--batch", default=100, show_default=True, type=click.IntRange(1, 10_000))
 @click.option("--datanodes", default=3, show_default=True, type=click.IntRange(1, 16))
 @click.option("--replication", default=2, show_default=True, type=click.IntRange(1, 9))
-def main(items: int, batch: int, datanodes: int, replication: int) -> None:
-    """Start a cluster under a temp dir, produce and consume ITEMS items, report, stop."""
+@click.option("--jobs", default=1000, show_default=True, type=click.IntRange(1, 100_000),
+              help="Jobs run through `blizzard worker`.")
+@click.option("--spark/--no-spark", default=True, show_default=True,
+              help="Also drain ITEMS items to Parquet with Spark (needs Java 17+).")
+def main(items: int, batch: int, datanodes: int, replication: int, jobs: int,
+         spark: bool) -> None:
+    """Start a cluster under a temp dir, produce and consume ITEMS items, run JOBS jobs
+    through a worker, drain ITEMS more to Parquet with Spark, report, stop, remove the dir."""
     with tempfile.TemporaryDirectory(prefix="blizzard-demo-") as base:
         click.echo(f"starting 1 master + {datanodes} data nodes (R={replication}) under {base}")
-        with LocalCluster(base, datanodes=datanodes, replication=replication) as cluster:
+        keys = os.path.join(base, "keys")  # not a process-wide one in /tmp: removed with base
+        os.environ[KEYS_ENV] = keys  # for the clients here, the worker and Spark
+        with running(LocalCluster(base, datanodes=datanodes, replication=replication,
+                                  keys=keys)) as cluster:
             click.echo(f"master at {cluster.master_addr}; security on (CURVE keys in "
                        f"{cluster.keys})")
             produced: list[int] = []
@@ -80,13 +97,53 @@ def main(items: int, batch: int, datanodes: int, replication: int) -> None:
                 raise click.ClickException("items were lost or left behind")
             click.echo("nothing lost")
             from worker_demo import worker_step  # scripts/ is on sys.path
-            click.echo(worker_step(cluster.master_addr))
-            from spark_drain_demo import spark_step  # scripts/ is on sys.path
-            click.echo("spark: enqueueing the items again and draining them to Parquet")
-            out = os.path.join(base, "parquet")
-            rows = spark_step(cluster.master_addr, "demo", [payload(i) for i in range(items)], out)
-            click.echo(f"spark: {rows:,} rows in {out}")
+            click.echo(worker_step(cluster.master_addr, jobs))
+            if spark:
+                from spark_drain_demo import spark_step  # scripts/ is on sys.path
+                click.echo("spark: enqueueing the items again and draining them to Parquet")
+                out = os.path.join(base, "parquet")
+                rows = spark_step(cluster.master_addr, "demo", [payload(i) for i in range(items)],
+                                  out, log=os.path.join(base, "spark.log"))
+                click.echo(f"spark: {rows:,} rows in {out}")
             click.echo("stopping the cluster")
+    click.echo(f"stopped; {base} (data, keys, output) removed")
+    click.echo(next_steps())
+
+
+@contextlib.contextmanager
+def running(cluster: LocalCluster) -> Iterator[LocalCluster]:
+    """``cluster`` started, stopped on leaving; a start that fails is one line, not a traceback."""
+    try:
+        cluster.start()
+    except (StartFailed, RuntimeError, TimeoutError) as exc:
+        cluster.stop()
+        raise click.ClickException(f"the cluster did not start: {exc}") from None
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def next_steps() -> str:
+    """What to try next by hand, with how to get the ``blizzard`` command in one's shell."""
+    activate = os.path.join(sys.prefix, "bin", "activate")
+    if os.path.exists(activate):
+        get_cli = (f"source {os.path.relpath(activate)}   # puts `blizzard` on your PATH "
+                   "(or: pip install -e . in your own environment)")
+    else:
+        get_cli = "pip install -e .   # from the repository: puts `blizzard` on your PATH"
+    return "\n".join([
+        "",
+        "Next, by hand:",
+        f"  {get_cli}",
+        "  blizzard cluster --data-dir /tmp/bz   # a cluster in the foreground; prints two "
+        "exports",
+        "  # in another shell, after those two exports:",
+        "  blizzard enqueue jobs 'hello'         # prints the new item's id",
+        "  blizzard dequeue jobs                 # leases it: prints id, token and data",
+        "  blizzard ack jobs ID TOKEN            # done: the item is deleted",
+        "  blizzard dashboard                    # the status page: http://127.0.0.1:8080/",
+    ])
 
 
 if __name__ == "__main__":

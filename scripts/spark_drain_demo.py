@@ -2,7 +2,9 @@
 
 Starts its own cluster under a temp dir (or uses --master), enqueues ITEMS payloads of SIZE
 bytes, drains them with ``blizzard.spark.drain`` on a local SparkSession (127.0.0.1 only), then
-checks that every id is in the output exactly once with its exact payload.
+checks that every id is in the output exactly once with its exact payload. The JVM's own
+notices (incubator modules, log4j, native-hadoop) go to a log in the temp dir, shown only if
+the drain fails; the cluster's keys are made there too, and removed with it.
 
     .venv/bin/python scripts/spark_drain_demo.py --items 20000 --size 256
     .venv/bin/python scripts/spark_drain_demo.py --items 2000 --size 65536
@@ -10,16 +12,22 @@ checks that every id is in the output exactly once with its exact payload.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import sys
 import tempfile
 import time
+from typing import Any, Callable, Iterator
 
 import click
 
 from blizzard import Client
 from blizzard.harness import LocalCluster
+from blizzard.keys import ENV as KEYS_ENV
+
+LOG_LINES_SHOWN = 20  # of the JVM's log, when Spark fails
 
 
 def payload(seq: int, size: int) -> bytes:
@@ -27,9 +35,61 @@ def payload(seq: int, size: int) -> bytes:
     return (seed * (size // len(seed) + 1))[:size]
 
 
+@contextlib.contextmanager
+def jvm_stderr_to(log: str) -> Iterator[None]:
+    """Start Spark's JVM inside this block to give it ``log`` as its stderr.
+
+    The JVM inherits file descriptor 2 when pyspark launches it and keeps it; its start-up
+    notices there (``Using incubator modules``, log4j's profile, native-hadoop) are not for a
+    demo's reader. Ours is restored on leaving the block.
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        os.dup2(fd, 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(fd)
+
+
+def with_spark(log: str, spark_master: str, app_name: str, work: Callable[[Any], Any]) -> Any:
+    """``work(spark)`` on a local SparkSession whose JVM logs to ``log``; a Spark failure is
+    one error with the log's last lines."""
+    from pyspark.errors import PySparkException
+
+    from blizzard.spark import local_session
+
+    try:
+        with jvm_stderr_to(log):
+            spark = local_session(spark_master, app_name=app_name)
+    except Exception as exc:  # no Java, a JVM that died: the reason is in its log
+        raise click.ClickException(f"Spark did not start: {_first_line(exc)}\n{_tail(log)}") \
+            from None
+    try:
+        return work(spark)
+    except PySparkException as exc:
+        raise click.ClickException(f"Spark failed: {_first_line(exc)}\n{_tail(log)}") from None
+    finally:
+        spark.stop()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _tail(log: str) -> str:
+    with open(log, errors="replace") as f:
+        return "the last lines of its log:\n" + "".join(f.readlines()[-LOG_LINES_SHOWN:])
+
+
 def run(master: str, out_dir: str, items: int, size: int, batch: int, spark_master: str,
-        queue: str = "spark-demo") -> dict:
-    from blizzard.spark import drain, local_session
+        log: str, queue: str = "spark-demo") -> dict:
+    from blizzard.spark import drain
 
     with Client(master) as c:
         started = time.monotonic()
@@ -40,15 +100,14 @@ def run(master: str, out_dir: str, items: int, size: int, batch: int, spark_mast
         enqueue_s = time.monotonic() - started
     click.echo(f"enqueued {items:,} items of {size:,} B in {enqueue_s:.1f}s")
     spark_started = time.monotonic()
-    spark = local_session(spark_master)
-    click.echo(f"SparkSession ({spark_master}) up in {time.monotonic() - spark_started:.1f}s")
     marks: list = []  # (seconds, items, bytes) after each batch, for the steady-state rate
-    try:
+
+    def work(spark: Any) -> tuple[Any, list]:
+        click.echo(f"SparkSession ({spark_master}) up in {time.monotonic() - spark_started:.1f}s")
         summary = drain(spark, queue, out_dir, "parquet", master=master, max_items_per_batch=batch,
                         on_batch=lambda p: marks.append((p.elapsed_s, p.written, p.bytes)))
-        rows = spark.read.parquet(out_dir).select("id", "data").collect()
-    finally:
-        spark.stop()
+        return summary, spark.read.parquet(out_dir).select("id", "data").collect()
+    summary, rows = with_spark(log, spark_master, "blizzard", work)
     got = {r.id: bytes(r.data) for r in rows}
     bad = sum(1 for i, s in ids.items() if got.get(i) != payload(s, size))
     click.echo(f"output: {len(rows):,} rows, {len(got):,} distinct ids, {bad} missing or damaged")
@@ -64,20 +123,20 @@ def run(master: str, out_dir: str, items: int, size: int, batch: int, spark_mast
     return result
 
 
-def spark_step(master: str, queue: str, payloads: list[bytes], out_dir: str,
+def spark_step(master: str, queue: str, payloads: list[bytes], out_dir: str, log: str,
                spark_master: str = "local[2]") -> int:
-    """The demo's Spark step: enqueue ``payloads``, drain ``queue`` to Parquet, count the rows."""
-    from blizzard.spark import drain, local_session
+    """The demo's Spark step: enqueue ``payloads``, drain ``queue`` to Parquet, count the rows
+    (the JVM's stderr in ``log``)."""
+    from blizzard.spark import drain
 
     with Client(master) as c:
         for start in range(0, len(payloads), 1000):
             c.enqueue_many(queue, payloads[start:start + 1000])
-    spark = local_session(spark_master, app_name="blizzard-demo")
-    try:
+
+    def work(spark: Any) -> int:
         drain(spark, queue, out_dir, "parquet", master=master)
-        rows = spark.read.parquet(out_dir).count()
-    finally:
-        spark.stop()
+        return spark.read.parquet(out_dir).count()
+    rows = with_spark(log, spark_master, "blizzard-demo", work)
     if rows != len(payloads):
         raise click.ClickException(f"{len(payloads)} items enqueued but {rows} rows written")
     return rows
@@ -96,11 +155,15 @@ def main(items: int, size: int, batch: int, master: str | None, spark_master: st
     """Enqueue ITEMS payloads, drain them to Parquet with Spark, verify, print throughput."""
     with tempfile.TemporaryDirectory(prefix="blizzard-spark-demo-") as base:
         out_dir = os.path.join(base, "out")
+        log = os.path.join(base, "spark.log")
         if master:
-            result = run(master, out_dir, items, size, batch, spark_master)
+            result = run(master, out_dir, items, size, batch, spark_master, log)
         else:
-            with LocalCluster(os.path.join(base, "cluster"), datanodes=3, replication=2) as cluster:
-                result = run(cluster.master_addr, out_dir, items, size, batch, spark_master)
+            keys = os.path.join(base, "keys")  # removed with base, unlike a process-wide one
+            os.environ[KEYS_ENV] = keys
+            with LocalCluster(os.path.join(base, "cluster"), datanodes=3, replication=2,
+                              keys=keys) as cluster:
+                result = run(cluster.master_addr, out_dir, items, size, batch, spark_master, log)
         click.echo(json.dumps(result))
 
 

@@ -23,13 +23,13 @@ def square(n: int, out: str) -> None:
         f.write(str(n * n))
 
 
-def worker_step(master: str) -> str:
-    """Enqueue ``JOBS`` calls of ``square``, run them with ``blizzard worker --burst``, check
+def worker_step(master: str, jobs: int = JOBS) -> str:
+    """Enqueue ``jobs`` calls of ``square``, run them with ``blizzard worker --burst``, check
     every result and the empty queue; one line saying so."""
     with tempfile.TemporaryDirectory(prefix="blizzard-jobs-") as out, Client(master) as c:
-        square.with_options(client=c).enqueue_many([(n, out) for n in range(JOBS)])
+        square.with_options(client=c).enqueue_many([(n, out) for n in range(jobs)])
         command = ["blizzard", "worker", "worker_demo", "--burst", "--concurrency", "4"]
-        click.echo(f"worker: {JOBS} jobs enqueued; running `{' '.join(command)}`")
+        click.echo(f"worker: {jobs} jobs enqueued; running `{' '.join(command)}`")
         started = time.monotonic()
         proc = subprocess.run([sys.executable, "-m", "blizzard.cli", *command[1:], "--master",
                                master, "--log-level", "warning"], cwd=HERE, timeout=300,
@@ -39,9 +39,9 @@ def worker_step(master: str) -> str:
             raise click.ClickException(f"the worker exited {proc.returncode}: {proc.stderr}")
         results = {name: open(os.path.join(out, name)).read() for name in os.listdir(out)}
         stats = c.stats("demo-jobs")
-    if results != {f"{n:06d}": str(n * n) for n in range(JOBS)} or stats["ready"] \
+    if results != {f"{n:06d}": str(n * n) for n in range(jobs)} or stats["ready"] \
             or stats["leased"]:
-        raise click.ClickException(f"worker: {len(results)} of {JOBS} jobs ran right; "
+        raise click.ClickException(f"worker: {len(results)} of {jobs} jobs ran right; "
                                    f"queue after: {stats}")
-    return (f"worker: all {JOBS} jobs ran and were acked in {elapsed:.1f}s (process start "
+    return (f"worker: all {jobs} jobs ran and were acked in {elapsed:.1f}s (process start "
             "included); queue empty")

@@ -30,8 +30,8 @@ def run(*args: str, master: str | None = None, check: bool = True) -> subprocess
 def test_enqueue_dequeue_status_through_the_cli(cluster):
     out = run("enqueue", "jobs", "one", "two", "three", master=cluster.master_addr).stdout.split()
     assert len(out) == 3 and all(x.isdigit() for x in out)
-    got = run("dequeue", "jobs", "--n", "2", master=cluster.master_addr).stdout
-    assert got == f"{out[0]}\tone\n{out[1]}\ttwo\n"
+    got = run("dequeue", "jobs", "--n", "2", "--ack", master=cluster.master_addr).stdout
+    assert got == f"id={out[0]}\tdata=one\nid={out[1]}\tdata=two\n"
     status = run("status", "--master", cluster.master_addr).stdout
     assert "alive" in status and "jobs" in status
     assert run("dequeue", "jobs", "--no-ack", master=cluster.master_addr).stdout.endswith("three\n")

@@ -31,22 +31,22 @@ def test_the_safe_way_dequeue_no_ack_json_then_ack_nack_extend(cluster):
     first, second = doc["items"]
     assert [first["id"], second["id"]] == [int(i) for i in ids]
     assert first["data"] == "one" and base64.b64decode(first["data_b64"]) == b"one"
-    assert first["attempts"] == 0 and isinstance(first["lease"], int) and first["key"] is None
+    assert first["attempts"] == 0 and isinstance(first["token"], int) and first["key"] is None
     # When the first is extended, then acked, and the second nacked with an error
-    assert "extended" in run("extend", "jobs", str(first["id"]), str(first["lease"]),
+    assert "extended" in run("extend", "jobs", str(first["id"]), str(first["token"]),
                              "--lease-s", "60", master=m).stdout.decode()
-    assert run("ack", "jobs", str(first["id"]), str(first["lease"]), master=m).stdout \
+    assert run("ack", "jobs", str(first["id"]), str(first["token"]), master=m).stdout \
         == f"acked {first['id']}\n".encode()
-    run("nack", "jobs", str(second["id"]), str(second["lease"]), "--delay-s", "0",
+    run("nack", "jobs", str(second["id"]), str(second["token"]), "--delay-s", "0",
         "--error", "boom", master=m)
     # Then only the second comes back, its attempt counted and its error kept
     again = json.loads(run("dequeue", "jobs", "--no-ack", "--json", master=m).stdout)["items"]
     assert [(i["id"], i["attempts"], i["error"]) for i in again] == [(second["id"], 1, "boom")]
     # And a stale token is refused with a clear error naming what may have happened
-    stale = run("ack", "jobs", str(second["id"]), str(second["lease"]), master=m, check=False)
+    stale = run("ack", "jobs", str(second["id"]), str(second["token"]), master=m, check=False)
     assert stale.returncode == 1 and b"WrongLease" in stale.stderr  # held under the new lease
     assert b"nacked" in stale.stderr
-    run("ack", "jobs", str(again[0]["id"]), str(again[0]["lease"]), master=m)
+    run("ack", "jobs", str(again[0]["id"]), str(again[0]["token"]), master=m)
     empty = run("dequeue", "jobs", "--json", master=m, check=False)
     assert empty.returncode == 3 and json.loads(empty.stdout)["items"] == []
 
@@ -69,9 +69,10 @@ def test_dequeue_text_is_one_line_per_item_escaped(cluster):
     m = cluster.master_addr
     with Client(m) as c:
         c.enqueue("esc", b"a\tb\nc\\d\xff")
-    line = run("dequeue", "esc", "--no-ack", master=m).stdout.decode()
+    line = run("dequeue", "esc", master=m).stdout.decode()
     item_id, token, data = line.rstrip("\n").split("\t")
-    assert data == "a\\tb\\nc\\\\d\\xff" and int(token) > 0
+    assert data == "data=a\\tb\\nc\\\\d\\xff" and int(token.removeprefix("token=")) > 0
+    item_id, token = item_id.removeprefix("id="), token.removeprefix("token=")
     run("ack", "esc", item_id, token, master=m)
 
 

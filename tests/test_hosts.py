@@ -69,7 +69,7 @@ def test_a_data_node_cut_off_from_the_master_still_serves_what_it_holds(tmp_path
             hosts.cut(host, "master")
             wait_for(lambda: not node_alive(cluster, cut), 10, "the master declaring it dead")
             # Then client1 reads every item, those only the cut node holds too
-            out = blizzard_on(hosts, "client1", "dequeue", "q", "--json", "--n", "30",
+            out = blizzard_on(hosts, "client1", "dequeue", "q", "--ack", "--json", "--n", "30",
                               "--master", cluster.master_addr)
             got = {item["data"] for item in json.loads(out.stdout)["items"]}
             assert got == sent

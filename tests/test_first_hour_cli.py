@@ -1,0 +1,212 @@
+"""A new user's first hour with the command line (issue 31, items 6, 7, 11, 12; issue 32, item
+13): the demo cleans up after itself and says what to do next, plain ``dequeue`` leases
+instead of deleting, ``blizzard cluster`` says where the status page is and prints nothing
+about stopping what never started, and inputs that would run away are usage errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from blizzard import Client
+from blizzard.harness import free_port
+
+BLIZZARD = [sys.executable, "-m", "blizzard.cli"]
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPTS = os.path.join(ROOT, "scripts")
+NOWHERE = "tcp://127.0.0.1:1"  # nothing listens: a command that got that far would wait
+
+
+def blizzard(*args: str, master: str = NOWHERE, env: dict[str, str] | None = None,
+             timeout_s: float = 60, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([*BLIZZARD, *args], capture_output=True, text=True, timeout=timeout_s,
+                          env={**os.environ, "BLIZZARD_MASTER": master, **(env or {})}, **kw)
+
+
+def one_usage_error(proc: subprocess.CompletedProcess, *words: str) -> None:
+    """Exit 2, no traceback, and one `Error:` line naming ``words``."""
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    assert "Traceback" not in proc.stderr
+    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("Error:")]
+    for word in words:
+        assert word in line, (word, line)
+
+
+# -- 7: plain dequeue leases --------------------------------------------------------------------
+
+def test_plain_dequeue_leases_and_prints_the_token_labelled_and_ack_deletes(cluster):
+    m = cluster.master_addr
+    first, second, third = blizzard("enqueue", "jobs", "one", "two", "three",
+                                    master=m).stdout.split()
+    # When a user dequeues without options
+    proc = blizzard("dequeue", "jobs", master=m)
+    # Then the item is leased, not deleted, and the line names its id and token
+    assert proc.returncode == 0, proc.stderr
+    fields = proc.stdout.rstrip("\n").split("\t")
+    assert fields[0] == f"id={first}" and fields[2] == "data=one"
+    assert fields[1].startswith("token=") and int(fields[1].removeprefix("token=")) > 0
+    with Client(m) as c:
+        assert (c.stats("jobs")["leased"], c.stats("jobs")["ready"]) == (1, 2)
+    # And JSON names the token the same way
+    doc = json.loads(blizzard("dequeue", "jobs", "--json", master=m).stdout)
+    (item,) = doc["items"]
+    assert doc["acked"] is False and item["id"] == int(second)
+    assert isinstance(item["token"], int) and "lease" not in item
+    # and that token acks it
+    assert blizzard("ack", "jobs", second, str(item["token"]), master=m).returncode == 0
+    # And --ack deletes at once, printing no token
+    acked = blizzard("dequeue", "jobs", "--ack", master=m)
+    assert acked.stdout == f"id={third}\tdata=three\n"
+    with Client(m) as c:
+        assert (c.stats("jobs")["leased"], c.stats("jobs")["ready"]) == (1, 0)  # only `one`
+
+
+def test_dequeue_help_says_the_default_leases_and_what_changed():
+    text = " ".join(blizzard("dequeue", "--help").stdout.split())
+    assert "--ack / --no-ack" in text and "default: no-ack]" in text
+    assert "used to be the default" in text and "CHANGELOG" in text
+    with open(os.path.join(ROOT, "CHANGELOG.md")) as f:
+        changelog = f.read()
+    assert "dequeue" in changelog and "--ack" in changelog and '"token"' in changelog
+
+
+# -- 32.13: inputs that run away ----------------------------------------------------------------
+
+def _limit_memory() -> None:  # an unbounded read fails here instead of filling the machine
+    resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+
+def test_enqueue_of_an_endless_file_or_stdin_stops_at_the_largest_item(tmp_path):
+    one_usage_error(blizzard("enqueue", "q", "--file", "/dev/zero", timeout_s=30,
+                             preexec_fn=_limit_memory), "/dev/zero", "16 MiB")
+    with open("/dev/zero", "rb") as zero:
+        one_usage_error(blizzard("enqueue", "q", "-", stdin=zero, timeout_s=30,
+                                 preexec_fn=_limit_memory), "stdin", "16 MiB")
+
+
+def test_a_priority_outside_32_bits_is_a_usage_error():
+    one_usage_error(blizzard("enqueue", "q", "x", "--priority", "99999999999999999999999"),
+                    "--priority", "2147483647")
+    one_usage_error(blizzard("enqueue", "q", "x", "--priority", "-2147483649"), "--priority")
+
+
+@pytest.mark.parametrize("value", ["nan", "1e309", "inf", "-1", "86400000"])
+def test_a_timeout_that_is_not_a_sane_number_of_seconds_is_a_usage_error(value):
+    # from the environment, as a user's shell would set it, and from the option
+    one_usage_error(blizzard("status", env={"BLIZZARD_TIMEOUT_S": value}, timeout_s=20),
+                    "--timeout-s", "BLIZZARD_TIMEOUT_S")
+    one_usage_error(blizzard("dequeue", "q", "--timeout-s", value, timeout_s=20), "--timeout-s")
+
+
+def test_a_delay_of_nan_or_forever_is_a_usage_error():
+    one_usage_error(blizzard("enqueue", "q", "x", "--delay-s", "nan", timeout_s=20), "--delay-s")
+    one_usage_error(blizzard("enqueue", "q", "x", "--delay-s", "1e309", timeout_s=20),
+                    "--delay-s")
+
+
+# -- 12: blizzard cluster -----------------------------------------------------------------------
+
+def test_cluster_names_the_status_page_once_it_serves(tmp_path):
+    proc = subprocess.Popen([*BLIZZARD, "cluster", "--data-dir", str(tmp_path), "--insecure",
+                             "--datanodes", "1", "--port", str(free_port()), "--node-port",
+                             str(free_port()), "--no-metrics"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout], daemon=True).start()
+    try:
+        seen = [lines.get(timeout=60)]
+        while "status page" not in seen[-1]:
+            seen.append(lines.get(timeout=60))
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "blizzard dashboard" in seen[-1] and "http://127.0.0.1:8080/" in seen[-1], seen
+    assert proc.returncode == 0 and lines.get(timeout=10) == "stopped\n"
+
+
+def test_sharded_cluster_on_a_port_in_use_prints_no_stopped(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = blizzard("cluster", "--data-dir", str(tmp_path), "--masters", "2", "--datanodes",
+                        "1", "--port", str(port), "--node-port", str(free_port()),
+                        "--no-metrics")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert f"port {port}" in proc.stderr and "is taken" in proc.stderr
+    assert proc.stdout == ""  # it never ran: nothing was stopped
+
+
+# -- 6 and 11: the demo ------------------------------------------------------------------------
+
+def test_the_demo_leaves_nothing_in_tmp_and_says_what_to_do_next(tmp_path):
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "BLIZZARD_KEYS"}  # as a user's shell
+    proc = subprocess.run([sys.executable, "scripts/demo.py", "--items", "200", "--jobs", "20",
+                           "--no-spark"], cwd=ROOT, env={**env, "TMPDIR": str(tmp)},
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "lost: 0" in proc.stdout and proc.stderr == ""
+    assert os.listdir(tmp) == []  # no blizzard-keys-*, no data, no job files
+    # and it says how to get the command and what to try with it
+    steps = proc.stdout[proc.stdout.index("Next"):]
+    assert "source .venv/bin/activate" in steps or "pip install" in steps
+    for command in ("blizzard cluster --data-dir", "blizzard enqueue", "blizzard dequeue",
+                    "blizzard ack", "blizzard dashboard", "http://127.0.0.1:8080/"):
+        assert command in steps, command
+
+
+def test_the_demo_keeps_the_jvms_notices_off_the_terminal(tmp_path):
+    """The Spark step's JVM writes its start-up notices (incubator modules, log4j's profile,
+    the default log level, native-hadoop) into a log, not onto the demo's stderr."""
+    log = tmp_path / "spark.log"
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from spark_drain_demo import with_spark; "
+            "print(with_spark(sys.argv[2], 'local[1]', 't', lambda s: s.range(3).count()))")
+    proc = subprocess.run([sys.executable, "-c", code, SCRIPTS, str(log)], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "3\n" and proc.stderr == ""
+    assert "incubator" in log.read_text()  # the JVM did say it: into the log
+
+
+def test_venv_setup_keeps_pip_quiet_and_shows_its_log_only_on_failure(tmp_path):
+    """``scripts/_venv.sh`` against a stand-in interpreter that prints what pip and
+    setuptools print (the real install takes minutes and would change .venv)."""
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(os.path.join(SCRIPTS, "_venv.sh"), tmp_path / "scripts")
+    for name in ("setup.cfg", "pyproject.toml"):
+        (tmp_path / name).write_text("[x]\n")
+    python = tmp_path / ".venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text("#!/bin/sh\necho 'Obtaining file:///x'\n"
+                      "echo 'DEPRECATION: Building with the legacy setup.py bdist_wheel' >&2\n"
+                      "echo 'SetuptoolsDeprecationWarning: License classifiers' >&2\n"
+                      "exit ${FAKE_PIP_EXIT:-0}\n")
+    python.chmod(0o755)
+    script = f"EXTRAS=spark source {tmp_path}/scripts/_venv.sh && echo ready"
+
+    ok = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30)
+    assert ok.returncode == 0 and ok.stderr == "", ok.stderr
+    assert ok.stdout.splitlines()[-1] == "ready" and "DEPRECATION" not in ok.stdout
+    assert len(ok.stdout.splitlines()) == 2  # one line saying it installs, then ours
+
+    for stamp in (tmp_path / ".venv").glob(".installed-*"):
+        stamp.unlink()
+    failed = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30,
+                            env={**os.environ, "FAKE_PIP_EXIT": "1"})
+    assert failed.returncode == 1 and "ready" not in failed.stdout
+    assert "failed" in failed.stderr and "DEPRECATION" in failed.stderr  # the log, shown
