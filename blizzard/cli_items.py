@@ -92,9 +92,9 @@ def _read_item(stream: Any, name: str) -> bytes:
               help="--ack deletes the items right after printing them, so an item is lost if "
                    "its work then fails. The default (--no-ack) leaves them leased and prints "
                    "their lease tokens: ack each with `blizzard ack` once its work is done.")
-@click.option("--lease-s", default=None, type=click.FloatRange(0.001, MAX_LEASE_S),
+@click.option("--lease-s", default=None, type=Seconds(0.001, MAX_LEASE_S),
               help="Lease length; default: the queue's configured lease.")
-@click.option("--wait-s", default=0.0, show_default=True, type=click.FloatRange(0, 300),
+@click.option("--wait-s", default=0.0, show_default=True, type=Seconds(0, 300),
               help="Wait this long for an item if the queue is empty.")
 @json_opt
 def dequeue(queue: str, master: str, timeout_s: float, n: int, ack: bool, lease_s: float | None,

@@ -108,10 +108,11 @@ def test_a_timeout_that_is_not_a_sane_number_of_seconds_is_a_usage_error(value):
     one_usage_error(blizzard("dequeue", "q", "--timeout-s", value, timeout_s=20), "--timeout-s")
 
 
-def test_a_delay_of_nan_or_forever_is_a_usage_error():
-    one_usage_error(blizzard("enqueue", "q", "x", "--delay-s", "nan", timeout_s=20), "--delay-s")
-    one_usage_error(blizzard("enqueue", "q", "x", "--delay-s", "1e309", timeout_s=20),
-                    "--delay-s")
+@pytest.mark.parametrize("argv", [["enqueue", "q", "x", "--delay-s"], ["dequeue", "q", "--wait-s"],
+                                  ["dequeue", "q", "--lease-s"]])
+def test_other_durations_of_nan_or_forever_are_usage_errors(argv):
+    for value in ("nan", "1e309"):
+        one_usage_error(blizzard(*argv, value, timeout_s=20), argv[-1])
 
 
 # -- 12: blizzard cluster -----------------------------------------------------------------------
