@@ -155,7 +155,8 @@ def test_an_inventory_with_negative_ids_is_refused_and_no_delete_order_follows(h
 @pytest.mark.parametrize("addr", ["tcp://x", "tcp://127.0.0.1:1"])
 def test_a_heartbeat_cannot_move_a_live_node(hostile, client, addr):
     before = nodes(hostile)
-    node = before[0]
+    # the node whose key ``ask`` sends with (data node 0's): its own id, from elsewhere
+    node = next(n for n in before if n.addr == hostile.nodes[0].addr)
     reply = ask(hostile.master_addr, p.Heartbeat(node.node_id, addr, 0, 0, 10**12))
     assert error_code(reply) == "invalid_argument"
     assert [(n.node_id, n.addr) for n in nodes(hostile)] == [(n.node_id, n.addr) for n in before]
