@@ -7,10 +7,12 @@ so there is one way to run Blizzard's processes. Only loopback addresses are use
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import os
 import random
 import re
+import shutil
 import socket
 import sys
 import tempfile
@@ -38,10 +40,13 @@ MASTER_SERVING_LOGGED = "master serving on "  # master/server.py, as its loop st
 def process_keys() -> str:
     """The key directory this process's clusters and clients share: ``BLIZZARD_KEYS`` if set,
     else one made now in a fresh temporary directory and put in ``BLIZZARD_KEYS`` so clients
-    here and in child processes find it."""
+    here and in child processes find it. That directory holds secret keys: it is removed when
+    this process exits."""
     directory = os.environ.get(k.ENV)
     if not directory:
-        directory = os.path.join(tempfile.mkdtemp(prefix="blizzard-keys-"), "keys")
+        made = tempfile.mkdtemp(prefix="blizzard-keys-")
+        atexit.register(shutil.rmtree, made, True)
+        directory = os.path.join(made, "keys")
         os.environ[k.ENV] = directory
     k.generate(directory)
     return directory

@@ -171,6 +171,18 @@ def test_the_demo_leaves_nothing_in_tmp_and_says_what_to_do_next(tmp_path):
         assert command in steps, command
 
 
+def test_a_process_keys_directory_goes_with_its_process(tmp_path):
+    """Benches, chaos runs and scripts start clusters with ``process_keys()``: the secret keys
+    it makes in the temp dir are removed when the process ends."""
+    env = {k: v for k, v in os.environ.items() if k != "BLIZZARD_KEYS"}
+    proc = subprocess.run([sys.executable, "-c", "from blizzard.harness import process_keys; "
+                           "import os; print(sorted(os.listdir(process_keys())))"],
+                          env={**env, "TMPDIR": str(tmp_path)}, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0 and "client.key_secret" in proc.stdout, proc.stderr
+    assert os.listdir(tmp_path) == []
+
+
 def test_the_demo_keeps_the_jvms_notices_off_the_terminal(tmp_path):
     """The Spark step's JVM writes its start-up notices (incubator modules, log4j's profile,
     the default log level, native-hadoop) into a log, not onto the demo's stderr."""
