@@ -23,7 +23,7 @@ from blizzard.queue_settings import DEAD_SUFFIX, SETTINGS, Setting
 @watch_opt
 def status(master: str, timeout_s: float, as_json: bool, watch_s: float | None) -> None:
     """Show the cluster id, data nodes (alive, items, bytes) and queues (ready, leased, dead,
-    oldest age).
+    oldest age; a dead item is counted once, in its dead-letter queue's row).
 
     Queue counts are the master's, exact when shown; a data node's items and bytes are
     those of its last heartbeat, shown with their age ("as of 0.4 s ago").
@@ -93,16 +93,32 @@ def _status_lines(st: Any, doc: dict[str, Any] | None = None) -> list[str]:
         lines.append(f"  {n.node_id:<16} {n.addr:<24} {'alive' if n.alive else 'DEAD':<6} "
                      f"{seconds(n.heartbeat_age_s) + ' ago':>10} {n.items:>9} "
                      f"{size(n.bytes_used):>10} {size(n.free_bytes):>10}")
+    dead_letters = {q.queue: q.settings.dead_letter or q.queue + DEAD_SUFFIX
+                    for q in st.queues if q.dead}
     return [*lines, "queues (exact, as the master holds them now):",
-            *_queue_table(doc["queues"], indent="  ")]
+            *_queue_table(doc["queues"], dead_letters, indent="  ")]
 
 
-def _queue_table(rows: list[dict[str, Any]], indent: str = "") -> list[str]:
+def _queue_table(rows: list[dict[str, Any]], dead_letters: dict[str, str],
+                 indent: str = "") -> list[str]:
+    """The queues' counters, each item counted once: a dead item is an item of its
+    dead-letter queue (ready, delayed or leased there, as the master holds it), so a queue's
+    ``dead`` is shown as a pointer to that row, not as a number to add. ``dead_letters``:
+    the dead-letter queue of each queue with dead items."""
+    sources: dict[str, list[str]] = {}
+    for queue, dead_letter in dead_letters.items():
+        sources.setdefault(dead_letter, []).append(queue)
+
+    def dead(q: dict[str, Any]) -> str:
+        notes = [f"{q['dead']} (counted in {dead_letters[q['queue']]})"] if q["dead"] else []
+        if q["queue"] in sources:
+            notes.append(f"(the dead-letter queue of {', '.join(sources[q['queue']])})")
+        return " ".join(notes) or "-"
     return [f"{indent}{'queue':<28} {'ready':>9} {'delayed':>9} {'leased':>9} "
-            f"{'pending':>9} {'dead':>7} {'oldest':>9}",
+            f"{'pending':>9} {'oldest':>9}  dead letters",
             *(f"{indent}{q['queue']:<28} {q['ready']:>9} {q['delayed']:>9} "
-              f"{q['leased']:>9} {q['pending']:>9} {q['dead']:>7} "
-              f"{seconds(q['oldest_age_s']):>9}" for q in rows)]
+              f"{q['leased']:>9} {q['pending']:>9} {seconds(q['oldest_age_s']):>9}  {dead(q)}"
+              for q in rows)]
 
 
 def _setting_option(s: Setting) -> Callable[[Any], Any]:
@@ -194,8 +210,12 @@ def queue_config(queue: str, master: str, timeout_s: float, as_json: bool,
     _print_settings(queue, settings, as_json)
 
 
-@queue.command("list", help="Every queue with its counters. "
-               f"--json: {{\"queues\": [{{{STATS_KEYS}}}]}}.")
+@queue.command("list", help="Every queue with its counters, each item counted once: a dead "
+               "item is an item of its dead-letter queue (ready there), and the row of the "
+               "queue it died in says how many, in which queue (\"2 (counted in "
+               "jobs.dead)\"). --json: {\"queues\": [{%s}]}; a queue's \"dead\" counts "
+               "the items of its dead-letter queue, whose own row counts them too: do not add "
+               "the two." % STATS_KEYS)
 @master_opt
 @keys_opt
 @timeout_opt
@@ -205,7 +225,11 @@ def queue_list(master: str, timeout_s: float, as_json: bool) -> None:
 
     with Client(master, timeout_s=timeout_s) as c:
         rows = [shown_stats(q) for q in c.queues()]
-    output(as_json, {"queues": rows}, lambda: click.echo("\n".join(_queue_table(rows))))
+        dead_letters = {} if as_json else {  # a round trip per queue with dead items
+            q["queue"]: in_force(q["queue"], c.queue_config(q["queue"]))["dead_letter"]
+            for q in rows if q["dead"]}
+    output(as_json, {"queues": rows},
+           lambda: click.echo("\n".join(_queue_table(rows, dead_letters))))
 
 
 @queue.command("stats", help="Queue QUEUE's counters: ready, delayed, leased, pending, dead "
@@ -282,20 +306,26 @@ def queue_peek(queue: str, master: str, timeout_s: float, n: int, as_json: bool)
 
     On a dead-letter queue (`jobs.dead`) this is triage: each item's attempts, key and the
     error of its last nack. Text: `ID<TAB>priority=P<TAB>attempts=A<TAB>key=K<TAB>error=E<TAB>DATA`,
-    E and DATA escaped to one line. --json: {"queue", "items": [{"id", "attempts",
-    "priority", "enqueued_at", "key", "error", "size", "data_b64", "data"}]}.
+    E and DATA escaped to one line; the DATA of an @task job is its call,
+    `call=always_fails(42)`. --json: {"queue", "items": [{"id", "attempts", "priority",
+    "enqueued_at", "key", "error", "size", "data_b64", "data", "call"}]}: "call" is that
+    call's text or null (data_b64 is the exact payload either way).
     """
     from blizzard.client import Client
+    from blizzard.task import format_call
 
     with Client(master, timeout_s=timeout_s, admin=True) as c:
         msgs = c.peek(queue, n)
+    calls = [format_call(m.data) for m in msgs]
 
     def human() -> None:
-        for m in msgs:
+        for m, call in zip(msgs, calls):
+            data = escape(m.data) if call is None else "call=" + escape(call.encode())
             click.echo(f"{m.id}\tpriority={m.priority}\tattempts={m.attempts}\t"
                        f"key={escape(m.key.encode())}\terror={escape(m.error.encode())}\t"
-                       f"{escape(m.data)}")
-    output(as_json, {"queue": queue, "items": [message_doc(m) for m in msgs]}, human)
+                       f"{data}")
+    output(as_json, {"queue": queue, "items": [{**message_doc(m), "call": call}
+                                               for m, call in zip(msgs, calls)]}, human)
 
 
 @queue.command("redrive")

@@ -42,8 +42,8 @@ from blizzard.errors import InvalidArgument, ProtocolError, QueueExists
 from blizzard.queue_settings import check_changes, check_queue_name
 from blizzard.wire import brief, dumps, loads
 
-__all__ = ["Task", "configure", "task", "encode_call", "decode_call", "ensure_queue",
-           "tasks_in", "settings_of"]
+__all__ = ["Task", "configure", "task", "encode_call", "decode_call", "format_call",
+           "ensure_queue", "tasks_in", "settings_of"]
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +77,22 @@ def decode_call(data: bytes) -> tuple[str, list[Any], dict[str, Any]]:
         raise ProtocolError(f"a task call needs a name, a list of args and a dict of kwargs "
                             f"with string keys; its name is {brief(name)}")
     return name, args, kwargs
+
+
+def format_call(data: bytes) -> str | None:
+    """A payload made by ``encode_call`` as the call reads in Python, ``always_fails(42)`` or
+    ``thumb('a.png', size=128)`` (for people: ``queue peek`` of a dead-letter queue); None
+    if ``data`` is not a task call."""
+    try:
+        name, args, kwargs = decode_call(data)
+    except ProtocolError:
+        return None
+    shown = [repr(a) for a in args]
+    shown += [f"{k}={v!r}" for k, v in kwargs.items() if k.isidentifier()]
+    odd = {k: v for k, v in kwargs.items() if not k.isidentifier()}  # no keyword could be
+    if odd:
+        shown.append(f"**{odd!r}")
+    return f"{name}({', '.join(shown)})"
 
 
 # -- the queue's settings ----------------------------------------------------------------------
