@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 
 QUEUE = "bench-worker"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DONE = re.compile(r"worker done: (\d+) jobs succeeded, (\d+) failed in ([0-9.]+) s")
+DONE = re.compile(r"worker done: (\d+) jobs? succeeded, (\d+) failed in ([0-9.]+) s")
 
 
 @task(queue=QUEUE)

@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from types import ModuleType
 from typing import Any
 
@@ -18,7 +19,7 @@ from blizzard.client import Client
 from blizzard.errors import InvalidArgument
 from blizzard.queue_settings import check_queue_name
 from blizzard.task import configure, tasks_in
-from blizzard.worker import Worker, WorkerConfig
+from blizzard.worker import Worker, WorkerConfig, brief_ids, counted
 
 __all__ = ["worker"]
 
@@ -30,12 +31,28 @@ def _import(names: tuple[str, ...]) -> list[ModuleType]:
         sys.path.insert(0, os.getcwd())
     modules = []
     for name in names:
+        _check_module_name(name)
         try:
             modules.append(importlib.import_module(name))
         except Exception as exc:  # whatever a user's module raises while it loads
             raise click.BadParameter(f"cannot import {name}: {type(exc).__name__}: {exc}",
                                      param_hint="MODULE") from None
     return modules
+
+
+def _check_module_name(name: str) -> None:
+    """A usage error for a file name given as a module (``myjobs.py``): saying the module
+    name to give is clearer than importing ``myjobs`` and then failing on ``.py``."""
+    if not name.endswith(".py") and "/" not in name and os.sep not in name:
+        return
+    path = os.path.normpath(name[:-3] if name.endswith(".py") else name)
+    where, module = os.path.split(path)
+    if os.path.isabs(path) or path.startswith(".."):
+        instead = f"`blizzard worker {module}` in {where} (or with {where} on PYTHONPATH)"
+    else:
+        instead = f"`blizzard worker {path.replace(os.sep, '.')}`"
+    raise click.BadParameter(f"{name} is a file; MODULES are module names, as for python -m: "
+                             f"{instead}", param_hint="MODULES")
 
 
 def _queue_list(ctx: Any, param: Any, value: str | None) -> tuple[str, ...]:
@@ -48,14 +65,35 @@ def _queue_list(ctx: Any, param: Any, value: str | None) -> tuple[str, ...]:
 
 
 def _stop_on_signals(worker: Worker) -> None:
-    """First SIGTERM/SIGINT: stop gracefully. Second: exit at once (128 + signal number);
-    the leases of unfinished jobs run out and those jobs come back."""
+    """First SIGTERM/SIGINT: stop gracefully, saying how many jobs are being finished.
+    Second: say which jobs are left leased and exit at once (128 + signal number); the
+    leases of those jobs run out and they come back."""
     def on_signal(signum: int, frame: Any) -> None:
+        name = signal.Signals(signum).name
         if worker.stopping:
+            log.warning("%s again: quitting now; %s", name, _left_leased(worker))
             os._exit(128 + signum)  # no cleanup: a job thread may never end
         worker.stop()
+        jobs = len(worker.unsettled())
+        log.info("%s: %s; %s", name,
+                 f"finishing {counted(jobs, 'job')}" if jobs else "no job to finish, exiting",
+                 "Ctrl-C again to quit now" if signum == signal.SIGINT
+                 else "another SIGTERM (or Ctrl-C) quits now")
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+
+
+def _left_leased(worker: Worker) -> str:
+    """What a hard stop leaves behind: the jobs still leased, and when they come back."""
+    left = worker.unsettled()
+    if not left:
+        return "no job was left leased"
+    # a lease in doubt may have been extended once more than its deadline says
+    back_s = max(0.0, max(h.deadline + h.lease_s * h.doubtful for h in left) - time.monotonic())
+    back = "it goes back to its queue when its lease ends" if len(left) == 1 \
+        else "they go back to their queues when their leases end"
+    return (f"{counted(len(left), 'job')} left leased {brief_ids([h.msg for h in left])}: "
+            f"{back} (within {back_s:.0f} s) and run again")
 
 
 @click.command("worker")
@@ -90,9 +128,9 @@ def worker(modules: tuple[str, ...], queues: tuple[str, ...], concurrency: int, 
     A job that returns is acked; one that raises is nacked with its error and retried after
     the queue's back-off, until its max_attempts move it to the dead-letter queue. A job
     naming an unknown task, or not a task call at all, goes to the dead-letter queue.
-    The first SIGTERM/SIGINT finishes the jobs taken, acks them and exits 0; a second one
-    exits at once with 128 + the signal number (unfinished jobs come back when their leases
-    run out).
+    The first SIGTERM/SIGINT finishes the jobs taken (saying how many), acks them and exits
+    0; a second one exits at once with 128 + the signal number, saying which jobs were left
+    leased (they come back when their leases run out).
     """
     logs.setup(log_level, log_format, "worker", master)
     try:
@@ -115,7 +153,7 @@ def worker(modules: tuple[str, ...], queues: tuple[str, ...], concurrency: int, 
     with Client(master, timeout_s=timeout_s, keys=keys) as client:
         runner = Worker(client, tasks, WorkerConfig(queues, concurrency, burst, lease_s))
         _stop_on_signals(runner)
-        log.info("worker: %d tasks (%s) on %s, %d threads%s", len(tasks),
-                 ", ".join(sorted(tasks)), ", ".join(queues), concurrency,
+        log.info("worker: %s (%s) on %s, %s%s", counted(len(tasks), "task"),
+                 ", ".join(sorted(tasks)), ", ".join(queues), counted(concurrency, "thread"),
                  ", burst" if burst else "")
         runner.run()

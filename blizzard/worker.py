@@ -41,6 +41,7 @@ from blizzard.client import Client
 from blizzard.errors import ClusterError, InvalidArgument, LeaseExpired
 from blizzard.http_task import bury
 from blizzard.message import Message
+from blizzard.queue_settings import DEAD_SUFFIX
 from blizzard.runner import Outcome, Runner
 from blizzard.task import Task, ensure_queue, settings_of
 
@@ -123,6 +124,7 @@ class Worker:
         self.acks_since = 0.0  # monotonic: when the oldest ack in ``acks`` was ready
         self.lease_s: dict[str, float] = {}
         self.max_attempts: dict[str, int] = {}
+        self.dead_letter: dict[str, str] = {}  # each queue's dead-letter queue
         self.next_extend = float("inf")  # monotonic: the first lease to extend is due then
         self.empty_at: float | None = None  # the last lease round found every queue empty
         self.settled_since_empty = False
@@ -132,6 +134,11 @@ class Worker:
     def stop(self) -> None:
         """Stop leasing; ``run`` returns when the jobs held are done (safe in a signal handler)."""
         self.stopping = True
+
+    def unsettled(self) -> list[Held]:
+        """The jobs leased and not settled yet: running, waiting for a thread, or done with
+        their acks not sent (a signal handler may call it: it only reads)."""
+        return [*self.held.values(), *self.acks]
 
     def run(self) -> None:
         self._prepare()
@@ -149,8 +156,8 @@ class Worker:
                 self._ack_last()
             finally:
                 runner.close(5.0 if not self.held else 0.0)
-        log.info("worker done: %d jobs succeeded, %d failed in %.3f s", self.succeeded,
-                 self.failed, time.monotonic() - started)
+        log.info("worker done: %s succeeded, %d failed in %.3f s",
+                 counted(self.succeeded, "job"), self.failed, time.monotonic() - started)
 
     def _prepare(self) -> None:
         """Create the queues with their tasks' settings if new; learn their lease lengths."""
@@ -161,6 +168,7 @@ class Worker:
             current = self.client.queue_config(queue)
             self.lease_s[queue] = self.config.lease_s or current["lease_s"]
             self.max_attempts[queue] = current["max_attempts"]
+            self.dead_letter[queue] = current.get("dead_letter") or queue + DEAD_SUFFIX
 
     def _finished(self) -> bool:
         if self.held:
@@ -265,9 +273,8 @@ class Worker:
                 self.succeeded += 1
                 continue
             self.failed += 1
+            self._log_failure(outcome)
             msg = outcome.msg
-            log.warning("job %d of %s failed (attempt %d): %s", msg.id, msg.queue,
-                        msg.attempts + 1, outcome.error)
             if outcome.bury:
                 burials.setdefault((outcome.error, held.doubtful), []).append(msg)
             else:
@@ -280,6 +287,21 @@ class Worker:
             self._guarded("move to the dead-letter queue", msgs,
                           lambda m: bury(self.client, m, error))
 
+    def _log_failure(self, outcome: Outcome) -> None:
+        """A failed job's line, saying when giving it back moves it to the dead-letter queue
+        (its last attempt, or a payload no worker can run)."""
+        msg = outcome.msg
+        limit = 1 if outcome.bury else self.max_attempts.get(msg.queue, 0)
+        attempt = msg.attempts + 1
+        of = f" of {limit}" if limit and not outcome.bury else ""
+        if limit and attempt >= limit:
+            log.warning("job %d of %s failed (attempt %d%s), moving it to the dead-letter queue "
+                        "%s: %s", msg.id, msg.queue, attempt, of,
+                        self.dead_letter.get(msg.queue, msg.queue + DEAD_SUFFIX), outcome.error)
+        else:
+            log.warning("job %d of %s failed (attempt %d%s): %s", msg.id, msg.queue, attempt, of,
+                        outcome.error)
+
     def _guarded(self, doing: str, msgs: list[Message],
                  send: Callable[[list[Message]], None]) -> bool:
         """``send(msgs)``; False if a lease was lost or the cluster did not answer, which is
@@ -291,11 +313,11 @@ class Worker:
             send(msgs)
             return True
         except LeaseExpired as exc:
-            log.warning("could not %s %d jobs: their leases were lost (delivered again, or "
-                        "soon): %s", doing, len(msgs), exc.message)
+            log.warning("could not %s %s: their leases were lost (delivered again, or "
+                        "soon): %s", doing, counted(len(msgs), "job"), exc.message)
         except ClusterError as exc:
             log.warning("could not %s jobs %s: %s (%s); they come back when their leases end",
-                        doing, _ids(msgs), exc.message, type(exc).__name__)
+                        doing, brief_ids(msgs), exc.message, type(exc).__name__)
         return False
 
     def _retry_delay(self, outcome: Outcome) -> float | None:
@@ -365,12 +387,12 @@ class Worker:
         try:
             self.client.extend_many([h.msg for h in group], lease_s=lease_s)
         except LeaseExpired as exc:  # the others were extended; which were lost is not said
-            log.warning("%s (%d jobs running long)", exc.message, len(group))
+            log.warning("%s (%s running long)", exc.message, counted(len(group), "job"))
             doubtful = True
         except ClusterError as exc:
             retry_s = min(EXTEND_RETRY_S, lease_s * EXTEND_AT / 4)
-            log.warning("could not extend %d leases, trying again in %.2f s: %s (%s)",
-                        len(group), retry_s, exc.message, type(exc).__name__)
+            log.warning("could not extend %s, trying again in %.2f s: %s (%s)",
+                        counted(len(group), "lease"), retry_s, exc.message, type(exc).__name__)
             for held in group:
                 held.doubtful = True
             return now + retry_s
@@ -381,7 +403,12 @@ class Worker:
         return now + lease_s * (1 - EXTEND_AT)
 
 
-def _ids(msgs: list[Message]) -> str:
+def counted(n: int, noun: str) -> str:
+    """``1 job``, ``2 jobs``: a count and its noun, plural unless the count is one."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def brief_ids(msgs: list[Message]) -> str:
     """The ids of ``msgs`` for a log line: the first 20, and how many more."""
     shown = ", ".join(str(m.id) for m in msgs[:20])
     return f"[{shown}{f' and {len(msgs) - 20} more' if len(msgs) > 20 else ''}]"
