@@ -15,7 +15,7 @@ import click
 from blizzard import cli_dispatch, cli_items, cli_queue, cli_removal, logs
 from blizzard.cli_config import name_env_vars
 from blizzard.cli_keys import keys_group
-from blizzard.cli_dashboard import DASHBOARD_PORT, dashboard
+from blizzard.cli_dashboard import STATUS_PAGE_HINT, dashboard
 from blizzard.cli_common import (EXIT_ERROR, EXIT_USAGE, START_HINT, keys_opt, master_opt,
                                  master_origin, stop_on_signals, timeout_opt)
 from blizzard.cli_output import json_opt, echo_json
@@ -115,10 +115,6 @@ def cluster(data_dir: str, datanodes: int, replication: int, port: int, node_por
     finally:
         local.stop()
         click.echo("stopped")
-
-
-STATUS_PAGE_HINT = ("status page: run `blizzard dashboard` in another shell with the exports "
-                    f"above, then open http://{LOOPBACK}:{DASHBOARD_PORT}/ (or: blizzard status)")
 
 
 def _start(local: Any, data_dir: str) -> None:

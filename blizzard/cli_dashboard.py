@@ -14,6 +14,8 @@ from blizzard.dashboard import MAX_SAMPLES
 from blizzard.defaults import LOOPBACK
 
 DASHBOARD_PORT = 8080
+STATUS_PAGE_HINT = ("status page: run `blizzard dashboard` in another shell with the exports "
+                    f"above, then open http://{LOOPBACK}:{DASHBOARD_PORT}/ (or: blizzard status)")
 
 
 @click.command("dashboard")

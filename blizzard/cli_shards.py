@@ -14,6 +14,7 @@ from typing import Any, Callable
 import click
 
 from blizzard.cli_common import stop_on_signals
+from blizzard.cli_dashboard import STATUS_PAGE_HINT
 
 RESTART_PAUSE_S = 1.0  # between a shard master's death noticed and its restart
 
@@ -41,6 +42,7 @@ def run_sharded(data_dir: str, masters: int, datanodes: int, replication: int, p
         for k, shard in enumerate(local.shards):
             for name in shard.metrics_ports:
                 click.echo(f"metrics of shard {k} {name}: {shard.metrics_url(name)}")
+        click.echo(STATUS_PAGE_HINT)
         while not stopping.wait(0.2):
             _watch(local, data_dir)
     finally:

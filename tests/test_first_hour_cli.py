@@ -117,10 +117,11 @@ def test_other_durations_of_nan_or_forever_are_usage_errors(argv):
 
 # -- 12: blizzard cluster -----------------------------------------------------------------------
 
-def test_cluster_names_the_status_page_once_it_serves(tmp_path):
+@pytest.mark.parametrize("masters", ["1", "2"])
+def test_cluster_names_the_status_page_once_it_serves(tmp_path, masters):
     proc = subprocess.Popen([*BLIZZARD, "cluster", "--data-dir", str(tmp_path), "--insecure",
-                             "--datanodes", "1", "--port", str(free_port()), "--node-port",
-                             str(free_port()), "--no-metrics"],
+                             "--masters", masters, "--datanodes", "1", "--port",
+                             str(free_port()), "--node-port", str(free_port()), "--no-metrics"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines: queue.Queue[str] = queue.Queue()
     threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout], daemon=True).start()
