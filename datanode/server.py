@@ -110,10 +110,20 @@ class DatanodeServer:
         self.store.close()
 
     def _poller(self) -> tuple[zmq.Poller, dict[zmq.Socket, Endpoint]]:
-        """The poller over our sockets, rebuilt only when a socket was replaced or added."""
-        dealers = {self.master._socket(): self.master}
-        for ep in self.peers.values():
-            dealers[ep._socket()] = ep
+        """The poller over our sockets, rebuilt only when a socket was replaced or added.
+
+        With no descriptor for a new socket, the sockets open now: the node serves on, and a
+        later pass opens the rest.
+        """
+        endpoints = [self.master, *self.peers.values()]
+        try:
+            dealers = {ep._socket(): ep for ep in endpoints}
+        except zmq.ZMQError as exc:
+            if not is_fd_pressure(exc):
+                raise
+            self.pressure("socket", "no file descriptor for a new socket (%s): serving on, "
+                          "retrying", exc)
+            dealers = {ep.sock: ep for ep in endpoints if ep.sock is not None}
         if dealers.keys() != self._polled[1].keys():
             poller = zmq.Poller()
             poller.register(self.router.sock, zmq.POLLIN)
