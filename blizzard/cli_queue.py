@@ -34,7 +34,8 @@ def status(master: str, timeout_s: float, as_json: bool, watch_s: float | None) 
     "under_replicated",
     "nodes": [{"node_id", "addr", "alive", "heartbeat_age_s" (age of items, bytes_used and
     free_bytes), "items", "bytes_used", "free_bytes"}], "queues": [{queue, ready, delayed, leased, pending, dead,
-    oldest_age_s, enqueued_total, acked_total (both since the master started)}]}. With
+    oldest_age_s, enqueued_total, acked_total (both since the master started)}] (the first
+    1,000 by name), "queues_more" (how many more: `blizzard queue list` shows all)}. With
     --watch, one such document a line ({"error", "error_class"} while the master does not
     answer). A sharded cluster (several masters in --master): the shards' statuses merged,
     with "shards" and "shards_unanswered" ({shard: why}: those down are left out).
@@ -69,7 +70,8 @@ def _status_doc(st: Any) -> dict[str, Any]:
                        "bytes_used": n.bytes_used, "free_bytes": n.free_bytes}
                       for n in st.nodes],
             "queues": [{**shown_stats(stats_dict(q)), "enqueued_total": q.enqueued_total,
-                        "acked_total": q.acked_total} for q in st.queues]}
+                        "acked_total": q.acked_total} for q in st.queues],
+            "queues_more": st.queues_more}
 
 
 def _status_lines(st: Any, doc: dict[str, Any] | None = None) -> list[str]:
@@ -96,7 +98,9 @@ def _status_lines(st: Any, doc: dict[str, Any] | None = None) -> list[str]:
     dead_letters = {q.queue: q.settings.dead_letter or q.queue + DEAD_SUFFIX
                     for q in st.queues if q.dead}
     return [*lines, "queues (exact, as the master holds them now):",
-            *_queue_table(doc["queues"], dead_letters, indent="  ")]
+            *_queue_table(doc["queues"], dead_letters, indent="  "),
+            *([f"  ... and {st.queues_more} more queues (the first {len(st.queues)} by name are "
+               "shown): blizzard queue list"] if st.queues_more else [])]
 
 
 def _queue_table(rows: list[dict[str, Any]], dead_letters: dict[str, str],

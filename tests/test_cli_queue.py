@@ -13,8 +13,8 @@ def test_status_and_queue_json_documents(cluster):
     run("enqueue", "jobs", "a", "b", master=m)
     status = json.loads(run("status", "--json", master=m).stdout)
     assert set(status) == {"cluster_id", "epoch", "standby", "secure", "safe_mode", "replication",
-                           "under_replicated", "nodes", "queues"}
-    assert status["secure"] is True and len(status["nodes"]) == 3
+                           "under_replicated", "nodes", "queues", "queues_more"}
+    assert status["secure"] is True and len(status["nodes"]) == 3 and status["queues_more"] == 0
     assert isinstance(status["safe_mode"], bool)
     (queued,) = status["queues"]
     assert (queued["queue"], queued["enqueued_total"], queued["acked_total"]) == ("jobs", 2, 0)
