@@ -48,9 +48,16 @@ class ClusterError(BlizzardError):
 
 
 class MasterUnavailable(ClusterError):
-    """Raised when the master does not answer within the client's timeout."""
+    """Raised when the master does not answer within the client's timeout, or within seconds
+    when nothing listens at its address ``addr`` (``refused``: every connection was refused,
+    and no master ever answered this client)."""
 
     code = "master_unavailable"
+
+    def __init__(self, message: str = "", addr: str = "", refused: bool = False) -> None:
+        super().__init__(message)
+        self.addr = addr
+        self.refused = refused
 
 
 class DatanodeUnavailable(ClusterError):
@@ -129,6 +136,19 @@ class AuthenticationFailed(SecurityError):
     code = "authentication_failed"
 
 
+class MissingKeys(AuthenticationFailed):
+    """Raised when a key directory lacks the files this process needs (or does not exist);
+    ``directory`` and ``looked_for`` (the paths tried) let each front end give its advice."""
+
+    code = "missing_keys"
+
+    def __init__(self, message: str = "", directory: str = "",
+                 looked_for: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.directory = directory
+        self.looked_for = looked_for
+
+
 class Forbidden(SecurityError):
     """Raised when an authenticated peer asks for something its role or capability does not allow
     (a client key acting as a data node, a forged or expired capability)."""
@@ -188,6 +208,19 @@ class LeaseExpired(RequestError):
     code = "lease_expired"
 
 
+class WrongLease(LeaseExpired):
+    """Raised when an item is leased under another token than the one given (or no lease had
+    that token): a typo, or a lease that ran out and the item was delivered again since."""
+
+    code = "wrong_lease"
+
+
+class NotInQueue(RequestError):
+    """Raised when an ack names an item that is in another queue than the one given."""
+
+    code = "not_in_queue"
+
+
 class UnknownQueue(RequestError):
     """Raised when an operation names a queue the master does not hold."""
 
@@ -213,6 +246,10 @@ class ClientClosed(BlizzardError):
     def __init__(self, message: str = "this client was closed: make a new one") -> None:
         super().__init__(message)
 
+
+# What an ack, nack or extend raises for an item it could not settle (``Leases.refusal``): a
+# consumer that settles what it leased catches these; each says why in its own words.
+NOT_HELD: tuple[type[BlizzardError], ...] = (LeaseExpired, UnknownItem, NotInQueue)
 
 _BY_CODE: dict[str, type[BlizzardError]] = {}
 
