@@ -29,6 +29,7 @@ class Held:
 
     id: int
     lease: int
+    queue: str = ""  # an ack naming it is refused for an item of another queue
 
 
 @click.command()
@@ -148,15 +149,18 @@ def _item_command(f: Any) -> Any:
 
 @_item_command
 def ack(queue: str, item_id: int, token: int, master: str, timeout_s: float) -> None:
-    """Finish item ID of QUEUE, leased with lease TOKEN (from `dequeue --no-ack`): it is deleted.
+    """Finish item ID of QUEUE, leased with lease TOKEN (from `dequeue`): it is deleted.
 
-    Fails (exit 1, LeaseExpired) if the lease is no longer held: it ran out, or the item
-    was already nacked or acked; the item then is (or was) delivered again.
+    Prints `acked ID` only once the master has durably deleted it. Otherwise it changes
+    nothing and fails (exit 1) saying why: UnknownItem (no item has that id), NotInQueue
+    (the item is in another queue), WrongLease (the item is leased under another token:
+    a wrong token, or your lease ran out and it was delivered again), LeaseExpired (the
+    lease ran out and the item is back in its queue, or it was already settled).
     """
     from blizzard.client import Client
 
     with Client(master, timeout_s=timeout_s) as c:
-        c.ack_many([Held(item_id, token)])
+        c.ack_many([Held(item_id, token, queue)])
     click.echo(f"acked {item_id}")
 
 
@@ -171,7 +175,7 @@ def nack(queue: str, item_id: int, token: int, master: str, timeout_s: float,
     from blizzard.client import Client
 
     with Client(master, timeout_s=timeout_s) as c:
-        c.nack_many([Held(item_id, token)], delay_s=delay_s, error=error)
+        c.nack_many([Held(item_id, token, queue)], delay_s=delay_s, error=error)
     click.echo(f"nacked {item_id}")
 
 
@@ -184,5 +188,5 @@ def extend(queue: str, item_id: int, token: int, master: str, timeout_s: float,
     from blizzard.client import Client
 
     with Client(master, timeout_s=timeout_s) as c:
-        c.extend_many([Held(item_id, token)], lease_s=lease_s)
+        c.extend_many([Held(item_id, token, queue)], lease_s=lease_s)
     click.echo(f"extended {item_id} by {lease_s:g} s")

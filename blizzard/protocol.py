@@ -193,13 +193,15 @@ class Leased:
 class Ack:
     """Finish leased items: they are gone for good.
 
-    ``quiet``: the master sends no reply (``Message.ack()``, which does not wait); a lease that
-    had run out is then only logged by the master.
+    ``quiet``: the master sends no reply (``Message.ack()``, which does not wait); a refused
+    ack is then only counted and logged by the master. ``queue``: the queue every id must be
+    in ("": not checked); an id in another queue is refused, not acked.
     """
 
     ids: list[Id]
     leases: list[int]
     quiet: bool
+    queue: str = ""
 
 
 @message(47)
@@ -219,6 +221,7 @@ class Nack:
     leases: list[int]
     delay_s: float | None
     error: str
+    queue: str = ""  # as ``Ack.queue``
 
 
 @message(25)
@@ -228,14 +231,24 @@ class Extend:
     ids: list[Id]
     leases: list[int]
     lease_s: float
+    queue: str = ""  # as ``Ack.queue``
+
+
+# Why an id of an ack, nack or extend was not settled (``Acked.why``, one per ``lost`` id)
+LOST_EXPIRED = 0  # the lease ran out: the item is back in its queue, or acked under another lease
+LOST_UNKNOWN = 1  # no item has this id (never made, or finished long ago)
+LOST_OTHER_QUEUE = 2  # the item is in another queue than the one the request named
+LOST_WRONG_TOKEN = 3  # the item is leased under another token, or no lease had this token
 
 
 @message(19)
 class Acked:
-    """Reply to Ack/Nack: ``done`` ids were settled (or already were); ``lost`` had lost their lease."""
+    """Reply to Ack/Nack/Extend: ``done`` ids were settled (or already were); ``lost`` were
+    not, each for the reason (``LOST_*``) at the same place in ``why``."""
 
     done: int
     lost: list[Id]
+    why: list[int] = field(default_factory=list)
 
 
 @message(20)
