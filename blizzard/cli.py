@@ -16,12 +16,12 @@ from blizzard import cli_dispatch, cli_items, cli_queue, cli_removal, logs
 from blizzard.cli_config import name_env_vars
 from blizzard.cli_keys import keys_group
 from blizzard.cli_dashboard import STATUS_PAGE_HINT, dashboard
-from blizzard.cli_common import (EXIT_ERROR, EXIT_USAGE, START_HINT, keys_opt, master_opt,
-                                 master_origin, stop_on_signals, timeout_opt)
+from blizzard.cli_common import (EXIT_ERROR, EXIT_USAGE, error_line, keys_opt, master_opt,
+                                 stop_on_signals, timeout_opt)
 from blizzard.cli_output import json_opt, echo_json
 from blizzard.cli_worker import worker as worker_command
 from blizzard.defaults import DATANODE_PORT, LOOPBACK, MASTER_PORT
-from blizzard.errors import BlizzardError, MasterUnavailable
+from blizzard.errors import BlizzardError
 from datanode.cli import datanode_command
 from master.cli import master_command
 
@@ -245,13 +245,8 @@ def main() -> None:
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)  # EXIT_ERROR, or EXIT_USAGE for a bad config file
-    except MasterUnavailable as exc:
-        click.echo(f"error: {exc.message} (MasterUnavailable); that address was "
-                   f"{master_origin(sys.argv[1:], dict(os.environ))}. Is a master running? To "
-                   f"{START_HINT}.", err=True)
-        sys.exit(EXIT_ERROR)
     except BlizzardError as exc:
-        click.echo(f"error: {exc.message} ({type(exc).__name__})", err=True)
+        click.echo(f"error: {error_line(exc, sys.argv[1:], dict(os.environ))}", err=True)
         sys.exit(EXIT_ERROR)
     except SystemExit:
         raise

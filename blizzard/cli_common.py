@@ -18,9 +18,11 @@ import zmq
 from blizzard import logs
 from blizzard.cli_config import config_option, name_env_vars
 from blizzard.defaults import DEFAULT_MASTER, LOOPBACK
-from blizzard.errors import BlizzardError, InvalidArgument
+from blizzard.errors import BlizzardError, InvalidArgument, MasterUnavailable, MissingKeys
 from blizzard.fd_limits import raise_fd_limit
 from blizzard.file_modes import private_process
+from blizzard.keys import missing_advice
+from blizzard.master_hints import nothing_listens, start_hint
 from blizzard.queue_settings import MAX_QUEUE_NAME, QUEUE_NAME_CHARS, check_queue_name
 
 EXIT_ERROR = 1  # the cluster refused or failed (one line naming the error class)
@@ -161,7 +163,7 @@ def start(make: Callable[[], Any], role: str, bind: str,
         raise click.ClickException(f"cannot listen on {bind}: {zmq.strerror(exc.errno)}{hint}") \
             from None
     except BlizzardError as exc:
-        raise click.ClickException(f"{exc.message} ({type(exc).__name__})") from None
+        raise click.ClickException(error_line(exc, [], {})) from None
     except OSError as exc:  # the metrics port, the data directory
         raise click.ClickException(str(exc)) from None
 
@@ -193,7 +195,8 @@ def _keys_to_env(ctx: Any, param: Any, value: str | None) -> None:
 
 keys_opt = click.option("--keys", type=click.Path(file_okay=False), envvar=KEYS_ENV,
                         expose_value=False, callback=_keys_to_env,
-                        help="Key directory; the admin key is used for purge, redrive, "
+                        help="The cluster's key directory (`blizzard cluster --data-dir D` "
+                             "keeps it in D/keys); the admin key is used for purge, redrive, "
                              "configure and deletes.")
 
 
@@ -235,6 +238,15 @@ def master_origin(argv: list[str], environ: dict[str, str]) -> str:
     return f"the default (neither --master nor {MASTER_ENV} was set)"
 
 
-START_HINT = ("start one with `blizzard cluster` (a master and data nodes on this machine), "
-              "or `blizzard master --data-dir DIR --keys DIR` and `blizzard datanode ...`; "
-              "point the command at it with --master or BLIZZARD_MASTER")
+def error_line(exc: BlizzardError, argv: list[str], environ: dict[str, str]) -> str:
+    """The line the command line prints for a library error, with its class, in the command
+    line's words: a master not there says where its address came from and how to start one
+    (``master_hints``); missing keys say which files, and ``--keys`` (``keys.missing_advice``)."""
+    if isinstance(exc, MissingKeys):
+        return f"{missing_advice(exc.directory, exc.looked_for, cli=True)} (MissingKeys)"
+    refused = isinstance(exc, MasterUnavailable) and exc.refused
+    text = nothing_listens(exc.addr) if refused else exc.message
+    line = f"{text} ({type(exc).__name__})"
+    if isinstance(exc, MasterUnavailable):
+        line += f"; {start_hint(master_origin(argv, environ), cli=True)}."
+    return line

@@ -28,6 +28,7 @@ from blizzard.http_task import Task, enqueue_task
 from blizzard.keys import ClientKeys
 from blizzard.keys import resolve as resolve_keys
 from blizzard.leases import Leases
+from blizzard.master_hints import DEFAULT, GIVEN
 from blizzard.master_link import MasterLink
 from blizzard.message import LeasedItem, Message, leased_items
 from blizzard.pipeline import EnqueuePipeline, Staged
@@ -46,32 +47,45 @@ class Client:
     """A connection to one Blizzard cluster, addressed by its master; given several shards'
     masters (a list, or addresses separated by spaces), a ``ShardedClient`` over them."""
 
-    def __new__(cls, master: str | Sequence[str] = DEFAULT_MASTER, **options: Any) -> Any:
-        shards = split_shards(master)
+    def __new__(cls, master: str | Sequence[str] | None = None, **options: Any) -> Any:
+        shards = split_shards(DEFAULT_MASTER if master is None else master)
         if len(shards) == 1:
             return super().__new__(cls)
-        return ShardedClient(shards, Client, **options)  # not a Client: __init__ is not run
+        sharded = ShardedClient(shards, Client, **options)  # not a Client: no __init__ runs
+        try:
+            sharded.refuse_standbys()  # [A, B] with B A's standby meant "A,B"
+        except BaseException:
+            sharded.close()
+            raise
+        return sharded
 
     @classmethod
-    def discover(cls, master: str = DEFAULT_MASTER, **options: Any) -> Any:
+    def discover(cls, master: str | None = None, **options: Any) -> Any:
         """A client of the cluster ``master`` belongs to: given one shard's master (started
         with ``--shards``), a ``ShardedClient`` over every shard it lists; else a ``Client``."""
         with cls(master, **options) as probe:
             listed = probe.master.call(p.Hello()).shards.split()
         return cls(listed if len(listed) > 1 else master, **options)
 
-    def __init__(self, master: str | Sequence[str] = DEFAULT_MASTER, *, timeout_s: float = 30.0,
+    def __init__(self, master: str | Sequence[str] | None = None, *, timeout_s: float = 30.0,
                  node_timeout_s: float = 5.0, keys: str | ClientKeys | None = None,
                  admin: bool = False, ctx: zmq.Context | None = None, peeks: int = 2,
                  heads: bool = True) -> None:
-        """``timeout_s`` bounds each call: master requests are retried with back-off until then,
-        so a master restart is ridden through; past it, ``MasterUnavailable``.
-        ``node_timeout_s`` is how long one data node may take before another replica is tried.
+        """``master``: its address (default ``tcp://127.0.0.1:5555``); a primary and its
+        standbys are one string, comma-separated (``"tcp://a:5555,tcp://b:5555"``).
 
-        ``keys``: a key directory (``blizzard keys generate``; default ``BLIZZARD_KEYS``), a
-        ``ClientKeys``, or "" for none; without keys the client connects without security,
-        which a secure cluster refuses with ``AuthenticationFailed``. ``admin`` uses the directory's admin key
-        (needed to purge, redrive or configure queues).
+        ``timeout_s`` bounds each call: master requests are retried with back-off until then,
+        so a master restart is ridden through; past it, ``MasterUnavailable``. Where nothing
+        listens (the connection is refused) and no master answered yet, ``MasterUnavailable``
+        (with ``refused``) within about 2 s. ``node_timeout_s`` is how long one data node may
+        take before another replica is tried.
+
+        ``keys``: the cluster's key directory (``blizzard cluster --data-dir D`` keeps it in
+        ``D/keys``; default ``BLIZZARD_KEYS``), a ``ClientKeys``, or "" for none; without
+        keys the client connects without security, which a secure cluster refuses with
+        ``AuthenticationFailed``; a directory without the key files raises ``MissingKeys``
+        naming them. ``admin`` uses the directory's admin key (needed to purge, redrive or
+        configure queues).
 
         Sharded (``blizzard/shards.py``): a dequeue leases from the shard with the best head
         among ``peeks`` shards it asks (with ``heads`` False), or among all, from the heads
@@ -84,8 +98,10 @@ class Client:
         self.keys = resolve_keys(keys, "admin" if admin else "client")
         if admin and self.keys is None:
             raise InvalidArgument("admin=True needs keys (keys=DIR or BLIZZARD_KEYS)")
-        self.master = MasterLink(self.ctx, split_shards(master)[0], timeout_s=timeout_s,
-                                 keys=self.keys)
+        self.master = MasterLink(self.ctx,
+                                 split_shards(DEFAULT_MASTER if master is None else master)[0],
+                                 timeout_s=timeout_s, keys=self.keys,
+                                 origin=DEFAULT if master is None else GIVEN)
         self.datanodes = DatanodePool(self.ctx, node_timeout_s=self.node_timeout_s,
                                       keys=self.keys, node_key=self.master.node_key)
         self.pipeline = EnqueuePipeline(self.master, self.datanodes)

@@ -36,11 +36,12 @@ import shutil
 import stat
 import time
 from dataclasses import dataclass
+from typing import Sequence
 
 import zmq
 import zmq.auth
 
-from blizzard.errors import AuthenticationFailed
+from blizzard.errors import AuthenticationFailed, MissingKeys
 
 log = logging.getLogger(__name__)
 
@@ -176,14 +177,43 @@ def node_names(directory: str) -> list[str]:
                   for path in found)
 
 
+def missing_advice(directory: str, looked_for: Sequence[str], *, cli: bool) -> str:
+    """What to say when the files ``looked_for`` are not in the key directory ``directory``,
+    in the command line's words (``--keys DIR``) or Python's (``keys=DIR``). Never "make
+    keys": new keys suit a new cluster only, and a running one admits none of them."""
+    files = " and ".join(looked_for)
+    if os.path.isdir(directory):
+        head = f"{directory} is not a key directory (looked for {files})"
+    else:
+        why = "it is a file" if os.path.exists(directory) else "it does not exist"
+        head = f"no key directory {directory} ({why}; looked for {files})"
+    inner = os.path.join(directory, "keys")
+    if os.path.isdir(inner):  # a cluster's data directory (``blizzard cluster`` keeps them there)
+        given = f"--keys {inner}" if cli else f"keys={inner!r}"
+        return f"{head}; a cluster's data directory keeps its keys in {inner}: pass {given}"
+    given = f"--keys DIR (or {ENV}=DIR)" if cli else f"keys=DIR (or set {ENV})"
+    return (f"{head}; pass {given} naming the key directory the cluster runs with (`blizzard "
+            f"cluster --data-dir D` keeps it in D/keys and prints it as {ENV}); `blizzard keys "
+            "generate DIR` makes keys for a new cluster only: a running one admits none of them")
+
+
+def require(directory: str, *needs: tuple[str, ...]) -> None:
+    """``MissingKeys`` unless ``directory`` holds, for each need, one of its file names."""
+    missing = [os.path.join(directory, names[0]) for names in needs
+               if not any(os.path.exists(os.path.join(directory, n)) for n in names)]
+    if missing:
+        raise MissingKeys(missing_advice(directory, missing, cli=False), directory,
+                          tuple(missing))
+
+
 def load_pair(directory: str, name: str) -> tuple[bytes, bytes]:
-    """``name``'s (public, secret) key, z85; AuthenticationFailed naming the missing file."""
+    """``name``'s (public, secret) key, z85; ``MissingKeys`` naming the missing file."""
     path = os.path.join(directory, name + ".key_secret")
+    require(directory, (name + ".key_secret",))
     try:
         public, secret = zmq.auth.load_certificate(path)
     except (OSError, ValueError) as exc:
-        raise AuthenticationFailed(f"no {name} key pair in {directory} ({exc}); make one with "
-                                   "`blizzard keys generate DIR`") from None
+        raise AuthenticationFailed(f"unreadable key file {path}: {exc}") from None
     if secret is None:
         raise AuthenticationFailed(f"{path} holds no secret key")
     return public, secret
@@ -198,8 +228,8 @@ def load_public(directory: str, name: str) -> bytes:
                 return zmq.auth.load_certificate(path)[0]
             except (OSError, ValueError) as exc:
                 raise AuthenticationFailed(f"unreadable key file {path}: {exc}") from None
-    raise AuthenticationFailed(f"no {name} public key in {directory}; make the key directory "
-                               "with `blizzard keys generate DIR`")
+    path = os.path.join(directory, name + ".key")
+    raise MissingKeys(missing_advice(directory, [path], cli=False), directory, (path,))
 
 
 def authorized(directory: str) -> dict[bytes, str]:
@@ -237,6 +267,7 @@ class ClientKeys:
 
     @classmethod
     def from_dir(cls, directory: str, name: str = "client") -> "ClientKeys":
+        require(directory, (name + ".key_secret",), ("master.key", "master.key_secret"))
         public, secret = load_pair(directory, name)
         datanode = None
         if os.path.exists(os.path.join(directory, "datanode.key")):

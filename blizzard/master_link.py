@@ -2,7 +2,9 @@
 
 Retrying is safe: places are cheap to repeat; enqueues, commits and acks are idempotent; and a
 lease carries a request id so its retry returns the same items. A master that restarts answers
-``master_starting`` until it has replayed its log; that, like silence, is waited out.
+``master_starting`` until it has replayed its log; that, like silence, is waited out. But
+where nothing listens (every connection refused) and no master ever answered, the client says
+so within seconds (``MasterUnavailable`` with ``refused``) instead of waiting out its timeout.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ import zmq
 from blizzard import protocol as p
 from blizzard.errors import AuthenticationFailed, BlizzardError, ClientClosed, MasterUnavailable
 from blizzard.keys import ClientKeys
+from blizzard.master_hints import GIVEN, nothing_listens, start_hint
 from blizzard.masters import MasterChoice
+from blizzard.secure import ConnectionRefused
 from blizzard.transport import Endpoint, call, call_many, raise_if_error
 
 log = logging.getLogger(__name__)
@@ -30,6 +34,7 @@ MAX_PAUSE_S = 1.0
 FAILOVER_ATTEMPT_S = 1.0  # the same with several masters: a silent one is left sooner
 FAILOVER_MAX_PAUSE_S = 0.25
 PROBE_S = 0.4  # with several masters, a parked request's master is pinged this often
+REFUSED_S = 1.0  # a connection refused this long (none made) before a call: nothing listens
 RETRYABLE = {"master_starting", "not_primary"}  # not_primary: a standby, until it is promoted
 
 
@@ -42,8 +47,11 @@ class MasterLink:
     """
 
     def __init__(self, ctx: zmq.Context, addr: str | Sequence[str], *, timeout_s: float,
-                 keys: ClientKeys | None = None) -> None:
+                 keys: ClientKeys | None = None, origin: str = GIVEN) -> None:
+        """``origin``: where ``addr`` came from, told when nothing listens there."""
         self.ctx = ctx
+        self.origin = origin
+        self.refused: set[str] = set()  # addresses that refused the connection outright
         self.keys = keys
         self.choice = MasterChoice(addr)
         self.epoch = 0  # the newest master epoch seen (``_check_epoch``)
@@ -68,9 +76,15 @@ class MasterLink:
             self._find_primary()
         return self._current
 
+    def all_endpoints(self) -> list[Endpoint]:
+        """The connection to every master this link may use, in the order given."""
+        return [self._endpoint(a) for a in self.choice.addrs]
+
     def _find_primary(self) -> None:
-        endpoints = [self._endpoint(a) for a in self.choice.addrs]
+        endpoints = self.all_endpoints()
         replies = call_many([(ep, p.Hello()) for ep in endpoints], FAILOVER_ATTEMPT_S / 2)
+        for ep, reply in zip(endpoints, replies):
+            self._note_refusal(ep.addr, reply)
         primaries = [(w.epoch, -i) for i, w in enumerate(replies)
                      if isinstance(w, p.Welcome) and not w.primary]
         self.epoch = max([w.epoch for w in replies if isinstance(w, p.Welcome)], default=0)
@@ -113,16 +127,25 @@ class MasterLink:
         retries = 0
         while True:
             attempt_s = min(deadline - time.monotonic(), self.attempt_s + extra_s)
-            replies = call_many([(self.endpoint, msgs[i]) for i in todo], max(attempt_s, 0.01),
-                                probe_s=PROBE_S if extra_s and self.standby else None)
+            ep = self.endpoint
+            if not self.answered:  # a request sent without us (the pipeline's) may have waited
+                self._note_refusal(ep.addr, ep.silence("before a call", REFUSED_S))
+                self._raise_if_none_listens()
+            # a parked request is pinged (``probe_s``): with a standby, so a dead master is
+            # left soon; before any master answered, so a refused connection is told soon
+            probe = extra_s and (self.standby or not self.answered)
+            replies = call_many([(ep, msgs[i]) for i in todo], max(attempt_s, 0.01),
+                                probe_s=PROBE_S if probe else None)
             again = []
             for i, reply in zip(todo, replies):
                 if isinstance(reply, AuthenticationFailed):
                     raise reply  # no retry gets past a refused key
+                self._note_refusal(ep.addr, reply)
                 results[i] = reply
                 if isinstance(reply, TimeoutError) or is_retryable(reply):
                     again.append(i)
             if again:
+                self._raise_if_none_listens()
                 self.move_on(results[again[0]])
             if not again:
                 return [raise_if_error(r) for r in results] if raise_errors else results
@@ -132,10 +155,31 @@ class MasterLink:
                 last = results[again[0]]
                 if isinstance(last, p.Error):
                     raise_if_error(last)
+                now = "; now nothing listens there (the connection is refused)" \
+                    if isinstance(last, ConnectionRefused) else ""
                 raise MasterUnavailable(f"master {self.addr} did not answer within "
-                                        f"{self.timeout_s + extra_s:g}s")
+                                        f"{self.timeout_s + extra_s:g}s{now}")
             time.sleep(pause)
             todo = again
+
+    @property
+    def answered(self) -> bool:
+        """Some master replied on this link at some time (to any request, whoever sent it):
+        a refusal from then on is a restart, waited out."""
+        return any(ep.answered for ep in self.endpoints.values())
+
+    def _note_refusal(self, addr: str, reply: Any) -> None:
+        """Note whether the master at ``addr`` refused the connection outright."""
+        if isinstance(reply, ConnectionRefused):
+            self.refused.add(addr)
+
+    def _raise_if_none_listens(self) -> None:
+        """``MasterUnavailable`` (``refused``) if every master address refused the connection
+        and none ever answered: nothing runs there, and waiting out ``timeout_s`` would only
+        hide that. (A master that answered once and now refuses is restarting: waited out.)"""
+        if not self.answered and self.refused.issuperset(self.choice.addrs):
+            raise MasterUnavailable(f"{nothing_listens(self.addr)}; "
+                                    f"{start_hint(self.origin, cli=False)}", self.addr, True)
 
     def call(self, msg: Any, extra_s: float = 0.0, since: float | None = None) -> Any:
         """One request (see ``call_many``); raises the reply's ``BlizzardError``."""

@@ -30,6 +30,12 @@ _watch_ids = itertools.count(1)
 REFUSALS_LOG_EVERY_S = 10.0  # one line per reason this often, with how many were refused
 HANDSHAKE_FAILED = (zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
                     | zmq.EVENT_HANDSHAKE_FAILED_AUTH)
+CONNECTING = zmq.EVENT_CONNECTED | zmq.EVENT_CONNECT_RETRIED
+
+
+class ConnectionRefused(TimeoutError):
+    """A request's time ran out without a connection ever being made: the server's host
+    refused every attempt (nothing listens at that port) or could not be reached."""
 
 
 class _Directory:
@@ -161,7 +167,8 @@ def connect_curve(sock: zmq.Socket, mine: k.ClientKeys, server_public: bytes) ->
 
 
 class HandshakeWatch:
-    """Watches one client socket for refused handshakes (a monitor socket, polled with it).
+    """Watches one client socket for refused handshakes (a monitor socket, polled with it),
+    and for connections refused outright, which ZeroMQ otherwise hides by retrying quietly.
 
     A server that refuses the key (``FAILED_AUTH``) or the mechanism (``FAILED_PROTOCOL``
     with a mechanism mismatch) says so; a handshake cut short without detail is also what a
@@ -179,7 +186,7 @@ class HandshakeWatch:
         # no limit on unread events (one per handshake), and ``close`` stops the monitoring
         # before it closes the reading end.
         inproc = f"inproc://blizzard.handshake-watch.{next(_watch_ids)}"
-        sock.monitor(inproc, HANDSHAKE_FAILED | zmq.EVENT_HANDSHAKE_SUCCEEDED)
+        sock.monitor(inproc, HANDSHAKE_FAILED | zmq.EVENT_HANDSHAKE_SUCCEEDED | CONNECTING)
         self.sock = sock
         self.monitor = sock.context.socket(zmq.PAIR)
         self.monitor.setsockopt(zmq.LINGER, 0)
@@ -189,12 +196,23 @@ class HandshakeWatch:
         self.secure = secure
         self.unexplained = 0
         self.failure: AuthenticationFailed | None = None
+        self.connected = False  # a TCP connection was made at least once
+        self.refusals = 0  # attempts that failed before any connection was made
+        self.refused_at = 0.0  # when the first of them failed (monotonic)
 
     def poll(self) -> AuthenticationFailed | None:
         """Read the events waiting; the refusal seen, if any (the first says most)."""
         while self.monitor.poll(0):
             event = parse_monitor_message(self.monitor.recv_multipart())
             kind = event["event"]
+            if kind == zmq.EVENT_CONNECTED:
+                self.connected = True
+                continue
+            if kind == zmq.EVENT_CONNECT_RETRIED:
+                if not self.connected:  # after a connection: a peer that left
+                    self.refusals += 1
+                    self.refused_at = self.refused_at or time.monotonic()
+                continue
             if kind == zmq.EVENT_HANDSHAKE_SUCCEEDED:
                 self.unexplained, self.failure = 0, None
                 continue
@@ -208,6 +226,17 @@ class HandshakeWatch:
             if self.failure is None:
                 self.failure = AuthenticationFailed(self._why(kind))
         return self.failure
+
+    def silence(self, why: str, refused_s: float = 0.0) -> TimeoutError:
+        """The timeout of a request that got no reply (``why``): ``ConnectionRefused`` if no
+        connection was ever made and attempts were refused (for ``refused_s`` at least), so a
+        caller may give up at once."""
+        self.poll()
+        if self.refusals and not self.connected \
+                and time.monotonic() - self.refused_at >= refused_s:
+            return ConnectionRefused(f"{why}: {self.addr} refused the connection (nothing "
+                                     "listens there)")
+        return TimeoutError(why)
 
     def _why(self, kind: int) -> str:
         if not self.secure:

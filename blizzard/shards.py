@@ -2,7 +2,8 @@
 
 ``Client(["tcp://a:5555", "tcp://b:5556", ...])`` (or a string with the shards' addresses
 separated by spaces) makes a ``ShardedClient``: one ``Client`` per shard, in shard order, and
-the routing between them. A shard is any master (with its standby: ``"tcp://a,tcp://a2"``)
+the routing between them. A shard is any master (with its standby: ``"tcp://a,tcp://a2"``,
+commas, never a list or spaces: a list naming a master and its own standby is refused)
 started with ``--shard K``, so its ids start at ``K << 56`` and every id names its shard
 (``blizzard/shard_messages.py``): acks, nacks, extends, reads and deletes go straight there.
 
@@ -36,19 +37,29 @@ from blizzard.shard_admin import (merge_queues, merge_stats, merge_status, shard
 from blizzard.shard_messages import MAX_SHARDS, shard_of
 from blizzard.shard_pick import DOWN_S, LEASE_ATTEMPT_S, UNAVAILABLE, ShardPicker
 from blizzard.shard_view import HeadsFeed, HeadsView
-from blizzard.transport import call
+from blizzard.transport import call, call_many
 from blizzard.shard_writes import ShardedProducer, ShardedStager, ShardLeases, pairs as _pairs
 
 QUIET_S = 0.5  # a shard not heard from this long is asked whether it lives before an enqueue
 PROBE_S = 1.0  # and given this long to answer
 
+CHECK_S = 0.5  # how long a new client waits for the masters' Hello (a silent one: checked later)
+ONE_SHARD = ("a primary and its standbys are one shard, one string with commas between: "
+             '"{}" (a list, or addresses separated by spaces, names different shards)')
 
 def split_shards(masters: str | Sequence[str]) -> list[str]:
-    """The shards of ``"tcp://a tcp://b"`` or of a list (each may be ``primary,standby``)."""
+    """The shards of ``"tcp://a tcp://b"`` or of a list (each may be ``primary,standby``);
+    an address in two shards is refused."""
     shards = masters.split() if isinstance(masters, str) else [str(m).strip() for m in masters]
     if not 1 <= len(shards) <= MAX_SHARDS:
         raise InvalidArgument(f"give between 1 and {MAX_SHARDS} shards, got {len(shards)}")
     return shards
+    shard_of_addr: dict[str, int] = {}
+    for k, shard in enumerate(shards):
+        for addr in filter(None, (a.strip() for a in shard.split(","))):
+            if shard_of_addr.setdefault(addr, k) != k:
+                raise InvalidArgument(f"{addr} is listed as shard {shard_of_addr[addr]} and as "
+                                      f"shard {k}: a master serves one shard")
 
 
 def key_shard(key: str, shards: int) -> int:
@@ -88,6 +99,29 @@ class ShardedClient:
             self.feed.close()
 
     def _hello(self, k: int) -> None:
+    def refuse_standbys(self) -> None:
+        """``InvalidArgument`` if a shard's master is the standby of another shard's (the list
+        meant one shard: ``"A,B"``, not ``[A, B]`` or ``"A B"``). Every master is asked at once,
+        for ``CHECK_S`` at most; one silent now is checked at its first use (``_hello``)."""
+        asked = [(k, ep) for k, shard in enumerate(self.shards)
+                 for ep in shard.master.all_endpoints()]
+        replies = call_many([(ep, p.Hello()) for _, ep in asked], CHECK_S)
+        for (k, ep), welcome in zip(asked, replies):
+            if isinstance(welcome, p.Welcome) and welcome.primary:
+                self._refuse_standby(k, ep.addr, welcome.primary)
+
+    def _refuse_standby(self, k: int, addr: str, primary: str) -> None:
+        """Refuse shard ``k``'s master ``addr`` if the ``primary`` it follows is listed as
+        another shard."""
+        masters = [shard.master.addr.split(",") for shard in self.shards]
+        listed = {a: j for j, addrs in enumerate(masters) for a in addrs}
+        for other in filter(None, (a.strip() for a in primary.split(","))):
+            j = listed.get(other, k)
+            if j != k:
+                one = ",".join(dict.fromkeys(masters[j] + masters[k]))
+                raise InvalidArgument(f"{addr} (listed as shard {k}) is the standby of {other} "
+                                      f"(listed as shard {j}): {ONE_SHARD.format(one)}")
+
         """Before shard ``k`` is first used, and after its standby took over: check it is
         shard ``k`` (a client listing shards in another order would put keys elsewhere), and
         join its master's heads feed."""
@@ -98,6 +132,7 @@ class ShardedClient:
                             + min(LEASE_ATTEMPT_S, link.timeout_s))  # a dead shard is passed over
         if welcome.primary:  # a standby not yet promoted: it tells no shard, and serves nothing
             link.move_on(p.Error("not_primary", ""))  # the shard's other master next time
+            self._refuse_standby(k, link.endpoint.addr, welcome.primary)
             raise MasterUnavailable(f"shard {k}'s master {link.addr} is a standby (of "
                                     f"{welcome.primary}); its primary did not answer")
         if welcome.shard != k:

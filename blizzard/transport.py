@@ -96,6 +96,7 @@ class Endpoint:
         self._closer: weakref.finalize | None = None
         self._early: dict[int, Any] = {}
         self.closed = False  # by ``close``: no socket is opened again
+        self.answered = False  # a reply came at some time (a ``reset`` keeps this)
 
     def _socket(self) -> zmq.Socket:
         if self.sock is None:
@@ -136,6 +137,11 @@ class Endpoint:
     def handshake_failure(self) -> AuthenticationFailed | None:
         """Why the server refused this connection's handshake, if it did (None: it did not)."""
         return self.watch.poll() if self.watch is not None else None
+
+    def silence(self, why: str, refused_s: float = 0.0) -> TimeoutError:
+        """The timeout of an unanswered request (``ConnectionRefused``: no connection was made,
+        attempts refused for ``refused_s`` or more)."""
+        return self.watch.silence(why, refused_s) if self.watch is not None else TimeoutError(why)
 
     def send(self, msg: Any) -> int:
         """Queue a request; raises ``TimeoutError`` if the socket's send queue is full."""
@@ -194,6 +200,7 @@ class Endpoint:
         except ProtocolError as exc:
             log.warning("undecodable reply from %s: %s", self.addr, exc)
             return
+        self.answered = True
         if len(self._early) >= MAX_UNCLAIMED:  # replies nobody waits for must not pile up
             self._early.pop(next(iter(self._early)))
         self._early[rid] = reply
@@ -280,7 +287,7 @@ def call_many(calls: Iterable[tuple[Endpoint, Any]], timeout_s: float,
                     ep.reset()
         for ep in probes.silent({ep for ep, _ in waiting.values()}):
             for i in [i for i, (e, _) in waiting.items() if e is ep]:
-                results[i] = TimeoutError(f"{ep.addr} stopped answering pings")
+                results[i] = ep.silence(f"{ep.addr} stopped answering pings")
                 del waiting[i]
             ep.reset()
         if not waiting:
@@ -291,7 +298,7 @@ def call_many(calls: Iterable[tuple[Endpoint, Any]], timeout_s: float,
         replies.read(max(left_ms, 1))
     for i, (ep, _) in waiting.items():
         results[i] = ep.handshake_failure() or \
-            TimeoutError(f"no reply from {ep.addr} within {timeout_s:g}s")
+            ep.silence(f"no reply from {ep.addr} within {timeout_s:g}s")
         ep.reset()
     return results
 
