@@ -102,7 +102,8 @@ def test_a_data_node_without_a_key_of_its_own_says_how_to_make_one(cluster, tmp_
                           "--bind", "tcp://127.0.0.1:1", "--master", cluster.master_addr,
                           "--keys", keys], capture_output=True, text=True, timeout=30)
     assert out.returncode == 1
-    assert "blizzard keys add-node" in out.stderr and len(out.stderr.splitlines()) == 1
+    (line,) = [x for x in out.stderr.splitlines() if x.startswith("Error:")]
+    assert "blizzard keys add-node" in line
 
 
 def test_node_keys_are_added_listed_and_removed_alone(tmp_path):
@@ -122,3 +123,13 @@ def test_node_keys_are_added_listed_and_removed_alone(tmp_path):
     assert k.node_names(keys) == ["rack1-b"]
     assert not os.path.exists(os.path.join(keys, "datanode-rack1-a.key"))
     assert run("remove-node", keys, "rack1-a").returncode == 1
+
+
+def test_a_wiped_node_comes_back_under_a_new_id_with_its_key(cluster):
+    old = node_status(cluster, 2)
+    cluster.nodes[2].kill()
+    cluster.restart_node(2, wipe=True)  # a new disk: a new node id, the same key
+    wait_for(lambda: any(n.alive and n.addr == old.addr and n.node_id != old.node_id
+                         for n in cluster.status().nodes),
+             timeout_s=20, what="the wiped node to join under a new id")
+    assert "moved from " + old.node_id in cluster.master.tail()
