@@ -52,8 +52,9 @@ def cli() -> None:
               help="Directory holding the master's and every data node's data.")
 @click.option("--datanodes", default=3, show_default=True, type=click.IntRange(1, 64),
               help="How many data nodes to start.")
-@click.option("--replication", default=2, show_default=True, type=click.IntRange(1, 9),
-              help="Copies of each item (R).")
+@click.option("--replication", default=None, type=click.IntRange(1, 9),
+              help="Copies of each item (R): at most --datanodes. Default: 2, or 1 with one "
+                   "data node.")
 @click.option("--port", default=MASTER_PORT, show_default=True, type=click.IntRange(1, 65535),
               help=f"Master port on {LOOPBACK}.")
 @click.option("--node-port", default=DATANODE_PORT, show_default=True,
@@ -71,7 +72,7 @@ def cli() -> None:
               help="Shards: masters each with --datanodes data nodes of their own (ports "
                    "PORT, PORT+1, ...; heads published on the ports after them). Queues spread "
                    "over them; a dead shard master is restarted on its WAL.")
-def cluster(data_dir: str, datanodes: int, replication: int, port: int, node_port: int,
+def cluster(data_dir: str, datanodes: int, replication: int | None, port: int, node_port: int,
             insecure: bool, metrics: bool, log_format: str, standby: bool, masters: int) -> None:
     """Run a master and data nodes on 127.0.0.1 in the foreground; Ctrl-C stops them all.
 
@@ -81,6 +82,12 @@ def cluster(data_dir: str, datanodes: int, replication: int, port: int, node_por
     """
     from blizzard.harness import LocalCluster
 
+    if replication is None:
+        replication = min(2, datanodes)
+    elif replication > datanodes:  # no enqueue could ever be placed
+        raise click.BadParameter(f"{replication} copies of each item need at least {replication} "
+                                 f"data nodes; --datanodes is {datanodes}",
+                                 param_hint="'--replication'")
     keys = None if insecure else os.path.join(os.path.abspath(data_dir), "keys")
     if masters > 1:
         if standby:
@@ -95,7 +102,8 @@ def cluster(data_dir: str, datanodes: int, replication: int, port: int, node_por
     stopping = stop_on_signals()
     _start(local, data_dir)
     try:
-        click.echo(f"master {local.masters}, {datanodes} data nodes, data in {data_dir}; "
+        click.echo(f"master {local.masters}, {datanodes} data node{'s' * (datanodes != 1)}, "
+                   f"data in {data_dir}; "
                    "Ctrl-C stops")
         click.echo(f"export BLIZZARD_MASTER={local.masters}")
         if keys is not None:

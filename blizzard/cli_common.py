@@ -200,15 +200,24 @@ keys_opt = click.option("--keys", type=click.Path(file_okay=False), envvar=KEYS_
                              "configure and deletes.")
 
 
-class Seconds(click.FloatRange):
-    """A duration in seconds within a range; ``nan`` and ``inf`` are refused (a wait of ``nan``
-    or ``inf`` seconds never ends, or ends in a traceback deep in a library)."""
+class Finite(click.FloatRange):
+    """A number within a range; ``nan`` and ``inf`` are refused, also where the range has no
+    upper end (a wait of ``nan`` or ``inf`` seconds never ends, or ends in a traceback deep
+    in a library; a rate of ``inf`` spins)."""
+
+    unit = "number"
 
     def convert(self, value: Any, param: Any, ctx: Any) -> float:
-        seconds = super().convert(value, param, ctx)
-        if math.isnan(seconds):
-            self.fail(f"{value!r} is not a number of seconds", param, ctx)
-        return seconds
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite {self.unit}", param, ctx)
+        return number
+
+
+class Seconds(Finite):
+    """A duration in seconds within a range, finite."""
+
+    unit = "number of seconds"
 
 
 MAX_TIMEOUT_S = 3600.0

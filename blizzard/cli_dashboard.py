@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from blizzard.cli_common import keys_opt, master_opt
+from blizzard.cli_common import Seconds, keys_opt, master_opt
 from blizzard.dashboard import MAX_SAMPLES
 from blizzard.defaults import LOOPBACK
 
@@ -31,13 +31,13 @@ STATUS_PAGE_HINT = ("status page: run `blizzard dashboard` in another shell with
                    "reach the page, e.g. this machine's name with --bind 0.0.0.0. The page "
                    "answers only to its bind address, localhost and 127.0.0.1 otherwise, so "
                    "that no other site can read it through a browser (DNS rebinding).")
-@click.option("--interval-s", default=2.0, show_default=True, type=click.FloatRange(0.2, 60),
+@click.option("--interval-s", default=2.0, show_default=True, type=Seconds(0.2, 60),
               help="Seconds between two samples of the master (and page refreshes).")
 @click.option("--history-s", default=600.0, show_default=True,
-              type=click.FloatRange(10, 86_400),
+              type=Seconds(10, 86_400),
               help=f"How far back the charts reach; at most {MAX_SAMPLES} times --interval-s "
                    "(e.g. 86400 needs --interval-s 24).")
-@click.option("--timeout-s", default=3.0, show_default=True, type=click.FloatRange(0.1, 60),
+@click.option("--timeout-s", default=3.0, show_default=True, type=Seconds(0.1, 60),
               help="Count a sample as failed when the master takes longer than this.")
 @click.option("--log-level", default="warning", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"]),

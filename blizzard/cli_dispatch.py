@@ -13,7 +13,7 @@ from typing import Any, NoReturn
 import click
 
 from blizzard import logs
-from blizzard.cli_common import EXIT_ERROR, keys_opt, master_opt, timeout_opt
+from blizzard.cli_common import EXIT_ERROR, Seconds, keys_opt, master_opt, timeout_opt
 from blizzard.cli_output import echo_json, escape, json_opt
 from blizzard.errors import InvalidArgument
 from blizzard.queue_settings import check_queue_name
@@ -57,7 +57,7 @@ def _host_list(ctx: Any, param: Any, value: str | None) -> tuple[str, ...]:
               help="Comma-separated queues whose tasks to deliver, e.g. emails,thumbnails.")
 @click.option("--workers", default=16, show_default=True, type=click.IntRange(1, 10_000),
               help="Requests in flight at once (asyncio senders).")
-@click.option("--lease-s", default=30.0, show_default=True, type=click.FloatRange(1, 43_200),
+@click.option("--lease-s", default=30.0, show_default=True, type=Seconds(1, 43_200),
               help="Lease length; extended every third of it while a task is held, so a "
                    "killed dispatcher's tasks come back this long after it died.")
 @click.option("--batch", default=100, show_default=True, type=click.IntRange(1, 10_000),

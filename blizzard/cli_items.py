@@ -165,7 +165,7 @@ def ack(queue: str, item_id: int, token: int, master: str, timeout_s: float) -> 
 
 
 @_item_command
-@click.option("--delay-s", default=None, type=click.FloatRange(0, 365 * 86400.0),
+@click.option("--delay-s", default=None, type=Seconds(0, 365 * 86400.0),
               help="Visible again after this long; default: the queue's retry back-off.")
 @click.option("--error", default="", help="Why it failed: kept with the item and shown by "
               "`queue peek` if it ends up in the dead-letter queue.")
@@ -180,7 +180,7 @@ def nack(queue: str, item_id: int, token: int, master: str, timeout_s: float,
 
 
 @_item_command
-@click.option("--lease-s", required=True, type=click.FloatRange(0.001, MAX_LEASE_S),
+@click.option("--lease-s", required=True, type=Seconds(0.001, MAX_LEASE_S),
               help="Keep the lease this many seconds from now.")
 def extend(queue: str, item_id: int, token: int, master: str, timeout_s: float,
            lease_s: float) -> None:

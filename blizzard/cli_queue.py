@@ -8,7 +8,8 @@ from typing import Any, Callable
 
 import click
 
-from blizzard.cli_common import QUEUE_NAME_HELP, keys_opt, master_opt, queue_arg, timeout_opt
+from blizzard.cli_common import (QUEUE_NAME_HELP, Seconds, keys_opt, master_opt, queue_arg,
+                                  timeout_opt)
 from blizzard.cli_output import (STATS_KEYS, echo_json, escape, json_opt, message_doc, output,
                                  seconds, shown_stats, size, stats_lines)
 from blizzard.cli_watch import watch, watch_opt
@@ -131,7 +132,7 @@ def _setting_option(s: Setting) -> Callable[[Any], Any]:
     if s.kind is int:
         kind = click.IntRange(int(s.low), int(s.high))
     elif s.kind is float:
-        kind = click.FloatRange(s.low, s.high)
+        kind = Seconds(s.low, s.high)
     else:
         kind = click.STRING
     default = f" Default: {s.default:g}." if s.kind is not str else ""

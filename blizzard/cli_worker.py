@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from blizzard import logs
-from blizzard.cli_common import KEYS_ENV, keys_opt, master_opt, timeout_opt
+from blizzard.cli_common import KEYS_ENV, Seconds, keys_opt, master_opt, timeout_opt
 from blizzard.client import Client
 from blizzard.errors import InvalidArgument
 from blizzard.queue_settings import check_queue_name
@@ -106,7 +106,7 @@ def _left_leased(worker: Worker) -> str:
                    "core for CPU-bound Python jobs).")
 @click.option("--burst", is_flag=True, help="Exit once every queue is empty and the jobs "
               "taken are done.")
-@click.option("--lease-s", type=click.FloatRange(0.001, 12 * 3600.0), default=None,
+@click.option("--lease-s", type=Seconds(0.001, 12 * 3600.0), default=None,
               help="Lease length for jobs (default: each queue's lease_s); leases of long "
                    "jobs are extended while they run.")
 @master_opt

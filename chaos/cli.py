@@ -17,6 +17,7 @@ from typing import Callable
 
 import click
 
+from blizzard.cli_common import Finite, Seconds
 from chaos import checker, history
 from chaos.schedule import FaultPlan, Timing, make_schedule
 from chaos.workload import WorkloadConfig
@@ -34,7 +35,7 @@ def _run_options(f: Callable[..., None]) -> Callable[..., None]:
         click.option("--seed", type=int, default=None,
                      help="Seed for the schedule and the payloads (default: random, printed)."),
         click.option("--duration-s", default=60.0, show_default=True,
-                     type=click.FloatRange(10), help="Workload time under faults; healing, "
+                     type=Seconds(10), help="Workload time under faults; healing, "
                      "draining and checking come after."),
         click.option("--datanodes", default=5, show_default=True, type=click.IntRange(4, 32),
                      help="Data nodes to start (R=3; the faults keep three alive)."),
@@ -55,7 +56,7 @@ def _run_options(f: Callable[..., None]) -> Callable[..., None]:
         click.option("--scale-faults/--no-scale-faults", default=False, show_default=True,
                      help="Multiply the fault counts above by duration/60 s (for long runs)."),
         click.option("--churn-per-min", default=0.0, show_default=True,
-                     type=click.FloatRange(0), help="Churn: kills and restarts of random data "
+                     type=Finite(0), help="Churn: kills and restarts of random data "
                      "nodes per minute, for the whole run (0: off)."),
         click.option("--standby/--no-standby", default=False, show_default=True,
                      help="Also run a hot standby master: master kills, pauses and cuts make it "
@@ -120,7 +121,7 @@ def cli() -> None:
 @_run_options
 @click.option("--producers", default=2, show_default=True, type=click.IntRange(1, 16),
               help="Producer threads.")
-@click.option("--rate", default=150.0, show_default=True, type=click.FloatRange(1),
+@click.option("--rate", default=150.0, show_default=True, type=Finite(1),
               help="Items per second each producer enqueues at most.")
 @click.option("--batch-min", default=10, show_default=True, type=click.IntRange(1, 1000),
               help="Smallest enqueue/dequeue batch.")
@@ -133,7 +134,7 @@ def cli() -> None:
                    "items at rest.")
 @click.option("--run-dir", type=click.Path(file_okay=False), default=None,
               help="Where history, report and cluster logs go (default: a new temp dir).")
-@click.option("--drain-timeout-s", default=60.0, show_default=True, type=click.FloatRange(1),
+@click.option("--drain-timeout-s", default=60.0, show_default=True, type=Seconds(1),
               help="Give up draining the queue after this long.")
 @click.option("--keep-data/--no-keep-data", default=False, show_default=True,
               help="Keep the WAL and LevelDB directories after a passing run "

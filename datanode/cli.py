@@ -8,7 +8,7 @@ from __future__ import annotations
 import click
 
 from blizzard import logs
-from blizzard.cli_common import (ADDRESS, config_defaults, master_opt, security, serve,
+from blizzard.cli_common import (ADDRESS, Seconds, config_defaults, master_opt, security, serve,
                                  server_command, start)
 from datanode.config import DatanodeConfig
 
@@ -21,7 +21,7 @@ _DEFAULT = config_defaults(DatanodeConfig)
               help="Address clients and peers use to reach this node; default: --bind.")
 @master_opt
 @click.option("--heartbeat-s", default=_DEFAULT["heartbeat_s"], show_default=True,
-              type=click.FloatRange(0.01), help="Seconds between heartbeats to the master.")
+              type=Seconds(0.01), help="Seconds between heartbeats to the master.")
 @click.option("--max-item-bytes", default=_DEFAULT["max_item_bytes"], show_default=True,
               type=click.IntRange(1), help="Largest blob accepted.")
 @click.option("--join-cluster", default="", metavar="ID",

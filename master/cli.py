@@ -11,8 +11,8 @@ import click
 import zmq
 
 from blizzard import logs
-from blizzard.cli_common import (ADDRESS, config_defaults, keys_opt, master_opt, security, serve,
-                                 server_command, start, timeout_opt)
+from blizzard.cli_common import (ADDRESS, Seconds, config_defaults, keys_opt, master_opt, security,
+                                 serve, server_command, start, timeout_opt)
 from blizzard.errors import BlizzardError
 from master.config import MasterConfig
 
@@ -36,11 +36,11 @@ class MasterCommand(click.Command):
 @click.option("--min-replicas", default=None, type=click.IntRange(1, 9),
               help="Copies that must be durable before an enqueue is acknowledged (W); default R.")
 @click.option("--heartbeat-s", default=_DEFAULT["heartbeat_s"], show_default=True,
-              type=click.FloatRange(0.01), help="How often data nodes should heartbeat.")
+              type=Seconds(0.01), help="How often data nodes should heartbeat.")
 @click.option("--dead-after-s", default=_DEFAULT["dead_after_s"], show_default=True,
-              type=click.FloatRange(0.05), help="A data node silent this long is dead.")
+              type=Seconds(0.05), help="A data node silent this long is dead.")
 @click.option("--pending-timeout-s", default=_DEFAULT["pending_timeout_s"], show_default=True,
-              type=click.FloatRange(0.1),
+              type=Seconds(0.1),
               help="Ids handed out and not enqueued, or items staged and not committed, "
                    "within this are dropped and their blobs deleted.")
 @click.option("--max-item-bytes", default=_DEFAULT["max_item_bytes"], show_default=True,
@@ -59,7 +59,7 @@ class MasterCommand(click.Command):
                    "holds it durably too, so a failover loses nothing acknowledged (while "
                    "the standby is down, nothing is confirmed).")
 @click.option("--failover-after-s", default=_DEFAULT["failover_after_s"], show_default=True,
-              type=click.FloatRange(0), help="A standby in sync promotes itself after its "
+              type=Seconds(0), help="A standby in sync promotes itself after its "
               "primary was silent this long (0: only `blizzard master promote`).")
 @click.option("--rebuild-from-datanodes", "rebuild_from", default="", metavar="ADDR,ADDR,...",
               help="The master's data dir was lost: on an EMPTY --data-dir, first rebuild every "

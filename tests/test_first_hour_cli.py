@@ -115,6 +115,17 @@ def test_other_durations_of_nan_or_forever_are_usage_errors(argv):
         one_usage_error(blizzard(*argv, value, timeout_s=20), argv[-1])
 
 
+@pytest.mark.parametrize("argv", [
+    ["nack", "q", "1", "1", "--delay-s"], ["extend", "q", "1", "1", "--lease-s"],
+    ["dashboard", "--interval-s"], ["dispatch", "q", "--lease-s"], ["worker", "m", "--lease-s"],
+    ["master", "--data-dir", "unused", "--heartbeat-s"],
+    ["datanode", "--data-dir", "unused", "--heartbeat-s"]])
+def test_every_duration_option_refuses_nan_and_infinity(argv):
+    """Open-ended ranges too: ``--heartbeat-s inf`` is not a duration."""
+    one_usage_error(blizzard(*argv, "nan", timeout_s=20), argv[-1], "finite")
+    one_usage_error(blizzard(*argv, "inf", timeout_s=20), argv[-1])
+
+
 # -- 12: blizzard cluster -----------------------------------------------------------------------
 
 @pytest.mark.parametrize("masters", ["1", "2"])
@@ -129,6 +140,12 @@ def test_cluster_names_the_status_page_once_it_serves(tmp_path, masters):
         seen = [lines.get(timeout=60)]
         while "status page" not in seen[-1]:
             seen.append(lines.get(timeout=60))
+        if masters == "1":  # one data node: R defaults to 1, so an item goes round
+            with Client(seen[0].split()[1].rstrip(","), keys="") as c:
+                item = c.enqueue("one", b"x")
+                msg = c.dequeue("one")
+                assert msg is not None and msg.id == item
+                msg.ack(wait=True)
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=30)
     finally:
@@ -137,6 +154,12 @@ def test_cluster_names_the_status_page_once_it_serves(tmp_path, masters):
             proc.wait()
     assert "blizzard dashboard" in seen[-1] and "http://127.0.0.1:8080/" in seen[-1], seen
     assert proc.returncode == 0 and lines.get(timeout=10) == "stopped\n"
+
+
+def test_cluster_refuses_more_copies_than_data_nodes(tmp_path):
+    one_usage_error(blizzard("cluster", "--data-dir", str(tmp_path), "--datanodes", "1",
+                             "--replication", "2"), "--replication", "at least 2 data nodes")
+    assert not os.listdir(tmp_path)  # nothing started, nothing made
 
 
 def test_sharded_cluster_on_a_port_in_use_prints_no_stopped(tmp_path):
