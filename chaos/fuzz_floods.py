@@ -6,8 +6,8 @@ one for each the server shuts (its connection guard: ``blizzard/conn_guard.py``)
 ``rate_per_s`` new connections a second in all, for a given time. ``flood_campaign`` runs one
 against every server of a cluster while a client connected before keeps doing timed round
 trips (enqueue, dequeue, ack), and reports the figures: connections made and shut by the
-servers, the most held at once, the round trips' latency during the flood, whether every
-server lived and a new client is served afterwards.
+servers, the most held at once, the round trips' latency before and during the flood, whether
+every server lived and a new client is served afterwards.
 """
 
 from __future__ import annotations
@@ -23,9 +23,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from blizzard import Client
+from blizzard.fd_limits import raise_fd_limit
 from blizzard.harness import LocalCluster
 
 Emit = Callable[[dict[str, Any]], None]
+BASELINE_TRIPS = 50  # round trips timed before the flood, to compare with those during it
 
 
 def host_port(addr: str) -> tuple[str, int]:
@@ -169,9 +171,12 @@ def flood_campaign(cluster: LocalCluster, plan: FloodPlan, emit: Emit,
     problems: list[str] = []
     procs = [cluster.master, *cluster.nodes]
     targets = {p.name: p.addr for p in procs if p is not None}
+    soft, _ = raise_fd_limit()  # the flood's own sockets; fewer each if the limit is low
+    hold = max(1, min(plan.hold, (soft - 500) // len(targets)))
     with Client(cluster.master_addr, timeout_s=30) as client:
-        round_trip(client, queue, 0)  # connected to the master and every data node it uses
-        flood = ConnectionFlood(list(targets.values()), plan.hold, plan.rate_per_s)
+        # connected to the master and every data node it uses; the latency without a flood
+        quiet = [round_trip(client, queue, -2 - n) for n in range(BASELINE_TRIPS)]
+        flood = ConnectionFlood(list(targets.values()), hold, plan.rate_per_s)
         thread = threading.Thread(target=flood.run, args=(plan.seconds,), daemon=True)
         started = time.monotonic()
         thread.start()
@@ -194,12 +199,13 @@ def flood_campaign(cluster: LocalCluster, plan: FloodPlan, emit: Emit,
         except Exception as exc:
             problems.append(f"no round trip with a new client after the flood: {exc}")
     line: dict[str, Any] = {
-        "flood": "connections", "hold": plan.hold, "seconds": round(seconds, 1),
+        "flood": "connections", "hold": hold, "seconds": round(seconds, 1),
         "rate_per_s": plan.rate_per_s,
         "targets": {name: vars(flood.figures.get(addr, FloodFigures()))
                     for name, addr in targets.items()},
         "round_trips": len(latencies), "round_trip_failures": len(failures),
-        "round_trip_ms": _summary(latencies), "after_ms": after_ms, "exits": dead,
+        "round_trip_ms": _summary(latencies), "round_trip_ms_before": _summary(quiet),
+        "after_ms": after_ms, "exits": dead,
     }
     if failures:
         line["first_failure"] = failures[0][:300]
