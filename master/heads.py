@@ -11,7 +11,9 @@ socket whenever it changes (``Heads.publish``), so a client that subscribes know
 head, a little stale, without asking any. Only queues someone subscribes to are published
 (producers alone pay nothing for the feed), and a new subscriber is sent the head at once.
 With keys, the feed admits client and admin keys only (``blizzard/secure.py``: its ZAP domain
-names the roles), so a data node's key cannot read the queues' heads.
+names the roles), so a data node's key cannot read the queues' heads. Subscriptions are
+capped per connection and in all, and forgotten when their connection goes
+(``master/subscribers.py``).
 """
 
 from __future__ import annotations
@@ -23,12 +25,14 @@ from typing import Any, Callable
 import zmq
 
 from blizzard import protocol as p
+from blizzard.departures import Departures, cut, source_fd
 from blizzard.errors import InvalidArgument
 from blizzard.keys import READERS, ServerKeys
 from blizzard.secure import serve_curve
 from blizzard.shard_messages import first_id, shard_of, topic
 from master import checks
 from master.state import State
+from master.subscribers import CUT, MAX_MESSAGE_BYTES, OK, Subscribers
 
 _EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)  # plain ints: enum operators cost a call
 
@@ -37,7 +41,6 @@ log = logging.getLogger(__name__)
 SCAN_EVERY_S = 0.001  # heads are compared at most this often (after a pass that did something)
 REPUBLISH_S = 1.0  # and all of them sent again this often, for subscribers that joined late
 MAX_SCAN = 256  # queues compared per scan (more: in turns)
-SUBSCRIPTION_BYTES = 1024  # a subscriber sends only topics; anything bigger is dropped
 
 
 def claim_shard(state: State, shard: int) -> None:
@@ -81,16 +84,23 @@ class Heads:
         self.next_all = 0.0
         self.dirty = False  # something changed since the last scan
         self.marks: dict[str, tuple[int, int, int, int]] = {}  # queue -> counts at its last scan
-        self.listened: set[bytes] = set()  # topics someone subscribes to
+        self.listened = Subscribers()  # who subscribes to which topics
+        self.departures: Departures | None = None
+        self.port = 0
         if bind:
             sock = ctx.socket(zmq.XPUB)  # tells the master which queues anyone listens to
             sock.setsockopt(zmq.LINGER, 0)
-            sock.setsockopt(zmq.MAXMSGSIZE, SUBSCRIPTION_BYTES)  # a subscription's size
+            # a subscriber sends only topics: a bigger message ends its connection
+            sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
             sock.setsockopt(zmq.SNDHWM, 10_000)  # a slow subscriber loses updates, not memory
+            sock.setsockopt(zmq.XPUB_MANUAL, 1)  # the master applies each subscription itself
             if keys is not None:  # producers' and consumers' keys: not a data node's
                 serve_curve(sock, keys, READERS)
             sock.bind(bind)
             self.sock = sock
+            self.departures = Departures(sock)
+            endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
+            self.port = int(endpoint.rsplit(":", 1)[1]) if endpoint.startswith("tcp") else 0
 
     def wake(self) -> float | None:
         """When the loop must pass again to publish a change (monotonic); None: no change."""
@@ -140,9 +150,10 @@ class Heads:
             start = self.turn % len(names)
             names = (names[start:] + names[:start])[:MAX_SCAN]
             self.turn = start + MAX_SCAN
-        everyone = b"" in self.listened  # a subscription to every topic
+        listened = self.listened.listened
+        everyone = listened(b"")  # a subscription to every topic
         for name in names:
-            if everyone or topic(name) in self.listened:
+            if everyone or listened(topic(name)):
                 self._publish(name, now, seq, everything)
 
     def _publish(self, name: str, now: float, seq: int, anyway: bool) -> None:
@@ -163,29 +174,43 @@ class Heads:
             self._send(head)
 
     def _listeners(self) -> list[str]:
-        """Read the subscriptions that came (the XPUB socket tells a topic's first subscribe
-        and its last unsubscribe, a subscriber's leaving included); the queues just joined."""
-        assert self.sock is not None
-        joined = []
-        while self.sock.get(_EVENTS) & _POLLIN:
+        """Read the (un)subscriptions that came, apply those ``Subscribers`` admits, then
+        forget the subscriptions of connections that left; the queues just joined.
+
+        In manual mode libzmq passes on every (un)subscription, and applies none itself: a
+        subscription applied here (``subscribe``) is the one just read. Unsubscriptions
+        libzmq makes for a connection that left carry no descriptor and are skipped: its
+        departure (read after its last messages) says the same.
+        """
+        assert self.sock is not None and self.departures is not None
+        sock, listened = self.sock, self.listened
+        joined: list[str] = []
+        while sock.get(_EVENTS) & _POLLIN:
             try:
-                msg = self.sock.recv(zmq.NOBLOCK)
+                frame = sock.recv(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 break
-            if not msg or msg[0] not in (0, 1):
-                continue  # not a subscription: ignored
+            msg, fd = frame.bytes, source_fd(frame)
+            if not msg or msg[0] not in (0, 1) or fd < 0 or self.departures.departed(fd):
+                continue  # not a subscription, or a departed connection's
             wanted = msg[1:]
             if msg[0] == 0:
-                self.listened.discard(wanted)
+                if listened.unsubscribe(fd, wanted):
+                    sock.unsubscribe(wanted)
                 continue
-            self.listened.add(wanted)
-            if wanted.endswith(b"\0"):
-                try:
-                    joined.append(wanted[:-1].decode("utf-8"))
-                except UnicodeDecodeError:
-                    pass
-            elif not wanted:
-                joined += list(self.state.queues)[:MAX_SCAN]
+            exists = not wanted or wanted[:-1].decode("ascii", "replace") in self.state.queues
+            verdict = listened.subscribe(fd, wanted, exists)
+            if verdict == OK:
+                sock.subscribe(wanted)  # to the connection this came on
+                if wanted:
+                    joined.append(wanted[:-1].decode("ascii"))
+                else:
+                    joined += list(self.state.queues)[:MAX_SCAN]
+            elif verdict == CUT:
+                listened.cutting(fd)
+                cut(fd, self.port)
+        for fd in self.departures.read():
+            listened.gone(fd)
         return joined
 
     def _send(self, head: p.QueueHead) -> None:
@@ -196,5 +221,7 @@ class Heads:
             pass
 
     def close(self) -> None:
+        if self.departures is not None:
+            self.departures.close()  # before its socket (see Departures)
         if self.sock is not None:
             self.sock.close()

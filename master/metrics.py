@@ -182,6 +182,17 @@ class MasterMetrics(metrics.ServedCollector):
         yield GaugeMetricFamily("blizzard_master_long_polls",
                                 "Lease requests parked until items come (long polls).",
                                 value=len(server.leases.waiters))
+        listened = server.heads.listened  # master/subscribers.py
+        yield GaugeMetricFamily("blizzard_heads_subscriptions",
+                                "Subscriptions the heads feed applies, all connections "
+                                "together (a topic once per connection listening).",
+                                value=listened.count)
+        yield CounterMetricFamily("blizzard_heads_subscriptions_refused",
+                                  "Heads feed subscriptions refused (over a cap, or no queue's "
+                                  "topic) since the master started.", value=listened.refused)
+        yield CounterMetricFamily("blizzard_heads_subscribers_cut",
+                                  "Heads feed connections cut for asking more than their share "
+                                  "or for no queue's topic.", value=listened.cut)
         mono = time.monotonic()
         members = server.membership
         nodes = _retrying(lambda: list(members.nodes.values())) or []
