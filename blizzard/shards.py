@@ -42,10 +42,10 @@ from blizzard.shard_writes import ShardedProducer, ShardedStager, ShardLeases, p
 
 QUIET_S = 0.5  # a shard not heard from this long is asked whether it lives before an enqueue
 PROBE_S = 1.0  # and given this long to answer
-
 CHECK_S = 0.5  # how long a new client waits for the masters' Hello (a silent one: checked later)
 ONE_SHARD = ("a primary and its standbys are one shard, one string with commas between: "
              '"{}" (a list, or addresses separated by spaces, names different shards)')
+
 
 def split_shards(masters: str | Sequence[str]) -> list[str]:
     """The shards of ``"tcp://a tcp://b"`` or of a list (each may be ``primary,standby``);
@@ -53,13 +53,13 @@ def split_shards(masters: str | Sequence[str]) -> list[str]:
     shards = masters.split() if isinstance(masters, str) else [str(m).strip() for m in masters]
     if not 1 <= len(shards) <= MAX_SHARDS:
         raise InvalidArgument(f"give between 1 and {MAX_SHARDS} shards, got {len(shards)}")
-    return shards
     shard_of_addr: dict[str, int] = {}
     for k, shard in enumerate(shards):
         for addr in filter(None, (a.strip() for a in shard.split(","))):
             if shard_of_addr.setdefault(addr, k) != k:
                 raise InvalidArgument(f"{addr} is listed as shard {shard_of_addr[addr]} and as "
                                       f"shard {k}: a master serves one shard")
+    return shards
 
 
 def key_shard(key: str, shards: int) -> int:
@@ -98,7 +98,6 @@ class ShardedClient:
         if self.feed is not None:
             self.feed.close()
 
-    def _hello(self, k: int) -> None:
     def refuse_standbys(self) -> None:
         """``InvalidArgument`` if a shard's master is the standby of another shard's (the list
         meant one shard: ``"A,B"``, not ``[A, B]`` or ``"A B"``). Every master is asked at once,
@@ -122,6 +121,7 @@ class ShardedClient:
                 raise InvalidArgument(f"{addr} (listed as shard {k}) is the standby of {other} "
                                       f"(listed as shard {j}): {ONE_SHARD.format(one)}")
 
+    def _hello(self, k: int) -> None:
         """Before shard ``k`` is first used, and after its standby took over: check it is
         shard ``k`` (a client listing shards in another order would put keys elsewhere), and
         join its master's heads feed."""
@@ -131,8 +131,8 @@ class ShardedClient:
         welcome = link.call(p.Hello(), since=time.monotonic() - link.timeout_s  # not for long:
                             + min(LEASE_ATTEMPT_S, link.timeout_s))  # a dead shard is passed over
         if welcome.primary:  # a standby not yet promoted: it tells no shard, and serves nothing
-            link.move_on(p.Error("not_primary", ""))  # the shard's other master next time
             self._refuse_standby(k, link.endpoint.addr, welcome.primary)
+            link.move_on(p.Error("not_primary", ""))  # the shard's other master next time
             raise MasterUnavailable(f"shard {k}'s master {link.addr} is a standby (of "
                                     f"{welcome.primary}); its primary did not answer")
         if welcome.shard != k:
