@@ -55,6 +55,7 @@ class _Directory:
         self.stamp: tuple[int, int] | None = None
         self.read_at = 0.0
         self.checked_at = 0.0
+        self.verdicts: dict[str, bool] = {}  # User-Id -> still admitted, since the last check
         self.expires_at = float("inf")  # unix time the next rotated key's grace ends
         self.roles: dict[bytes, str] = {}
         self.lock = threading.Lock()
@@ -92,8 +93,14 @@ class _Directory:
             self.checked_at = now
             with self.lock:
                 self._read(False)
-        role, _, key = user_id.partition(":")
-        return bool(role) and self.roles.get(key.encode()) == role
+            self.verdicts = {}
+        verdict = self.verdicts.get(user_id)
+        if verdict is None:
+            role, _, key = user_id.partition(":")
+            verdict = bool(role) and self.roles.get(key.encode()) == role
+            if len(self.verdicts) < 10_000:  # one per key in use; a bound all the same
+                self.verdicts[user_id] = verdict
+        return verdict
 
     def callback(self, domain: str, public: bytes) -> bool:  # pyzmq's credentials provider
         """A known key; on a socket of domain ``blizzard:ROLE,...``, of one of those roles."""
