@@ -133,3 +133,20 @@ def test_a_wiped_node_comes_back_under_a_new_id_with_its_key(cluster):
                          for n in cluster.status().nodes),
              timeout_s=20, what="the wiped node to join under a new id")
     assert "moved from " + old.node_id in cluster.master.tail()
+
+
+def test_a_restarted_master_remembers_which_key_speaks_for_which_node(cluster_factory):
+    cl = cluster_factory(datanodes=2, replication=1, heartbeat_s=0.2, dead_after_s=1.5)
+    other = node_status(cl, 1)
+    cluster_id = cl.status().cluster_id
+    for node in cl.nodes:
+        node.kill()
+    cl.master.stop()  # a clean stop: the binding comes back from the checkpoint
+    cl.restart_master()
+    # Node 1 has not heartbeated to this master since: only the durable binding refuses
+    ep = cl.endpoint(cl.master_addr, "datanode")
+    try:
+        with pytest.raises(Forbidden, match="speaks with another key"):
+            call(ep, p.Heartbeat(other.node_id, other.addr, 0, 0, 10**12, cluster_id), 5)
+    finally:
+        ep.close()
