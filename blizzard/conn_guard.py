@@ -214,6 +214,7 @@ class ConnectionGuard:
         self.say = Throttled(log)
         self.lock = threading.Lock()  # the monitor socket and the bookkeeping
         self._gone: set[int] | None = None  # departed fds, kept once someone reads them
+        self._left: set[int] = set()  # ... ended, and no connection accepted on them since
         self._ended = False  # the monitor stopped
         self._closing = False
         inproc = f"inproc://blizzard.conn-guard.{next(_guard_ids)}"
@@ -243,6 +244,15 @@ class ConnectionGuard:
             gone, self._gone = self._gone, set()
         return gone
 
+    def departed(self, fd: int) -> bool:
+        """Whether a message read from ``fd`` now is a departed connection's (as
+        ``blizzard.departures.Departures.departed``; once ``read_departures`` was called)."""
+        with self.lock:
+            if fd not in self._left:
+                return False
+            self._drain()
+            return fd in self._left
+
     def _run(self) -> None:
         try:
             while True:
@@ -268,11 +278,13 @@ class ConnectionGuard:
             kind, fd = event["event"], int(event["value"])
             try:
                 if kind == zmq.EVENT_ACCEPTED:
+                    self._left.discard(fd)
                     self._accepted(fd)
                 elif kind in (zmq.EVENT_DISCONNECTED, zmq.EVENT_CLOSED):
                     self.admission.forget(fd)
                     if self._gone is not None and kind == zmq.EVENT_DISCONNECTED:
                         self._gone.add(fd)
+                        self._left.add(fd)
                 elif kind == zmq.EVENT_MONITOR_STOPPED:
                     self._ended = True
             except Exception:  # the guard must outlive a surprise, or events pile up
@@ -307,6 +319,8 @@ class ConnectionGuard:
                      limits.max_pending_per_addr, self.port)
 
     def close(self, timeout_s: float = 5.0) -> None:
+        if self._closing:
+            return
         self._closing = True
         if not self.sock.closed:
             self.sock.monitor(None, 0)  # sends MONITOR_STOPPED: the thread ends
@@ -320,9 +334,23 @@ class GuardDepartures:
 
     def __init__(self, guard: ConnectionGuard) -> None:
         self.guard = guard
+        guard.read_departures()  # collected from now on
 
     def read(self) -> set[int]:
         return self.guard.read_departures()
 
+    def departed(self, fd: int) -> bool:
+        return self.guard.departed(fd)
+
     def close(self) -> None:
-        """Nothing: the monitor goes with the guard, which its ``RouterServer`` closes."""
+        """Close the guard (before its socket; a second close does nothing)."""
+        self.guard.close()
+
+
+def guarded(sock: zmq.Socket, secure: bool) -> GuardDepartures:
+    """Guard a bound TCP socket (its handshake limit counts connections as pending) and tell
+    which of its connections left: for sockets other than a ``RouterServer``'s (the master's
+    heads feed)."""
+    pending_ms = sock.getsockopt(zmq.HANDSHAKE_IVL) or 30_000
+    guard = ConnectionGuard(sock, Limits.for_process(pending_ms / 1000, secure))
+    return GuardDepartures(guard)

@@ -25,6 +25,7 @@ from typing import Any, Callable
 import zmq
 
 from blizzard import protocol as p
+from blizzard.conn_guard import guarded
 from blizzard.departures import Departures, cut, source_fd
 from blizzard.errors import InvalidArgument
 from blizzard.keys import READERS, ServerKeys
@@ -98,7 +99,7 @@ class Heads:
                 serve_curve(sock, keys, READERS)
             sock.bind(bind)
             self.sock = sock
-            self.departures = Departures(sock)
+            self.departures = guarded(sock, keys is not None)  # blizzard/conn_guard.py: caps
             endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
             self.port = int(endpoint.rsplit(":", 1)[1]) if endpoint.startswith("tcp") else 0
 

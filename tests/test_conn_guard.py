@@ -131,3 +131,27 @@ def test_a_flood_of_idle_connections_is_cut_to_the_cap_and_real_clients_go_on():
             late.close()
         server.close()
     assert not server.guard.thread.is_alive()
+
+
+def test_the_heads_feed_port_is_guarded_too():
+    """The master's other port (``--heads-bind``, an XPUB) caps idle connections the same way,
+    and still tells its subscribers' departures."""
+    from tests.test_master_requests import in_process_master
+    port = free_port()
+    master = in_process_master(replication=1, heads_bind=f"tcp://127.0.0.1:{port}")
+    flood: list[socket.socket] = []
+    try:
+        guard = master.heads.departures.guard
+        cap = guard.admission.limits.max_pending_per_addr
+        for _ in range(cap + 50):
+            flood.append(socket.create_connection(("127.0.0.1", port)))
+        wait_for(lambda: sum(guard.refused.values()) >= 50, 10, "refusals")
+        assert sum(_shut_by_server(c) for c in flood) >= 50
+        for conn in flood:
+            conn.close()
+        wait_for(lambda: not guard.admission.open, 10, "the flood's departures")
+        assert len(master.heads.departures.read()) >= cap  # told to the heads feed too
+    finally:
+        for conn in flood:
+            conn.close()
+        master.close()
