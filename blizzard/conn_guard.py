@@ -4,10 +4,11 @@ its file descriptors.
 libzmq accepts every TCP connection and keeps it until the handshake limit cuts a silent
 one; it has no option to cap them. A flood of plain connections that never greet would hold
 a descriptor each until the process could open no file (a WAL segment, a LevelDB table) and
-no client could connect. The ``ConnectionGuard`` watches a ROUTER socket's monitor in a
-thread of its own: each accepted connection (``EVENT_ACCEPTED`` carries its descriptor) is
-looked at, and shut at once (``shutdown`` on the descriptor: libzmq then closes it itself)
-when it would pass one of three caps (``Admission``, the pure part):
+no client could connect. The ``ConnectionGuard`` watches a bound socket's monitor (a
+``RouterServer``'s, the master's heads feed) in a thread of its own: each accepted connection
+(``EVENT_ACCEPTED`` carries its descriptor) is looked at, and shut at once (``shutdown`` on
+the descriptor: libzmq then closes it itself) when it would pass one of three caps
+(``Admission``, the pure part):
 
 - connections open on the socket: the soft limit less the reserve kept for files
   (``blizzard/fd_limits.py``);
@@ -19,6 +20,9 @@ when it would pass one of three caps (``Admission``, the pure part):
 
 Connections already admitted are never touched; a flood costs new connections (from the
 flooding address first) until it stops, never the established ones or the process.
+
+A socket has one monitor, so the guard also tells which connections left
+(``GuardDepartures``: ``blizzard/departures.py``'s calls).
 """
 
 from __future__ import annotations
@@ -163,13 +167,16 @@ class _Accepted:
             sock = socket.socket(fileno=fd)
         except OSError:  # closed meanwhile, or reused by a file
             return
-        try:
-            if sock.getsockname()[1] == port:  # not reused by a connection of another socket
+        try:  # still a TCP connection to our port (not reused by a file or another socket)?
+            if sock.family in (socket.AF_INET, socket.AF_INET6) and \
+                    sock.getsockname()[1] == port:
                 self.sock = sock
                 return
         except OSError:
             pass
-        sock.detach()
+        finally:
+            if self.sock is None:
+                sock.detach()  # never closed here: the descriptor is libzmq's
 
     def __enter__(self) -> socket.socket | None:
         return self.sock
