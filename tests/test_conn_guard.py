@@ -155,3 +155,37 @@ def test_the_heads_feed_port_is_guarded_too():
         for conn in flood:
             conn.close()
         master.close()
+
+
+def test_a_burst_of_real_clients_from_one_address_is_served(tmp_path):
+    """300 CURVE clients from 127.0.0.1 connecting at once pass the per-address cap on pending
+    connections (64): those shut while the others greet connect again, their requests kept."""
+    from blizzard import keys as k
+    from blizzard.secure import connect_curve, guard
+    keys = str(tmp_path / "keys")
+    k.generate(keys)
+    server_ctx, client_ctx = zmq.Context(), zmq.Context()
+    addr = f"tcp://127.0.0.1:{free_port()}"
+    server = RouterServer(server_ctx, addr, keys=k.ServerKeys.from_dir(keys, "master"))
+    mine = k.ClientKeys.from_dir(keys, "client")
+    clients = []
+    try:
+        for rid in range(1, 301):
+            sock = client_ctx.socket(zmq.DEALER)
+            sock.setsockopt(zmq.LINGER, 0)
+            connect_curve(sock, mine, mine.master)
+            sock.connect(addr)
+            _ping(sock, rid)
+            clients.append(sock)
+        answered: set[int] = set()
+        deadline = time.monotonic() + 30
+        while len(answered) < 300 and time.monotonic() < deadline:
+            answered |= {rid for _, rid, _ in server.receive(100)}
+        assert len(answered) == 300
+    finally:
+        for sock in clients:
+            sock.close()
+        server.close()
+        guard(server_ctx, keys).stop()
+        client_ctx.term()
+        server_ctx.term()
