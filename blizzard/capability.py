@@ -1,15 +1,19 @@
 """Capabilities, as HDFS block tokens: the master signs what a client may do on data nodes.
 
 A grant (``PutGrant``, ``GetGrant`` in ``node_messages.py``) names an operation's scope (ids,
-data nodes), an expiry and the id of the key that signed it; its MAC is an HMAC-SHA256 over
-the operation's name and those fields, cut to 16 bytes. The master issues one grant per
-``Placement`` and per ``Leased`` reply; a data node verifies one per request (``KeyRing``),
-with a key it learned from the master's heartbeat replies. Only the master and the data
-nodes know the keys, so a client can neither forge a grant nor widen one.
+data nodes), an expiry and the id of the key that signed it. Its MAC is one HMAC-SHA256 per
+node it names, in the order of ``nodes``, each cut to 16 bytes, over the operation's name and
+those fields, under that node's own key: ``node_key(key, node_id)``, derived from the
+master's ring key. The master issues one grant per ``Placement`` and per ``Leased`` reply; a
+data node verifies its own MAC of one per request (``KeyRing``), with the keys it learned
+from the master's heartbeat replies, which carry that node's derived keys only. So a client
+can neither forge a grant nor widen one, and a data node (or a thief of its key) can sign
+grants that only it accepts.
 """
 
 from __future__ import annotations
 
+import functools
 import hmac
 
 from blizzard.errors import Forbidden
@@ -19,34 +23,63 @@ from blizzard.wire import dumps
 MAC_BYTES = 16
 
 
+@functools.lru_cache(maxsize=4096)  # a ring of 3 keys for up to 1,024 nodes, and no more
+def node_key(key: bytes, node_id: str) -> bytes:
+    """Data node ``node_id``'s own key derived from the master's ring key ``key``."""
+    return hmac.digest(key, b"node:" + node_id.encode(), "sha256")
+
+
 def sign(key: bytes, op: str, *fields: object) -> bytes:
     """The MAC of an operation and its fields under ``key``."""
     return hmac.digest(key, dumps([op, *fields]), "sha256")[:MAC_BYTES]
 
 
+def node_mac(key: bytes, op: str, nodes: list[str], *fields: object) -> bytes:
+    """One node's MAC of a grant, under that node's key ``key``."""
+    return sign(key, op, *fields, nodes)
+
+
+def sign_nodes(key: bytes, op: str, nodes: list[str], *fields: object) -> bytes:
+    """A grant's MAC: one per node of ``nodes``, each under that node's key."""
+    return b"".join(node_mac(node_key(key, node), op, nodes, *fields) for node in nodes)
+
+
 def sign_put(key: bytes, key_id: int, expiry: float, first: int, n: int,
              nodes: list[str]) -> bytes:
     """The MAC of a put grant: ids ``first .. first + n - 1`` on ``nodes`` (sorted)."""
-    return sign(key, "put", key_id, expiry, first, n, nodes)
+    return sign_nodes(key, "put", nodes, key_id, expiry, first, n)
 
 
 def sign_get(key: bytes, key_id: int, expiry: float, ids: list[int], nodes: list[str]) -> bytes:
     """The MAC of a get grant: ``ids`` from ``nodes`` (sorted)."""
-    return sign(key, "get", key_id, expiry, ids, nodes)
+    return sign_nodes(key, "get", nodes, key_id, expiry, ids)
+
+
+def _slice(mac: bytes, nodes: list[str], node_id: str) -> bytes:
+    """The part of a grant's MAC that is ``node_id``'s ("" if it names no such node)."""
+    if node_id not in nodes or len(mac) != MAC_BYTES * len(nodes):
+        return b""
+    at = nodes.index(node_id) * MAC_BYTES
+    return mac[at:at + MAC_BYTES]
 
 
 def check_put_grant(key: bytes, grant: PutGrant, ids: list[int]) -> None:
-    """Raise ``Forbidden`` unless ``grant`` verifies under ``key`` and covers ``ids`` (what a
-    data node checks of a put, and the master of an enqueue)."""
+    """Raise ``Forbidden`` unless ``grant`` verifies under the ring key ``key`` (every node's
+    MAC) and covers ``ids`` (what the master checks of an enqueue)."""
     if not hmac.compare_digest(grant.mac, sign_put(key, grant.key_id, grant.expiry,
                                                    grant.first, grant.n, grant.nodes)):
         raise Forbidden("the put grant's signature does not verify")
+    _covers(grant, ids)
+
+
+def _covers(grant: PutGrant, ids: list[int]) -> None:
     if ids and (min(ids) < grant.first or max(ids) >= grant.first + grant.n):
         raise Forbidden("the put grant does not cover these ids")
 
 
 class KeyRing:
-    """The keys a data node checks grants with, as the master's last heartbeat reply named them.
+    """The keys a data node checks grants with, as the master's last heartbeat reply named them
+    (this node's own, derived from the master's ring: ``node_key``).
 
     Empty until that first reply: every grant is refused meanwhile.
     """
@@ -60,14 +93,17 @@ class KeyRing:
 
     def check_put(self, grant: PutGrant, ids: list[int], node_id: str, now: float) -> None:
         """Raise ``Forbidden`` unless ``grant`` lets ``ids`` be written (or deleted) on this node."""
-        check_put_grant(self._key(grant.key_id, grant.expiry, grant.nodes, node_id, now),
-                        grant, ids)
+        key = self._key(grant.key_id, grant.expiry, grant.nodes, node_id, now)
+        if not hmac.compare_digest(_slice(grant.mac, grant.nodes, node_id), node_mac(
+                key, "put", grant.nodes, grant.key_id, grant.expiry, grant.first, grant.n)):
+            raise Forbidden("the put grant's signature does not verify")
+        _covers(grant, ids)
 
     def check_get(self, grant: GetGrant, ids: list[int], node_id: str, now: float) -> None:
         """Raise ``Forbidden`` unless ``grant`` lets ``ids`` be read from this node."""
         key = self._key(grant.key_id, grant.expiry, grant.nodes, node_id, now)
-        if not hmac.compare_digest(grant.mac, sign_get(key, grant.key_id, grant.expiry,
-                                                       grant.ids, grant.nodes)):
+        if not hmac.compare_digest(_slice(grant.mac, grant.nodes, node_id), node_mac(
+                key, "get", grant.nodes, grant.key_id, grant.expiry, grant.ids)):
             raise Forbidden("the get grant's signature does not verify")
         if not set(ids) <= set(grant.ids):
             raise Forbidden("the get grant does not cover these ids")

@@ -46,7 +46,8 @@ class HeartbeatReply:
     """The master's commands for a data node: blobs to delete, blobs to copy, send inventory.
 
     ``keys`` are the capability keys the node checks grants with (the previous, the current
-    and the next one): a secure node replaces its key ring with them on every reply.
+    and the next one, derived for this node: ``capability.node_key``): a secure node replaces
+    its key ring with them on every reply.
     """
 
     delete: list[Id]
@@ -72,7 +73,7 @@ class CapabilityKey:
 class PutGrant:
     """A capability to write ids ``first .. first + n - 1`` on ``nodes`` until ``expiry``.
 
-    Issued with a ``Placement``; ``mac`` is the master's HMAC over the other fields
+    Issued with a ``Placement``; ``mac`` is the master's HMAC per node over the other fields
     (``capability.sign_put``) with key ``key_id``. Also lets its holder delete those ids.
     """
 
@@ -88,7 +89,7 @@ class PutGrant:
 class GetGrant:
     """A capability to read ``ids`` from ``nodes`` until ``expiry``: issued with a ``Leased``.
 
-    ``mac`` is the master's HMAC over the other fields (``capability.sign_get``).
+    ``mac`` is the master's HMAC per node over the other fields (``capability.sign_get``).
     """
 
     ids: list[Id]

@@ -1,8 +1,8 @@
 """The master's capability keys: the ring it signs grants with, rotated without a restart.
 
 The ring holds three keys: the previous one (grants it signed may still be in use), the
-current one (signs every grant) and the next one. Every heartbeat reply hands the whole ring
-to the data nodes, so a node knows the next key a full period before the master signs with
+current one (signs every grant) and the next one. Every heartbeat reply hands a data node
+its own keys derived from the whole ring (``capability.node_key``), so a node knows the next key a full period before the master signs with
 it: a rotation never meets a node that has not heard of the new key yet. Each
 ``capability_key_s`` the ring moves on by one (the previous key retires, a new next key is
 drawn), so a key is valid for three periods and signs during the middle one; a grant that
@@ -21,7 +21,7 @@ import secrets
 from typing import Callable
 
 from blizzard import protocol as p
-from blizzard.capability import check_put_grant, sign_get, sign_put
+from blizzard.capability import check_put_grant, node_key, sign_get, sign_put
 from blizzard.errors import Forbidden, UnknownItem
 
 log = logging.getLogger(__name__)
@@ -79,8 +79,13 @@ class CapabilityKeys:
             self._save()
 
     def keys(self) -> list[p.CapabilityKey]:
-        """The keys data nodes accept (for heartbeat replies)."""
+        """The whole ring (what a standby takes over)."""
         return self.ring
+
+    def keys_for(self, node_id: str) -> list[p.CapabilityKey]:
+        """The keys data node ``node_id`` checks grants with (its heartbeat replies): its own,
+        derived from the ring, so it can sign no grant another node takes."""
+        return [p.CapabilityKey(k.key_id, node_key(k.key, node_id)) for k in self.ring]
 
     # -- grants ------------------------------------------------------------------------------
 

@@ -63,7 +63,7 @@ class DatanodeReports:
             self.repair.rescan()
         return p.HeartbeatReply(delete=self.deletes.take(msg.node_id),
                                 copies=self.repair.take_orders(msg.node_id), inventory=fresh,
-                                keys=self.capabilities.keys())
+                                keys=self.capabilities.keys_for(msg.node_id))
 
     def replicated(self, msg: p.Replicated, now: float, mono: float, *_: Any) -> p.Ok:
         records, stale = self.repair.replicated(msg, mono)

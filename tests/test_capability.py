@@ -25,10 +25,10 @@ def keys() -> CapabilityKeys:
     return CapabilityKeys(None, 600.0, NOW)
 
 
-def ring_of(keys: CapabilityKeys) -> KeyRing:
-    """A data node's ring after a heartbeat reply from this master."""
+def ring_of(keys: CapabilityKeys, node_id: str = "dn-a") -> KeyRing:
+    """Data node ``node_id``'s ring after a heartbeat reply from this master."""
     ring = KeyRing()
-    ring.load(keys.keys())
+    ring.load(keys.keys_for(node_id))
     return ring
 
 
@@ -36,7 +36,7 @@ def test_a_put_grant_covers_its_ids_on_its_nodes(keys):
     grant = keys.put_grant(100, 10, ["dn-b", "dn-a"], NOW + 30)
     ring = ring_of(keys)
     ring.check_put(grant, [100, 105, 109], "dn-a", NOW)
-    ring.check_put(grant, [109], "dn-b", NOW + 29)
+    ring_of(keys, "dn-b").check_put(grant, [109], "dn-b", NOW + 29)
     assert grant.nodes == ["dn-a", "dn-b"]  # signed sorted
 
 

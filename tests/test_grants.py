@@ -51,7 +51,7 @@ class Node:
 
     def hears(self, keys: CapabilityKeys) -> None:
         """A heartbeat reply from the master reaches the node."""
-        self.server._obey(p.HeartbeatReply([], [], False, keys.keys()))
+        self.server._obey(p.HeartbeatReply([], [], False, keys.keys_for(self.id)))
 
     def ask(self, msg, peer: bytes = b"client") -> object:
         """One request in one loop pass; its reply, if it had one."""

@@ -9,12 +9,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
 from blizzard import Client
 from blizzard import keys as k
 from blizzard import protocol as p
+from blizzard.capability import sign_get
 from blizzard.errors import AuthenticationFailed, Forbidden
 from blizzard.transport import call
 from conftest import wait_for
@@ -150,3 +152,24 @@ def test_a_restarted_master_remembers_which_key_speaks_for_which_node(cluster_fa
             call(ep, p.Heartbeat(other.node_id, other.addr, 0, 0, 10**12, cluster_id), 5)
     finally:
         ep.close()
+
+
+def test_one_nodes_capability_keys_sign_no_grant_another_node_takes(cluster_factory):
+    cl = cluster_factory(datanodes=2, replication=2, heartbeat_s=0.2, dead_after_s=1.5)
+    with Client(cl.master_addr, timeout_s=10) as c:
+        ids = c.enqueue_many("secret", [b"payroll", b"passwords"])
+    own, other = node_status(cl, 0), node_status(cl, 1)
+    learned = heartbeat(cl, own.node_id, own.addr).keys  # all that node 0's key is told
+    ep = cl.endpoint(cl.nodes[1].addr, "client")
+    try:
+        for key in learned:  # whichever key it tries, signing for node 1
+            expiry = time.time() + 60
+            forged = p.GetGrant(ids, [other.node_id], key.key_id, expiry,
+                                sign_get(key.key, key.key_id, expiry, ids, [other.node_id]))
+            with pytest.raises(Forbidden, match="does not verify|unknown"):
+                call(ep, p.Get(ids, forged), 5)
+    finally:
+        ep.close()
+    with Client(cl.master_addr, timeout_s=10) as c:  # the real grants still read them
+        got = c.dequeue_many("secret", 10, wait_s=5)
+        assert sorted(m.data for m in got) == [b"passwords", b"payroll"]
