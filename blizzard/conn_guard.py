@@ -211,7 +211,8 @@ class ConnectionGuard:
     its end (a monitor whose reader is gone would stall libzmq's I/O thread).
     """
 
-    WAKE_S = 0.05  # the thread's longest sleep (the monitor's wake-up is edge-triggered)
+    WAKE_S = 0.25  # the thread's longest sleep: the monitor's wake-up is edge-triggered, and
+    # the loop reading departures may take the edge of an event it then misses (rare)
 
     def __init__(self, sock: zmq.Socket, limits: Limits) -> None:
         self.sock = sock
