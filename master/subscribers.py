@@ -10,7 +10,9 @@ more than ``PER_CONNECTION`` topics at once, or for one that is no queue's topic
 client of ours: it is cut (``blizzard.departures.cut``), which frees all libzmq kept for it.
 A subscription past ``UNKNOWN`` distinct topics of queues that do not exist, or ``TOTAL``
 distinct topics in all, is refused (told in the log and the metrics) and its connection
-kept. When a connection ends (``Departures``), its subscriptions are forgotten.
+kept, up to ``HELD`` refused at once; past that it is cut too. So a connection costs libzmq
+at most ``HELD`` topics of its own beyond those the caps admit for everyone. When a
+connection ends (``Departures``), its subscriptions are forgotten.
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ log = logging.getLogger(__name__)
 # what one connection costs (about 13 KB a topic at most: two tries, a node per byte)
 PER_CONNECTION = 256
 UNKNOWN = 1024  # distinct topics of queues that do not exist, applied at once (all together)
+HELD = 16  # subscriptions of one connection refused at once (libzmq keeps them): more, it is cut
 TOTAL = 16_384  # distinct topics applied at once (a backstop: queues are few)
 # a message bigger than this ends its connection: no topic is (1 byte, a queue name and a NUL),
 # but the CURVE handshake's messages are read under the same bound and need a few hundred
@@ -54,8 +57,9 @@ class Subscribers:
     and the counts the metrics show."""
 
     def __init__(self, per_connection: int = PER_CONNECTION, unknown: int = UNKNOWN,
-                 total: int = TOTAL) -> None:
+                 total: int = TOTAL, most_held: int = HELD) -> None:
         self.per_connection, self.unknown, self.total = per_connection, unknown, total
+        self.most_held = most_held
         self.applied: dict[int, set[bytes]] = {}  # connection -> topics applied
         self.held: dict[int, set[bytes]] = {}  # connection -> topics refused (libzmq keeps them)
         self.listeners: dict[bytes, int] = {}  # topic -> connections listening
@@ -87,6 +91,10 @@ class Subscribers:
         if new and (len(self.listeners) >= self.total
                     or not exists and len(self.unknown_topics) >= self.unknown):
             self.refused += 1
+            if len(held) >= self.most_held:
+                self.refusals("held", "cut a heads subscriber refused more than %d topics",
+                              self.most_held)
+                return CUT
             self.held.setdefault(fd, set()).add(topic)
             self.refusals("total", "refused a heads subscription: %d topics are listened to "
                           "(%d of queues that do not exist), the most the master keeps",

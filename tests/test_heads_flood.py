@@ -1,7 +1,8 @@
 """The heads feed on a real secure cluster, flooded with subscriptions (issue 32, item 8): a
 connection asking for more than its share is cut, distinct topics of queues that do not exist
-are capped in all, and what a subscriber held is freed when it leaves, as the master's own
-count shows; a well-behaved subscriber keeps getting heads throughout."""
+are capped in all (connections asking for more of them are cut), and what a subscriber held
+is freed when it leaves, as the master's own count shows; the master's memory grows by a
+bounded amount, and a well-behaved subscriber keeps getting heads throughout."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from master.subscribers import PER_CONNECTION, UNKNOWN
 
 FLOOD = 20_000  # distinct subscriptions one connection sends
 LONG = "x" * 180  # topics as long as a queue name may be: what each costs is per byte
-GROWTH_BYTES = 64 * 1024 * 1024  # the master's memory may grow this much under the floods
+GROWTH_BYTES = 96 * 1024 * 1024  # the master's memory may grow this much under the floods (20,000
+# distinct topics of this length once cost it about 300 MB)
 
 
 def metric(cluster: LocalCluster, name: str) -> float | None:
@@ -90,14 +92,17 @@ def test_subscription_floods_are_capped_and_freed_when_the_subscriber_leaves(clu
         wait_for(lambda: subscriptions(cluster) == 1, what="the flood's subscriptions freed")
 
         # When many connections each ask for their share of topics of queues that do not exist
+        cut_before = metric(cluster, "blizzard_heads_subscribers_cut_total") or 0
         many = [subscriber(cluster, port) for _ in range(20)]
         for n, sock in enumerate(many):
             for i in range(PER_CONNECTION):
                 sock.subscribe(f"c{n:02}-{i:03}{LONG}\0".encode())
-        # Then no more than the cap are applied, all together
-        wait_for(lambda: (metric(cluster, "blizzard_heads_subscriptions_refused_total") or 0)
-                 >= 20 * PER_CONNECTION - UNKNOWN, what="the subscriptions past the cap refused")
-        assert subscriptions(cluster) == 1 + UNKNOWN
+        # Then those asking past the cap on such topics are cut, and no more than the cap
+        # are ever applied, all together
+        wait_for(lambda: (metric(cluster, "blizzard_heads_subscribers_cut_total") or 0)
+                 >= cut_before + 20 - UNKNOWN // PER_CONNECTION, what="connections cut")
+        for _ in range(10):
+            assert subscriptions(cluster) <= 1 + UNKNOWN
         # and the master's memory grew by a bounded amount
         assert rss_bytes(pid) - rss_before < GROWTH_BYTES
         # and the first subscriber still hears of a change to its queue
