@@ -331,6 +331,7 @@ class RouterServer:
         self.guard = ConnectionGuard(self.sock, Limits.for_process(
             SERVER_HANDSHAKE_IVL_MS / 1000, self.secure)) if addr.startswith("tcp://") else None
         self.roles: dict[bytes, str] = {}  # this batch's connections -> "ROLE:KEY" (User-Id)
+        self.fds: dict[bytes, int] = {}  # ... -> their descriptors (``blizzard/departures.py``)
         self.poller = zmq.Poller()  # made once: ``Socket.poll`` would build one per call
         self.poller.register(self.sock, zmq.POLLIN)
         self.max_batch = max_batch
@@ -344,6 +345,7 @@ class RouterServer:
         """
         out: list[tuple[bytes, int, Any]] = []
         self.roles = {}
+        self.fds = {}
         sock = self.sock
         if not sock.get(_EVENTS) & _POLLIN and not self.poller.poll(timeout_ms):
             return out
@@ -388,6 +390,7 @@ class RouterServer:
             first = sock.recv(zmq.NOBLOCK, copy=False)
             peer = first.bytes
             role = first.get("User-Id")
+            self.fds[peer] = source_fd(first)
             if self.roles.setdefault(peer, role) != role:
                 self.roles[peer] = ""
             if self.admitted is not None and not self.admitted.current(role):
@@ -412,6 +415,11 @@ class RouterServer:
         """The public key (z85) ``peer`` authenticated with, like ``role_of`` ("" unknown or
         security off): a data node's key is bound to its node id."""
         return self.roles.get(peer, "").partition(":")[2]
+
+    def fd_of(self, peer: bytes) -> int:
+        """The descriptor of ``peer``'s connection, like ``role_of`` (-1: unknown or security
+        off), which a ``Departures`` of this socket names when the connection ends."""
+        return self.fds.get(peer, -1)
 
     def reply(self, peer: bytes, rid: int, msg: Any) -> None:
         try:

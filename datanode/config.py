@@ -28,7 +28,6 @@ class DatanodeConfig:
     metrics_port: int | None = None  # Prometheus /metrics on metrics_addr:port; None: off
     metrics_addr: str = "127.0.0.1"
     metrics_allow_hosts: tuple[str, ...] = ()  # Host names /metrics answers to, besides its own
-    metrics_allow_hosts: tuple[str, ...] = ()  # Host names /metrics answers to, besides its own
     join_cluster: str = ""  # the cluster an unjoined node holding blobs joins (the operator's word)
 
     def validate(self) -> "DatanodeConfig":

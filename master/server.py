@@ -46,8 +46,8 @@ from master.leases import Leases
 from master.membership import Membership
 from master.meta_sync import MetaSync
 from master.metrics import MasterMetrics
-from master.queue_policy import QueuePolicy
 from master.node_keys import NodeKeys
+from master.queue_policy import QueuePolicy
 from master.removal import Removals
 from master.repair import Repairer
 from master.replication import Replication
@@ -130,18 +130,18 @@ class MasterServer:
                            lambda: self.wal.records_appended)
         self.leases = Leases(config, self.state, self.log_record, self.deletes, self.membership,
                              self.capabilities, self.counts, self.heads)
-        self.admin = QueueAdmin(config, self.state, self.log_record, self.deletes, self.enqueues,
-                                self.leases, self.membership, self.repair, self.safe_mode,
-                                self.queue_policy)
-        self.datanodes = DatanodeReports(config, self.state, self.log_record, self.membership,
-                                         self.repair, self.deletes, self.safe_mode,
-                                         self.enqueues, self.capabilities, self.router.role_of)
         # a long poll's slot goes with its connection (blizzard/departures.py)
         departures = getattr(self.router, "departures", None)  # stand-ins in tests: none
         self.departures = departures() if departures is not None else None
         key_of = getattr(self.router, "key_of", lambda peer: "")  # stand-ins in tests: none
         fd_of = getattr(self.router, "fd_of", lambda peer: -1)
         self.leases.connection_of = lambda peer: (key_of(peer), fd_of(peer))
+        self.admin = QueueAdmin(config, self.state, self.log_record, self.deletes, self.enqueues,
+                                self.leases, self.membership, self.repair, self.safe_mode,
+                                self.queue_policy)
+        self.datanodes = DatanodeReports(config, self.state, self.log_record, self.membership,
+                                         self.repair, self.deletes, self.safe_mode,
+                                         self.enqueues, self.capabilities, self.router.role_of)
         self.tasks = Tasks(self.state, self.log_record, self.counts)
         self._replies: list[tuple[bytes, int, Any]] = []
         self._stopping = False
@@ -289,6 +289,8 @@ class MasterServer:
         self.wakes.interrupt()
 
     def close(self) -> None:
+        if self.departures is not None:
+            self.departures.close()  # before its socket (see Departures)
         self.router.close()
         self.heads.close()
         self.wakes.close()
@@ -306,6 +308,8 @@ class MasterServer:
         mono = time.monotonic()
         wait_ms = max(0, int((self.wakes.next_pass(time.time(), mono) - mono) * 1000) + 1)
         requests = self.router.receive(wait_ms if timeout_ms is None else min(wait_ms, timeout_ms))
+        if self.departures is not None:  # after the batch came, before it is handled: see there
+            self.leases.drop_departed(self.departures.read())
         now, mono = time.time(), time.monotonic()
         timed = self.metrics.request
         for peer, rid, msg in requests:
@@ -319,8 +323,6 @@ class MasterServer:
                 self.router.reply(peer, rid, reply)
             else:
                 self._replies.append((peer, rid, reply))
-        if self.departures is not None:
-            self.departures.close()  # before its socket (see Departures)
         try:
             self.tick(now, mono)
         except Exception:  # a bug in a timer must not stop the server; it is retried next pass
@@ -338,8 +340,6 @@ class MasterServer:
 
         A standby's ``Follow`` and a ``Hello`` (a client's sign of life) reveal nothing, and a
         heartbeat reply with no delete orders neither (its delete orders may stem from acks
-        if self.departures is not None:  # after the batch came, before it is handled: see there
-            self.leases.drop_departed(self.departures.read())
         not yet durable): a data node must not leave a primary that waits for its standby.
         Without a sync standby, a placement that logged nothing, whose ids lie below a
         reservation already on disk, reveals nothing the fsync could still lose; and a lease
