@@ -10,9 +10,10 @@ import time
 
 import click
 
-from blizzard.harness import LocalCluster
+from blizzard.harness import LocalCluster, free_port
 from chaos.fuzz_campaign import Plan, run
 from chaos.fuzz_floods import FloodPlan, flood_campaign
+from chaos.fuzz_http_floods import HttpFloodPlan, http_flood_campaign
 
 
 @click.command()
@@ -34,13 +35,25 @@ from chaos.fuzz_floods import FloodPlan, flood_campaign
                    "(those shut replaced) while round trips go on; 0: no flood.")
 @click.option("--flood-s", default=8.0, show_default=True, type=click.FloatRange(0.5, 600),
               help="How long the connection flood lasts.")
+@click.option("--http-hold", default=1000, show_default=True, type=click.IntRange(0),
+              help="Half-open HTTP requests held to each metrics port and the dashboard; "
+                   "then a foreign Host, a scrape flood and heads subscription floods "
+                   "(chaos/fuzz_http_floods.py); 0: none of these.")
+@click.option("--http-queues", default=2000, show_default=True, type=click.IntRange(0),
+              help="Queues on the master while its /metrics is flooded with scrapes.")
+@click.option("--subscriptions", default=20_000, show_default=True, type=click.IntRange(0),
+              help="Distinct heads subscriptions one connection sends.")
 def main(frames: int, raw: int, hold: int, seed: int, items: int, nofile: int,
-         flood_hold: int, flood_s: float) -> None:
+         flood_hold: int, flood_s: float, http_hold: int, http_queues: int,
+         subscriptions: int) -> None:
     """Fuzz a fresh secure 1-master, 2-data-node cluster (R=2) on loopback."""
     started = time.monotonic()
+    heads_port = free_port()
     with tempfile.TemporaryDirectory(prefix="blizzard-fuzz-") as base, \
             LocalCluster(base, datanodes=2, replication=2, heartbeat_s=0.2,
-                         dead_after_s=1.5, nofile=nofile) as cluster:
+                         dead_after_s=1.5, nofile=nofile, metrics=True,
+                         master_args=["--heads-bind", f"tcp://127.0.0.1:{heads_port}"]
+                         ) as cluster:
         def emit(line: dict) -> None:
             print(json.dumps(line), flush=True)
 
@@ -48,6 +61,9 @@ def main(frames: int, raw: int, hold: int, seed: int, items: int, nofile: int,
                        emit)
         if flood_hold:  # chaos/fuzz_floods.py
             problems += flood_campaign(cluster, FloodPlan(hold=flood_hold, seconds=flood_s), emit)
+        if http_hold:  # chaos/fuzz_http_floods.py
+            problems += http_flood_campaign(cluster, heads_port, HttpFloodPlan(
+                hold=http_hold, queues=http_queues, subscriptions=subscriptions), emit)
         emit({"verdict": "fail" if problems else "ok", "problems": problems,
               "seconds": round(time.monotonic() - started, 1)})
         if problems:
