@@ -17,7 +17,7 @@ import logging
 from typing import Any
 
 from blizzard import protocol as p
-from blizzard.errors import ForeignCluster, InvalidArgument
+from blizzard.errors import AuthenticationFailed, Forbidden, ForeignCluster, InvalidArgument
 from datanode.store import BlobStore
 
 log = logging.getLogger(__name__)
@@ -50,7 +50,7 @@ class ClusterMembership:
         """True if ``reply`` (to a heartbeat) comes from this node's cluster; a fresh node
         adopts the id it carries, durably, before obeying anything."""
         if isinstance(reply, p.Error):
-            if reply.code == ForeignCluster.code:
+            if reply.code in (ForeignCluster.code, Forbidden.code, AuthenticationFailed.code):
                 self._refuse(f"the master refuses this node: {reply.message}")
             return False
         if not isinstance(reply, p.HeartbeatReply):

@@ -90,6 +90,8 @@ def test_a_removed_node_key_is_refused_and_its_open_connection_closed(cluster):
     k.remove_node(cluster.keys, cluster.node_key(0)[len(k.NODE_PREFIX):])
     try:
         wait_for(lambda: not node_status(cluster, 2).alive, what="node 2's heartbeats refused")
+        wait_for(lambda: "the master refuses this node" in cluster.nodes[2].tail(),
+                 what="node 2 to say why it is refused")
         with pytest.raises(AuthenticationFailed, match="revoked"):
             call(ep, p.Ping(), 5)
     finally:
