@@ -5,6 +5,8 @@ when the connection does, or a peer that connects, asks and leaves, again and ag
 the server's tables for good. ZeroMQ names no connection in a message, but each message
 carries the descriptor it was read from (``zmq.SRCFD``: ``Frame.get(zmq.SRCFD)``), and the
 monitor's ``DISCONNECTED`` event carries the same descriptor when the connection ends.
+(libzmq's manual calls ``ZMQ_SRCFD`` deprecated, its replacement ``Peer-Address`` names no
+connection; 4.3.5, the one pyzmq bundles, still tells it.)
 
 The event is queued before libzmq closes the descriptor, so before the number can be reused:
 a server that reads the events *after* receiving a batch and *before* handling it sees the
@@ -17,13 +19,10 @@ up, or the descriptor's next departure.)
 from __future__ import annotations
 
 import itertools
-import logging
 import socket
 
 import zmq
 from zmq.utils.monitor import parse_monitor_message
-
-log = logging.getLogger(__name__)
 
 _EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
 SRCFD = int(zmq.SRCFD)  # the frame property: the descriptor a message was read from
