@@ -12,7 +12,8 @@ restarted or promoted master remembers). From then on:
   was wiped comes back under a new id with its old key once the old id is dead, and the
   binding moves (``blizzard node remove`` of the old id frees it at once).
 
-The heartbeat reply is the only way to the key ring, so the ring goes to bound nodes only.
+The heartbeat reply is the only way to the key ring, so the ring goes to bound nodes only;
+and a node reports (puts, copies, inventories) on its own node id only.
 """
 
 from __future__ import annotations
@@ -60,6 +61,17 @@ class NodeKeys:
         self.log(NodeKeyBound(node_id, key))
         log.info("data node %s speaks with key %s%s", node_id, key[:8],
                  f" (moved from {held})" if held else "")
+
+    def only_own(self, handler: Callable[..., Any]) -> Callable[..., Any]:
+        """A handler of a node's report (``PutReport``, ``Replicated``, ``Inventory``) that
+        takes it only from the key bound to the node id it names."""
+        def report(msg: Any, now: float, mono: float, peer: bytes = b"", *rest: Any) -> Any:
+            key = self.key_of(peer)
+            if key and self.state.node_keys.get(msg.node_id) != key:
+                raise Forbidden(f"this data node key does not speak for {msg.node_id[:64]}; a "
+                                "node reports on its own blobs only")
+            return handler(msg, now, mono, peer, *rest)
+        return report
 
     def guard(self, handler: Callable[..., Any]) -> Callable[..., Any]:
         """A heartbeat handler that first checks the node id against the peer's key."""

@@ -194,6 +194,8 @@ class MasterServer:
         self.handlers.update({p.Follow: self.replication.follow,
                               p.Heartbeat: self.node_keys.guard(
                                   self.replication.guard_heartbeat(heartbeat))})
+        for kind in (p.PutReport, p.Replicated, p.Inventory):  # of its own node only
+            self.handlers[kind] = self.node_keys.only_own(self.handlers[kind])
 
     def hello(self, msg: p.Hello, now: float, mono: float, peer: bytes, rid: int) -> p.Welcome:
         config = self.config

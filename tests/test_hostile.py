@@ -214,11 +214,13 @@ def test_reports_never_drop_the_last_replica(hostile, client):
     # a client claims every replica is bad
     assert isinstance(ask(hostile.master_addr, p.BadReplica([item_id] * len(holders), holders)),
                       p.Ok)
-    # a node that was not asked claims an empty inventory
-    reply = ask(hostile.master_addr, p.Inventory(holders[0], [], True))
+    # a node that was not asked claims an empty inventory (of its own: ``ask`` sends with data
+    # node 0's key, which speaks for no other node)
+    own = next(n.node_id for n in nodes(hostile) if n.addr == hostile.nodes[0].addr)
+    reply = ask(hostile.master_addr, p.Inventory(own, [], True))
     assert error_code(reply) == "invalid_argument"
     # someone reports a copy nobody ordered
-    assert isinstance(ask(hostile.master_addr, p.Replicated(holders[0], "dn-fake", [item_id], [])),
+    assert isinstance(ask(hostile.master_addr, p.Replicated(own, "dn-fake", [item_id], [])),
                       p.Ok)
     msg = client.dequeue("reports", wait_s=5)
     assert msg is not None and msg.id == item_id and msg.data == b"precious"

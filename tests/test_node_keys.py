@@ -175,3 +175,18 @@ def test_one_nodes_capability_keys_sign_no_grant_another_node_takes(cluster_fact
     with Client(cl.master_addr, timeout_s=10) as c:  # the real grants still read them
         got = c.dequeue_many("secret", 10, wait_s=5)
         assert sorted(m.data for m in got) == [b"passwords", b"payroll"]
+
+
+def test_a_node_key_reports_on_its_own_node_only(cluster):
+    other = node_status(cluster, 1)
+    ep = cluster.endpoint(cluster.master_addr, "datanode")  # node 0's key
+    try:
+        for msg in [p.Inventory(other.node_id, [], True), p.PutReport(other.node_id, [1], [], ""),
+                    p.Replicated(other.node_id, node_status(cluster, 2).node_id, [1], [])]:
+            with pytest.raises(Forbidden, match="does not speak for"):
+                call(ep, msg, 5)
+    finally:
+        ep.close()
+    with Client(cluster.master_addr, timeout_s=10) as c:  # the nodes' own reports still count
+        c.enqueue("own", b"x")
+        assert c.dequeue("own", wait_s=5).data == b"x"
