@@ -292,9 +292,10 @@ class Client:
         """Give leased messages back: after ``delay_s``, or (None) the queue's retry back-off."""
         self.leases.nack_many(msgs, delay_s=delay_s, error=error)
 
-    def ack_ids(self, ids: Sequence[int], leases: Sequence[int]) -> None:
-        """``ack_many`` by ids and lease tokens (e.g. the lists of ``lease_columns``)."""
-        self.leases.ack_ids(ids, leases)
+    def ack_ids(self, ids: Sequence[int], leases: Sequence[int], queue: str = "") -> None:
+        """``ack_many`` by ids and lease tokens (e.g. the lists of ``lease_columns``);
+        ``queue``: every id must be in it (an item of another queue is refused)."""
+        self.leases.ack_ids(ids, leases, queue)
 
     def extend_ids(self, ids: Sequence[int], leases: Sequence[int], *, lease_s: float) -> None:
         """``extend_many`` by ids and lease tokens."""

@@ -28,7 +28,8 @@ from typing import Any, Callable, Iterable, Sequence
 from blizzard import protocol as p
 from blizzard.consumer import Consumer
 from blizzard.errors import (BlizzardError, ClientClosed, InvalidArgument, LeaseExpired,
-                             MasterUnavailable, QueueExists, UnknownQueue)
+                             MasterUnavailable, NotInQueue, QueueExists, UnknownItem,
+                             UnknownQueue)
 from blizzard.message import LeasedItem, Message, leased_items
 from blizzard.pipeline import Staged
 from blizzard.shard_acks import ConsumerAcks
@@ -307,13 +308,13 @@ class ShardedClient:
         for k, group in self._by_shard(msgs).items():
             try:
                 settle(self.shards[k], group)
-            except (LeaseExpired, *UNAVAILABLE) as exc:
+            except (LeaseExpired, NotInQueue, UnknownItem, *UNAVAILABLE) as exc:
                 failed = failed or exc
         if failed is not None:
             raise failed
 
-    def ack_ids(self, ids: Sequence[int], leases: Sequence[int]) -> None:
-        self.ack_many(_pairs(ids, leases))
+    def ack_ids(self, ids: Sequence[int], leases: Sequence[int], queue: str = "") -> None:
+        self.ack_many(_pairs(ids, leases, queue))
 
     def extend_ids(self, ids: Sequence[int], leases: Sequence[int], *, lease_s: float) -> None:
         self.extend_many(_pairs(ids, leases), lease_s=lease_s)

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from blizzard.client import Client
-from blizzard.errors import ClusterError, InvalidArgument, LeaseExpired
+from blizzard.errors import NOT_HELD, ClusterError, InvalidArgument
 from blizzard.http_task import bury
 from blizzard.message import Message
 from blizzard.queue_settings import DEAD_SUFFIX
@@ -234,7 +234,7 @@ class Worker:
         try:
             msgs = self.client.dequeue_many(queue, n, lease_s=self.lease_s[queue],
                                             wait_s=wait_s, ack=[h.msg for h in riders])
-        except LeaseExpired as exc:
+        except NOT_HELD as exc:
             log.warning("%s; the jobs leased with those acks went back to %s", exc.message, queue)
             return None
         except ClusterError as exc:
@@ -312,7 +312,7 @@ class Worker:
         try:
             send(msgs)
             return True
-        except LeaseExpired as exc:
+        except NOT_HELD as exc:
             log.warning("could not %s %s: their leases were lost (delivered again, or "
                         "soon): %s", doing, counted(len(msgs), "job"), exc.message)
         except ClusterError as exc:
@@ -386,7 +386,7 @@ class Worker:
         """
         try:
             self.client.extend_many([h.msg for h in group], lease_s=lease_s)
-        except LeaseExpired as exc:  # the others were extended; which were lost is not said
+        except NOT_HELD as exc:  # the others were extended; which were lost is not said
             log.warning("%s (%s running long)", exc.message, counted(len(group), "job"))
             doubtful = True
         except ClusterError as exc:
