@@ -55,7 +55,8 @@ def test_every_option_of_every_command_has_its_blizzard_variable():
     assert len(seen) > 60
     for path, option in seen:
         long = next(o for o in option.opts if o.startswith("--"))
-        expected = "_".join(path.upper().split()) + "_" + long[2:].upper().replace("-", "_")
+        expected = "_".join(path.upper().replace("-", "_").split()) + "_" + \
+            long[2:].upper().replace("-", "_")  # (a command's hyphen too: keys export-client)
         assert option.envvar in shared | {expected}, (path, long, option.envvar)
         assert option.show_envvar
     assert ("blizzard queue stats", "BLIZZARD_QUEUE_STATS_JSON") in \
