@@ -27,8 +27,8 @@ from blizzard import protocol as p
 from blizzard.addrs import check_addr
 from blizzard.errors import (BlizzardError, InvalidArgument, PayloadTooLarge, StorageError,
                              WrongNode)
-from blizzard.file_modes import private_dir
 from blizzard.fd_limits import is_fd_pressure
+from blizzard.file_modes import private_dir
 from blizzard.log_limit import Throttled
 from blizzard.transport import Endpoint, RouterServer, error_reply
 from blizzard.wake_pipe import WakePipe
