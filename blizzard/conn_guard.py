@@ -18,8 +18,12 @@ the descriptor: libzmq then closes it itself) when it would pass one of three ca
   within milliseconds, so even many from one address never pile up as pending, while an
   idle flood from one address is held to ``max_pending_per_addr`` descriptors.
 
-Connections already admitted are never touched; a flood costs new connections (from the
-flooding address first) until it stops, never the established ones or the process.
+At a cap, a pending connection whose peer has sent nothing for ``STALL_S`` (the kernel's
+``tcpi_last_data_recv``) and not finished its handshake is shut to make way for the new one;
+only when there is none is the new one refused. A real client greets at once, so an idle
+flood keeps its share of places but no real client of the same address (a NAT, loopback)
+out. Connections through their handshake are never touched: a flood costs the flooders'
+connections and, at worst, new ones, never the established ones or the process.
 
 A socket has one monitor, so the guard also tells which connections left
 (``GuardDepartures``: ``blizzard/departures.py``'s calls).
@@ -58,6 +62,9 @@ _EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
 LOOK_AGAIN_S = 0.2  # how often a pending connection's byte count is read again, at most
 _TCP_INFO_RECEIVED = struct.Struct("<Q")  # tcpi_bytes_received, at offset 128 (Linux 4.1+)
 _TCP_INFO_RECEIVED_AT = 128
+_TCP_INFO_SILENT_MS = struct.Struct("<I")  # tcpi_last_data_recv: ms since the peer last sent
+_TCP_INFO_SILENT_AT = 52  # (since the connection was made, if it never sent)
+STALL_S = 1.0  # a pending connection silent this long is no client greeting: evicted if need be
 
 
 @dataclass(frozen=True)
@@ -86,48 +93,75 @@ class _Conn:
     looked: float  # when its byte count was read last
 
 
+@dataclass(frozen=True)
+class Progress:
+    """What the kernel says of a connection's peer (``TCP_INFO``)."""
+
+    received: int  # bytes
+    silent_s: float  # since it last sent anything (since it connected, if it never did)
+
+
 class Admission:
     """Which accepted connections to keep: the bookkeeping and the caps, no sockets.
 
-    ``received(fd)`` reads how many bytes a connection's peer has sent (None: unknown).
+    At a cap, a pending connection whose peer has been silent ``STALL_S`` without finishing
+    its handshake (no client greets that slowly) is evicted for the newcomer, the oldest
+    first; only when there is none is the newcomer refused. So an idle flood holds its share
+    of pending places but cannot keep a real client of the same address out.
+
+    ``peek(fd)`` reads a connection's ``Progress`` (None: no longer ours to read).
     """
 
-    def __init__(self, limits: Limits, received: Callable[[int], int | None]) -> None:
+    def __init__(self, limits: Limits, peek: Callable[[int], Progress | None]) -> None:
         self.limits = limits
-        self.received = received
+        self.peek = peek
         self.open: dict[int, str] = {}  # fd -> peer address, every admitted connection
         self.pending: collections.OrderedDict[int, _Conn] = collections.OrderedDict()
         self.pending_from: collections.Counter[str] = collections.Counter()
         self.admitted = 0
+        self.evicted = 0
         self.refused: collections.Counter[str] = collections.Counter()  # reason -> count
 
-    def admit(self, fd: int, addr: str, now: float) -> str | None:
-        """Note a new connection; None to keep it, else why it must be shut."""
+    def admit(self, fd: int, addr: str, now: float) -> tuple[str | None, list[int]]:
+        """Note a new connection: (None to keep it, else why it must be shut; the
+        descriptors of stalled connections evicted for it, to be shut)."""
         self.forget(fd)  # a descriptor number reused: the connection it named is gone
         self._expire(now)
-        why = None
-        if len(self.open) >= self.limits.max_open:
-            why = "open"
-        elif len(self.pending) >= self.limits.max_pending or \
-                self.pending_from[addr] >= self.limits.max_pending_per_addr:
-            self._look(now)
-            if len(self.pending) >= self.limits.max_pending:
-                why = "pending"
-            elif self.pending_from[addr] >= self.limits.max_pending_per_addr:
-                why = "pending from one address"
+        evicted: list[int] = []
+        why = self._over(addr, now)
+        if why is not None:
+            stale = self._stale(addr if why == "pending from one address" else None, now)
+            if stale is not None:
+                self.forget(stale)
+                evicted.append(stale)
+                self.evicted += 1
+                why = self._over(addr, now)
         if why is not None:
             self.refused[why] += 1
-            return why
+            return why, evicted
         self.open[fd] = addr
         self.pending[fd] = _Conn(addr, now, -LOOK_AGAIN_S)  # looked at first when a cap is near
         self.pending_from[addr] += 1
         self.admitted += 1
-        return None
+        return None, evicted
 
     def forget(self, fd: int) -> None:
         """A connection closed."""
         self.open.pop(fd, None)
         self._unpend(fd)
+
+    def _over(self, addr: str, now: float) -> str | None:
+        """The cap a connection from ``addr`` would pass now, if any."""
+        if len(self.open) >= self.limits.max_open:
+            return "open"
+        if len(self.pending) >= self.limits.max_pending or \
+                self.pending_from[addr] >= self.limits.max_pending_per_addr:
+            self._look(now)
+            if len(self.pending) >= self.limits.max_pending:
+                return "pending"
+            if self.pending_from[addr] >= self.limits.max_pending_per_addr:
+                return "pending from one address"
+        return None
 
     def _unpend(self, fd: int) -> None:
         conn = self.pending.pop(fd, None)
@@ -152,9 +186,22 @@ class Admission:
             if now - conn.looked < LOOK_AGAIN_S:
                 continue
             conn.looked = now
-            got = self.received(fd)
-            if got is not None and got >= self.limits.greeted_bytes:
+            got = self.peek(fd)
+            if got is not None and got.received >= self.limits.greeted_bytes:
                 self._unpend(fd)
+
+    def _stale(self, addr: str | None, now: float) -> int | None:
+        """The oldest pending connection (from ``addr``, if given) stalled in its handshake."""
+        for fd, conn in self.pending.items():
+            if now - conn.since < STALL_S:
+                return None  # the rest are younger still
+            if addr is not None and conn.addr != addr:
+                continue
+            got = self.peek(fd)
+            if got is not None and got.received < self.limits.greeted_bytes and \
+                    got.silent_s >= STALL_S:
+                return fd
+        return None
 
 
 class _Accepted:
@@ -186,7 +233,7 @@ class _Accepted:
             self.sock.detach()
 
 
-def _received(fd: int, port: int) -> int | None:
+def _peek(fd: int, port: int) -> Progress | None:
     with _Accepted(fd, port) as sock:
         if sock is None:
             return None
@@ -196,7 +243,8 @@ def _received(fd: int, port: int) -> int | None:
             return None
         if len(info) < _TCP_INFO_RECEIVED_AT + _TCP_INFO_RECEIVED.size:
             return None
-        return _TCP_INFO_RECEIVED.unpack_from(info, _TCP_INFO_RECEIVED_AT)[0]
+        return Progress(_TCP_INFO_RECEIVED.unpack_from(info, _TCP_INFO_RECEIVED_AT)[0],
+                        _TCP_INFO_SILENT_MS.unpack_from(info, _TCP_INFO_SILENT_AT)[0] / 1000)
 
 
 class ConnectionGuard:
@@ -218,7 +266,7 @@ class ConnectionGuard:
         self.sock = sock
         endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self.port = int(endpoint.rsplit(":", 1)[1])
-        self.admission = Admission(limits, lambda fd: _received(fd, self.port))
+        self.admission = Admission(limits, lambda fd: _peek(fd, self.port))
         self.say = Throttled(log)
         self.lock = threading.Lock()  # the monitor socket and the bookkeeping
         self._gone: set[int] | None = None  # departed fds, kept once someone reads them
@@ -241,6 +289,12 @@ class ConnectionGuard:
         """How many new connections were shut, by cap."""
         with self.lock:
             return dict(self.admission.refused)
+
+    @property
+    def shut(self) -> int:
+        """How many connections the guard shut: new ones refused, stalled ones evicted."""
+        with self.lock:
+            return sum(self.admission.refused.values()) + self.admission.evicted
 
     def read_departures(self) -> set[int]:
         """Descriptors of the connections that ended since the last call (the first call
@@ -306,14 +360,25 @@ class ConnectionGuard:
                 addr = sock.getpeername()[0]
             except OSError:  # already gone
                 return
-            why = self.admission.admit(fd, addr, time.monotonic())
-            if why is None:
-                return
-            try:
-                sock.shutdown(socket.SHUT_RDWR)  # libzmq sees the end and closes its fd
-            except OSError:
-                pass
+            why, evicted = self.admission.admit(fd, addr, time.monotonic())
+            if why is not None:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)  # libzmq sees the end and closes its fd
+                except OSError:
+                    pass
+        for stale in evicted:
+            with _Accepted(stale, self.port) as old:
+                if old is not None:
+                    try:
+                        old.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
         limits = self.admission.limits
+        if evicted:
+            self.say("evicted", "shut a connection silent for %.0fs in its handshake, for a new "
+                     "one from %s: %d connections from that address (or %d in all) on port %d "
+                     "had not finished theirs (cap)", STALL_S, addr,
+                     limits.max_pending_per_addr, limits.max_pending, self.port)
         if why == "open":
             self.say(why, "shut a new connection from %s: %d connections open on port %d, "
                      "its cap (the other descriptors are kept for files)", addr,
@@ -321,7 +386,7 @@ class ConnectionGuard:
         elif why == "pending":
             self.say(why, "shut a new connection from %s: %d connections on port %d have not "
                      "finished their handshake (cap)", addr, limits.max_pending, self.port)
-        else:
+        elif why is not None:
             self.say(why, "shut a new connection from %s: %d connections from that address "
                      "on port %d have not finished their handshake (cap)", addr,
                      limits.max_pending_per_addr, self.port)

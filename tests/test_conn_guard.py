@@ -8,7 +8,7 @@ import time
 import zmq
 
 from blizzard import protocol as p
-from blizzard.conn_guard import LOOK_AGAIN_S, Admission, Limits
+from blizzard.conn_guard import LOOK_AGAIN_S, STALL_S, Admission, Limits, Progress
 from blizzard.harness import free_port
 from blizzard.transport import RouterServer
 from tests.conftest import wait_for
@@ -17,17 +17,20 @@ LIMITS = Limits(max_open=10, max_pending=6, max_pending_per_addr=3, pending_s=5.
                 greeted_bytes=300)
 
 
-def admission(received: dict[int, int] | None = None) -> Admission:
-    got = received if received is not None else {}
-    return Admission(LIMITS, lambda fd: got.get(fd, 0))
+def admission(sent: dict[int, int] | None = None,
+              silent: dict[int, float] | None = None) -> Admission:
+    """Peers have sent ``sent[fd]`` bytes (0) and been silent ``silent[fd]`` seconds (0)."""
+    sent = sent if sent is not None else {}
+    silent = silent if silent is not None else {}
+    return Admission(LIMITS, lambda fd: Progress(sent.get(fd, 0), silent.get(fd, 0.0)))
 
 
 def test_pending_connections_are_capped_per_address_and_in_all():
     a = admission()
-    assert [a.admit(fd, "10.0.0.1", 0.0) for fd in (1, 2, 3)] == [None] * 3
-    assert a.admit(4, "10.0.0.1", 0.1) == "pending from one address"
-    assert [a.admit(fd, "10.0.0.2", 0.2) for fd in (5, 6, 7)] == [None] * 3
-    assert a.admit(8, "10.0.0.3", 0.3) == "pending"  # six pending in all
+    assert [a.admit(fd, "10.0.0.1", 0.0) for fd in (1, 2, 3)] == [(None, [])] * 3
+    assert a.admit(4, "10.0.0.1", 0.1) == ("pending from one address", [])
+    assert [a.admit(fd, "10.0.0.2", 0.2)[0] for fd in (5, 6, 7)] == [None] * 3
+    assert a.admit(8, "10.0.0.3", 0.3) == ("pending", [])  # six pending in all
     assert a.refused == {"pending from one address": 1, "pending": 1}
     assert sorted(a.open) == [1, 2, 3, 5, 6, 7]
 
@@ -36,34 +39,48 @@ def test_a_connection_that_sent_a_handshake_pends_no_more():
     sent = {1: 700, 2: 40}
     a = admission(sent)
     for fd in (1, 2, 3):
-        assert a.admit(fd, "10.0.0.1", 0.0) is None
+        assert a.admit(fd, "10.0.0.1", 0.0)[0] is None
     # at the cap, the byte counts are read: 1 is through, its place goes to the new one
-    assert a.admit(4, "10.0.0.1", 0.0) is None
-    assert a.admit(5, "10.0.0.1", 0.0) == "pending from one address"
+    assert a.admit(4, "10.0.0.1", 0.0)[0] is None
+    assert a.admit(5, "10.0.0.1", 0.0)[0] == "pending from one address"
     sent[2] = 900  # a slow one finishes; it is read again only after a while
-    assert a.admit(6, "10.0.0.1", LOOK_AGAIN_S / 2) == "pending from one address"
-    assert a.admit(7, "10.0.0.1", LOOK_AGAIN_S) is None
+    assert a.admit(6, "10.0.0.1", LOOK_AGAIN_S / 2)[0] == "pending from one address"
+    assert a.admit(7, "10.0.0.1", LOOK_AGAIN_S)[0] is None
+
+
+def test_a_connection_stalled_in_its_handshake_makes_way_for_a_new_one():
+    silent = {1: 0.0, 2: 0.0, 3: 0.0}
+    a = admission(silent=silent)
+    for fd in (1, 2, 3):
+        a.admit(fd, "10.0.0.1", 0.0)
+    assert a.admit(4, "10.0.0.1", STALL_S) == ("pending from one address", [])  # all greet
+    silent.update({2: STALL_S, 3: STALL_S})  # 2 and 3 went quiet: 2 is the older
+    assert a.admit(5, "10.0.0.1", STALL_S) == (None, [2])
+    assert a.admit(6, "10.0.0.1", STALL_S) == (None, [3])
+    silent[5] = silent[6] = STALL_S
+    assert a.admit(7, "10.0.0.1", STALL_S / 2 + STALL_S) == ("pending from one address", [])
+    assert a.evicted == 2 and sorted(a.open) == [1, 5, 6]
 
 
 def test_old_connections_pend_no_more_and_closed_ones_are_forgotten():
     a = admission()
     for fd in (1, 2, 3):
         a.admit(fd, "10.0.0.1", 0.0)
-    assert a.admit(4, "10.0.0.1", LIMITS.pending_s) is None  # 1-3 are past the limit
+    assert a.admit(4, "10.0.0.1", LIMITS.pending_s)[0] is None  # 1-3 are past the limit
     a.forget(4)
     a.forget(4)  # twice: nothing more
     assert sorted(a.open) == [1, 2, 3]
-    assert a.admit(1, "10.0.0.9", 6.0) is None  # a reused descriptor is a new connection
+    assert a.admit(1, "10.0.0.9", 6.0)[0] is None  # a reused descriptor is a new connection
     assert a.open[1] == "10.0.0.9"
 
 
 def test_open_connections_are_capped_by_the_descriptors_left_for_them():
     sent = {fd: 1000 for fd in range(20)}
     a = admission(sent)
-    assert [a.admit(fd, f"10.0.0.{fd}", 0.0) for fd in range(10)] == [None] * 10
-    assert a.admit(10, "10.0.1.1", 0.0) == "open"
+    assert [a.admit(fd, f"10.0.0.{fd}", 0.0)[0] for fd in range(10)] == [None] * 10
+    assert a.admit(10, "10.0.1.1", 0.0) == ("open", [])
     a.forget(3)
-    assert a.admit(10, "10.0.1.1", 0.0) is None
+    assert a.admit(10, "10.0.1.1", 0.0)[0] is None
 
 
 def _ping(sock: zmq.Socket, rid: int) -> None:
@@ -103,7 +120,7 @@ def test_a_flood_of_idle_connections_is_cut_to_the_cap_and_real_clients_go_on():
         assert [rid for _, rid, _ in server.receive(5000)] == [1]
         for _ in range(300):
             flood.append(socket.create_connection(("127.0.0.1", port)))
-        wait_for(lambda: sum(server.guard.refused.values()) >= 300 - cap, 10, "refusals")
+        wait_for(lambda: server.guard.shut >= 300 - cap, 10, "refusals")
         shut = [c for c in flood if _shut_by_server(c)]
         assert 300 - cap <= len(shut) < 300
         assert len(server.guard.admission.open) <= cap + 1  # the flood's, and the client
@@ -145,7 +162,7 @@ def test_the_heads_feed_port_is_guarded_too():
         cap = guard.admission.limits.max_pending_per_addr
         for _ in range(cap + 50):
             flood.append(socket.create_connection(("127.0.0.1", port)))
-        wait_for(lambda: sum(guard.refused.values()) >= 50, 10, "refusals")
+        wait_for(lambda: guard.shut >= 50, 10, "refusals")
         assert sum(_shut_by_server(c) for c in flood) >= 50
         for conn in flood:
             conn.close()
