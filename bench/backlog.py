@@ -29,7 +29,7 @@ from typing import Any
 
 from bench.common import client_keys, on_clusters, parser, start
 from bench.throughput import HDR, CpuMeter, consume, produce, run_workers
-from blizzard.harness import LocalCluster
+from blizzard.local.harness import LocalCluster
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ import threading
 import urllib.request
 from typing import Any, Callable, Sequence
 
-from blizzard.harness import AUTO_KEYS, LocalCluster
+from blizzard.local.harness import AUTO_KEYS, LocalCluster
 
 log = logging.getLogger(__name__)
 

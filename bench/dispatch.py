@@ -28,9 +28,9 @@ from aiohttp import web
 
 from bench.common import client_keys, on_clusters, parser, start
 from bench.throughput import machine_cpu, proc_cpu_s
-from blizzard.client import Client
-from blizzard.harness import LocalCluster, Proc, free_port
-from blizzard.http_task import Task
+from blizzard.client.core import Client
+from blizzard.client.http_task import Task
+from blizzard.local.harness import LocalCluster, Proc, free_port
 
 log = logging.getLogger(__name__)
 

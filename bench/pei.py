@@ -29,7 +29,7 @@ import time
 from typing import Any
 
 from bench.common import parser, start
-from blizzard.shard_cluster import ShardedCluster
+from blizzard.local.shard_cluster import ShardedCluster
 
 log = logging.getLogger(__name__)
 

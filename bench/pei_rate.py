@@ -29,9 +29,9 @@ from typing import Any
 from bench.backlog import pipeline_options
 from bench.common import on_clusters, parser
 from bench.master_work import master_work, masters_of
-from bench.throughput import HDR, consume, produce, proc_cpu_s, run_workers
-from blizzard.harness import LocalCluster
-from blizzard.shard_cluster import ShardedCluster
+from bench.throughput import HDR, consume, proc_cpu_s, produce, run_workers
+from blizzard.local.harness import LocalCluster
+from blizzard.local.shard_cluster import ShardedCluster
 
 log = logging.getLogger(__name__)
 

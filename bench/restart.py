@@ -38,10 +38,10 @@ from typing import Any
 
 import zmq
 
-from blizzard import protocol as p
-from blizzard.harness import LOOPBACK, Proc, free_port
-from blizzard.transport import Endpoint, call
 from bench.common import int_list, parser, start
+from blizzard.local.harness import LOOPBACK, Proc, free_port
+from blizzard.net.transport import Endpoint, call
+from blizzard.wire import protocol as p
 from master import checkpoint
 from master.records import CommitItems, NodeSeen, Reserve
 from master.wal import Wal

@@ -30,9 +30,9 @@ from typing import Any
 from bench.common import clusters_for, parser, security_of, security_option, start
 from bench.spark_write import tree_cpu_s
 from bench.throughput import CpuMeter
-from blizzard.client import Client
-from blizzard.harness import LocalCluster
-from blizzard.keys import ENV as KEYS_ENV
+from blizzard.client.core import Client
+from blizzard.local.harness import LocalCluster
+from blizzard.net.keys import ENV as KEYS_ENV
 from blizzard.spark.timings import records, summarize
 
 log = logging.getLogger(__name__)
@@ -85,7 +85,7 @@ def session(spark_master: str, base: str, keys: str | None) -> tuple[Any, Any]:
     """A session on ``local[*]`` or (``standalone``) on a cluster started here; returns it with
     the cluster (or None) and the time it took."""
     from blizzard.spark import local_session
-    from blizzard.spark.standalone import StandaloneSpark
+    from blizzard.local.spark_standalone import StandaloneSpark
     if keys:
         os.environ[KEYS_ENV] = keys
     else:

@@ -28,8 +28,8 @@ from typing import Any
 
 from bench.common import on_clusters, parser, start
 from bench.throughput import CpuMeter, machine_cpu, proc_cpu_s
-from blizzard.client import Client
-from blizzard.harness import LocalCluster
+from blizzard.client.core import Client
+from blizzard.local.harness import LocalCluster
 
 log = logging.getLogger(__name__)
 

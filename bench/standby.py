@@ -31,7 +31,7 @@ from bench.backlog import pipeline, pipeline_options
 from bench.common import on_clusters, parser, start
 from bench.throughput import HDR
 from blizzard import Client
-from blizzard.harness import LocalCluster
+from blizzard.local.harness import LocalCluster
 
 log = logging.getLogger(__name__)
 

@@ -25,10 +25,10 @@ import sys
 import time
 from typing import Any, Callable
 
-from blizzard.client import Client
-from blizzard.harness import LocalCluster
 from bench.common import (client_keys, clusters_for, int_list, metrics_of, metrics_option,
                           on_clusters, parser, security_of, security_option, start)
+from blizzard.client.core import Client
+from blizzard.local.harness import LocalCluster
 
 log = logging.getLogger(__name__)
 

@@ -27,10 +27,10 @@ from typing import Any
 
 from bench.common import (client_keys, clusters_for, int_list, on_clusters, parser, security_of,
                           security_option, start)
-from blizzard.client import Client
-from blizzard.harness import LocalCluster
-from blizzard.keys import ENV as KEYS_ENV
-from blizzard.task import task
+from blizzard.client.core import Client
+from blizzard.local.harness import LocalCluster
+from blizzard.net.keys import ENV as KEYS_ENV
+from blizzard.worker.task import task
 
 log = logging.getLogger(__name__)
 

@@ -24,8 +24,8 @@ from typing import Any
 from bench.common import (client_keys, clusters_for, metrics_of, metrics_option, on_clusters,
                           parser, security_of, security_option, start)
 from bench.throughput import machine_cpu, own_cpu_s, percentile, proc_cpu_s
-from blizzard.client import Client
-from blizzard.harness import LocalCluster
+from blizzard.client.core import Client
+from blizzard.local.harness import LocalCluster
 
 log = logging.getLogger(__name__)
 

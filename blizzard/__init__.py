@@ -1,14 +1,20 @@
-"""Blizzard: a distributed, durable, replicated work queue."""
+"""Blizzard: a distributed, durable, replicated work queue. Its public names are here.
+
+Floors, each importing only those below (``.importlinter``; docs/architecture.md): ``wire``
+(messages, codec, errors) < ``net`` (ZeroMQ, CURVE, keys) < ``client`` | ``server`` (what only
+the master and the data nodes use) < ``worker`` | ``dispatch`` | ``dashboard`` | ``spark`` |
+``local`` (clusters of processes on this machine) < ``cli``.
+"""
 
 from __future__ import annotations
 
-from blizzard.client import Client, Message
-from blizzard.errors import (BlizzardError, ClientClosed, ClusterError, DataCorrupt,
-                             DatanodeUnavailable, InvalidArgument, LeaseExpired,
-                             MasterUnavailable, NotEnoughDatanodes, NotInQueue,
-                             PayloadTooLarge, ProtocolError, RequestError, UnknownItem,
-                             WrongLease)
-from blizzard.task import configure, task
+from blizzard.client.core import Client, Message
+from blizzard.wire.errors import (BlizzardError, ClientClosed, ClusterError, DataCorrupt,
+                                  DatanodeUnavailable, InvalidArgument, LeaseExpired,
+                                  MasterUnavailable, NotEnoughDatanodes, NotInQueue,
+                                  PayloadTooLarge, ProtocolError, RequestError, UnknownItem,
+                                  WrongLease)
+from blizzard.worker.task import configure, task
 
 __all__ = ["Client", "Message", "task", "configure", "BlizzardError", "ClientClosed",
            "ClusterError", "DataCorrupt", "DatanodeUnavailable", "InvalidArgument",

@@ -17,7 +17,7 @@ from typing import Callable
 
 import click
 
-from blizzard.cli_common import Finite, Seconds
+from blizzard.cli.common import Finite, Seconds
 from chaos import checker, history
 from chaos.schedule import FaultPlan, Timing, make_schedule
 from chaos.workload import WorkloadConfig
@@ -148,7 +148,8 @@ def run(seed: int | None, duration_s: float, datanodes: int, consumers: int, pro
         log_level: str, hosts: bool, clients: int, standby: bool, masters: int,
         **faults: object) -> None:
     """Start a cluster, run producers and consumers under faults, heal, drain, check, report."""
-    from chaos.run import RunOptions, run as run_chaos
+    from chaos.run import RunOptions
+    from chaos.run import run as run_chaos
 
     if batch_min > batch_max:
         raise click.UsageError("--batch-min is larger than --batch-max")

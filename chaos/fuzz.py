@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterator
 import msgpack
 import zmq
 
-from blizzard import protocol as p
+from blizzard.wire import protocol as p
 from chaos.fuzz_guard import Protected
 
 FAR = 2**40  # template ids start here, above anything a test cluster hands out

@@ -28,9 +28,9 @@ from typing import Any, Callable
 import zmq
 
 from blizzard import Client
-from blizzard import protocol as p
-from blizzard.harness import LocalCluster
-from blizzard.secure import connect_curve
+from blizzard.local.harness import LocalCluster
+from blizzard.net.secure import connect_curve
+from blizzard.wire import protocol as p
 from chaos.fuzz import fuzz
 from chaos.fuzz_guard import Protected
 from chaos.fuzz_raw import raw_fuzz

@@ -2,7 +2,7 @@
 master's and the data nodes' ports that never greet, never send a key.
 
 ``ConnectionFlood`` holds up to ``hold`` of them open to each server at once, making a new
-one for each the server shuts (its connection guard: ``blizzard/conn_guard.py``), at most
+one for each the server shuts (its connection guard: ``blizzard/server/conn_guard.py``), at most
 ``rate_per_s`` new connections a second in all, for a given time. ``flood_campaign`` runs one
 against every server of a cluster while a client connected before keeps doing timed round
 trips (enqueue, dequeue, ack), and reports the figures: connections made and shut by the
@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from blizzard import Client
-from blizzard.fd_limits import raise_fd_limit
-from blizzard.harness import LocalCluster
+from blizzard.local.harness import LocalCluster
+from blizzard.server.fd_limits import raise_fd_limit
 
 Emit = Callable[[dict[str, Any]], None]
 BASELINE_TRIPS = 50  # round trips timed before the flood, to compare with those during it

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from blizzard import protocol as p
+from blizzard.wire import protocol as p
 
 
 def _id_fields(cls: type) -> tuple[frozenset[str], tuple[str, ...]]:

@@ -39,14 +39,14 @@ import zmq
 from prometheus_client.parser import text_string_to_metric_families
 
 from blizzard import Client
-from blizzard import protocol as p
-from blizzard.harness import LocalCluster, free_port
-from blizzard.http_guard import IDLE_TIMEOUT_S
-from blizzard.keys import ENV as KEYS_ENV
-from blizzard.metrics import MAX_SCRAPES
-from blizzard.secure import connect_curve
-from blizzard.shard_messages import topic
-from blizzard.transport import Endpoint, call
+from blizzard.local.harness import LocalCluster, free_port
+from blizzard.net.keys import ENV as KEYS_ENV
+from blizzard.net.secure import connect_curve
+from blizzard.net.transport import Endpoint, call
+from blizzard.server.http_guard import IDLE_TIMEOUT_S
+from blizzard.server.metrics import MAX_SCRAPES
+from blizzard.wire import protocol as p
+from blizzard.wire.shard_messages import topic
 from master.subscribers import PER_CONNECTION
 
 Emit = Callable[[dict[str, Any]], None]

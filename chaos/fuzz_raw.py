@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 import zmq
 
-from blizzard import protocol as p
+from blizzard.wire import protocol as p
 
 KINDS = ("random", "short_greeting", "curve_hello", "null_ready", "old_zmtp", "huge_frame")
 

@@ -10,7 +10,7 @@ import time
 
 import click
 
-from blizzard.harness import LocalCluster, free_port
+from blizzard.local.harness import LocalCluster, free_port
 from chaos.fuzz_campaign import Plan, run
 from chaos.fuzz_floods import FloodPlan, flood_campaign
 from chaos.fuzz_http_floods import HttpFloodPlan, http_flood_campaign

@@ -23,7 +23,7 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from blizzard.harness import LocalCluster
+from blizzard.local.harness import LocalCluster
 from datanode.store import LevelDbStore
 from master.inspect import recover
 

@@ -27,7 +27,7 @@ import signal
 from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
 
-from blizzard.harness import Placement
+from blizzard.local.harness import Placement
 from chaos import netns
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ import signal
 import threading
 from typing import Any
 
-from blizzard.harness import LocalCluster
+from blizzard.local.harness import LocalCluster
 from chaos.history import INFO, History
 from chaos.standby import EXPECTED_EXITS
 

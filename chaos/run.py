@@ -12,8 +12,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from blizzard import Client
-from blizzard.harness import LocalCluster
-from blizzard.shard_cluster import ShardedCluster
+from blizzard.local.harness import LocalCluster
+from blizzard.local.shard_cluster import ShardedCluster
 from chaos import checker, history, report
 from chaos.client_hosts import ClientHosts
 from chaos.history import OK, History

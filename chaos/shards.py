@@ -9,16 +9,16 @@ so a seed repeats its run) and is recorded with that shard as its target.
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
-import os
 import signal
 from typing import Any
 
-from blizzard import protocol as p
-from blizzard.harness import Proc
-from blizzard.shard_admin import merge_status
-from blizzard.shard_cluster import ShardedCluster
+from blizzard.client.sharded.admin import merge_status
+from blizzard.local.harness import Proc
+from blizzard.local.shard_cluster import ShardedCluster
+from blizzard.wire import protocol as p
 
 
 class ChaosShards:

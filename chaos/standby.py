@@ -14,7 +14,7 @@ import logging
 import signal
 import time
 
-from blizzard.harness import LocalCluster, Proc
+from blizzard.local.harness import LocalCluster, Proc
 from master.replication import EXIT_FENCED
 
 log = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Collection
 
 from blizzard import Client
-from blizzard.errors import NOT_HELD, BlizzardError
+from blizzard.wire.errors import NOT_HELD, BlizzardError
 from chaos import payload
 from chaos.history import FAIL, INFO, OK, History
 

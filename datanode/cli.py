@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import click
 
-from blizzard import logs
-from blizzard.cli_common import (ADDRESS, Seconds, config_defaults, master_opt, security, serve,
-                                 server_command, start)
+from blizzard.cli.common import (ADDRESS, Seconds, config_defaults, master_opt, needs_server_extra,
+                                 security, serve, server_command, start)
+from blizzard.server import logs
 from datanode.config import DatanodeConfig
 
 _DEFAULT = config_defaults(DatanodeConfig)
@@ -45,6 +45,7 @@ def datanode_command(data_dir: str, bind: str, advertise: str | None, master: st
     Options also come from BLIZZARD_DATANODE_<OPTION> variables (the master address from
     BLIZZARD_MASTER) and from a TOML file (--config).
     """
+    needs_server_extra("data node")
     from datanode.server import DatanodeServer
 
     fields = logs.setup(log_level, log_format, "datanode", advertise or bind)

@@ -16,8 +16,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from blizzard import protocol as p
-from blizzard.errors import AuthenticationFailed, Forbidden, ForeignCluster, InvalidArgument
+from blizzard.wire import protocol as p
+from blizzard.wire.errors import AuthenticationFailed, Forbidden, ForeignCluster, InvalidArgument
 from datanode.store import BlobStore
 
 log = logging.getLogger(__name__)

@@ -7,9 +7,9 @@ import re
 import uuid
 from dataclasses import dataclass
 
-from blizzard import protocol as p
-from blizzard.defaults import DEFAULT_DATANODE, DEFAULT_MASTER
-from blizzard.errors import InvalidArgument
+from blizzard.net.defaults import DEFAULT_DATANODE, DEFAULT_MASTER
+from blizzard.wire import protocol as p
+from blizzard.wire.errors import InvalidArgument
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -16,9 +16,9 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from blizzard import protocol as p
-from blizzard.capability import KeyRing
-from blizzard.errors import Forbidden
+from blizzard.server.capability import KeyRing
+from blizzard.wire import protocol as p
+from blizzard.wire.errors import Forbidden
 
 # Roles that may delete blobs without a grant. Not ``node``: a node deletes its own blobs on
 # the master's word (heartbeat replies) and never asks another node to, so another node's key

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from blizzard import protocol as p
+from blizzard.wire import protocol as p
 
 
 @dataclass

@@ -13,10 +13,10 @@ from typing import Any
 
 import zmq
 
-from blizzard import protocol as p
-from blizzard.keys import ClientKeys
-from blizzard.masters import MasterChoice
-from blizzard.transport import Endpoint
+from blizzard.net.masters import MasterChoice
+from blizzard.net.keys import ClientKeys
+from blizzard.net.transport import Endpoint
+from blizzard.wire import protocol as p
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ producer's put carries it; a copy to another node carries the copied items'; hea
 replies bring the master's changes (best effort: a lost reply loses them). A master that lost
 its data dir reads it all back, page by page (``ListMeta``), to rebuild its queues.
 
-Everything taken from the wire is checked (``blizzard/item_meta.py``) before it is stored, so
+Everything taken from the wire is checked (``blizzard/wire/item_meta.py``) before it is stored, so
 bad metadata refuses the put (P7) and never reaches a rebuild.
 """
 
@@ -15,9 +15,9 @@ from __future__ import annotations
 import logging
 from typing import Callable
 
-from blizzard import item_meta
-from blizzard import protocol as p
-from blizzard.errors import Forbidden, InvalidArgument
+from blizzard.wire import item_meta
+from blizzard.wire import protocol as p
+from blizzard.wire.errors import Forbidden, InvalidArgument
 from datanode.store import BlobStore, ItemEntry
 
 log = logging.getLogger(__name__)

@@ -14,8 +14,8 @@ from typing import Any, Iterator
 
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from blizzard import metrics
-from blizzard.metrics import Timing
+from blizzard.server import metrics
+from blizzard.server.metrics import Timing
 
 OPS = ("put", "get", "delete")
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from blizzard import protocol as p
-from blizzard.errors import InvalidArgument
+from blizzard.wire import protocol as p
+from blizzard.wire.errors import InvalidArgument
 from datanode.grants import Gate
 from datanode.store import BlobStore
 

@@ -22,16 +22,17 @@ from typing import Any
 import plyvel
 import zmq
 
-from blizzard import keys as k
-from blizzard import protocol as p
-from blizzard.addrs import check_addr
-from blizzard.errors import (BlizzardError, InvalidArgument, PayloadTooLarge, StorageError,
-                             WrongNode)
-from blizzard.fd_limits import is_fd_pressure
-from blizzard.file_modes import private_dir
-from blizzard.log_limit import Throttled
-from blizzard.transport import Endpoint, RouterServer, error_reply
-from blizzard.wake_pipe import WakePipe
+from blizzard.net import keys as k
+from blizzard.net.addrs import check_addr
+from blizzard.net.file_modes import private_dir
+from blizzard.net.log_limit import Throttled
+from blizzard.net.transport import Endpoint
+from blizzard.server.fd_limits import is_fd_pressure
+from blizzard.server.router import RouterServer, error_reply
+from blizzard.server.wake_pipe import WakePipe
+from blizzard.wire import protocol as p
+from blizzard.wire.errors import (BlizzardError, InvalidArgument, PayloadTooLarge, StorageError,
+                                  WrongNode)
 from datanode import meta
 from datanode.cluster_id import ClusterMembership
 from datanode.config import DatanodeConfig, load_node_id
@@ -58,7 +59,7 @@ class DatanodeServer:
                  store: BlobStore | None = None) -> None:
         self.config = config.validate()
         self.ctx = ctx or zmq.Context.instance()
-        private_dir(config.data_dir)  # 0700: blizzard/file_modes.py
+        private_dir(config.data_dir)  # 0700: blizzard/net/file_modes.py
         self.node_id = load_node_id(config.data_dir)
         self.addr = config.advertise or config.bind
         self.store = store if store is not None else \

@@ -6,9 +6,9 @@ import bisect
 import dataclasses
 from typing import Any, Callable
 
-from blizzard import protocol as p
-from blizzard.errors import InvalidArgument, QueueExists
-from blizzard.queue_settings import NAMES
+from blizzard.wire import protocol as p
+from blizzard.wire.errors import InvalidArgument, QueueExists
+from blizzard.wire.queue_settings import NAMES
 from master import checks
 from master.config import MasterConfig
 from master.deletes import Deletes

@@ -19,8 +19,8 @@ import heapq
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from blizzard import protocol as p
-from blizzard.errors import InvalidArgument, MasterStarting, NotEnoughDatanodes, TooManyItems
+from blizzard.wire import protocol as p
+from blizzard.wire.errors import InvalidArgument, MasterStarting, NotEnoughDatanodes, TooManyItems
 from master import checks
 from master.capabilities import CapabilityKeys
 from master.config import MasterConfig

@@ -20,9 +20,9 @@ import os
 import secrets
 from typing import Callable
 
-from blizzard import protocol as p
-from blizzard.capability import check_put_grant, node_key, sign_get, sign_put
-from blizzard.errors import Forbidden, UnknownItem
+from blizzard.server.capability import check_put_grant, node_key, sign_get, sign_put
+from blizzard.wire import protocol as p
+from blizzard.wire.errors import Forbidden, UnknownItem
 
 log = logging.getLogger(__name__)
 

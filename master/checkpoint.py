@@ -15,7 +15,7 @@ import struct
 import zlib
 from typing import Any, Iterable, Iterator
 
-from blizzard import protocol
+from blizzard.wire import protocol
 from master.wal import WalCorrupt, fsync_dir, list_segments, segment_name
 
 log = logging.getLogger(__name__)

@@ -13,8 +13,8 @@ import os
 import time
 from typing import Callable
 
-from blizzard.fd_limits import is_fd_pressure
-from blizzard.log_limit import Throttled
+from blizzard.net.log_limit import Throttled
+from blizzard.server.fd_limits import is_fd_pressure
 from master import checkpoint, records
 from master.state import State
 from master.wal import MemoryWal, Wal

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import math
 
-from blizzard.errors import InvalidArgument, TooManyItems
-from blizzard.protocol import MAX_BATCH
-from blizzard.queue_settings import check_queue_name
+from blizzard.wire.errors import InvalidArgument, TooManyItems
+from blizzard.wire.protocol import MAX_BATCH
+from blizzard.wire.queue_settings import check_queue_name
 
 PRIORITY_RANGE = (-(2**31), 2**31 - 1)
 
 
 def queue_name(name: str, what: str = "queue name") -> str:
-    """The rule the client checks too (``blizzard.queue_settings.check_queue_name``)."""
+    """The rule the client checks too (``blizzard.wire.queue_settings.check_queue_name``)."""
     return check_queue_name(name, what)
 
 

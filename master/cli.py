@@ -10,10 +10,11 @@ from typing import Any
 import click
 import zmq
 
-from blizzard import logs
-from blizzard.cli_common import (ADDRESS, Seconds, config_defaults, keys_opt, master_opt, security,
-                                 serve, server_command, start, timeout_opt)
-from blizzard.errors import BlizzardError
+from blizzard.cli.common import (ADDRESS, Seconds, config_defaults, keys_opt, master_opt,
+                                 needs_server_extra, security, serve, server_command, start,
+                                 timeout_opt)
+from blizzard.server import logs
+from blizzard.wire.errors import BlizzardError
 from master.config import MasterConfig
 
 _DEFAULT = config_defaults(MasterConfig)
@@ -109,6 +110,7 @@ def master_command(data_dir: str, bind: str, replication: int, min_replicas: int
     With --standby-of it runs as a hot standby; `blizzard master promote --master ADDR`
     makes a standby the primary.
     """
+    needs_server_extra("master")
     from master.server import MasterServer
     from master.standby import StandbyServer
     from master.wal import WalCorrupt, WalLocked
@@ -150,9 +152,9 @@ def master_command(data_dir: str, bind: str, replication: int, min_replicas: int
 def promote_command(master: str, timeout_s: float, force: bool) -> None:
     """Make the standby at --master the primary (admin key): it raises the epoch, and the old
     primary, if it still runs, stops confirming anything and exits once it learns of it."""
-    from blizzard import protocol as p
-    from blizzard.keys import resolve
-    from blizzard.transport import Endpoint, call
+    from blizzard.net.keys import resolve
+    from blizzard.net.transport import Endpoint, call
+    from blizzard.wire import protocol as p
 
     keys = resolve(None, "admin")
     endpoint = Endpoint(zmq.Context.instance(), master, keys, keys.master if keys else None)

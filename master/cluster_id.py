@@ -21,8 +21,8 @@ import logging
 import secrets
 from typing import Any, Callable
 
-from blizzard import protocol as p
-from blizzard.errors import ForeignCluster
+from blizzard.wire import protocol as p
+from blizzard.wire.errors import ForeignCluster
 from master.datanodes import DatanodeReports
 from master.records import ClusterCreated
 from master.state import State

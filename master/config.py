@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from blizzard.defaults import DEFAULT_MASTER
-from blizzard.errors import InvalidArgument
-from blizzard.protocol import MAX_ITEM_BYTES
-from blizzard.queue_settings import NAMES
-from blizzard.shard_messages import MAX_SHARDS
+from blizzard.net.defaults import DEFAULT_MASTER
+from blizzard.wire.errors import InvalidArgument
+from blizzard.wire.protocol import MAX_ITEM_BYTES
+from blizzard.wire.queue_settings import NAMES
+from blizzard.wire.shard_messages import MAX_SHARDS
 
 MiB = 1024 * 1024
 

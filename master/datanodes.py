@@ -10,9 +10,9 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Container
 
-from blizzard import protocol as p
-from blizzard.addrs import check_addr
-from blizzard.errors import InvalidArgument
+from blizzard.net.addrs import check_addr
+from blizzard.wire import protocol as p
+from blizzard.wire.errors import InvalidArgument
 from master import checks
 from master.capabilities import CapabilityKeys
 from master.config import MasterConfig

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Iterable
 
-from blizzard.protocol import MAX_BATCH
+from blizzard.wire.protocol import MAX_BATCH
 
 log = logging.getLogger(__name__)
 

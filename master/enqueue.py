@@ -19,10 +19,10 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from blizzard import protocol as p
-from blizzard.errors import (BlizzardError, Forbidden, InvalidArgument, NotEnoughDatanodes,
-                             PayloadTooLarge, TooManyItems, UnknownItem)
-from blizzard.transport import error_reply
+from blizzard.server.router import error_reply
+from blizzard.wire import protocol as p
+from blizzard.wire.errors import (BlizzardError, Forbidden, InvalidArgument, NotEnoughDatanodes,
+                                  PayloadTooLarge, TooManyItems, UnknownItem)
 from master import checks
 from master.blocks import Blocks
 from master.config import MasterConfig

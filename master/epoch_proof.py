@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hmac
 
-from blizzard.wire import dumps
+from blizzard.wire.codec import dumps
 
 PROOF_BYTES = 16
 

@@ -1,6 +1,6 @@
 """A sharded master's side of relaxed ordering: its shard's ids, and its queues' heads.
 
-Shard ``k`` hands out ids from ``k << 56`` on (``blizzard/shard_messages.py``), so an id names
+Shard ``k`` hands out ids from ``k << 56`` on (``blizzard/wire/shard_messages.py``), so an id names
 the shard that holds it and every shard's ids differ; ``claim_shard`` starts a fresh master
 there and refuses a data dir that holds another shard's ids.
 
@@ -10,7 +10,7 @@ lease that asks (``Lease.head``), and, with ``--heads-bind``, is published on a 
 socket whenever it changes (``Heads.publish``), so a client that subscribes knows every shard's
 head, a little stale, without asking any. Only queues someone subscribes to are published
 (producers alone pay nothing for the feed), and a new subscriber is sent the head at once.
-With keys, the feed admits client and admin keys only (``blizzard/secure.py``: its ZAP domain
+With keys, the feed admits client and admin keys only (``blizzard/net/secure.py``: its ZAP domain
 names the roles), so a data node's key cannot read the queues' heads. Subscriptions are
 capped per connection and in all, and forgotten when their connection goes
 (``master/subscribers.py``).
@@ -24,13 +24,13 @@ from typing import Any, Callable
 
 import zmq
 
-from blizzard import protocol as p
-from blizzard.conn_guard import guarded
-from blizzard.departures import Departures, cut, source_fd
-from blizzard.errors import InvalidArgument
-from blizzard.keys import READERS, ServerKeys
-from blizzard.secure import serve_curve
-from blizzard.shard_messages import first_id, shard_of, topic
+from blizzard.net.keys import READERS, ServerKeys
+from blizzard.net.secure import serve_curve
+from blizzard.server.conn_guard import guarded
+from blizzard.server.departures import Departures, cut, source_fd
+from blizzard.wire import protocol as p
+from blizzard.wire.errors import InvalidArgument
+from blizzard.wire.shard_messages import first_id, shard_of, topic
 from master import checks
 from master.state import State
 from master.subscribers import CUT, MAX_MESSAGE_BYTES, OK, Subscribers
@@ -99,7 +99,7 @@ class Heads:
                 serve_curve(sock, keys, READERS)
             sock.bind(bind)
             self.sock = sock
-            self.departures = guarded(sock, keys is not None)  # blizzard/conn_guard.py: caps
+            self.departures = guarded(sock, keys is not None)  # blizzard/server/conn_guard.py: caps
             endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
             self.port = int(endpoint.rsplit(":", 1)[1]) if endpoint.startswith("tcp") else 0
 

@@ -13,8 +13,8 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-from blizzard import protocol as p
-from blizzard.errors import TooManyItems
+from blizzard.wire import protocol as p
+from blizzard.wire.errors import TooManyItems
 from master import checks
 from master.capabilities import CapabilityKeys
 from master.config import MasterConfig
@@ -70,7 +70,7 @@ class Waiter:
     msg: p.Lease
     until: float  # monotonic
     key: str = ""  # the public key its connection authenticated with ("": security off)
-    fd: int = -1  # its connection's descriptor (``blizzard/departures.py``; -1: unknown)
+    fd: int = -1  # its connection's descriptor (``blizzard/server/departures.py``; -1: unknown)
 
 
 class Leases:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from blizzard import protocol as p
-from blizzard.errors import InvalidArgument
+from blizzard.wire import protocol as p
+from blizzard.wire.errors import InvalidArgument
 
 MAX_NODES = 1024  # distinct data node ids the master will know (each is kept in the WAL)
 MIN_FREE_BYTES = 64 * 1024 * 1024  # placement avoids nodes with less free disk than this

@@ -21,7 +21,7 @@ import logging
 from itertools import islice
 from typing import Any, Callable
 
-from blizzard import protocol as p
+from blizzard.wire import protocol as p
 from master.records import AddReplicas, BuryItems, RedriveItems, ReleaseItems
 from master.state import State
 

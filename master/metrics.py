@@ -13,7 +13,7 @@ until its queue is next served (a lease, a peek or stats promote it).
 Per-queue series name the first ``--metrics-queues`` queues by name (``MasterConfig.
 metrics_queues``, 100) and sum the rest in one series labelled ``queue="(other)"``, so a
 scrape of a master holding 10,000 queues is about as big as one of 100 (each named queue adds
-about 1.5 KB); ``blizzard/metrics.py`` renders it at most every ``RENDER_EVERY_S``.
+about 1.5 KB); ``blizzard/server/metrics.py`` renders it at most every ``RENDER_EVERY_S``.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from typing import Any, Callable, Iterator, TypeVar
 
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from blizzard import metrics
-from blizzard.metrics import Timing
+from blizzard.server import metrics
+from blizzard.server.metrics import Timing
 from master.counts import KINDS
 from master.leases import LOST_NAMES
 

@@ -21,8 +21,8 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable
 
-from blizzard import protocol as p
-from blizzard.errors import Forbidden
+from blizzard.wire import protocol as p
+from blizzard.wire.errors import Forbidden
 from master.records import NodeKeyBound
 from master.state import State
 

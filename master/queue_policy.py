@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
-from blizzard.errors import Forbidden, TooManyQueues
-from blizzard.queue_settings import NAMES, Settings
+from blizzard.wire.errors import Forbidden, TooManyQueues
+from blizzard.wire.queue_settings import NAMES, Settings
 from master.config import MasterConfig
 
 _DEFAULTS = Settings()

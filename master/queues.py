@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from blizzard.queue_settings import DEAD_SUFFIX, Settings
+from blizzard.wire.queue_settings import DEAD_SUFFIX, Settings
 
 
 @dataclass(frozen=True)
@@ -13,7 +13,7 @@ class QueueConfig(Settings):
     """How one named queue behaves, with the policies its settings imply.
 
     The settings themselves (names, types, defaults, bounds) are ``Settings``'s, in
-    ``blizzard/queue_settings.py``; this class adds only behaviour.
+    ``blizzard/wire/queue_settings.py``; this class adds only behaviour.
     """
 
     def dead_letter_queue(self, queue: str) -> str:

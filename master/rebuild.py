@@ -27,13 +27,13 @@ from typing import Any, Callable
 
 import zmq
 
-from blizzard import keys as k
-from blizzard import protocol as p
-from blizzard.addrs import check_addr
-from blizzard.errors import (AuthenticationFailed, DatanodeUnavailable, InvalidArgument,
-                             MasterStarting)
-from blizzard.file_modes import private_dir
-from blizzard.transport import Endpoint, call
+from blizzard.net import keys as k
+from blizzard.net.addrs import check_addr
+from blizzard.net.file_modes import private_dir
+from blizzard.net.transport import Endpoint, call
+from blizzard.wire import protocol as p
+from blizzard.wire.errors import (AuthenticationFailed, DatanodeUnavailable, InvalidArgument,
+                                  MasterStarting)
 from master import checkpoint, records
 from master.config import MasterConfig
 from master.rebuild_fold import NodeScan, Rebuilt, check_node, fold
@@ -156,7 +156,7 @@ def hold_reads(server: Any) -> Any:
 def rebuild(config: MasterConfig, addrs: list[str], ctx: zmq.Context | None = None) -> Rebuilt:
     """Rebuild the master's state in ``config.data_dir`` from the nodes at ``addrs``."""
     refuse_used(config.data_dir)
-    private_dir(config.data_dir)  # 0700: blizzard/file_modes.py
+    private_dir(config.data_dir)  # 0700: blizzard/net/file_modes.py
     started = time.monotonic()
     ctx = ctx or zmq.Context.instance()
     keys = node_keys(config.keys)

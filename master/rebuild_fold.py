@@ -17,10 +17,10 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from blizzard import item_meta
-from blizzard import protocol as p
-from blizzard.addrs import check_addr
-from blizzard.errors import InvalidArgument
+from blizzard.net.addrs import check_addr
+from blizzard.wire import item_meta
+from blizzard.wire import protocol as p
+from blizzard.wire.errors import InvalidArgument
 from master import checks
 from master.records import ClusterCreated, NodeSeen, RebuildItems, Reserve
 

@@ -8,8 +8,8 @@ On disk a record is the msgpack array ``[code, field_1, ..., field_n]``.
 
 from __future__ import annotations
 
-from blizzard.queue_settings import with_settings
-from blizzard.wire import Registry, pack
+from blizzard.wire.codec import Registry, pack
+from blizzard.wire.queue_settings import with_settings
 
 RECORDS = Registry("WAL record")
 message = RECORDS.message
@@ -108,7 +108,7 @@ class DropReplicas:
 class ConfigureQueue:
     """A queue's whole configuration (creating the queue if it is new).
 
-    After ``queue`` come the fields of ``blizzard.queue_settings.Settings``, in its order.
+    After ``queue`` come the fields of ``blizzard.wire.queue_settings.Settings``, in its order.
     """
 
     queue: str

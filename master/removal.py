@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from blizzard import protocol as p
-from blizzard.errors import InUse, InvalidArgument, MasterStarting, UnknownItem, UnknownQueue
+from blizzard.wire import protocol as p
+from blizzard.wire.errors import InUse, InvalidArgument, MasterStarting, UnknownItem, UnknownQueue
 from master import checks
 from master.deletes import Deletes
 from master.enqueue import Enqueues

@@ -13,7 +13,7 @@ import logging
 from collections import deque
 from typing import Any
 
-from blizzard import protocol as p
+from blizzard.wire import protocol as p
 from master.membership import Membership
 from master.records import AddReplicas, DropReplicas
 from master.state import State

@@ -29,9 +29,9 @@ import time
 from collections import deque
 from typing import Any, Callable
 
-from blizzard import protocol as p
-from blizzard.errors import ForeignCluster, InvalidArgument
-from blizzard.transport import Endpoint, call
+from blizzard.net.transport import Endpoint, call
+from blizzard.wire import protocol as p
+from blizzard.wire.errors import ForeignCluster, InvalidArgument
 from master import checkpoint
 from master.epoch_proof import EpochProof
 from master.records import StandbySynced

@@ -23,12 +23,12 @@ from typing import Any, Callable
 
 import zmq
 
-from blizzard import keys as k
-from blizzard import protocol as p
-from blizzard import secure
-from blizzard.errors import BlizzardError, Forbidden, InvalidArgument
-from blizzard.file_modes import private_dir
-from blizzard.transport import RouterServer, error_reply
+from blizzard.net import keys as k
+from blizzard.net import secure
+from blizzard.net.file_modes import private_dir
+from blizzard.server.router import RouterServer, error_reply
+from blizzard.wire import protocol as p
+from blizzard.wire.errors import BlizzardError, Forbidden, InvalidArgument
 from master import records
 from master.admin import QueueAdmin
 from master.blocks import Blocks
@@ -54,8 +54,8 @@ from master.replication import Replication
 from master.safe_mode import SafeMode
 from master.state import State
 from master.tasks import Tasks
-from master.wal import MemoryWal, Wal
 from master.wakes import Wakes
+from master.wal import MemoryWal, Wal
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +105,7 @@ class MasterServer:
         self.router = router if router is not None else \
             RouterServer(self.ctx, config.bind, max_frame_bytes=MAX_REQUEST_BYTES, keys=keys)
         if wal is None:
-            private_dir(config.data_dir)  # 0700: blizzard/file_modes.py
+            private_dir(config.data_dir)  # 0700: blizzard/net/file_modes.py
             wal = Wal(os.path.join(config.data_dir, "wal"), segment_bytes=config.segment_bytes)
         self.wal = wal
         self.state, replayed = recovered or recover(wal)
@@ -130,7 +130,7 @@ class MasterServer:
                            lambda: self.wal.records_appended)
         self.leases = Leases(config, self.state, self.log_record, self.deletes, self.membership,
                              self.capabilities, self.counts, self.heads)
-        # a long poll's slot goes with its connection (blizzard/departures.py)
+        # a long poll's slot goes with its connection (blizzard/server/departures.py)
         departures = getattr(self.router, "departures", None)  # stand-ins in tests: none
         self.departures = departures() if departures is not None else None
         key_of = getattr(self.router, "key_of", lambda peer: "")  # stand-ins in tests: none

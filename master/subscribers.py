@@ -7,7 +7,7 @@ shard master from 35 to 520 MB. The heads socket therefore runs in ZeroMQ's manu
 descriptor of the connection it came on (``zmq.SRCFD``) and applies it only if it is a
 queue's topic (or the empty topic: every queue) and within the caps. A connection asking for
 more than ``PER_CONNECTION`` topics at once, or for one that is no queue's topic, is no
-client of ours: it is cut (``blizzard.departures.cut``), which frees all libzmq kept for it.
+client of ours: it is cut (``blizzard.server.departures.cut``), which frees all libzmq kept for it.
 A subscription past ``UNKNOWN`` distinct topics of queues that do not exist, or ``TOTAL``
 distinct topics in all, is refused (told in the log and the metrics) and its connection
 kept, up to ``HELD`` refused at once; past that it is cut too. So a connection costs libzmq
@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import logging
 
-from blizzard.errors import InvalidArgument
-from blizzard.log_limit import Throttled
-from blizzard.queue_settings import check_queue_name
+from blizzard.net.log_limit import Throttled
+from blizzard.wire.errors import InvalidArgument
+from blizzard.wire.queue_settings import check_queue_name
 
 log = logging.getLogger(__name__)
 

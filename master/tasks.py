@@ -1,6 +1,6 @@
 """What task delivery asks of the master: items' states by id, burying, counts by task state.
 
-``blizzard dispatch`` (``blizzard/dispatch.py``) delivers items as HTTP tasks with their own
+``blizzard dispatch`` (``blizzard/dispatch/deliver.py``) delivers items as HTTP tasks with their own
 retry policy. It needs three things no other consumer does: to say what became of one task
 (``Lookup``: ``blizzard task ID``), to give up on a task before its queue would
 (``Bury``: its own max attempts are spent), and a queue's items counted by task state
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from blizzard import protocol as p
+from blizzard.wire import protocol as p
 from master import checks
 from master.counts import QueueCounts
 from master.item import DELAYED, LEASED

@@ -18,7 +18,7 @@ from typing import Any
 
 import zmq
 
-from blizzard.wake_pipe import WakePipe
+from blizzard.server.wake_pipe import WakePipe
 
 BUSY_S = 0.05  # the longest sleep while something may change with time alone
 IDLE_S = 0.5  # the longest sleep otherwise

@@ -25,9 +25,9 @@ import zlib
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from blizzard.errors import InvalidArgument
-from blizzard.fd_limits import is_fd_pressure
-from blizzard.log_limit import Throttled
+from blizzard.net.log_limit import Throttled
+from blizzard.server.fd_limits import is_fd_pressure
+from blizzard.wire.errors import InvalidArgument
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 
 from blizzard import Client
-from blizzard.harness import LocalCluster, free_port
+from blizzard.local.harness import LocalCluster, free_port
 
 TRAFFIC_S = 60.0
 STEP_S = 0.5

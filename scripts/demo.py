@@ -18,8 +18,8 @@ from typing import Iterator
 import click
 
 from blizzard import Client
-from blizzard.harness import LocalCluster, StartFailed
-from blizzard.keys import ENV as KEYS_ENV
+from blizzard.local.harness import LocalCluster, StartFailed
+from blizzard.net.keys import ENV as KEYS_ENV
 
 
 def payload(seq: int) -> bytes:

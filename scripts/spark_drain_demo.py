@@ -24,8 +24,8 @@ from typing import Any, Callable, Iterator
 import click
 
 from blizzard import Client
-from blizzard.harness import LocalCluster
-from blizzard.keys import ENV as KEYS_ENV
+from blizzard.local.harness import LocalCluster
+from blizzard.net.keys import ENV as KEYS_ENV
 
 LOG_LINES_SHOWN = 20  # of the JVM's log, when Spark fails
 

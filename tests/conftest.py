@@ -12,9 +12,9 @@ from typing import Callable, Iterator
 
 import pytest
 
-from blizzard.harness import LocalCluster, process_keys
-from blizzard.keys import ENV as BLIZZARD_KEYS
-from blizzard.shard_cluster import ShardedCluster
+from blizzard.local.harness import LocalCluster, process_keys
+from blizzard.local.shard_cluster import ShardedCluster
+from blizzard.net.keys import ENV as BLIZZARD_KEYS
 
 if not os.environ.get(BLIZZARD_KEYS):  # one key directory for the session's clusters and clients
     atexit.register(shutil.rmtree, os.path.dirname(process_keys()), True)

@@ -14,9 +14,9 @@ import time
 from collections import deque
 from typing import Any, Sequence
 
-from blizzard import protocol as p
-from blizzard.errors import LeaseExpired
-from blizzard.message import Message
+from blizzard.client.message import Message
+from blizzard.wire import protocol as p
+from blizzard.wire.errors import LeaseExpired
 
 Key = tuple[int, int]  # (item id, lease token)
 

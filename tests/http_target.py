@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from blizzard.harness import free_port
+from blizzard.local.harness import free_port
 
 
 @dataclass(frozen=True)

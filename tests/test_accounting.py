@@ -10,13 +10,13 @@ from __future__ import annotations
 import zlib
 
 import pytest
-
-from blizzard import protocol as p
-from blizzard.client import Client
-from blizzard.errors import Forbidden
-from blizzard.spark.writer import covering
-from blizzard.transport import call
 from conftest import wait_for
+
+from blizzard.client.core import Client
+from blizzard.net.transport import call
+from blizzard.spark.writer import covering
+from blizzard.wire import protocol as p
+from blizzard.wire.errors import Forbidden
 
 
 def _put(placement: p.Placement, node: p.NodeRef, blob: bytes, *, report: bool,

@@ -16,7 +16,7 @@ import urllib.request
 import pytest
 
 from blizzard import Client
-from blizzard.errors import LeaseExpired, NotInQueue, UnknownItem, WrongLease
+from blizzard.wire.errors import LeaseExpired, NotInQueue, UnknownItem, WrongLease
 
 BLIZZARD = [sys.executable, "-m", "blizzard.cli"]
 

@@ -1,11 +1,11 @@
-"""``--allow-hosts``: which task URLs a dispatcher may send to (``blizzard/allow_hosts.py``)."""
+"""``--allow-hosts``: which task URLs a dispatcher may send to (``blizzard/dispatch/allow_hosts.py``)."""
 
 from __future__ import annotations
 
 import pytest
 
-from blizzard.allow_hosts import HostPolicy
-from blizzard.errors import InvalidArgument
+from blizzard.dispatch.allow_hosts import HostPolicy
+from blizzard.wire.errors import InvalidArgument
 
 POLICY = HostPolicy.parse(["api.example.org", "10.0.0.7", "::1", "*.example.com"])
 

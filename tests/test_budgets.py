@@ -7,14 +7,18 @@ import time
 import pytest
 import zmq
 
-from blizzard import protocol as p
-from blizzard.errors import InvalidArgument, ProtocolError, TooManyItems
-from blizzard.harness import free_port
-from blizzard.transport import HEARTBEAT_IVL_MS, bind_router, raise_if_error
+from blizzard.local.harness import free_port
+from blizzard.net.transport import HEARTBEAT_IVL_MS, raise_if_error
+from blizzard.server.router import bind_router
+from blizzard.wire import protocol as p
+from blizzard.wire.errors import InvalidArgument, ProtocolError, TooManyItems
 from datanode.config import DatanodeConfig
 from datanode.server import MAX_PEERS, DatanodeServer
 from datanode.store import MemoryStore
-from master import blocks, deletes as deletes_mod, enqueue, membership as membership_mod
+from master import blocks
+from master import deletes as deletes_mod
+from master import enqueue
+from master import membership as membership_mod
 from master.deletes import Deletes
 from master.membership import Membership
 from tests.test_master_requests import (alloc, call, enqueue_msg, in_process_master, place, report,

@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from blizzard import protocol as p
-from blizzard.capability import KeyRing
-from blizzard.errors import Forbidden, InvalidArgument, ProtocolError
+from blizzard.server.capability import KeyRing
+from blizzard.wire import protocol as p
+from blizzard.wire.errors import Forbidden, InvalidArgument, ProtocolError
 from master.capabilities import GET_GRANT_S, CapabilityKeys
 from master.config import MasterConfig
 

@@ -9,10 +9,10 @@ import subprocess
 import sys
 
 import pytest
+from conftest import wait_for
 
 from blizzard import Client
-from blizzard.harness import free_port
-from conftest import wait_for
+from blizzard.local.harness import free_port
 
 BLIZZARD = [sys.executable, "-m", "blizzard.cli"]
 
@@ -73,7 +73,7 @@ def test_wal_check_json(cluster):
     assert doc["segments"] and set(doc["segments"][0]) == {"name", "records", "bytes"}
 
 
-@pytest.mark.parametrize("module", ["master", "datanode", "blizzard.cli"])
+@pytest.mark.parametrize("module", ["master", "datanode", "blizzard.cli.main"])
 def test_help_explains_every_entry_point(module):
     out = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True,
                          timeout=30)

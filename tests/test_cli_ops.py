@@ -18,11 +18,11 @@ import urllib.request
 
 import click
 import pytest
-
-from blizzard import Client
-from blizzard.harness import free_port
 from conftest import wait_for
 from processes import stop
+
+from blizzard import Client
+from blizzard.local.harness import free_port
 
 BLIZZARD = [sys.executable, "-m", "blizzard.cli"]
 
@@ -46,8 +46,8 @@ def options_of(command: click.Command, path: str = "blizzard"):
 # -- environment variables -------------------------------------------------------------------
 
 def test_every_option_of_every_command_has_its_blizzard_variable():
-    from blizzard.cli import cli
-    from blizzard.cli_config import name_env_vars
+    from blizzard.cli.config import name_env_vars
+    from blizzard.cli.main import cli
 
     name_env_vars(cli)
     shared = {"BLIZZARD_MASTER", "BLIZZARD_KEYS", "BLIZZARD_TIMEOUT_S"}
@@ -150,7 +150,7 @@ def test_a_local_cluster_logs_json_lines_when_asked(cluster_factory):
 
 
 def test_a_json_log_line_carries_the_exception():
-    from blizzard import logs
+    from blizzard.server import logs
 
     stream = io.StringIO()
     fields = logs.ProcessFields("datanode", "tcp://127.0.0.1:5601")

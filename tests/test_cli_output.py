@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import base64
 
-from blizzard import protocol as p
-from blizzard.cli_common import master_origin
-from blizzard.cli_output import escape, payload, seconds, shown_stats, size
-from blizzard.cli_queue import _status_doc, _status_lines
-from blizzard.queue_settings import SETTINGS
+from blizzard.cli.common import master_origin
+from blizzard.cli.output import escape, payload, seconds, shown_stats, size
+from blizzard.cli.queue import _status_doc, _status_lines
+from blizzard.wire import protocol as p
+from blizzard.wire.queue_settings import SETTINGS
 
 
 def test_payloads_print_on_one_line_and_as_json_fields():

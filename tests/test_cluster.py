@@ -5,15 +5,16 @@ from __future__ import annotations
 import time
 
 import pytest
-
-from blizzard import Client, protocol as p
-from blizzard import datanodes as nodes_module
-from blizzard.errors import (ClientClosed, InvalidArgument, LeaseExpired, MasterUnavailable,
-                             PayloadTooLarge, ProtocolError, UnknownOp)
-from blizzard.harness import LOOPBACK, free_port
-from blizzard.message import leased_items
-from blizzard.transport import call
 from conftest import wait_for
+
+from blizzard import Client
+from blizzard.client import datanodes as nodes_module
+from blizzard.client.message import leased_items
+from blizzard.local.harness import LOOPBACK, free_port
+from blizzard.net.transport import call
+from blizzard.wire import protocol as p
+from blizzard.wire.errors import (ClientClosed, InvalidArgument, LeaseExpired, MasterUnavailable,
+                                  PayloadTooLarge, ProtocolError, UnknownOp)
 
 
 def test_enqueue_dequeue_ack_round_trip(cluster):
@@ -207,7 +208,7 @@ def test_uncommitted_enqueue_expires_and_its_blobs_are_deleted(cluster_factory):
         wait_for(lambda: c.status().nodes[0].items == 1, what="the blob to be counted")
         wait_for(lambda: c.status().nodes[0].items == 0, what="the orphan blob to be deleted")
         assert c.stats("jobs")["ready"] == 0
-    from blizzard.errors import UnknownItem
+    from blizzard.wire.errors import UnknownItem
     with pytest.raises(UnknownItem):
         call(master, p.Enqueue("jobs", placement.ids, [3], [0x352441C2], [0], [0.0], [""], False,
                                "e1", False, 1.0, placement.grant), 5)

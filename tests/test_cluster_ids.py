@@ -16,11 +16,15 @@ import time
 import zlib
 
 import pytest
+from conftest import wait_for
+from test_cli_items import run
+from test_master_requests import NoRouter, in_process_master
 
-from blizzard import Client, harness
-from blizzard import protocol as p
-from blizzard.errors import ForeignCluster, InvalidArgument
-from blizzard.harness import LocalCluster, StartFailed, free_port
+from blizzard import Client
+from blizzard.local import harness
+from blizzard.local.harness import LocalCluster, StartFailed, free_port
+from blizzard.wire import protocol as p
+from blizzard.wire.errors import ForeignCluster, InvalidArgument
 from datanode.cluster_id import ClusterMembership
 from datanode.store import LevelDbStore, MemoryStore
 from master import records
@@ -28,9 +32,6 @@ from master.config import MasterConfig
 from master.server import MasterServer
 from master.state import State
 from master.wal import Wal
-from conftest import wait_for
-from test_cli_items import run
-from test_master_requests import NoRouter, in_process_master
 
 FAST = dict(heartbeat_s=0.2, dead_after_s=1.5)
 BLIZZARD = [sys.executable, "-m", "blizzard.cli"]

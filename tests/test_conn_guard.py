@@ -1,4 +1,4 @@
-"""The connection guard (blizzard/conn_guard.py): caps on what a server socket accepts."""
+"""The connection guard (blizzard/server/conn_guard.py): caps on what a server socket accepts."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import time
 
 import zmq
 
-from blizzard import protocol as p
-from blizzard.conn_guard import LOOK_AGAIN_S, STALL_S, Admission, Limits, Progress
-from blizzard.harness import free_port
-from blizzard.transport import RouterServer
+from blizzard.local.harness import free_port
+from blizzard.server.conn_guard import LOOK_AGAIN_S, STALL_S, Admission, Limits, Progress
+from blizzard.server.router import RouterServer
+from blizzard.wire import protocol as p
 from tests.conftest import wait_for
 
 LIMITS = Limits(max_open=10, max_pending=6, max_pending_per_addr=3, pending_s=5.0,
@@ -177,8 +177,8 @@ def test_the_heads_feed_port_is_guarded_too():
 def test_a_burst_of_real_clients_from_one_address_is_served(tmp_path):
     """300 CURVE clients from 127.0.0.1 connecting at once pass the per-address cap on pending
     connections (64): those shut while the others greet connect again, their requests kept."""
-    from blizzard import keys as k
-    from blizzard.secure import connect_curve, guard
+    from blizzard.net import keys as k
+    from blizzard.net.secure import connect_curve, guard
     keys = str(tmp_path / "keys")
     k.generate(keys)
     server_ctx, client_ctx = zmq.Context(), zmq.Context()

@@ -12,16 +12,16 @@ import urllib.request
 from collections.abc import Iterator
 
 import pytest
-
-import blizzard.dashboard
-from blizzard import Client, InvalidArgument
-from blizzard import protocol as p
-from blizzard.dashboard import (MAX_POINTS, MAX_QUEUES_SHOWN, MAX_SAMPLES, History, Sampler,
-                                StateCache, increase, state_doc, take_sample)
-from blizzard.dashboard_server import host_and_port, make_server
-from blizzard.harness import free_port
-from blizzard.queue_settings import SETTINGS
 from conftest import wait_for
+
+import blizzard.dashboard.sampler
+from blizzard import Client, InvalidArgument
+from blizzard.dashboard.sampler import (MAX_POINTS, MAX_QUEUES_SHOWN, MAX_SAMPLES, History, Sampler,
+                                        StateCache, increase, state_doc, take_sample)
+from blizzard.dashboard.server import host_and_port, make_server
+from blizzard.local.harness import free_port
+from blizzard.wire import protocol as p
+from blizzard.wire.queue_settings import SETTINGS
 
 MASTER = "tcp://127.0.0.1:5555"
 
@@ -90,7 +90,7 @@ def test_a_full_history_is_drawn_in_a_bounded_number_of_points():
 
 def test_the_state_is_made_once_per_sample_however_many_requests(monkeypatch):
     made = []
-    monkeypatch.setattr(blizzard.dashboard, "state_doc",
+    monkeypatch.setattr(blizzard.dashboard.sampler, "state_doc",
                         lambda *args: made.append(args) or {"now": args[2], "queues": []})
     h = History()
     h.add(1000.0, 0.0, status(queue("jobs")))

@@ -12,12 +12,12 @@ import sys
 import tempfile
 
 import pytest
-
-from blizzard import Client
-from blizzard.harness import free_port
 from conftest import wait_for
 from processes import stop
 from test_dashboard import get
+
+from blizzard import Client
+from blizzard.local.harness import free_port
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"

@@ -6,9 +6,9 @@ import zlib
 
 import pytest
 
-from blizzard import item_meta
-from blizzard import protocol as p
-from blizzard.errors import Forbidden, InvalidArgument
+from blizzard.wire import item_meta
+from blizzard.wire import protocol as p
+from blizzard.wire.errors import Forbidden, InvalidArgument
 from datanode import meta
 from datanode.store import LevelDbStore, MemoryStore
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from blizzard.datanodes import Reads
-from blizzard.errors import DataCorrupt, DatanodeUnavailable, Forbidden
-from blizzard.message import LeasedItem
-from blizzard.protocol import NodeRef
+from blizzard.client.datanodes import Reads
+from blizzard.client.message import LeasedItem
+from blizzard.wire.errors import DataCorrupt, DatanodeUnavailable, Forbidden
+from blizzard.wire.protocol import NodeRef
 
 
 def item(item_id: int, *node_ids: str) -> LeasedItem:

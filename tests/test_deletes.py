@@ -9,21 +9,21 @@ import json
 import time
 
 import pytest
+from conftest import wait_for
+from test_cli_items import run
+from test_master_requests import (NoRouter, alloc, call, enqueue_msg, in_process_master, join,
+                                  place, report, waiting_replies)
 
 from blizzard import Client
-from blizzard import protocol as p
-from blizzard.errors import InUse, MasterStarting, UnknownItem, UnknownQueue
-from blizzard.transport import raise_if_error
+from blizzard.net.transport import raise_if_error
+from blizzard.wire import protocol as p
+from blizzard.wire.errors import InUse, MasterStarting, UnknownItem, UnknownQueue
 from master import records
 from master.config import MasterConfig
 from master.records import CommitItems, NodeSeen
 from master.server import MasterServer
 from master.state import State
 from master.wal import MemoryWal
-from conftest import wait_for
-from test_cli_items import run
-from test_master_requests import (NoRouter, alloc, call, enqueue_msg, in_process_master, join,
-                                  place, report, waiting_replies)
 
 FAST = dict(heartbeat_s=0.2, dead_after_s=1.5)
 

@@ -14,18 +14,18 @@ import subprocess
 import time
 
 import pytest
-
-from blizzard import Client
-from blizzard import protocol as p
-from blizzard.errors import InvalidArgument, LeaseExpired
-from blizzard.harness import Proc
-from blizzard.http_task import Task, bury, lookup, task_counts
 from conftest import wait_for
 from http_target import HttpTarget
+from test_cli_items import BLIZZARD, run
+
+from blizzard import Client
+from blizzard.client.http_task import Task, bury, lookup, task_counts
+from blizzard.local.harness import Proc
+from blizzard.wire import protocol as p
+from blizzard.wire.errors import InvalidArgument, LeaseExpired
 from master import records
 from master.records import BuryItems, CommitItems, LeaseItems, ReleaseItems
 from master.state import State
-from test_cli_items import BLIZZARD, run
 
 DONE = ("succeeded", "failed")
 

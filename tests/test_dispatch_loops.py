@@ -16,14 +16,14 @@ import time
 from typing import Callable
 
 import pytest
-
-from blizzard.dispatch import DispatchConfig, Dispatcher
-from blizzard.dispatch_settle import Delivery, Outcomes
-from blizzard.errors import MasterUnavailable, RequestError, TooManyItems
-from blizzard.harness import free_port
-from blizzard.http_task import Task
 from fake_master import FakeMaster
 from http_target import HttpTarget
+
+from blizzard.client.http_task import Task
+from blizzard.dispatch.deliver import DispatchConfig, Dispatcher
+from blizzard.dispatch.settle import Delivery, Outcomes
+from blizzard.local.harness import free_port
+from blizzard.wire.errors import MasterUnavailable, RequestError, TooManyItems
 
 
 @pytest.fixture
@@ -136,10 +136,10 @@ def test_a_lease_loop_that_raises_stops_the_dispatcher():
 
 def test_blizzard_dispatch_with_a_failed_loop_exits_1_at_once():
     # Given a `blizzard dispatch` process whose settler has a bug (injected), and no master
-    inject = ("import sys, blizzard.dispatch_settle as s\n"
+    inject = ("import sys, blizzard.dispatch.settle as s\n"
               "async def broken(self): raise RuntimeError('injected bug')\n"
               "s.Settler.run = broken\n"
-              "from blizzard.cli import main\n"
+              "from blizzard.cli.main import main\n"
               "main()\n")
     started = time.monotonic()
     proc = subprocess.run([sys.executable, "-c", inject, "dispatch", "--master",
@@ -165,7 +165,7 @@ def test_a_master_refusing_leases_for_a_while_is_waited_out(target, caplog):
         fake.add(i + 1, Task.make(target.url(f"k{i}")).encode())
     d = dispatcher(fake)
     # Then the dispatcher backs off and tries again until its tasks are sent and acked
-    caplog.set_level(logging.INFO, logger="blizzard.dispatch")
+    caplog.set_level(logging.INFO, logger="blizzard.dispatch.deliver")
     assert run_until(d, lambda: len(fake.settled("ack")) == 3, 30)
     assert target.keys() == {"k0", "k1", "k2"}
     # And the refusals were logged once, and the recovery once

@@ -14,8 +14,8 @@ import subprocess
 import sys
 
 from blizzard import Client
-from blizzard import keys as k
-from blizzard.harness import free_port
+from blizzard.local.harness import free_port
+from blizzard.net import keys as k
 
 
 def mode(path: str) -> int:
@@ -75,7 +75,7 @@ def test_a_listable_key_directory_is_warned_about(tmp_path, caplog):
     keys = str(tmp_path / "keys")
     k.generate(keys)
     os.chmod(keys, 0o755)
-    with caplog.at_level("WARNING", logger="blizzard.keys"):
+    with caplog.at_level("WARNING", logger="blizzard.net.keys"):
         k.ServerKeys.from_dir(keys, "master")
     assert any("may be listed by other users" in r.getMessage() for r in caplog.records)
 

@@ -19,7 +19,7 @@ import threading
 import pytest
 
 from blizzard import Client
-from blizzard.harness import free_port
+from blizzard.local.harness import free_port
 
 BLIZZARD = [sys.executable, "-m", "blizzard.cli"]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -199,7 +199,7 @@ def test_a_process_keys_directory_goes_with_its_process(tmp_path):
     """Benches, chaos runs and scripts start clusters with ``process_keys()``: the secret keys
     it makes in the temp dir are removed when the process ends."""
     env = {k: v for k, v in os.environ.items() if k != "BLIZZARD_KEYS"}
-    proc = subprocess.run([sys.executable, "-c", "from blizzard.harness import process_keys; "
+    proc = subprocess.run([sys.executable, "-c", "from blizzard.local.harness import process_keys; "
                            "import os; print(sorted(os.listdir(process_keys())))"],
                           env={**env, "TMPDIR": str(tmp_path)}, capture_output=True, text=True,
                           timeout=60)

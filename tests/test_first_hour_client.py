@@ -12,14 +12,14 @@ import threading
 import time
 
 import pytest
+from conftest import wait_for
 
 from blizzard import Client
 from blizzard import client as client_module
-from blizzard import keys as k
-from blizzard.errors import InvalidArgument, MasterUnavailable, MissingKeys
-from blizzard.harness import free_port
-from blizzard.shards import split_shards
-from conftest import wait_for
+from blizzard.client.sharded.client import split_shards
+from blizzard.local.harness import free_port
+from blizzard.net import keys as k
+from blizzard.wire.errors import InvalidArgument, MasterUnavailable, MissingKeys
 
 BLIZZARD = [sys.executable, "-m", "blizzard.cli"]
 QUICK_S = 3.0  # "within about 2 s"

@@ -15,18 +15,18 @@ import sys
 import time
 
 import pytest
+from conftest import wait_for
 
 from blizzard import Client
-from blizzard.harness import free_port
-from blizzard.task import encode_call, format_call
-from conftest import wait_for
+from blizzard.local.harness import free_port
+from blizzard.worker.task import encode_call, format_call
 
 BLIZZARD = [sys.executable, "-m", "blizzard.cli"]
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 THUMBS = '''
 import pathlib, time
-from blizzard import task
+from blizzard.worker import task
 
 @task(queue="thumbs", max_attempts=2, backoff_base_s=0.05)
 def always_fails(n):

@@ -14,7 +14,7 @@ import pytest
 import zmq
 
 from blizzard import Client
-from blizzard import protocol as p
+from blizzard.wire import protocol as p
 
 MiB = 1024 * 1024
 GROWTH_MIB = 64  # what a flood may add to a server's memory

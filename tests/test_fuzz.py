@@ -7,7 +7,7 @@ in). What is compared before and after is ``chaos/fuzz_state.py``'s ``Durable``.
 
 from __future__ import annotations
 
-from blizzard import protocol as p
+from blizzard.wire import protocol as p
 from chaos.fuzz import CATEGORIES
 from chaos.fuzz_campaign import ADMITTED, REFUSED, Plan, run
 from chaos.fuzz_guard import Protected

@@ -14,20 +14,20 @@ import zlib
 
 import pytest
 import zmq
+from conftest import wait_for
 
-from blizzard import keys as k
-from blizzard import protocol as p
-from blizzard.client import Client
-from blizzard.errors import Forbidden
-from blizzard.harness import free_port
-from blizzard.transport import Endpoint, call
+from blizzard.client.core import Client
+from blizzard.local.harness import free_port
+from blizzard.net import keys as k
+from blizzard.net.transport import Endpoint, call
+from blizzard.wire import protocol as p
+from blizzard.wire.errors import Forbidden
 from datanode.config import DatanodeConfig
 from datanode.server import DatanodeServer
 from datanode.store import MemoryStore
 from master.capabilities import CapabilityKeys
 from master.config import MasterConfig
 from master.server import MasterServer
-from conftest import wait_for
 
 BLOB = b"payload"
 CRC = zlib.crc32(BLOB)

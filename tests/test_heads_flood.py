@@ -10,14 +10,14 @@ import time
 import urllib.request
 
 import zmq
+from conftest import wait_for
 from prometheus_client.parser import text_string_to_metric_families
 
 from blizzard import Client
-from blizzard import protocol as p
-from blizzard.harness import LocalCluster, free_port
-from blizzard.secure import connect_curve
-from blizzard.shard_messages import topic
-from conftest import wait_for
+from blizzard.local.harness import LocalCluster, free_port
+from blizzard.net.secure import connect_curve
+from blizzard.wire import protocol as p
+from blizzard.wire.shard_messages import topic
 from master.subscribers import PER_CONNECTION, UNKNOWN
 
 FLOOD = 20_000  # distinct subscriptions one connection sends

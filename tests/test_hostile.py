@@ -16,11 +16,10 @@ import pytest
 import zmq
 
 from blizzard import Client
-from blizzard import protocol as p
-from blizzard.harness import LocalCluster
+from blizzard.local.harness import LocalCluster
+from blizzard.wire import protocol as p
 from master.server import NODE_OPS
 from tests.conftest import wait_for
-
 
 CLUSTER: list[LocalCluster] = []  # the module's cluster, for sockets with its keys
 

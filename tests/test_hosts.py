@@ -13,13 +13,13 @@ import os
 import subprocess
 import sys
 
-from blizzard.harness import LocalCluster
-from blizzard.protocol import NodeStatus
+from blizzard.local.harness import LocalCluster
+from blizzard.wire.protocol import NodeStatus
 from chaos import netns
 from chaos.hosts import Hosts, host_names
 from tests.conftest import wait_for
 
-CLI = [sys.executable, "-c", "from blizzard.cli import main; main()"]
+CLI = [sys.executable, "-c", "from blizzard.cli.main import main; main()"]
 
 
 def blizzard_on(hosts: Hosts, host: str, *args: str) -> subprocess.CompletedProcess[str]:

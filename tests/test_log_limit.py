@@ -1,4 +1,4 @@
-"""Lines an outsider can cause are throttled with a count (blizzard/log_limit.py), and the ZAP
+"""Lines an outsider can cause are throttled with a count (blizzard/net/log_limit.py), and the ZAP
 handler's refusals go through it: handshakes with random keys cannot flood a server's log."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import time
 
 import zmq
 
-from blizzard import keys as k
-from blizzard.harness import free_port
-from blizzard.log_limit import Throttled
-from blizzard.secure import connect_curve, guard
-from blizzard.transport import bind_router
+from blizzard.local.harness import free_port
+from blizzard.net import keys as k
+from blizzard.net.log_limit import Throttled
+from blizzard.net.secure import connect_curve, guard
+from blizzard.server.router import bind_router
 
 
 class Clock:
@@ -74,7 +74,7 @@ def test_a_thousand_handshakes_with_random_keys_make_few_lines_and_the_count_sho
 
     sockets: list[zmq.Socket] = []
     try:
-        with caplog.at_level(logging.INFO, logger="blizzard.secure"):
+        with caplog.at_level(logging.INFO, logger="blizzard.net.secure"):
             for batch in range(1, 11):
                 knock(100)
                 wait_refused(100 * batch)

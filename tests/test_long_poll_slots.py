@@ -10,8 +10,8 @@ import zmq
 import zmq.auth
 
 from blizzard import Client
-from blizzard import protocol as p
-from blizzard.harness import LocalCluster
+from blizzard.local.harness import LocalCluster
+from blizzard.wire import protocol as p
 from master.leases import MAX_WAITERS, MAX_WAITERS_PER_KEY, MAX_WAITERS_PER_PEER
 
 QUEUE = "slots"

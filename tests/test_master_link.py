@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from blizzard.master_link import FIRST_PAUSE_S, MAX_PAUSE_S, retry_pause_s
+from blizzard.client.master_link import FIRST_PAUSE_S, MAX_PAUSE_S, retry_pause_s
 
 
 def test_retry_pauses_grow_to_a_cap_and_are_spread_by_jitter():

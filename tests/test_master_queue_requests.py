@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from blizzard import protocol as p
-from blizzard.errors import InvalidArgument
+from blizzard.wire import protocol as p
+from blizzard.wire.errors import InvalidArgument
 from tests.test_master_requests import call, enqueue_msg, in_process_master, place, report
 
 

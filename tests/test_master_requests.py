@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from blizzard import protocol as p
-from blizzard.errors import InvalidArgument, PayloadTooLarge, UnknownItem
-from blizzard.transport import raise_if_error
+from blizzard.net.transport import raise_if_error
+from blizzard.wire import protocol as p
+from blizzard.wire.errors import InvalidArgument, PayloadTooLarge, UnknownItem
 from master.config import MasterConfig
 from master.server import MasterServer
 from master.wal import MemoryWal

@@ -14,15 +14,15 @@ import urllib.request
 import zlib
 
 import pytest
+from conftest import wait_for
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from blizzard import Client
-from blizzard import protocol as p
-from blizzard.harness import free_port
-from blizzard.metrics import LATENCY_BUCKETS_S, Timing, histogram
-from blizzard.transport import raise_if_error
-from conftest import wait_for
+from blizzard.local.harness import free_port
+from blizzard.net.transport import raise_if_error
+from blizzard.server.metrics import LATENCY_BUCKETS_S, Timing, histogram
+from blizzard.wire import protocol as p
 from datanode.store import LevelDbStore, MemoryStore
 from master.config import MasterConfig
 from master.server import MasterServer

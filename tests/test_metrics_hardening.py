@@ -9,14 +9,14 @@ import socket
 import time
 import urllib.request
 
+from conftest import wait_for
 from prometheus_client.parser import text_string_to_metric_families
 
 from blizzard import Client
-from blizzard import protocol as p
-from blizzard.http_guard import IDLE_TIMEOUT_S
-from blizzard.metrics import MAX_SCRAPES
-from blizzard.transport import call
-from conftest import wait_for
+from blizzard.net.transport import call
+from blizzard.server.http_guard import IDLE_TIMEOUT_S
+from blizzard.server.metrics import MAX_SCRAPES
+from blizzard.wire import protocol as p
 from master.metrics import OTHER
 
 HALF_OPEN = 300

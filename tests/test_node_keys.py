@@ -12,14 +12,14 @@ import sys
 import time
 
 import pytest
+from conftest import wait_for
 
 from blizzard import Client
-from blizzard import keys as k
-from blizzard import protocol as p
-from blizzard.capability import sign_get
-from blizzard.errors import AuthenticationFailed, Forbidden
-from blizzard.transport import call
-from conftest import wait_for
+from blizzard.net import keys as k
+from blizzard.net.transport import call
+from blizzard.server.capability import sign_get
+from blizzard.wire import protocol as p
+from blizzard.wire.errors import AuthenticationFailed, Forbidden
 from master.epoch_proof import EpochProof
 
 

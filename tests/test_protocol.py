@@ -8,8 +8,8 @@ import typing
 import msgpack
 import pytest
 
-from blizzard import protocol as p
-from blizzard.errors import ProtocolError, UnknownOp, VersionMismatch
+from blizzard.wire import protocol as p
+from blizzard.wire.errors import ProtocolError, UnknownOp, VersionMismatch
 from master import records
 
 

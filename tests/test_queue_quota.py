@@ -11,11 +11,11 @@ import sys
 
 import pytest
 
-from blizzard import protocol as p
-from blizzard.client import Client
-from blizzard.errors import Forbidden, InvalidArgument, TooManyQueues
-from blizzard.queue_settings import NAMES
-from blizzard.transport import call, call_many
+from blizzard.client.core import Client
+from blizzard.net.transport import call, call_many
+from blizzard.wire import protocol as p
+from blizzard.wire.errors import Forbidden, InvalidArgument, TooManyQueues
+from blizzard.wire.queue_settings import NAMES
 
 BLIZZARD = [sys.executable, "-m", "blizzard.cli"]
 

@@ -8,11 +8,11 @@ import math
 import click
 import pytest
 
-from blizzard import protocol as p
-from blizzard import queue_settings
-from blizzard.cli_queue import queue_config, queue_create
-from blizzard.errors import InvalidArgument
-from blizzard.queue_settings import NAMES, SETTINGS, Settings, check_changes
+from blizzard.cli.queue import queue_config, queue_create
+from blizzard.wire import protocol as p
+from blizzard.wire import queue_settings
+from blizzard.wire.errors import InvalidArgument
+from blizzard.wire.queue_settings import NAMES, SETTINGS, Settings, check_changes
 from master import records
 from master.queues import QueueConfig
 from master.state import State

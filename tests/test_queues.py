@@ -8,10 +8,10 @@ import threading
 import time
 
 import pytest
+from conftest import wait_for
 
 from blizzard import Client
-from blizzard.errors import InvalidArgument, LeaseExpired, QueueExists
-from conftest import wait_for
+from blizzard.wire.errors import InvalidArgument, LeaseExpired, QueueExists
 
 
 def datas(msgs) -> list[bytes]:

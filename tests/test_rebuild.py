@@ -14,13 +14,13 @@ import sys
 import threading
 
 import pytest
+from conftest import wait_for
 
 from blizzard import Client
-from blizzard import protocol as p
-from blizzard.errors import BlizzardError, Forbidden, InvalidArgument
-from blizzard.harness import LocalCluster, Proc
-from blizzard.transport import call
-from conftest import wait_for
+from blizzard.local.harness import LocalCluster, Proc
+from blizzard.net.transport import call
+from blizzard.wire import protocol as p
+from blizzard.wire.errors import BlizzardError, Forbidden, InvalidArgument
 
 FAST = dict(heartbeat_s=0.2, dead_after_s=1.5)
 

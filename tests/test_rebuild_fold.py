@@ -7,15 +7,14 @@ import dataclasses
 
 import pytest
 
-from blizzard import protocol as p
-from blizzard.errors import InvalidArgument
+from blizzard.wire import protocol as p
+from blizzard.wire.errors import InvalidArgument
 from master import records
 from master.item import DELAYED, READY
 from master.meta_sync import MetaSync
 from master.rebuild_fold import ID_MARGIN, NodeScan, check_node, fold
 from master.records import (AckItems, AddReplicas, ClusterCreated, CommitItems, ConfigureQueue,
-                            LeaseItems, NodeSeen, RebuildItems, RedriveItems, ReleaseItems,
-                            Reserve)
+                            LeaseItems, NodeSeen, RebuildItems, RedriveItems, ReleaseItems, Reserve)
 from master.state import State
 
 

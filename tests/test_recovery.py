@@ -8,11 +8,12 @@ import sys
 import threading
 import time
 
+from conftest import wait_for
+
 from blizzard import Client
-from blizzard.errors import BlizzardError, LeaseExpired
+from blizzard.wire.errors import BlizzardError, LeaseExpired
 from master import checkpoint
 from master.wal import list_segments, segment_name
-from conftest import wait_for
 
 FAST = dict(heartbeat_s=0.2, dead_after_s=1.5)
 

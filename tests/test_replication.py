@@ -6,12 +6,13 @@ import os
 import threading
 
 import pytest
-
-from blizzard import Client, protocol as p
-from blizzard.message import leased_items
-from blizzard.errors import BlizzardError, DataCorrupt, NotEnoughDatanodes
-from datanode.store import LevelDbStore
 from conftest import wait_for
+
+from blizzard import Client
+from blizzard.client.message import leased_items
+from blizzard.wire import protocol as p
+from blizzard.wire.errors import BlizzardError, DataCorrupt, NotEnoughDatanodes
+from datanode.store import LevelDbStore
 
 FAST = dict(heartbeat_s=0.2, dead_after_s=1.5)
 
@@ -157,8 +158,8 @@ def test_fewer_live_nodes_than_the_write_quorum_refuses_the_enqueue(cluster_fact
 
 
 def test_a_node_replaced_at_the_same_address_refuses_puts_meant_for_the_old_one(cluster_factory):
-    from blizzard.errors import WrongNode
-    from blizzard.transport import call
+    from blizzard.net.transport import call
+    from blizzard.wire.errors import WrongNode
     cl = cluster_factory(datanodes=1, replication=1, **FAST)
     ep = cl.endpoint(cl.nodes[0].addr, "datanode")
     try:

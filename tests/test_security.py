@@ -16,11 +16,11 @@ import time
 import pytest
 
 from blizzard import Client
-from blizzard import keys as k
-from blizzard import protocol as p
-from blizzard.errors import AuthenticationFailed, Forbidden
-from blizzard.harness import free_port
-from blizzard.transport import call
+from blizzard.local.harness import free_port
+from blizzard.net import keys as k
+from blizzard.net.transport import call
+from blizzard.wire import protocol as p
+from blizzard.wire.errors import AuthenticationFailed, Forbidden
 
 
 def test_generated_keys_are_private_and_complete(tmp_path):
@@ -196,7 +196,7 @@ def test_a_routing_id_once_used_by_an_admin_gives_no_admin_rights(cluster):
     admin.setsockopt(zmq.LINGER, 0)
     admin.setsockopt(zmq.ROUTING_ID, rid)
     mine = k.ClientKeys.from_dir(cluster.keys, "admin")
-    from blizzard.secure import connect_curve
+    from blizzard.net.secure import connect_curve
     connect_curve(admin, mine, mine.master)
     admin.connect(cluster.master_addr)
     admin.send(p.encode(1, p.Ping()))
@@ -227,7 +227,7 @@ def test_a_server_that_drops_a_greeting_as_it_restarts_is_a_timeout_not_a_key_er
 
     import zmq
 
-    from blizzard.transport import Endpoint
+    from blizzard.net.transport import Endpoint
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(16)

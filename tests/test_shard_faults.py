@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from blizzard import protocol as p
-from blizzard import shard_pick
-from blizzard.errors import LeaseExpired, MasterStarting, MasterUnavailable
-from blizzard.shard_messages import first_id
-from blizzard.shard_acks import AcksInFlight
-from blizzard.shard_writes import ShardedProducer
-from blizzard.shards import ShardedClient
+from blizzard.client.sharded import pick as shard_pick
+from blizzard.client.sharded.acks import AcksInFlight
+from blizzard.client.sharded.client import ShardedClient
+from blizzard.client.sharded.writes import ShardedProducer
+from blizzard.wire import protocol as p
+from blizzard.wire.errors import LeaseExpired, MasterStarting, MasterUnavailable
+from blizzard.wire.shard_messages import first_id
 
 _rids = itertools.count(1)
 

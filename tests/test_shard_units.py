@@ -9,14 +9,14 @@ import pytest
 import zmq
 from conftest import wait_for
 
-from blizzard import protocol as p
-from blizzard.errors import InvalidArgument
-from blizzard.harness import free_port
-from blizzard.shard_admin import merge_queues, merge_stats, merge_status, shard_settings, \
-    whole_settings
-from blizzard.shard_messages import first_id, shard_of, topic
-from blizzard.shard_view import STALE_S, HeadsView
-from blizzard.shards import key_shard, split_shards
+from blizzard.client.sharded.admin import (merge_queues, merge_stats, merge_status, shard_settings,
+                                           whole_settings)
+from blizzard.client.sharded.client import key_shard, split_shards
+from blizzard.client.sharded.view import STALE_S, HeadsView
+from blizzard.local.harness import free_port
+from blizzard.wire import protocol as p
+from blizzard.wire.errors import InvalidArgument
+from blizzard.wire.shard_messages import first_id, shard_of, topic
 from master.heads import claim_shard
 from master.queues import QueueConfig
 from master.state import State

@@ -11,17 +11,18 @@ import threading
 import time
 
 import pytest
-
-from blizzard import Client, protocol as p
-from blizzard.errors import ClientClosed, InvalidArgument, LeaseExpired, QueueExists
-from blizzard.keys import ClientKeys
-from blizzard.secure import HandshakeWatch
-from blizzard.shard_messages import first_id, shard_of
-from blizzard.shard_cluster import ShardedCluster
-from blizzard.shard_view import HeadsFeed, HeadsView
-from blizzard.shards import key_shard
 from conftest import wait_for
 from processes import pids_with
+
+from blizzard import Client
+from blizzard.client.sharded.client import key_shard
+from blizzard.client.sharded.view import HeadsFeed, HeadsView
+from blizzard.local.shard_cluster import ShardedCluster
+from blizzard.net.keys import ClientKeys
+from blizzard.net.secure import HandshakeWatch
+from blizzard.wire import protocol as p
+from blizzard.wire.errors import ClientClosed, InvalidArgument, LeaseExpired, QueueExists
+from blizzard.wire.shard_messages import first_id, shard_of
 
 
 def priorities_served(client, queue: str, n: int) -> list[int]:
@@ -222,7 +223,7 @@ def test_a_master_refuses_the_data_dir_of_another_shard(sharded, tmp_path):
 
 
 def test_cluster_command_with_masters_restarts_a_dead_shard_master(tmp_path):
-    from blizzard.harness import free_port
+    from blizzard.local.harness import free_port
 
     port, node_port = free_port(), free_port()
     proc = subprocess.Popen([sys.executable, "-m", "blizzard.cli", "cluster", "--data-dir",

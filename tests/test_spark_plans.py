@@ -6,12 +6,12 @@ import time
 
 import pytest
 
-from blizzard.errors import InvalidArgument, UnknownItem
-from blizzard.protocol import Leased, NodeRef, ReplicaSet
 from blizzard.spark import ReadOptions, WriteOptions
 from blizzard.spark.fetch import ARROW_SCHEMA, to_arrow
 from blizzard.spark.plan import Batch, plan_partitions
 from blizzard.spark.writer import BlizzardWriter, StagedChunks, check_write_schema, commit_plan
+from blizzard.wire.errors import InvalidArgument, UnknownItem
+from blizzard.wire.protocol import Leased, NodeRef, ReplicaSet
 
 
 def node(name: str) -> NodeRef:

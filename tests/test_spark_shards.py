@@ -6,10 +6,10 @@ from __future__ import annotations
 import random
 
 from pyspark.sql import functions as F
-
-from blizzard.shard_messages import shard_of
-from blizzard.spark import drain
 from test_spark import assert_exactly_once, output
+
+from blizzard.spark import drain
+from blizzard.wire.shard_messages import shard_of
 
 
 def test_a_drain_of_a_sharded_queue_writes_every_shards_items_once(spark, sharded, tmp_path):

@@ -17,12 +17,12 @@ import sys
 
 import pyarrow.parquet as pq
 import pytest
+from conftest import wait_for
+from processes import LOOPBACK_HEX, listening_addresses, pids_with
 
 from blizzard import Client
 from blizzard.spark.session import on_loopback
-from blizzard.spark.standalone import StandaloneSpark
-from conftest import wait_for
-from processes import LOOPBACK_HEX, listening_addresses, pids_with
+from blizzard.local.spark_standalone import StandaloneSpark
 
 ITEMS = 5000
 DRIVER_TIMEOUT_S = 240

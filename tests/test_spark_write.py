@@ -7,9 +7,9 @@ import pyarrow as pa
 import pytest
 
 from blizzard import Client
-from blizzard.errors import InvalidArgument
 from blizzard.spark import WriteOptions
 from blizzard.spark import writer as w
+from blizzard.wire.errors import InvalidArgument
 
 
 def test_rows_of_a_data_only_batch_are_one_group_and_text_is_utf8():

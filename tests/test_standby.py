@@ -8,18 +8,18 @@ import signal
 import threading
 
 import pytest
+from conftest import wait_for
 
 from blizzard import Client
-from blizzard import protocol as p
-from blizzard.errors import BlizzardError, InvalidArgument
-from blizzard.harness import free_port
-from blizzard.transport import call
+from blizzard.local.harness import free_port
+from blizzard.net.transport import call
+from blizzard.wire import protocol as p
+from blizzard.wire.errors import BlizzardError, InvalidArgument
 from master import checkpoint
 from master.config import MasterConfig
 from master.replication import EXIT_FENCED
 from master.standby import StandbyServer
 from master.wal import list_segments, segment_name
-from conftest import wait_for
 
 FAST = dict(heartbeat_s=0.2, dead_after_s=1.5, datanodes=2)
 

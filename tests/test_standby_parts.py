@@ -8,16 +8,17 @@ import time
 
 import pytest
 import zmq
+from test_master_requests import in_process_master
 
-from blizzard import protocol as p
-from blizzard.errors import InvalidArgument
-from blizzard.harness import free_port
-from blizzard.master_link import MasterLink
-from blizzard.masters import MasterChoice, split_masters
-from blizzard.transport import Endpoint, RouterServer, call_many
+from blizzard.client.master_link import MasterLink
+from blizzard.net.masters import MasterChoice, split_masters
+from blizzard.local.harness import free_port
+from blizzard.net.transport import Endpoint, call_many
+from blizzard.server.router import RouterServer
+from blizzard.wire import protocol as p
+from blizzard.wire.errors import InvalidArgument
 from master.records import StandbySynced
 from master.wal import Wal, WalCorrupt, read_segments, segment_name
-from test_master_requests import in_process_master
 
 A, B = "tcp://127.0.0.1:5555", "tcp://127.0.0.1:5556"
 

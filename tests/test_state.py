@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from blizzard import protocol as p
+from blizzard.wire import protocol as p
 from master import checkpoint, records
-from master.records import (AckItems, CommitItems, LeaseItems, NodeSeen, RedriveItems,
-                            ReleaseItems, Reserve)
+from master.records import (AckItems, CommitItems, LeaseItems, NodeSeen, RedriveItems, ReleaseItems,
+                            Reserve)
 from master.state import State
 
 

@@ -6,7 +6,7 @@ import zlib
 
 import pytest
 
-from blizzard.errors import InvalidArgument
+from blizzard.wire.errors import InvalidArgument
 from datanode.store import LevelDbStore, MemoryStore
 
 

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from blizzard import protocol as p
-from blizzard.harness import free_port
+from blizzard.local.harness import free_port
+from blizzard.wire import protocol as p
 from datanode.config import DatanodeConfig
 from datanode.jobs import PutJob
 from datanode.server import FORWARD_TIMEOUT_S, DatanodeServer
@@ -19,8 +19,7 @@ from master.config import MasterConfig
 from master.server import MasterServer
 from master.wakes import BUSY_S, IDLE_S
 from master.wal import MemoryWal
-from tests.test_master_requests import (call, enqueue_msg, in_process_master, join, place,
-                                        report)
+from tests.test_master_requests import call, enqueue_msg, in_process_master, join, place, report
 
 
 @pytest.fixture

@@ -12,20 +12,21 @@ import time
 import types
 
 import pytest
-
-from blizzard import Client, InvalidArgument, ProtocolError, configure, task
-from blizzard.runner import run_job
-from blizzard.task import Task, decode_call, encode_call, settings_of, tasks_in
-from blizzard.wire import dumps
-from blizzard.worker import Prefetch
 from conftest import wait_for
+
+from blizzard import Client, InvalidArgument, ProtocolError, configure
+from blizzard.wire.codec import dumps
+from blizzard.worker import task
+from blizzard.worker.loop import Prefetch
+from blizzard.worker.runner import run_job
+from blizzard.worker.task import Task, decode_call, encode_call, settings_of, tasks_in
 
 BLIZZARD = [sys.executable, "-m", "blizzard.cli"]
 
 # The module the worker runs; the test enqueues through stand-ins of the same names.
 JOBS = '''
 import os, pathlib, time
-from blizzard import task
+from blizzard.worker import task
 
 OUT = pathlib.Path(os.environ["JOBS_OUT"])
 

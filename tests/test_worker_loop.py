@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from blizzard import protocol as p
-from blizzard.errors import LeaseExpired, MasterUnavailable
-from blizzard.message import Message
-from blizzard.task import Task, encode_call
-from blizzard.worker import Prefetch, Worker, WorkerConfig
+from blizzard.client.message import Message
+from blizzard.wire import protocol as p
+from blizzard.wire.errors import LeaseExpired, MasterUnavailable
+from blizzard.worker.loop import Prefetch, Worker, WorkerConfig
+from blizzard.worker.task import Task, encode_call
 
 WAIT_S = 5.0  # a job waits at most this long for what the test makes the loop do
 

@@ -25,10 +25,10 @@ import time
 
 import zmq
 
-from blizzard import protocol as p
-from blizzard.keys import ClientKeys
-from blizzard.secure import HandshakeWatch
-from blizzard.transport import Endpoint, call
+from blizzard.net.keys import ClientKeys
+from blizzard.net.secure import HandshakeWatch
+from blizzard.net.transport import Endpoint, call
+from blizzard.wire import protocol as p
 
 
 def curve_echo_server(zap_delay_s: float) -> tuple[str, ClientKeys]:

@@ -10,6 +10,7 @@
 
 Needs pyspark >= 4.2, pyarrow and Java 17+ (``pip install 'blizzard[spark]'``). Sockets are
 opened only where the work happens (driver: the master; executors: data nodes), never pickled.
+Uses ``blizzard.client`` and what it uses.
 """
 
 from __future__ import annotations

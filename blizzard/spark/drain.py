@@ -21,11 +21,11 @@ from typing import Any, Callable, Mapping
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
-from blizzard.client import Client
-from blizzard.defaults import DEFAULT_MASTER
-from blizzard.errors import InvalidArgument
+from blizzard.client.core import Client
+from blizzard.net.defaults import DEFAULT_MASTER
 from blizzard.spark.schema import SCHEMA
 from blizzard.spark.source import register
+from blizzard.wire.errors import InvalidArgument
 
 FORMATS = ("parquet", "json")
 MB = 1_000_000

@@ -19,15 +19,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from blizzard import protocol as p
-from blizzard.client import Client, ShardedClient
-from blizzard.shard_messages import shard_of
-from blizzard.errors import NOT_HELD, ClusterError, Forbidden
+from blizzard.client.core import Client, ShardedClient
+from blizzard.net.transport import call_many
 from blizzard.spark.options import ReadOptions
 from blizzard.spark.plan import NodePartition, Run
 from blizzard.spark.schema import SCHEMA
 from blizzard.spark.timings import Timings
-from blizzard.transport import call_many
+from blizzard.wire import protocol as p
+from blizzard.wire.errors import NOT_HELD, ClusterError, Forbidden
+from blizzard.wire.shard_messages import shard_of
 
 log = logging.getLogger(__name__)
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from blizzard.defaults import DEFAULT_MASTER
-from blizzard.errors import InvalidArgument
+from blizzard.net.defaults import DEFAULT_MASTER
+from blizzard.wire.errors import InvalidArgument
 
 MiB = 1024 * 1024
 

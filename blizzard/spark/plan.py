@@ -15,8 +15,8 @@ from typing import Iterator
 
 from pyspark.sql.datasource import InputPartition
 
-from blizzard import protocol as p
-from blizzard.message import LeasedItem
+from blizzard.client.message import LeasedItem
+from blizzard.wire import protocol as p
 
 
 @dataclass(eq=False)  # compared by identity: a batch is one lease's, however alike

@@ -32,14 +32,14 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxRows,
                                               SupportsTriggerAvailableNow)
 
-from blizzard import protocol as p
-from blizzard.client import Client, ShardedClient
-from blizzard.errors import NOT_HELD, ClusterError
-from blizzard.protocol import MAX_BATCH
+from blizzard.client.core import Client, ShardedClient
 from blizzard.spark.fetch import read_partition
 from blizzard.spark.options import ReadOptions
 from blizzard.spark.plan import Batch, NodePartition, plan_partitions, settle_columns
 from blizzard.spark.timings import Timings
+from blizzard.wire import protocol as p
+from blizzard.wire.errors import NOT_HELD, ClusterError
+from blizzard.wire.protocol import MAX_BATCH
 
 log = logging.getLogger(__name__)
 

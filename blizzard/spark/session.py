@@ -13,8 +13,8 @@ from typing import Mapping
 
 from pyspark.sql import SparkSession
 
-from blizzard.defaults import LOOPBACK
-from blizzard.keys import ENV as KEYS_ENV
+from blizzard.net.defaults import LOOPBACK
+from blizzard.net.keys import ENV as KEYS_ENV
 from blizzard.spark.source import register
 
 LOOPBACK_HOSTS = (LOOPBACK, "localhost")

@@ -8,9 +8,9 @@ from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, DataSourceWriter
 from pyspark.sql.types import StructType
 
-from blizzard.errors import InvalidArgument
 from blizzard.spark.options import ReadOptions, WriteOptions
 from blizzard.spark.schema import SCHEMA
+from blizzard.wire.errors import InvalidArgument
 
 
 class BlizzardDataSource(DataSource):

@@ -26,13 +26,13 @@ from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import (BinaryType, ByteType, DataType, DoubleType, FloatType, IntegerType,
                                LongType, ShortType, StringType, StructType)
 
-from blizzard.client import Client
-from blizzard.errors import InvalidArgument, UnknownItem
-from blizzard.pipeline import Staged
-from blizzard.shard_messages import shard_of
-from blizzard.producer import Stager
-from blizzard.protocol import MAX_BATCH, PutGrant
+from blizzard.client.core import Client
+from blizzard.client.pipeline import Staged
+from blizzard.client.producer import Stager
 from blizzard.spark.options import WriteOptions
+from blizzard.wire.errors import InvalidArgument, UnknownItem
+from blizzard.wire.protocol import MAX_BATCH, PutGrant
+from blizzard.wire.shard_messages import shard_of
 
 log = logging.getLogger(__name__)
 

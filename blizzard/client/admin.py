@@ -1,0 +1,69 @@
+"""Queue administration and inspection from the client's side, over the master link."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from blizzard.client.master_link import MasterLink
+from blizzard.wire import protocol as p
+from blizzard.wire import queue_settings
+from blizzard.wire.queue_settings import check_queue_name
+
+
+class QueueAdmin:
+    """Settings, counters, purge and redrive of named queues; the cluster's status."""
+
+    def __init__(self, master: MasterLink) -> None:
+        self.master = master
+
+    def stats(self, queue: str) -> dict[str, Any]:
+        return stats_dict(self.master.call(p.Stats(check_queue_name(queue))))
+
+    def queue_config(self, queue: str) -> dict[str, Any]:
+        return dataclasses.asdict(self.master.call(p.Stats(check_queue_name(queue))).settings)
+
+    def configure(self, queue: str, create: bool, options: dict[str, Any]) -> dict[str, Any]:
+        """Create (``create``) or change a queue with ``options``; all its settings after.
+
+        The options are checked here first (``queue_settings.check_changes``), so a bad one
+        is refused with ``InvalidArgument`` before anything is sent.
+        """
+        changes = queue_settings.check_changes(options)
+        reply = self.master.call(p.Configure(check_queue_name(queue), create, **{name: changes.get(name)
+                                                               for name in queue_settings.NAMES}))
+        return dataclasses.asdict(reply.settings)
+
+    def queues(self) -> list[dict[str, Any]]:
+        """Every queue's counters, by name, a page (``MAX_QUEUE_PAGE`` queues) a round trip."""
+        out: list[dict[str, Any]] = []
+        after = ""
+        while True:  # each page starts past the last one, so this ends
+            page = self.master.call(p.ListQueues(after))
+            out += [stats_dict(q) for q in page.queues]
+            if not page.more or not page.queues:
+                return out
+            after = page.queues[-1].queue
+
+    def purge(self, queue: str) -> int:
+        return self.master.call(p.Purge(check_queue_name(queue))).done
+
+    def redrive(self, queue: str, n: int) -> int:
+        return self.master.call(p.Redrive(check_queue_name(queue), n)).done
+
+    def status(self) -> p.ClusterStatus:
+        return self.master.call(p.Status())
+
+    def delete_item(self, queue: str, item_id: int, force: bool) -> None:
+        self.master.call(p.DeleteItem(check_queue_name(queue), item_id, force))
+
+    def delete_queue(self, queue: str, force: bool) -> int:
+        return self.master.call(p.DeleteQueue(check_queue_name(queue), force)).count
+
+    def remove_node(self, node_id: str) -> int:
+        return self.master.call(p.RemoveNode(node_id)).count
+
+
+def stats_dict(s: p.QueueStats) -> dict[str, Any]:
+    return {"queue": s.queue, "ready": s.ready, "delayed": s.delayed, "leased": s.leased,
+            "pending": s.pending, "dead": s.dead, "oldest_age_s": s.oldest_age_s}

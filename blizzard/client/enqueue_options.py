@@ -1,0 +1,47 @@
+"""What an enqueue call takes, checked before anything is sent: options and payload bytes."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from blizzard.wire.errors import InvalidArgument
+
+
+@dataclass(frozen=True)
+class EnqueueOptions:
+    """Per-call enqueue options (see ``Client.enqueue``)."""
+
+    priority: int = 0
+    delay_s: float = 0.0
+    key: str = ""
+    coalesce: bool = False
+
+    @classmethod
+    def make(cls, priority: Any = 0, delay_s: Any = 0.0, not_before: Any = None, key: Any = None,
+             coalesce: Any = False) -> "EnqueueOptions":
+        if type(priority) is not int:
+            raise InvalidArgument(f"priority must be an integer, got {type(priority).__name__}")
+        if isinstance(delay_s, bool) or not isinstance(delay_s, (int, float)) or delay_s < 0:
+            raise InvalidArgument(f"delay_s must be a non-negative number, got {delay_s!r}")
+        if not_before is not None:
+            if delay_s:
+                raise InvalidArgument("give delay_s or not_before, not both")
+            stamp = not_before.timestamp() if hasattr(not_before, "timestamp") else not_before
+            if isinstance(stamp, bool) or not isinstance(stamp, (int, float)):
+                raise InvalidArgument("not_before must be a datetime or a unix timestamp")
+            delay_s = max(0.0, stamp - time.time())
+        if key is not None and not isinstance(key, str):
+            raise InvalidArgument(f"key must be a string, got {type(key).__name__}")
+        if coalesce and not key:
+            raise InvalidArgument("coalesce=True needs a key")
+        return cls(priority, float(delay_s), key or "", bool(coalesce))
+
+
+def as_bytes(data: Any) -> bytes:
+    if isinstance(data, bytes):
+        return data
+    if isinstance(data, (bytearray, memoryview)):
+        return bytes(data)
+    raise TypeError(f"payloads must be bytes, not {type(data).__name__} (encode text first)")

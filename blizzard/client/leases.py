@@ -1,0 +1,171 @@
+"""Leases from the client's side: take items from a queue, then settle them.
+
+Settling (ack, nack, extend) names each item by id and lease token, so a consumer whose
+lease ran out cannot settle an item another consumer holds now: the master reports it as
+lost and the call raises ``LeaseExpired``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Sequence
+
+from blizzard.client.master_link import MasterLink
+from blizzard.client.message import LeasedItem, leased_items
+from blizzard.net.transport import call
+from blizzard.wire import protocol as p
+from blizzard.wire.errors import (BlizzardError, InvalidArgument, LeaseExpired, NotInQueue,
+                                  UnknownItem, WrongLease)
+from blizzard.wire.queue_settings import check_queue_name
+
+
+class Leases:
+    """Lease, ack, nack and extend through the master link."""
+
+    def __init__(self, master: MasterLink) -> None:
+        self.master = master
+        self.quiet_sent = False  # quiet acks sent since the last flush
+
+    def lease(self, queue: str, n: int, *, lease_s: float | None = None, wait_s: float = 0.0,
+              ack: Sequence[Any] = ()) -> list[LeasedItem]:
+        """Up to ``n`` head items of ``queue``, leased; ``ack`` settles a previous batch first."""
+        return leased_items(self.lease_columns(queue, n, lease_s=lease_s, wait_s=wait_s, ack=ack))
+
+    def lease_columns(self, queue: str, n: int, *, lease_s: float | None = None,
+                      wait_s: float = 0.0, ack: Sequence[Any] = (), head: bool = False,
+                      timeout_s: float | None = None) -> p.Leased:
+        """``lease`` as the master's reply: one list per field, no object per item (what a
+        Spark driver leasing a million items wants). ``head``: the reply also tells the
+        queue's head after the lease (a sharded client's news of this shard). ``timeout_s``:
+        give up sooner than the client's own (a sharded client turns to another shard)."""
+        check_queue_name(queue)
+        if type(n) is not int:
+            raise InvalidArgument("n must be an integer")
+        if lease_s is None:
+            lease_s = 0.0  # the master applies the queue's default
+        elif not isinstance(lease_s, bool) and isinstance(lease_s, (int, float)) and lease_s <= 0:
+            raise InvalidArgument(f"lease_s must be positive, got {lease_s!r}")
+        if isinstance(lease_s, bool) or not isinstance(lease_s, (int, float)) \
+                or isinstance(wait_s, bool) or not isinstance(wait_s, (int, float)):
+            raise InvalidArgument("lease_s and wait_s must be numbers of seconds")
+        leased: p.Leased = self.master.call(
+            p.Lease(queue, n, float(lease_s), float(wait_s), self.master.call_id(),
+                    [m.id for m in ack], [m.lease for m in ack], head),
+            extra_s=float(wait_s) if wait_s > 0 else 0.0,
+            since=None if timeout_s is None else time.monotonic() - self.master.timeout_s + timeout_s)
+        if leased.lost:
+            if leased.ids:
+                self.master.call(p.Nack(leased.ids, leased.leases, 0.0, ""))
+            raise LeaseExpired(f"items {leased.lost[:10]} were no longer leased under the tokens "
+                               "acked: already settled (acked or nacked), or the lease ran out; "
+                               "another consumer may hold them now")
+        return leased
+
+    def extend_many(self, msgs: Sequence[Any], *, lease_s: float) -> None:
+        self.extend_ids(*_columns(msgs), lease_s=lease_s, queue=queue_of(msgs))
+
+    def extend_ids(self, ids: Sequence[int], leases: Sequence[int], *, lease_s: float,
+                   queue: str = "") -> None:
+        self._settle(ids, leases, lambda ids, leases: p.Extend(ids, leases, float(lease_s),
+                                                               queue))
+
+    def ack_many(self, msgs: Sequence[Any]) -> None:
+        self.ack_ids(*_columns(msgs), queue=queue_of(msgs))
+
+    def ack_ids(self, ids: Sequence[int], leases: Sequence[int], queue: str = "") -> None:
+        """Ack by ids and lease tokens; ``queue`` (if not ""): every id must be in it."""
+        self._settle(ids, leases, lambda ids, leases: p.Ack(ids, leases, False, queue))
+
+    def ack_unawaited(self, msgs: Sequence[Any]) -> None:
+        """Send acks the master applies without replying (``Message.ack()``): nothing to wait for.
+
+        A lost lease is only logged by the master; the item was (or will be) delivered again.
+        """
+        if len(msgs) > p.MAX_BATCH:
+            self.ack_many(msgs)
+            return
+        try:
+            self.master.endpoint.send(p.Ack([m.id for m in msgs], [m.lease for m in msgs], True,
+                                            queue_of(msgs)))
+            self.quiet_sent = True
+        except TimeoutError:  # the send queue is full: the slow way, with retries
+            self.ack_many(msgs)
+
+    def flush(self, timeout_s: float) -> None:
+        """Wait (up to ``timeout_s``) until the quiet acks sent so far are durable on the master.
+
+        The master handles a connection's requests in order and answers only after its fsync,
+        so the answer to a ``Ping`` sent after them says they are applied and on disk.
+        """
+        if self.quiet_sent:
+            call(self.master.endpoint, p.Ping(), timeout_s)
+            self.quiet_sent = False
+
+    def nack_many(self, msgs: Sequence[Any], *, delay_s: float | None = None,
+                  error: str = "") -> None:
+        self.nack_ids(*_columns(msgs), delay_s=delay_s, error=error, queue=queue_of(msgs))
+
+    def regrant(self, ids: Sequence[int], leases: Sequence[int]) -> tuple[p.GetGrant, list[int]]:
+        """A fresh grant to read items still leased under these tokens (at most MAX_BATCH),
+        and the ids that are not (the grant leaves them out)."""
+        reply: p.Regranted = self.master.call(p.Regrant(list(ids), list(leases)))
+        return reply.grant, reply.lost
+
+    def nack_ids(self, ids: Sequence[int], leases: Sequence[int], *, delay_s: float | None = None,
+                 error: str = "", queue: str = "") -> None:
+        delay = None if delay_s is None else float(delay_s)
+        self._settle(ids, leases, lambda ids, leases: p.Nack(ids, leases, delay, str(error),
+                                                             queue))
+
+    def _settle(self, ids: Sequence[int], leases: Sequence[int],
+                make: Callable[[list[int], list[int]], Any]) -> None:
+        if len(ids) != len(leases):
+            raise InvalidArgument(f"{len(ids)} ids but {len(leases)} lease tokens")
+        lost: list[int] = []
+        why: list[int] = []
+        for start in range(0, len(ids), p.MAX_BATCH):
+            end = start + p.MAX_BATCH
+            reply: p.Acked = self.master.call(make(list(ids[start:end]), list(leases[start:end])))
+            lost += reply.lost
+            why += reply.why
+        error = refusal(lost, why)
+        if error is not None:
+            raise error
+
+
+def refusal(lost: Sequence[int], why: Sequence[int]) -> BlizzardError | None:
+    """The error for ids an ack, nack or extend could not settle (``Acked.lost``, ``.why``):
+    by the first id's reason, naming the ids of each reason; None if every id was settled."""
+    if not lost:
+        return None
+    why = list(why) + [p.LOST_EXPIRED] * (len(lost) - len(why))  # an older master gives none
+    by_reason: dict[int, list[int]] = {}
+    for item_id, reason in zip(lost, why):
+        by_reason.setdefault(reason, []).append(item_id)
+    text = "; ".join(f"{REFUSALS[reason][1]}: {ids[:10]}" + (" ..." if len(ids) > 10 else "")
+                     for reason, ids in by_reason.items())
+    return REFUSALS[why[0]][0](text)
+
+
+REFUSALS: dict[int, tuple[type[BlizzardError], str]] = {  # reason -> (error, what it means)
+    p.LOST_EXPIRED: (LeaseExpired, "not leased under this token any more: the lease ran out or "
+                     "the item was nacked (it is back in its queue), or another consumer's "
+                     "lease of it was acked: items"),
+    p.LOST_UNKNOWN: (UnknownItem, "no such item (never made, or finished long ago): ids"),
+    p.LOST_OTHER_QUEUE: (NotInQueue, "in another queue than the one named: items"),
+    p.LOST_WRONG_TOKEN: (WrongLease, "leased under another token than the one given (a wrong "
+                         "token, or this lease ended - ran out, or the item was nacked - and "
+                         "the item was delivered again): items"),
+}
+
+
+def queue_of(msgs: Sequence[Any]) -> str:
+    """The queue all these messages came from ("" if they name none, or several): an ack
+    naming it is refused for an item that is not in it."""
+    queues = {getattr(m, "queue", "") for m in msgs}
+    return queues.pop() if len(queues) == 1 else ""
+
+
+def _columns(msgs: Sequence[Any]) -> tuple[list[int], list[int]]:
+    """The ids and lease tokens of messages or leased items."""
+    return [m.id for m in msgs], [m.lease for m in msgs]

@@ -1,0 +1,6 @@
+"""``blizzard dispatch``: delivers HTTP tasks (``blizzard.client.http_task``) from
+queues with a pool of asyncio senders (``deliver``), settles them in batches (``settle``),
+to the hosts an operator allows (``allow_hosts``).
+
+Uses ``blizzard.client`` and what it uses.
+"""

@@ -1,0 +1,282 @@
+"""ZeroMQ calls: a DEALER connection to a server (``Endpoint``), requests in flight matched to
+their replies, and the bounds every Blizzard socket has. The servers' side, the ROUTER loop,
+is ``blizzard/server/router.py``."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+import weakref
+from typing import Any, Iterable
+
+import zmq
+
+from blizzard.net.addrs import check_addr
+from blizzard.net.keys import ClientKeys
+from blizzard.net.probes import Probes
+from blizzard.net.secure import HandshakeWatch, connect_curve
+from blizzard.wire import protocol
+from blizzard.wire.errors import (AuthenticationFailed, ClientClosed, InvalidArgument,
+                                  ProtocolError, from_code)
+
+log = logging.getLogger(__name__)
+
+_request_ids = itertools.count(1)
+
+# ZMTP heartbeats: a peer that answers no PING within the timeout is disconnected, so idle or
+# half-open connections do not hold a server's memory forever; TCP keepalive as a backstop.
+HEARTBEAT_IVL_MS = 5_000
+HEARTBEAT_TIMEOUT_MS = 20_000
+HANDSHAKE_IVL_MS = 10_000  # a connection that has not finished the ZMTP greeting by then is cut
+MAX_UNCLAIMED = 4096  # replies an endpoint keeps for requests not yet collected
+_EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)  # plain ints: enum operators cost a call
+
+
+def harden(sock: zmq.Socket, max_frame_bytes: int) -> None:
+    """Bounds and keepalives every Blizzard socket has, a client's or a server's."""
+    sock.setsockopt(zmq.MAXMSGSIZE, max_frame_bytes)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
+    sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
+    sock.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_IVL_MS)
+    sock.setsockopt(zmq.TCP_KEEPALIVE, 1)
+    sock.setsockopt(zmq.TCP_KEEPALIVE_IDLE, 30)
+    sock.setsockopt(zmq.TCP_KEEPALIVE_INTVL, 10)
+
+
+class Endpoint:
+    """A DEALER connection to one server; many requests may be in flight, matched by id.
+
+    With ``keys`` the connection is CURVE-encrypted and talks only to the holder of
+    ``server_key``; a refused handshake raises ``AuthenticationFailed`` from ``wait`` (and
+    from ``call`` when its time is up), instead of a silent timeout.
+    """
+
+    def __init__(self, ctx: zmq.Context, addr: str, keys: ClientKeys | None = None,
+                 server_key: bytes | None = None) -> None:
+        self.ctx = ctx
+        self.addr = check_addr(addr)
+        if keys is not None and server_key is None:
+            raise InvalidArgument(f"no server key for {addr}")
+        self.keys = keys
+        self.server_key = server_key
+        self.sock: zmq.Socket | None = None
+        self.poller: zmq.Poller | None = None  # polls ``sock`` and its handshake watch
+        self.watch: HandshakeWatch | None = None
+        self._closer: weakref.finalize | None = None
+        self._early: dict[int, Any] = {}
+        self.closed = False  # by ``close``: no socket is opened again
+        self.answered = False  # a reply came at some time (a ``reset`` keeps this)
+
+    def _socket(self) -> zmq.Socket:
+        if self.sock is None:
+            if self.closed:
+                raise ClientClosed(f"the connection to {self.addr} was closed: make a new client")
+            sock = self.ctx.socket(zmq.DEALER)
+            harden(sock, protocol.MAX_FRAME_BYTES)
+            sock.setsockopt(zmq.RECONNECT_IVL, 50)
+            sock.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
+            if self.keys is not None:
+                assert self.server_key is not None
+                connect_curve(sock, self.keys, self.server_key)
+            watch = HandshakeWatch(sock, self.addr, self.keys is not None)
+            try:
+                sock.connect(self.addr)
+            except zmq.ZMQError as exc:  # e.g. a host name that does not resolve
+                self._close(sock, watch)
+                raise InvalidArgument(f"cannot connect to {self.addr}: {exc}") from None
+            self.sock, self.watch = sock, watch
+            # An endpoint dropped without ``close`` still closes in the safe order: left to the
+            # garbage collector, the monitor's reading end may go first (see HandshakeWatch).
+            self._closer = weakref.finalize(self, self._close, sock, watch)
+            self.poller = zmq.Poller()
+            self.poller.register(sock, zmq.POLLIN)
+            self.poller.register(watch.monitor, zmq.POLLIN)
+        return self.sock
+
+    @staticmethod
+    def _close(sock: zmq.Socket, watch: HandshakeWatch) -> None:
+        watch.close()
+        sock.close(linger=0)
+
+    @property
+    def refused(self) -> AuthenticationFailed | None:
+        """The handshake refusal already seen (no new events read)."""
+        return self.watch.failure if self.watch is not None else None
+
+    def handshake_failure(self) -> AuthenticationFailed | None:
+        """Why the server refused this connection's handshake, if it did (None: it did not)."""
+        return self.watch.poll() if self.watch is not None else None
+
+    def silence(self, why: str, refused_s: float = 0.0) -> TimeoutError:
+        """The timeout of an unanswered request (``ConnectionRefused``: no connection was made,
+        attempts refused for ``refused_s`` or more)."""
+        return self.watch.silence(why, refused_s) if self.watch is not None else TimeoutError(why)
+
+    def send(self, msg: Any) -> int:
+        """Queue a request; raises ``TimeoutError`` if the socket's send queue is full."""
+        rid = next(_request_ids)
+        try:
+            # Copied into libzmq's own buffer: a zero-copy frame would leave libzmq's I/O thread
+            # reading a Python object that the interpreter may free first (at exit, a segfault).
+            self._socket().send(protocol.encode(rid, msg), zmq.NOBLOCK, copy=True)
+        except zmq.Again:
+            self.reset()
+            raise TimeoutError(f"cannot send to {self.addr}: queue full") from None
+        return rid
+
+    def take(self, rid: int) -> Any | None:
+        return self._early.pop(rid, None)
+
+    def has(self, rid: int) -> bool:
+        """The reply to ``rid`` has arrived and not been taken."""
+        return rid in self._early
+
+    def received(self) -> list[int]:
+        """Request ids whose replies have arrived and not been taken."""
+        return list(self._early)
+
+    def discard_received(self) -> None:
+        self._early.clear()
+
+    def wait(self, timeout_ms: int) -> bool:
+        """Wait up to ``timeout_ms`` for a reply to arrive; True if one is there to read.
+
+        Handshake events seen meanwhile are noted (``handshake_failure``).
+        """
+        sock = self._socket()
+        assert self.poller is not None
+        ready = self.poller.poll(timeout_ms)
+        if len(ready) == 1 and ready[0][0] is sock:
+            return True
+        if ready:
+            self.handshake_failure()
+            return sock.get(_EVENTS) & _POLLIN != 0
+        return False
+
+    def read_ready(self) -> None:
+        """Read every reply waiting now into the early-reply table, without blocking.
+
+        ``EVENTS`` says whether a frame is there, which is cheaper than a ``recv`` that raises
+        ``zmq.Again`` at the end of every batch.
+        """
+        sock = self._socket()
+        while self.sock is sock and sock.get(_EVENTS) & _POLLIN:
+            self._keep(sock.recv(zmq.NOBLOCK, copy=True))
+
+    def _keep(self, body: bytes) -> None:
+        try:
+            rid, reply = protocol.decode(body)
+        except ProtocolError as exc:
+            log.warning("undecodable reply from %s: %s", self.addr, exc)
+            return
+        self.answered = True
+        if len(self._early) >= MAX_UNCLAIMED:  # replies nobody waits for must not pile up
+            self._early.pop(next(iter(self._early)))
+        self._early[rid] = reply
+
+    def reset(self) -> None:
+        """Drop the socket (and every request queued on it) after a timeout."""
+        if self._closer is not None:
+            self._closer()  # closes the socket and its watch
+            self._closer = self.sock = self.watch = self.poller = None
+        self._early.clear()
+
+    def close(self) -> None:
+        """Drop the socket for good: a later request raises ``ClientClosed`` rather than
+        connecting again (``reset`` is the one that lets the next request reconnect)."""
+        self.reset()
+        self.closed = True
+
+
+def raise_if_error(reply: Any) -> Any:
+    if isinstance(reply, protocol.Error):
+        raise from_code(reply.code, reply.message)
+    return reply
+
+
+class Replies:
+    """Waits for replies on several endpoints at once and reads them into each one's table."""
+
+    def __init__(self, endpoints: Iterable[Endpoint]) -> None:
+        self.endpoints = list(endpoints)
+        self.poller: zmq.Poller | None = None
+        if len(self.endpoints) > 1:  # the common case, one socket, uses the endpoint's poller
+            self.poller = zmq.Poller()
+            for ep in self.endpoints:
+                self.poller.register(ep._socket(), zmq.POLLIN)
+                assert ep.watch is not None
+                self.poller.register(ep.watch.monitor, zmq.POLLIN)
+
+    def read(self, timeout_ms: int) -> None:
+        """Wait up to ``timeout_ms`` for a reply on any endpoint, then read all that are there."""
+        if self.poller is None:
+            for ep in self.endpoints:
+                if ep.wait(timeout_ms):
+                    ep.read_ready()
+            return
+        ready = {sock for sock, _ in self.poller.poll(timeout_ms)}
+        for ep in self.endpoints:
+            if ep.watch is not None and ep.watch.monitor in ready:
+                ep.handshake_failure()
+            if ep.sock in ready:
+                ep.read_ready()
+
+
+def call_many(calls: Iterable[tuple[Endpoint, Any]], timeout_s: float,
+              probe_s: float | None = None) -> list[Any]:
+    """Send every request at once, wait for all replies; a reply is a message, a
+    ``TimeoutError``, or an ``AuthenticationFailed`` (the server refused our handshake).
+
+    With ``probe_s``, a server that may rightly hold a reply long (a master parking an
+    enqueue) is sent a ``Hello`` every ``probe_s`` meanwhile: one left unanswered for two
+    periods counts as a timeout of every request to that server, so a dead one is noticed soon.
+
+    Error replies are returned as messages (``protocol.Error``); the caller decides what they mean.
+    Endpoints that timed out or were refused are reset so late replies cannot be mistaken for
+    new ones.
+    """
+    calls = list(calls)
+    results: list[Any] = [None] * len(calls)
+    waiting: dict[int, tuple[Endpoint, int]] = {}
+    for i, (ep, msg) in enumerate(calls):
+        try:
+            waiting[i] = (ep, ep.send(msg))
+        except TimeoutError as exc:
+            results[i] = exc
+    deadline = time.monotonic() + timeout_s
+    replies = Replies(ep for ep, _ in waiting.values())
+    probes = Probes(probe_s)
+    while waiting:
+        for i, (ep, rid) in list(waiting.items()):
+            reply = ep.take(rid) or ep.refused
+            if reply is not None:
+                results[i] = reply
+                del waiting[i]
+                if isinstance(reply, AuthenticationFailed):
+                    ep.reset()
+        for ep in probes.silent({ep for ep, _ in waiting.values()}):
+            for i in [i for i, (e, _) in waiting.items() if e is ep]:
+                results[i] = ep.silence(f"{ep.addr} stopped answering pings")
+                del waiting[i]
+            ep.reset()
+        if not waiting:
+            break
+        left_ms = int((min(deadline, probes.next) - time.monotonic()) * 1000)
+        if time.monotonic() >= deadline:
+            break
+        replies.read(max(left_ms, 1))
+    for i, (ep, _) in waiting.items():
+        results[i] = ep.handshake_failure() or \
+            ep.silence(f"no reply from {ep.addr} within {timeout_s:g}s")
+        ep.reset()
+    return results
+
+
+def call(ep: Endpoint, msg: Any, timeout_s: float) -> Any:
+    """One request, one reply; raises ``TimeoutError`` or the reply's ``BlizzardError``."""
+    (reply,) = call_many([(ep, msg)], timeout_s)
+    if isinstance(reply, (TimeoutError, AuthenticationFailed)):
+        raise reply
+    return raise_if_error(reply)

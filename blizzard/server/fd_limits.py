@@ -1,0 +1,80 @@
+"""A server's file descriptors: the soft limit raised at start, a reserve kept for its files,
+and telling "out of descriptors" apart from a failing disk.
+
+Every connection a server accepts holds a descriptor, and so does every WAL segment,
+checkpoint and LevelDB table it opens. Connections may take at most the soft limit less a
+reserve (``connection_fds``; ``blizzard/server/conn_guard.py`` enforces it), so the files always
+find descriptors. Should they run out all the same (another part of the process, a limit
+lowered under a running server), ``is_fd_pressure`` says so: the caller retries later
+instead of stopping as it would for a broken disk.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import resource
+
+log = logging.getLogger(__name__)
+
+RESERVE_MIN_FDS = 256  # kept for files at least (a quarter of the soft limit when that is more)
+_PRESSURE = (errno.EMFILE, errno.ENFILE)
+_PRESSURE_TEXTS = tuple(os.strerror(e) for e in _PRESSURE)  # as LevelDB's errors spell them
+
+
+def soft_limit() -> int:
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def raise_fd_limit() -> tuple[int, int]:
+    """Raise this process's soft descriptor limit to its hard limit (systemd's default soft
+    limit, 1,024, is low for a server); log both and the reserve. (soft, hard) afterwards."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    was = soft
+    if hard != resource.RLIM_INFINITY and soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError) as exc:
+            log.warning("cannot raise the file descriptor limit from %d to %d: %s",
+                        soft, hard, exc)
+    log.info("file descriptors: soft limit %d%s, hard limit %s; %d kept for files, %d for "
+             "connections", soft, f" (raised from {was})" if soft != was else "",
+             "unlimited" if hard == resource.RLIM_INFINITY else hard, reserve_fds(soft),
+             connection_fds(soft))
+    return soft, hard
+
+
+def reserve_fds(soft: int | None = None) -> int:
+    """Descriptors no connection may take: for the WAL, checkpoints, LevelDB, outgoing
+    connections and ZeroMQ's own."""
+    soft = soft_limit() if soft is None else soft
+    return min(max(RESERVE_MIN_FDS, soft // 4), soft // 2)
+
+
+def connection_fds(soft: int | None = None) -> int:
+    """How many accepted connections one server socket may hold."""
+    soft = soft_limit() if soft is None else soft
+    return max(1, soft - reserve_fds(soft))
+
+
+def leveldb_open_files(soft: int | None = None) -> int:
+    """LevelDB's ``max_open_files`` (its table cache): half the reserve, 1,000 (LevelDB's own
+    default) at most, so a large store cannot take the descriptors the rest needs."""
+    return max(32, min(1000, reserve_fds(soft) // 2))
+
+
+def is_fd_pressure(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (or what caused it) is the process or system running out of file
+    descriptors (EMFILE, ENFILE): retry later, it is not the disk failing."""
+    seen = 0
+    while exc is not None and seen < 8:
+        if getattr(exc, "errno", None) in _PRESSURE:
+            return True
+        text = str(exc)
+        if any(t in text for t in _PRESSURE_TEXTS):  # plyvel.IOError carries LevelDB's text
+            return True
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return False

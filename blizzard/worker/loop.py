@@ -1,0 +1,414 @@
+"""The worker's loop (``blizzard worker``): lease jobs in batches, run them, settle them.
+
+One process, one ``Client``, ``concurrency`` runner threads (``runner.py`` says why threads).
+Only this loop talks to the cluster; per round trip to the master it moves many jobs:
+
+- Leases come in batches: enough for every idle thread plus a prefetch sized by the recent
+  job length (``Prefetch``: about ``BUFFER_S`` of work, at most ``MAX_PREFETCH`` jobs and
+  about ``MAX_PREFETCH_BYTES`` of payloads by the recent item size), so a no-op task is
+  leased a thousand at a time and a slow one a job per free thread.
+- The acks of finished jobs ride on the next lease (``Lease.ack_ids``). Acks that would wait
+  longer than ``ACK_HOLD_S`` for one go out alone, unanswered (``Message.ack()``'s way), and
+  so does the ack of a job whose lease may be lost: a lost ack on a lease makes the master's
+  answer void and the jobs that lease took go back, each with an attempt counted.
+- A job that raised is nacked with its error: the queue's back-off says when it comes back,
+  its ``max_attempts`` when it moves to the dead-letter queue instead. A job whose task
+  name is unknown here (another worker may know it) is nacked without delay, so it reaches
+  the dead-letter queue after ``max_attempts`` quick deliveries (a queue with
+  ``max_attempts`` 0 keeps it, retried every ``POISON_RETRY_S``). A job whose payload is not
+  a task call can succeed on no worker: it is buried (moved to the dead-letter queue) at once.
+- The leases of jobs held, running or waiting, are extended when a third of them is left.
+  An extension the cluster did not answer is tried again soon (``EXTEND_RETRY_S``); until
+  one succeeds, those leases are in doubt and keep their old deadlines.
+- A lost lease or an unreachable cluster while settling is logged, never fatal: a job not
+  settled comes back when its lease ends (delivery is at least once).
+
+``stop()`` (SIGTERM) ends leasing; the jobs already leased are run (a prefetched one too:
+giving it back would count a delivery attempt against it, and the prefetch is about
+``BUFFER_S`` of work), their acks kept for one last ``ack_many`` that waits (up to the
+client's ``timeout_s``) until they are durable, and ``run`` returns. ``burst``: ``run``
+returns once every queue was found empty and no job is left.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+from blizzard.client.core import Client
+from blizzard.client.http_task import bury
+from blizzard.client.message import Message
+from blizzard.wire.errors import NOT_HELD, ClusterError, InvalidArgument
+from blizzard.wire.queue_settings import DEAD_SUFFIX
+from blizzard.worker.runner import Outcome, Runner
+from blizzard.worker.task import Task, ensure_queue, settings_of
+
+log = logging.getLogger(__name__)
+
+BUFFER_S = 0.1  # prefetched work, by the recent job length, beyond the jobs running
+MAX_PREFETCH = 2000  # jobs held beyond the running ones, at most
+MAX_PREFETCH_BYTES = 64 << 20  # payloads held beyond the running jobs, by the recent item size
+JOB_S_WEIGHT = 0.1  # of a job's run time (or an item's size) in the moving average
+ACK_HOLD_S = 0.2  # the longest an ack waits for a lease to ride on
+IDLE_POLL_S = 1.0  # a long poll on an empty queue; a recheck while only running jobs
+EXTEND_AT = 1 / 3  # extend a lease when this share of it is left
+EXTEND_RETRY_S = 1.0  # try an unanswered extension again this soon (sooner for short leases)
+POISON_RETRY_S = 60.0  # an undoable job's retry delay in a queue that never dead-letters
+
+
+class Prefetch:
+    """How many jobs to hold beyond those running: ``buffer_s`` of work for the threads, by
+    the recent job length (no prefetch before the first job is done, nor for long jobs), at
+    most ``cap`` jobs and about ``cap_bytes`` of payloads, by the recent item size (big
+    payloads must not fill the worker's memory)."""
+
+    def __init__(self, concurrency: int, buffer_s: float = BUFFER_S, cap: int = MAX_PREFETCH,
+                 cap_bytes: int = MAX_PREFETCH_BYTES) -> None:
+        self.concurrency, self.buffer_s = concurrency, buffer_s
+        self.cap, self.cap_bytes = cap, cap_bytes
+        self.job_s: float | None = None  # a moving average of the jobs' run times
+        self.item_bytes: float | None = None  # a moving average of the payloads' sizes
+
+    def record(self, seconds: float) -> None:
+        self.job_s = _moved(self.job_s, seconds)
+
+    def record_sizes(self, sizes: Iterable[int]) -> None:
+        for size in sizes:
+            self.item_bytes = _moved(self.item_bytes, size)
+
+    def target(self) -> int:
+        if self.job_s is None:
+            return 0
+        by_time = int(self.concurrency * self.buffer_s / max(self.job_s, 1e-9))
+        by_bytes = int(self.cap_bytes / max(self.item_bytes or 1.0, 1.0))
+        return min(self.cap, by_time, by_bytes)
+
+
+def _moved(average: float | None, value: float) -> float:
+    """A moving average with ``value`` taken in (the first value starts it)."""
+    return value if average is None else average + (value - average) * JOB_S_WEIGHT
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """What to serve and how; ``lease_s`` None: each queue's own lease length."""
+
+    queues: tuple[str, ...]
+    concurrency: int = 8
+    burst: bool = False
+    lease_s: float | None = None
+
+
+@dataclass(slots=True)
+class Held:
+    """A leased job not yet settled: running, waiting for a thread, or done and not acked."""
+
+    msg: Message
+    lease_s: float
+    deadline: float  # monotonic: the lease ends then unless extended
+    doubtful: bool = False  # its lease may be lost: settle it on its own, never on a lease
+
+
+class Worker:
+    """Runs ``tasks`` on jobs from ``config.queues`` until stopped (or, in burst mode, idle)."""
+
+    def __init__(self, client: Client, tasks: dict[str, Task], config: WorkerConfig) -> None:
+        if not config.queues or config.concurrency < 1:
+            raise InvalidArgument("a worker needs at least one queue and one thread")
+        self.client, self.tasks, self.config = client, tasks, config
+        self.prefetch = Prefetch(config.concurrency)
+        self.held: dict[tuple[int, int], Held] = {}  # by (id, lease): a job may come twice
+        self.acks: list[Held] = []
+        self.acks_since = 0.0  # monotonic: when the oldest ack in ``acks`` was ready
+        self.lease_s: dict[str, float] = {}
+        self.max_attempts: dict[str, int] = {}
+        self.dead_letter: dict[str, str] = {}  # each queue's dead-letter queue
+        self.next_extend = float("inf")  # monotonic: the first lease to extend is due then
+        self.empty_at: float | None = None  # the last lease round found every queue empty
+        self.settled_since_empty = False
+        self.stopping = False
+        self.succeeded = self.failed = 0
+
+    def stop(self) -> None:
+        """Stop leasing; ``run`` returns when the jobs held are done (safe in a signal handler)."""
+        self.stopping = True
+
+    def unsettled(self) -> list[Held]:
+        """The jobs leased and not settled yet: running, waiting for a thread, or done with
+        their acks not sent (a signal handler may call it: it only reads)."""
+        return [*self.held.values(), *self.acks]
+
+    def run(self) -> None:
+        self._prepare()
+        runner = Runner(self.tasks, self.config.concurrency)
+        started = time.monotonic()
+        try:
+            while not self._finished():
+                self._settle(runner.outcomes(self._wait_s(), self._wake_at()))
+                if self._wants_lease():
+                    runner.submit(self._lease_round())
+                self._extend_due()
+                self._flush_acks()
+        finally:
+            try:
+                self._ack_last()
+            finally:
+                runner.close(5.0 if not self.held else 0.0)
+        log.info("worker done: %s succeeded, %d failed in %.3f s",
+                 counted(self.succeeded, "job"), self.failed, time.monotonic() - started)
+
+    def _prepare(self) -> None:
+        """Create the queues with their tasks' settings if new; learn their lease lengths."""
+        for queue in self.config.queues:
+            settings = settings_of(self.tasks.values(), queue)
+            if settings:
+                ensure_queue(self.client, queue, settings)
+            current = self.client.queue_config(queue)
+            self.lease_s[queue] = self.config.lease_s or current["lease_s"]
+            self.max_attempts[queue] = current["max_attempts"]
+            self.dead_letter[queue] = current.get("dead_letter") or queue + DEAD_SUFFIX
+
+    def _finished(self) -> bool:
+        if self.held:
+            return False
+        return self.stopping or (self.config.burst and self.empty_at is not None
+                                 and not self.settled_since_empty)
+
+    # -- leasing -----------------------------------------------------------------------------
+
+    def _room(self) -> int:
+        return self.config.concurrency + self.prefetch.target() - len(self.held)
+
+    def _wants_lease(self) -> bool:
+        if self.stopping or self._room() <= 0:
+            return False
+        if self.empty_at is not None and self.held and not self.settled_since_empty \
+                and time.monotonic() - self.empty_at < IDLE_POLL_S:
+            return False  # the queues were empty a moment ago and nothing has changed
+        return len(self.held) < self.config.concurrency + max(1, self.prefetch.target() // 2)
+
+    def _wait_s(self) -> float:
+        """How long to wait for outcomes before the loop looks at leases again."""
+        if self._wants_lease():
+            return 0.0
+        now = time.monotonic()
+        until = min(self.next_extend, now + IDLE_POLL_S)
+        if self.acks and not self.stopping:  # stopping, the acks wait for the last flush
+            until = min(until, self.acks_since + ACK_HOLD_S)
+        return max(0.0, until - now)
+
+    def _wake_at(self) -> int:
+        """How many outcomes are worth waking for: as many as make room for the next lease
+        (all held jobs when stopping)."""
+        if self.stopping:
+            return max(1, len(self.held))
+        threshold = self.config.concurrency + max(1, self.prefetch.target() // 2)
+        return max(1, len(self.held) - threshold + 1)
+
+    def _lease_round(self) -> list[Message]:
+        """Lease from the queues in order until there is no room; long-poll the first queue
+        when all are empty and no job is held (not in burst mode)."""
+        riders = self._take_riders()
+        got: list[Message] = []
+        failed = False
+        for queue in self.config.queues:  # each lease adds its jobs to ``held``, so to room
+            msgs = self._lease(queue, self._room(), 0.0, riders)
+            riders = []
+            failed |= msgs is None
+            got += msgs or []
+            if self._room() <= 0:
+                break
+        if not got and not failed and not self.held and not self.config.burst:
+            got = self._lease(self.config.queues[0], self._room(), IDLE_POLL_S, []) or []
+        # a failed lease proves no queue empty: burst mode goes on
+        self.empty_at = None if got or failed else time.monotonic()
+        self.settled_since_empty = False
+        return got
+
+    def _lease(self, queue: str, n: int, wait_s: float,
+               riders: list[Held]) -> list[Message] | None:
+        """Jobs leased from ``queue`` with ``riders`` acked; None if the lease failed."""
+        sent = time.monotonic()
+        try:
+            msgs = self.client.dequeue_many(queue, n, lease_s=self.lease_s[queue],
+                                            wait_s=wait_s, ack=[h.msg for h in riders])
+        except NOT_HELD as exc:
+            log.warning("%s; the jobs leased with those acks went back to %s", exc.message, queue)
+            return None
+        except ClusterError as exc:
+            log.warning("leasing from %s failed, trying again: %s (%s)", queue, exc.message,
+                        type(exc).__name__)
+            for held in riders:  # sent again, alone: the call may have outlived their leases
+                held.doubtful = True
+            self.acks[:0] = riders  # an ack already applied counts once
+            return None
+        lease_s = self.lease_s[queue]
+        self.prefetch.record_sizes(len(msg.data) for msg in msgs)
+        for msg in msgs:
+            self.held[msg.id, msg.lease] = Held(msg, lease_s, sent + lease_s)
+        if msgs:
+            self.next_extend = min(self.next_extend, sent + lease_s * (1 - EXTEND_AT))
+        return msgs
+
+    # -- settling ----------------------------------------------------------------------------
+
+    def _settle(self, outcomes: list[Outcome]) -> None:
+        if not outcomes:
+            return
+        now = time.monotonic()
+        for outcome in outcomes:
+            self.prefetch.record(outcome.seconds)
+        self.settled_since_empty = True
+        # by error, delay and doubt: a job whose lease may be lost is given back on its own
+        nacks: dict[tuple[str, float | None, bool], list[Message]] = {}
+        burials: dict[tuple[str, bool], list[Message]] = {}
+        for outcome in outcomes:
+            held = self.held.pop((outcome.msg.id, outcome.msg.lease))
+            if not outcome.error:
+                if not self.acks:
+                    self.acks_since = now
+                self.acks.append(held)
+                self.succeeded += 1
+                continue
+            self.failed += 1
+            self._log_failure(outcome)
+            msg = outcome.msg
+            if outcome.bury:
+                burials.setdefault((outcome.error, held.doubtful), []).append(msg)
+            else:
+                key = (outcome.error, self._retry_delay(outcome), held.doubtful)
+                nacks.setdefault(key, []).append(msg)
+        for (error, delay_s, _), msgs in nacks.items():
+            self._guarded("give back", msgs, lambda m: self.client.nack_many(
+                m, delay_s=delay_s, error=error))
+        for (error, _), msgs in burials.items():  # not buried now: buried when back
+            self._guarded("move to the dead-letter queue", msgs,
+                          lambda m: bury(self.client, m, error))
+
+    def _log_failure(self, outcome: Outcome) -> None:
+        """A failed job's line, saying when giving it back moves it to the dead-letter queue
+        (its last attempt, or a payload no worker can run)."""
+        msg = outcome.msg
+        limit = 1 if outcome.bury else self.max_attempts.get(msg.queue, 0)
+        attempt = msg.attempts + 1
+        of = f" of {limit}" if limit and not outcome.bury else ""
+        if limit and attempt >= limit:
+            log.warning("job %d of %s failed (attempt %d%s), moving it to the dead-letter queue "
+                        "%s: %s", msg.id, msg.queue, attempt, of,
+                        self.dead_letter.get(msg.queue, msg.queue + DEAD_SUFFIX), outcome.error)
+        else:
+            log.warning("job %d of %s failed (attempt %d%s): %s", msg.id, msg.queue, attempt, of,
+                        outcome.error)
+
+    def _guarded(self, doing: str, msgs: list[Message],
+                 send: Callable[[list[Message]], None]) -> bool:
+        """``send(msgs)``; False if a lease was lost or the cluster did not answer, which is
+        logged: a job's settling never ends the worker (a job not settled comes back when
+        its lease ends, and runs again)."""
+        if not msgs:
+            return True
+        try:
+            send(msgs)
+            return True
+        except NOT_HELD as exc:
+            log.warning("could not %s %s: their leases were lost (delivered again, or "
+                        "soon): %s", doing, counted(len(msgs), "job"), exc.message)
+        except ClusterError as exc:
+            log.warning("could not %s jobs %s: %s (%s); they come back when their leases end",
+                        doing, brief_ids(msgs), exc.message, type(exc).__name__)
+        return False
+
+    def _retry_delay(self, outcome: Outcome) -> float | None:
+        """None: the queue's back-off; a poison job: at once, unless it could never die."""
+        if not outcome.poison:
+            return None
+        return 0.0 if self.max_attempts.get(outcome.msg.queue) else POISON_RETRY_S
+
+    def _take_riders(self) -> list[Held]:
+        """The acks to carry on the next lease; those whose lease may be lost go out alone
+        first (one lost ack would void the lease it rides on)."""
+        now = time.monotonic()
+        riders = [h for h in self.acks if self._sure(h, now)]
+        alone = [h.msg for h in self.acks if not self._sure(h, now)]
+        self.acks = []
+        self._guarded("ack", alone, self.client.leases.ack_unawaited)
+        return riders
+
+    @staticmethod
+    def _sure(held: Held, now: float) -> bool:
+        """Whether ``held``'s lease is surely still ours, with time to spare for a lease call."""
+        return not held.doubtful and held.deadline - now > held.lease_s * EXTEND_AT / 2
+
+    def _flush_acks(self) -> None:
+        """Send the acks that waited ``ACK_HOLD_S`` for a lease, unanswered; none while
+        stopping: the last flush sends those and waits for them."""
+        if self.acks and not self.stopping \
+                and time.monotonic() - self.acks_since >= ACK_HOLD_S:
+            msgs, self.acks = [h.msg for h in self.acks], []
+            self._guarded("ack", msgs, self.client.leases.ack_unawaited)
+
+    def _ack_last(self) -> None:
+        """Ack the jobs left and wait until those acks, and the ones sent unanswered before,
+        are durable (up to the client's ``timeout_s``); log the ones not confirmed."""
+        sure = [h.msg for h in self.acks if not h.doubtful]
+        doubtful = [h.msg for h in self.acks if h.doubtful]
+        self.acks = []
+        self._guarded("ack", sure, self.client.ack_many)
+        self._guarded("ack", doubtful, self.client.ack_many)
+        try:
+            self.client.leases.flush(self.client.timeout_s)
+        except (ClusterError, TimeoutError) as exc:
+            log.warning("the acks sent unanswered may not be durable (those jobs may run "
+                        "again): %s", exc)
+
+    def _extend_due(self) -> None:
+        """Extend every held lease with less than ``EXTEND_AT`` of it left."""
+        now = time.monotonic()
+        if now < self.next_extend:
+            return
+        due: dict[float, list[Held]] = {}
+        self.next_extend = float("inf")
+        for held in [*self.held.values(), *self.acks]:
+            if held.deadline - now < held.lease_s * EXTEND_AT:
+                due.setdefault(held.lease_s, []).append(held)
+            else:
+                self.next_extend = min(self.next_extend, held.deadline - held.lease_s * EXTEND_AT)
+        for lease_s, group in due.items():
+            self.next_extend = min(self.next_extend, self._extend(group, lease_s, now))
+
+    def _extend(self, group: list[Held], lease_s: float, now: float) -> float:
+        """Extend ``group``'s leases to ``lease_s`` from ``now``; when to extend them next.
+
+        Unanswered, the extension may or may not have happened: the leases keep their old
+        deadlines, are in doubt, and the extension is tried again soon.
+        """
+        try:
+            self.client.extend_many([h.msg for h in group], lease_s=lease_s)
+        except NOT_HELD as exc:  # the others were extended; which were lost is not said
+            log.warning("%s (%s running long)", exc.message, counted(len(group), "job"))
+            doubtful = True
+        except ClusterError as exc:
+            retry_s = min(EXTEND_RETRY_S, lease_s * EXTEND_AT / 4)
+            log.warning("could not extend %s, trying again in %.2f s: %s (%s)",
+                        counted(len(group), "lease"), retry_s, exc.message, type(exc).__name__)
+            for held in group:
+                held.doubtful = True
+            return now + retry_s
+        else:
+            doubtful = False  # every lease was still ours
+        for held in group:
+            held.doubtful, held.deadline = doubtful, now + lease_s
+        return now + lease_s * (1 - EXTEND_AT)
+
+
+def counted(n: int, noun: str) -> str:
+    """``1 job``, ``2 jobs``: a count and its noun, plural unless the count is one."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def brief_ids(msgs: list[Message]) -> str:
+    """The ids of ``msgs`` for a log line: the first 20, and how many more."""
+    shown = ", ".join(str(m.id) for m in msgs[:20])
+    return f"[{shown}{f' and {len(msgs) - 20} more' if len(msgs) > 20 else ''}]"

@@ -1,0 +1,290 @@
+"""Python functions as jobs: ``@task`` ties a function to a queue, ``enqueue`` sends a call.
+
+A call travels as one item, the msgpack array ``[CALL_VERSION, name, args, kwargs]``
+(``encode_call``): several tasks may share a queue, and ``blizzard worker`` finds the function
+by its task name (the function's ``__name__`` unless ``@task(name=...)`` says otherwise).
+Arguments must be msgpack types: None, bool, int, float, str, bytes, lists (a tuple arrives as
+a list) and dicts.
+
+Queue settings: the keywords of ``@task`` besides ``queue`` and ``name`` (``max_attempts``,
+``backoff_base_s``, ... any field of ``queue_settings.Settings``) are the queue's settings
+*when it is created*. A process's first ``enqueue`` to the queue, and ``blizzard worker`` at
+start, create it with them if it does not exist yet (a client key may create a queue). A queue
+that exists keeps its settings, since changing them is an admin's (``blizzard queue config``);
+a difference is logged as a warning. So ``max_attempts=5`` means: the fifth failed delivery
+moves the item to the dead-letter queue, with the last error.
+
+Which cluster: ``enqueue`` uses a ``Client`` per thread (a client is not thread-safe), made on
+first use from ``configure(master=..., keys=..., timeout_s=...)``; what that leaves unset comes
+from ``BLIZZARD_MASTER`` (else tcp://127.0.0.1:5555) and ``BLIZZARD_KEYS``.
+``make_thumbnail.with_options(client=c)`` uses a client of your own instead.
+
+``tasks_in`` finds the tasks a worker's modules hold; ``settings_of``, what they say of a queue.
+
+The package exports the decorator as ``blizzard.worker.task``, which hides this module's name there:
+take its other names with ``from blizzard.worker.task import ...``.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import threading
+import weakref
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any, Callable, Iterable, Mapping
+
+from blizzard.client.core import Client
+from blizzard.net.defaults import DEFAULT_MASTER
+from blizzard.wire.codec import brief, dumps, loads
+from blizzard.wire.errors import InvalidArgument, ProtocolError, QueueExists
+from blizzard.wire.queue_settings import check_changes, check_queue_name
+
+__all__ = ["Task", "configure", "task", "encode_call", "decode_call", "format_call",
+           "ensure_queue", "tasks_in", "settings_of"]
+
+log = logging.getLogger(__name__)
+
+CALL_VERSION = 1
+MASTER_ENV = "BLIZZARD_MASTER"
+
+
+def encode_call(name: str, args: Iterable[Any], kwargs: Mapping[str, Any]) -> bytes:
+    """One call of task ``name`` as an item's payload; ``InvalidArgument`` if an argument is
+    not a msgpack type."""
+    try:
+        return dumps([CALL_VERSION, name, list(args), dict(kwargs)])
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise InvalidArgument(f"task {name}: arguments must be msgpack types (None, bool, int, "
+                              f"float, str, bytes, list, dict): {exc}") from None
+
+
+def decode_call(data: bytes) -> tuple[str, list[Any], dict[str, Any]]:
+    """``(name, args, kwargs)`` of a payload made by ``encode_call``; ``ProtocolError`` saying
+    what is wrong with anything else."""
+    hint = f"an item of {len(data)} bytes not enqueued by a task?"
+    try:
+        call = loads(data)
+    except ProtocolError as exc:
+        raise ProtocolError(f"{exc.message} ({hint})") from None
+    if type(call) is not list or len(call) != 4 or call[0] != CALL_VERSION:
+        raise ProtocolError(f"not a task call [{CALL_VERSION}, name, args, kwargs] ({hint})")
+    _, name, args, kwargs = call
+    if type(name) is not str or type(args) is not list or type(kwargs) is not dict \
+            or not all(type(k) is str for k in kwargs):
+        raise ProtocolError(f"a task call needs a name, a list of args and a dict of kwargs "
+                            f"with string keys; its name is {brief(name)}")
+    return name, args, kwargs
+
+
+def format_call(data: bytes) -> str | None:
+    """A payload made by ``encode_call`` as the call reads in Python, ``always_fails(42)`` or
+    ``thumb('a.png', size=128)`` (for people: ``queue peek`` of a dead-letter queue); None
+    if ``data`` is not a task call."""
+    try:
+        name, args, kwargs = decode_call(data)
+    except ProtocolError:
+        return None
+    shown = [repr(a) for a in args]
+    shown += [f"{k}={v!r}" for k, v in kwargs.items() if k.isidentifier()]
+    odd = {k: v for k, v in kwargs.items() if not k.isidentifier()}  # no keyword could be
+    if odd:
+        shown.append(f"**{odd!r}")
+    return f"{name}({', '.join(shown)})"
+
+
+# -- the queue's settings ----------------------------------------------------------------------
+
+def ensure_queue(client: Client, queue: str, settings: Mapping[str, Any]) -> None:
+    """Create ``queue`` with ``settings`` unless it exists; warn if it exists with others."""
+    try:
+        client.create_queue(queue, **settings)
+    except QueueExists:
+        current = client.queue_config(queue)
+        differ = {k: v for k, v in settings.items() if current.get(k) != v}
+        if differ:
+            log.warning("queue %s exists with other settings than its tasks name (%s); it keeps "
+                        "them: change them with `blizzard queue config %s` (an admin key)",
+                        queue, ", ".join(f"{k}={current.get(k)!r}, task says {v!r}"
+                                         for k, v in sorted(differ.items())), queue)
+
+
+_ensured: "weakref.WeakKeyDictionary[Client, set[str]]" = weakref.WeakKeyDictionary()
+_ensured_lock = threading.Lock()
+
+
+def _ensure_once(client: Client, queue: str, settings: Mapping[str, Any]) -> None:
+    """``ensure_queue`` the first time ``client`` enqueues to ``queue`` (one round trip)."""
+    with _ensured_lock:
+        seen = _ensured.setdefault(client, set())
+        if queue in seen:
+            return
+    ensure_queue(client, queue, settings)
+    with _ensured_lock:
+        seen.add(queue)
+
+
+# -- the default client ------------------------------------------------------------------------
+
+@dataclass
+class _Defaults:
+    """How ``enqueue`` without a client of its own connects: set by ``configure``."""
+
+    master: str | None = None
+    keys: str | None = None
+    timeout_s: float = 30.0
+    generation: int = 0  # bumped by ``configure``: thread clients made before are replaced
+    local: threading.local = field(default_factory=threading.local)
+
+    def client(self) -> Client:
+        """This thread's client, made (or remade after ``configure``) on first use."""
+        mine = getattr(self.local, "client", None)
+        if mine is not None and self.local.generation == self.generation:
+            return mine
+        self.close_thread_client()
+        master = self.master or os.environ.get(MASTER_ENV) or DEFAULT_MASTER
+        self.local.client = Client(master, timeout_s=self.timeout_s, keys=self.keys)
+        self.local.generation = self.generation
+        return self.local.client
+
+    def close_thread_client(self) -> None:
+        mine = getattr(self.local, "client", None)
+        if mine is not None:
+            self.local.client = None
+            mine.close()
+
+
+_defaults = _Defaults()
+
+
+def configure(*, master: str | None = None, keys: str | None = None,
+              timeout_s: float = 30.0) -> None:
+    """Where tasks enqueue when given no client: ``master`` (None: ``BLIZZARD_MASTER``, else
+    tcp://127.0.0.1:5555), ``keys`` (a key directory; None: ``BLIZZARD_KEYS``)."""
+    if timeout_s <= 0:
+        raise InvalidArgument("timeout_s must be positive")
+    _defaults.master, _defaults.keys, _defaults.timeout_s = master, keys, timeout_s
+    _defaults.generation += 1
+
+
+def close_thread_client() -> None:
+    """Close this thread's default client, if it made one (a worker thread does, at its end)."""
+    _defaults.close_thread_client()
+
+
+# -- tasks -------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Sender:
+    """Enqueues calls of one task with a client and enqueue options (``Task.with_options``)."""
+
+    task: "Task"
+    client: Client | None = None  # None: the thread's default client
+    priority: int = 0
+    delay_s: float = 0.0
+    key: str | None = None
+
+    def enqueue(self, *args: Any, **kwargs: Any) -> int:
+        """Send one call; returns its item id once the item is durable."""
+        return self.enqueue_many([(args, kwargs)])[0]
+
+    def enqueue_many(self, calls: Iterable[Any]) -> list[int]:
+        """Send many calls in one pipelined batch; each is a tuple of positional arguments, a
+        dict of keyword arguments, or an ``(args tuple, kwargs dict)`` pair."""
+        task = self.task
+        items = [encode_call(task.name, *_split(call)) for call in calls]
+        client = self.client or _defaults.client()
+        if task.settings:
+            _ensure_once(client, task.queue, task.settings)
+        return client.enqueue_many(task.queue, items, priority=self.priority,
+                                   delay_s=self.delay_s, key=self.key)
+
+
+def _split(call: Any) -> tuple[Iterable[Any], Mapping[str, Any]]:
+    """A call of ``enqueue_many`` as (args, kwargs)."""
+    if isinstance(call, dict):
+        return (), call
+    if isinstance(call, tuple) and len(call) == 2 and isinstance(call[0], tuple) \
+            and isinstance(call[1], dict):
+        return call
+    if isinstance(call, (tuple, list)):
+        return call, {}
+    raise InvalidArgument(f"a call is a tuple of arguments, a dict of keyword arguments or an "
+                          f"(args, kwargs) pair, not {brief(call)}")
+
+
+class Task:
+    """A function that runs as a job on a queue: call it to run it here, ``enqueue`` it to have
+    a ``blizzard worker`` run it."""
+
+    def __init__(self, fn: Callable[..., Any], queue: str, name: str,
+                 settings: Mapping[str, Any]) -> None:
+        self.fn = fn
+        self.queue = check_queue_name(queue)
+        self.name = name
+        self.settings = check_changes(settings)  # InvalidArgument names a bad one
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<task {self.name} on queue {self.queue}>"
+
+    def with_options(self, *, client: Client | None = None, priority: int = 0,
+                     delay_s: float = 0.0, key: str | None = None) -> Sender:
+        """Enqueue through ``client`` and/or with enqueue options (see ``Client.enqueue``):
+        ``make_thumbnail.with_options(delay_s=60).enqueue("a.png", size=128)``."""
+        return Sender(self, client, priority, delay_s, key)
+
+    def enqueue(self, *args: Any, **kwargs: Any) -> int:
+        """Send one call to the task's queue; returns its item id once the item is durable."""
+        return Sender(self).enqueue(*args, **kwargs)
+
+    def enqueue_many(self, calls: Iterable[Any]) -> list[int]:
+        """Send many calls at once (see ``Sender.enqueue_many`` for their forms)."""
+        return Sender(self).enqueue_many(calls)
+
+
+def task(queue: str, *, name: str | None = None,
+         **settings: Any) -> Callable[[Callable[..., Any]], Task]:
+    """Decorator: make a function a ``Task`` on ``queue``.
+
+    ``name``: what the worker looks it up by (default the function's ``__name__``); other
+    keywords are the queue's settings when this creates it (``max_attempts=5``,
+    ``backoff_base_s=2``, ...; see ``blizzard.wire.queue_settings``).
+    """
+    def wrap(fn: Callable[..., Any]) -> Task:
+        return Task(fn, queue, name or fn.__name__, settings)
+    return wrap
+
+
+def tasks_in(modules: Iterable[ModuleType]) -> dict[str, Task]:
+    """The tasks the modules define or import, by name; ``InvalidArgument`` on two tasks of
+    one name, or two tasks of one queue naming different settings for it."""
+    by_name: dict[str, Task] = {}
+    for module in modules:
+        for value in vars(module).values():
+            if isinstance(value, Task):
+                other = by_name.setdefault(value.name, value)
+                if other is not value and other.fn is not value.fn:
+                    raise InvalidArgument(f"two tasks are named {value.name!r}: give one "
+                                          "@task(name=...)")
+    for t in by_name.values():
+        settings_of(by_name.values(), t.queue)
+    return by_name
+
+
+def settings_of(tasks: Iterable[Task], queue: str) -> dict[str, Any]:
+    """The queue settings ``queue``'s tasks name; ``InvalidArgument`` if two disagree."""
+    merged: dict[str, Any] = {}
+    for t in tasks:
+        if t.queue != queue:
+            continue
+        for key, value in t.settings.items():
+            if merged.setdefault(key, value) != value:
+                raise InvalidArgument(f"tasks of queue {queue} disagree on {key} ({merged[key]!r}"
+                                      f" and {value!r}, task {t.name}): a queue has one setting")
+    return merged
