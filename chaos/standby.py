@@ -15,7 +15,7 @@ import signal
 import time
 
 from blizzard.local.harness import LocalCluster, Proc
-from master.replication import EXIT_FENCED
+from master.wal_shipping import EXIT_FENCED
 
 log = logging.getLogger(__name__)
 

@@ -35,7 +35,7 @@ class MasterConfig:
     metrics_addr: str = "127.0.0.1"
     metrics_allow_hosts: tuple[str, ...] = ()  # Host names /metrics answers to, besides its own
     metrics_queues: int = 100  # queues /metrics names, by name; the rest summed as "(other)"
-    # high availability (master/standby.py, master/replication.py)
+    # high availability (master/standby.py, master/wal_shipping.py)
     standby_of: str | None = None  # follow this primary as a hot standby
     advertise: str | None = None  # the address others reach this master at; default: bind
     sync_standby: bool = True  # once a standby caught up, answer only what it holds too

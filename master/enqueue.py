@@ -24,7 +24,7 @@ from blizzard.wire import protocol as p
 from blizzard.wire.errors import (BlizzardError, Forbidden, InvalidArgument, NotEnoughDatanodes,
                                   PayloadTooLarge, TooManyItems, UnknownItem)
 from master import checks
-from master.blocks import Blocks
+from master.id_blocks import Blocks
 from master.config import MasterConfig
 from master.counts import QueueCounts
 from master.deletes import Deletes

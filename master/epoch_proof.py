@@ -1,6 +1,6 @@
 """Proofs of an epoch that only masters can make, so a data node's word cannot fence one.
 
-A master that hears of a newer epoch stops (``master/replication.py``). Data nodes carry the
+A master that hears of a newer epoch stops (``master/wal_shipping.py``). Data nodes carry the
 newest epoch they have seen from one master to another, so a node's heartbeat names it; but a
 node's key must not be able to stop the masters by naming a huge epoch. So every heartbeat
 reply carries a MAC of (cluster id, epoch) under a key derived from the master's CURVE secret

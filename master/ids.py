@@ -36,5 +36,5 @@ class ItemIds:
 
     def synced(self, id_hi: int | None = None) -> None:
         """What the WAL reserved (up to ``id_hi``, by default all of it) is durable: on disk,
-        and on a synchronous standby if there is one (``master/replication.py``)."""
+        and on a synchronous standby if there is one (``master/wal_shipping.py``)."""
         self.durable_hi = max(self.durable_hi, self.state.id_hi if id_hi is None else id_hi)

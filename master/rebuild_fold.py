@@ -25,7 +25,7 @@ from master import checks
 from master.records import ClusterCreated, NodeSeen, RebuildItems, Reserve
 
 # Ids a dead master may have handed out above every id a node stored: at most 1,000,000 held
-# by producers (``master/blocks.py``) plus a reserved block; ids are 63-bit, so be generous.
+# by producers (``master/id_blocks.py``) plus a reserved block; ids are 63-bit, so be generous.
 ID_MARGIN = 10_000_000
 RECORD_ITEMS = 10_000  # items per RebuildItems record
 

@@ -31,7 +31,7 @@ from blizzard.wire import protocol as p
 from blizzard.wire.errors import BlizzardError, Forbidden, InvalidArgument
 from master import records
 from master.admin import QueueAdmin
-from master.blocks import Blocks
+from master.id_blocks import Blocks
 from master.capabilities import CapabilityKeys
 from master.checkpointer import Checkpointer, recover
 from master.cluster_id import ClusterIdentity
@@ -50,7 +50,7 @@ from master.node_keys import NodeKeys
 from master.queue_policy import QueuePolicy
 from master.removal import Removals
 from master.repair import Repairer
-from master.replication import Replication
+from master.wal_shipping import Replication
 from master.safe_mode import SafeMode
 from master.state import State
 from master.tasks import Tasks
@@ -183,7 +183,7 @@ class MasterServer:
         self.removals = Removals(self.state, self.log_record, self.membership, self.safe_mode,
                                  self.repair, self.deletes, self.leases, self.enqueues)
         self.handlers.update(self.removals.handlers())
-        # standbys (master/replication.py): they follow the log; replies wait for a synced one
+        # standbys (master/wal_shipping.py): they follow the log; replies wait for a synced one
         self.replication = Replication(self, sync=config.sync_standby,
                                        failover_after_s=config.failover_after_s,
                                        keys=k.master_keys(config.keys)[1] if config.keys else None)

@@ -10,7 +10,7 @@ then it answers ``NotPrimary`` (naming the primary), ``Hello`` (with its epoch),
 ``Promote`` (an admin's).
 
 A standby that has no log, or one of another epoch (a former primary coming back), is sent
-the primary's newest checkpoint and starts over from it (``master/replication.py``).
+the primary's newest checkpoint and starts over from it (``master/wal_shipping.py``).
 """
 
 from __future__ import annotations

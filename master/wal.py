@@ -265,7 +265,7 @@ class Wal:
         self._switch(self._index + 1)
         return self._index
 
-    # -- shipping to a standby (master/replication.py, master/standby.py) -------------------
+    # -- shipping to a standby (master/wal_shipping.py, master/standby.py) -------------------
 
     def read_at(self, index: int, offset: int, max_bytes: int) -> bytes | None:
         """Whole records of segment ``index`` on disk from ``offset`` on, about ``max_bytes``

@@ -15,7 +15,7 @@ from blizzard.wire.errors import InvalidArgument, ProtocolError, TooManyItems
 from datanode.config import DatanodeConfig
 from datanode.server import MAX_PEERS, DatanodeServer
 from datanode.store import MemoryStore
-from master import blocks
+from master import id_blocks
 from master import deletes as deletes_mod
 from master import enqueue
 from master import membership as membership_mod
@@ -47,7 +47,7 @@ def test_ids_held_are_capped_per_connection_and_in_all(monkeypatch):
     with pytest.raises(TooManyItems, match="at most 25"):
         place(master, 10, peer=b"third")
     master.enqueues.expire(time.monotonic() + master.config.pending_timeout_s + 1)
-    assert master.blocks.by_id == {} and master.blocks.by_peer == {}
+    assert master.id_blocks.by_id == {} and master.id_blocks.by_peer == {}
     place(master, 10)  # room again
 
 

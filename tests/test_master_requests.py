@@ -124,7 +124,7 @@ def test_one_bad_item_refuses_the_whole_enqueue(master, field, value, error, wor
     with pytest.raises(error, match=words):
         call(master, enqueue_msg(placement.ids, **good))
     assert master.state.items == {} and master.enqueues.waiting == {}
-    assert all(master.blocks.holds(i) for i in placement.ids)  # still the producer's to use
+    assert all(master.id_blocks.holds(i) for i in placement.ids)  # still the producer's to use
 
 
 def test_an_enqueue_waits_for_its_reports_then_commits_each_items_metadata(master):
@@ -139,7 +139,7 @@ def test_an_enqueue_waits_for_its_reports_then_commits_each_items_metadata(maste
     items = [master.state.items[i] for i in placement.ids]
     assert [(i.size, i.priority, i.key, i.nodes) for i in items] == \
         [(1, 2, "a", ("dn-a",)), (2, 0, "", ("dn-a",)), (3, 1, "c", ("dn-a",))]
-    assert master.enqueues.waiting == {} and not master.blocks.holds(placement.ids[0])
+    assert master.enqueues.waiting == {} and not master.id_blocks.holds(placement.ids[0])
 
 
 def test_reports_that_come_first_commit_the_enqueue_at_once(master):
@@ -200,7 +200,7 @@ def test_ids_stored_but_never_enqueued_are_deleted_when_their_block_expires(mast
     # on every placed node, whether it reported or not (a report can be lost on the way)
     assert master.deletes.take("dn-a") == placement.ids[1:2]
     assert master.deletes.take("dn-b") == placement.ids[1:2]
-    assert not master.blocks.holds(placement.ids[2])  # never used: forgotten, nothing to delete
+    assert not master.id_blocks.holds(placement.ids[2])  # never used: forgotten, nothing to delete
     assert list(master.state.items) == placement.ids[:1]
     with pytest.raises(UnknownItem):
         call(master, enqueue_msg(placement.ids[2:], request="late"))

@@ -17,7 +17,7 @@ from blizzard.wire import protocol as p
 from blizzard.wire.errors import BlizzardError, InvalidArgument
 from master import checkpoint
 from master.config import MasterConfig
-from master.replication import EXIT_FENCED
+from master.wal_shipping import EXIT_FENCED
 from master.standby import StandbyServer
 from master.wal import list_segments, segment_name
 

@@ -3,7 +3,7 @@
 Part of the protocol (``blizzard.wire.protocol`` re-exports every name here); kept apart only so
 each file stays short. A standby asks with ``Follow``, naming how far it has the log durably;
 that also acknowledges everything before it, which is what a primary with a synchronous
-standby waits for before it answers a client (``master/replication.py``).
+standby waits for before it answers a client (``master/wal_shipping.py``).
 """
 
 from __future__ import annotations
