@@ -8,6 +8,7 @@ the master and the data nodes use) < ``worker`` | ``dispatch`` | ``dashboard`` |
 
 from __future__ import annotations
 
+from blizzard.client.api import BlizzardClient, connect
 from blizzard.client.core import Client, Message
 from blizzard.wire.errors import (BlizzardError, ClientClosed, ClusterError, DataCorrupt,
                                   DatanodeUnavailable, InvalidArgument, LeaseExpired,
@@ -16,7 +17,7 @@ from blizzard.wire.errors import (BlizzardError, ClientClosed, ClusterError, Dat
                                   WrongLease)
 from blizzard.worker.task import configure, task
 
-__all__ = ["Client", "Message", "task", "configure", "BlizzardError", "ClientClosed",
+__all__ = ["connect", "BlizzardClient", "Client", "Message", "task", "configure", "BlizzardError", "ClientClosed",
            "ClusterError", "DataCorrupt", "DatanodeUnavailable", "InvalidArgument",
            "LeaseExpired", "MasterUnavailable", "NotEnoughDatanodes", "NotInQueue",
            "PayloadTooLarge", "ProtocolError", "RequestError", "UnknownItem", "WrongLease"]

@@ -294,14 +294,12 @@ class Leases:
     def release(self, ids: list[int], now: float, delay_s: float | None, error: str = "") -> None:
         """Give leased items back: after ``delay_s``, or (None) after their queue's back-off."""
         not_befores, dying = [], []
-        origins = self.state.origins
         for item_id in ids:
             item = self.state.items[item_id]
             config = self.state.config(item.queue)
             delay = delay_s if delay_s is not None else config.backoff_s(item.attempts + 1)
             not_befores.append(now + delay if delay > 0 else 0.0)
-            if config.max_attempts and item.attempts + 1 >= config.max_attempts \
-                    and item_id not in origins:  # as ``State`` decides it
+            if self.state.dies(item_id, item.attempts + 1, config.max_attempts):
                 dying.append(item.queue)
         self.counts.add_each("dead_lettered", dying)
         self.log(ReleaseItems(ids=ids, not_befores=not_befores, error=error))

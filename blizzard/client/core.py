@@ -45,19 +45,16 @@ CLOSE_WAIT_S = 2.0  # how long close() waits for acks sent without waiting to be
 
 class Client:
     """A connection to one Blizzard cluster, addressed by its master; given several shards'
-    masters (a list, or addresses separated by spaces), a ``ShardedClient`` over them."""
+    masters (a list, or addresses separated by spaces), a ``ShardedClient`` over them.
+
+    ``blizzard.connect`` does the same and says so in its type: both are ``BlizzardClient``s
+    (``blizzard/client/api.py``)."""
 
     def __new__(cls, master: str | Sequence[str] | None = None, **options: Any) -> Any:
         shards = split_shards(DEFAULT_MASTER if master is None else master)
         if len(shards) == 1:
             return super().__new__(cls)
-        sharded = ShardedClient(shards, Client, **options)  # not a Client: no __init__ runs
-        try:
-            sharded.refuse_standbys()  # [A, B] with B A's standby meant "A,B"
-        except BaseException:
-            sharded.close()
-            raise
-        return sharded
+        return ShardedClient.open(shards, Client, **options)  # not a Client: no __init__ runs
 
     @classmethod
     def discover(cls, master: str | None = None, **options: Any) -> Any:

@@ -2,13 +2,16 @@
 
 Payload bytes go between the client and data nodes only. A put goes to every node of a
 placement, each of which reports it to the master; a read tries an item's replicas in turn and
-checks size and CRC-32 (P5). A data node that fails a put or times out on a read is avoided
+checks size and CRC-32 (P5: ``intact``, the one check every read makes). A data node that fails a put or times out on a read is avoided
 for ``SUSPECT_S``: the master declares a node dead only after its ``dead_after_s`` and until
 then still places items there and lists it first among replicas.
 
 Puts carry their placement's grant, reads their lease's (a secure data node serves nothing
 without one). A read a node refused as ``Forbidden`` tries the other replicas and, if none
 serves it, fails with that error.
+
+``read`` is the read with replica fail-over; ``read_from`` is one ``Get`` to one node, for a
+reader that planned which node serves what (Spark's executors), with the same check.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import time
 import zlib
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
 import zmq
 
@@ -33,6 +36,22 @@ from blizzard.wire.errors import (AuthenticationFailed, BlizzardError, ClientClo
 log = logging.getLogger("blizzard.client.core")
 
 SUSPECT_S = 10.0  # a data node that just failed us is avoided this long
+
+
+def intact(blob: bytes | None, size: int, crc: int) -> bool:
+    """Whether a payload read is the one stored: its size and CRC-32 match (P5: a bad copy is
+    never served)."""
+    return blob is not None and len(blob) == size and zlib.crc32(blob) == crc
+
+
+@dataclass
+class NodeRead:
+    """What ``DatanodePool.read_from`` got: the intact payloads by id, the positions (in the
+    ids asked) of the items not brought back intact, and whether the node refused the grant."""
+
+    payloads: dict[int, bytes]
+    rest: list[int]
+    forbidden: bool = False  # renew the grant and ask again
 
 
 @dataclass
@@ -137,6 +156,27 @@ class DatanodePool:
 
     # -- reads -------------------------------------------------------------------------------
 
+    def read_from(self, node: p.NodeRef, ids: Sequence[int], sizes: Sequence[int],
+                  crcs: Sequence[int], grant: p.GetGrant | None) -> NodeRead:
+        """One ``Get`` of ``ids`` from ``node``, each payload checked (``intact``); a node that
+        timed out is suspected (``suspect``), and nothing it should have sent is trusted."""
+        reply = call_many([(self.endpoint(node.addr), p.Get(list(ids), grant))],
+                          self.node_timeout_s)[0]
+        if not isinstance(reply, p.Blobs):
+            if isinstance(reply, TimeoutError):
+                log.warning("data node %s is slow or down; reading from other replicas",
+                            node.addr)
+                self.suspect([node.node_id])
+            forbidden = isinstance(reply, p.Error) and reply.code == Forbidden.code
+            return NodeRead({}, list(range(len(ids))), forbidden)
+        got = dict(zip(reply.ids, reply.blobs))
+        rest = []
+        for k, item_id in enumerate(ids):
+            if not intact(got.get(item_id), sizes[k], crcs[k]):
+                got.pop(item_id, None)
+                rest.append(k)
+        return NodeRead(got, rest)
+
     def read(self, items: list[LeasedItem]) -> Reads:
         """Read payloads, trying each item's replicas in turn; verify size and checksum (P5)."""
         got: dict[int, bytes] = {}
@@ -180,13 +220,12 @@ class DatanodePool:
                             (isinstance(reply, p.Error) and reply.code == Forbidden.code):
                         forbidden = str(reply) if isinstance(reply, AuthenticationFailed) \
                             else reply.message
-                crc32 = zlib.crc32
                 for item, k in group:
                     if item.id in unreached:
                         todo.append((item, k))
                         continue
                     blob = got.get(item.id)
-                    if blob is not None and (len(blob) == item.size and crc32(blob) == item.crc):
+                    if intact(blob, item.size, item.crc):
                         continue
                     if blob is not None:
                         log.error("replica of item %d on %s fails its checksum", item.id, addr)

@@ -2,31 +2,31 @@
 
 A partition holds runs of leased items that one data node serves first (``plan.py``).
 ``read_partition`` opens its own ``Client`` (clients are never pickled) and reads each chunk of
-a run with one ``Get`` to that node, checking sizes and checksums (P5); whatever that did not
-bring back intact goes through the client's read with replica fail-over (``Client.fetch``).
-Each chunk becomes an Arrow record batch in ``SCHEMA``, built column by column. An item no replica can serve is given back to the queue; if even
-that fails, the task fails, so the batch is never acked without it.
+a run with one ``Get`` to that node (``DatanodePool.read_from``); whatever that did not bring
+back intact goes through the client's read with replica fail-over (``Client.fetch``). Both
+check sizes and checksums (P5) with the client's one check (``blizzard.client.datanodes``).
+Each chunk becomes an Arrow record batch in ``SCHEMA``, built column by column. An item no
+replica can serve is given back to the queue; if even that fails, the task fails, so the batch
+is never acked without it.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-import zlib
-from typing import Any, Iterator
+from typing import Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from blizzard.client.core import Client, ShardedClient
-from blizzard.net.transport import call_many
+from blizzard.client.datanodes import NodeRead
 from blizzard.spark.options import ReadOptions
 from blizzard.spark.plan import NodePartition, Run
 from blizzard.spark.schema import SCHEMA
 from blizzard.spark.timings import Timings
-from blizzard.wire import protocol as p
-from blizzard.wire.errors import NOT_HELD, ClusterError, Forbidden
+from blizzard.wire.errors import NOT_HELD, ClusterError
 from blizzard.wire.shard_messages import shard_of
 
 log = logging.getLogger(__name__)
@@ -99,32 +99,19 @@ class _RunReader:
         return got
 
     def _direct(self, run: Run, positions: list[int]) -> tuple[dict[int, bytes], list[int]]:
-        """One Get to the run's first node; returns the intact payloads and the positions
-        of the items it did not bring back intact."""
-        reply = self._get(run, positions)
-        if isinstance(reply, p.Error) and reply.code == Forbidden.code and self._renew(run):
+        """One Get to the run's first node (the client's ``read_from``, which checks size and
+        CRC); returns the intact payloads and the positions of the items it did not bring
+        back intact."""
+        read = self._get(run, positions)
+        if read.forbidden and self._renew(run):
             positions = [k for k in positions if run.ids[k] not in self.lost]
-            reply = self._get(run, positions) if positions else p.Blobs([], [], [], [])
-        if not isinstance(reply, p.Blobs):
-            if isinstance(reply, TimeoutError):
-                log.warning("data node %s is slow or down; reading from other replicas",
-                            run.nodes[0].addr)
-                self.client.datanodes.suspect([run.nodes[0].node_id])
-            return {}, positions
-        got = dict(zip(reply.ids, reply.blobs))
-        crc32, ids, sizes, crcs = zlib.crc32, run.ids, run.sizes, run.crcs
-        rest = []
-        for k in positions:
-            blob = got.get(ids[k])
-            if blob is None or len(blob) != sizes[k] or crc32(blob) != crcs[k]:
-                got.pop(ids[k], None)
-                rest.append(k)
-        return got, rest
+            read = self._get(run, positions) if positions else NodeRead({}, [])
+        return read.payloads, [positions[i] for i in read.rest]
 
-    def _get(self, run: Run, positions: list[int]) -> Any:
-        ep = self.client.datanodes.endpoint(run.nodes[0].addr)
-        return call_many([(ep, p.Get([run.ids[k] for k in positions], run.grant))],
-                         self.client.node_timeout_s)[0]
+    def _get(self, run: Run, positions: list[int]) -> NodeRead:
+        return self.client.datanodes.read_from(
+            run.nodes[0], [run.ids[k] for k in positions], [run.sizes[k] for k in positions],
+            [run.crcs[k] for k in positions], run.grant)
 
     def _renew(self, run: Run) -> bool:
         """Replace the run's grant by a fresh one for the items still leased to the batch."""

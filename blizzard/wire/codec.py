@@ -81,14 +81,9 @@ class Registry:
         return _from_fields(self.by_op[raw[0]], raw[1:])
 
 
-WIRE = Registry("message")  # every wire message, of every family (``protocol`` is their namespace)
+WIRE = Registry("message")
 _BY_OP = WIRE.by_op
 message = WIRE.message
-
-
-def op_of(cls: type) -> int:
-    """The op code a message or WAL record class was registered with."""
-    return _OP_OF[cls]
 
 
 def brief(v: Any) -> str:

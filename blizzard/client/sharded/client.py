@@ -37,9 +37,9 @@ from blizzard.client.sharded.writes import ShardedProducer, ShardedStager, Shard
 from blizzard.client.sharded.writes import pairs as _pairs
 from blizzard.net.transport import call, call_many
 from blizzard.wire import protocol as p
-from blizzard.wire.errors import (BlizzardError, ClientClosed, InvalidArgument, LeaseExpired,
-                                  MasterUnavailable, NotInQueue, QueueExists, UnknownItem,
-                                  UnknownQueue)
+from blizzard.wire.errors import (BlizzardError, ClientClosed, DataCorrupt, DatanodeUnavailable,
+                                  Forbidden, InvalidArgument, LeaseExpired, MasterUnavailable,
+                                  NotInQueue, QueueExists, UnknownItem, UnknownQueue)
 from blizzard.wire.shard_messages import MAX_SHARDS, shard_of
 
 QUIET_S = 0.5  # a shard not heard from this long is asked whether it lives before an enqueue
@@ -86,6 +86,19 @@ class ShardedClient:
         self.acks = ConsumerAcks(self.shards, self._by_shard, self.picker.is_down)
         self.unanswered: dict[int, str] = {}  # shards the last ``status`` did not hear, and why
         self.rng = random.Random()
+
+    @classmethod
+    def open(cls, masters: Sequence[str], make: Callable[..., Any],
+             **options: Any) -> "ShardedClient":
+        """A client of these shards' masters (``make`` makes each shard's client), refused
+        (``InvalidArgument``) if one of them is the standby of another shard's master."""
+        sharded = cls(masters, make, **options)
+        try:
+            sharded.refuse_standbys()  # [A, B] with B A's standby meant "A,B"
+        except BaseException:
+            sharded.close()
+            raise
+        return sharded
 
     def __enter__(self) -> "ShardedClient":
         return self
@@ -172,15 +185,19 @@ class ShardedClient:
 
     # -- enqueue -----------------------------------------------------------------------------
 
-    def enqueue(self, queue: str, data: bytes, **options: Any) -> int:
-        return self.enqueue_many(queue, [data], **options)[0]
+    def enqueue(self, queue: str, data: bytes, *, priority: int = 0, delay_s: float = 0.0,
+                not_before: Any = None, key: str | None = None, coalesce: bool = False) -> int:
+        return self.enqueue_many(queue, [data], priority=priority, delay_s=delay_s,
+                                 not_before=not_before, key=key, coalesce=coalesce)[0]
 
-    def enqueue_many(self, queue: str, items: Iterable[bytes], *, key: str | None = None,
-                     **options: Any) -> list[int]:
+    def enqueue_many(self, queue: str, items: Iterable[bytes], *, priority: int = 0,
+                     delay_s: float = 0.0, not_before: Any = None, key: str | None = None,
+                     coalesce: bool = False) -> list[int]:
         """``Client.enqueue_many`` on one shard: the key's, or a random one."""
         k = self.shard_for(key) if key else self._live(self.shard_for(None))
         try:
-            ids = self._shard(k).enqueue_many(queue, items, key=key, **options)
+            ids = self._shard(k).enqueue_many(queue, items, priority=priority, delay_s=delay_s,
+                                              not_before=not_before, key=key, coalesce=coalesce)
         except MasterUnavailable:
             self.picker.down[k] = time.monotonic() + DOWN_S  # keyless work goes elsewhere
             raise
@@ -207,16 +224,23 @@ class ShardedClient:
             k = self.shard_for(None)
         return k
 
-    def enqueue_task(self, queue: str, **options: Any) -> int:
-        return self._shard(self.shard_for(options.get("key"))).enqueue_task(queue, **options)
+    def enqueue_task(self, queue: str, *, url: str, method: str = "POST",
+                     headers: dict[str, str] | None = None, body: bytes | str = b"",
+                     max_attempts: int = 5, backoff_s: float = 2.0, timeout_s: float = 10.0,
+                     priority: int = 0, delay_s: float = 0.0, key: str | None = None) -> int:
+        return self._shard(self.shard_for(key)).enqueue_task(
+            queue, url=url, method=method, headers=headers, body=body,
+            max_attempts=max_attempts, backoff_s=backoff_s, timeout_s=timeout_s,
+            priority=priority, delay_s=delay_s, key=key)
 
     def producer(self, queue: str, *, window: int = 4, **options: Any) -> ShardedProducer:
         """A producer whose batches go to the shards in turn (all to the key's, given one)."""
         return ShardedProducer(self, queue, window, options)
 
-    def stage(self, queue: str, items: Iterable[bytes], *, key: str | None = None,
-              **options: Any) -> Staged:
-        return self._shard(self.shard_for(key)).stage(queue, items, key=key, **options)
+    def stage(self, queue: str, items: Iterable[bytes], *, priority: int = 0,
+              delay_s: float = 0.0, key: str | None = None) -> Staged:
+        return self._shard(self.shard_for(key)).stage(queue, items, priority=priority,
+                                                      delay_s=delay_s, key=key)
 
     def stager(self, queue: str, *, window: int = 8, chunk_items: int = 1000) -> ShardedStager:
         return ShardedStager(self, queue, window, chunk_items)
@@ -243,6 +267,21 @@ class ShardedClient:
         k, leased = self._lease(queue, n, lease_s, wait_s, ack)
         items = leased_items(leased)
         return self.shards[k].deliver(queue, items) if items else []
+
+    def deliver(self, queue: str, items: list[LeasedItem]) -> list[Message]:
+        """``Client.deliver`` on each item's shard, in the items' order; raises only if no
+        item could be read (the first shard's error), as ``Client.deliver`` does."""
+        msgs: list[Message] = []
+        unreadable: BlizzardError | None = None
+        for k, group in self._by_shard(items).items():
+            try:
+                msgs += self.shards[k].deliver(queue, group)
+            except (DataCorrupt, DatanodeUnavailable, Forbidden) as exc:  # given back
+                unreadable = unreadable or exc
+        if unreadable is not None and not msgs:
+            raise unreadable
+        order = {item.id: n for n, item in enumerate(items)}
+        return sorted(msgs, key=lambda m: order[m.id])
 
     def lease(self, queue: str, n: int, *, lease_s: float | None = None, wait_s: float = 0.0,
               ack: Sequence[Any] = ()) -> list[LeasedItem]:
