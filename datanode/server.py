@@ -4,7 +4,7 @@ Each ``run_once`` pass drains the waiting requests; every Put in the pass goes i
 ``WriteBatch(sync=True)``, and only after it is durable are replies, reports or forwards
 sent. A producer's Put carries ``report``: its ids go to the master in one ``PutReport``
 per pass (the master completes the producer's enqueue), and the producer gets no reply. A
-Put that names replicas (a copy the master ordered) is answered once ``min_copies`` nodes,
+Put that names replicas (a copy the master ordered) is answered once ``min_replicas`` nodes,
 this one included, hold every blob.
 
 A secure node serves only requests with the master's grant, or relays (``datanode/grants.py``).
@@ -41,7 +41,7 @@ from datanode.jobs import PutJob, Refusals
 from datanode.leader import Leader
 from datanode.metrics import DatanodeMetrics
 from datanode.reads import read
-from datanode.store import BlobStore, LevelDbStore
+from datanode.store import BlobStore, LevelDbStore, is_disk_full
 
 log = logging.getLogger(__name__)
 
@@ -243,8 +243,8 @@ class DatanodeServer:
             raise InvalidArgument(f"a put names at most {MAX_FORWARD} replicas")
         if msg.report and msg.forward:
             raise InvalidArgument("a put reported to the master forwards to no replica")
-        if not 1 <= msg.min_copies <= 1 + len(msg.forward):
-            raise InvalidArgument("min_copies must be between 1 and the number of replicas")
+        if not 1 <= msg.min_replicas <= 1 + len(msg.forward):
+            raise InvalidArgument("min_replicas must be between 1 and the number of replicas")
         for ref in msg.forward:
             check_addr(ref.addr)
         if self.gate is not None:
@@ -285,7 +285,7 @@ class DatanodeServer:
             if pressure:
                 self._send_report([], refused)
                 self._reopen_store()
-            elif "No space" not in str(exc):
+            elif not is_disk_full(exc):  # a full disk: refused, reads go on
                 self._send_report([], refused)
                 log.critical("storage error that is not a full disk; stopping")
                 os._exit(70)
@@ -298,7 +298,7 @@ class DatanodeServer:
             elif not msg.forward:
                 self.router.reply(peer, rid, p.Stored([self.node_id]))
             else:
-                job = PutJob(peer, rid, msg.min_copies, time.monotonic() + FORWARD_TIMEOUT_S,
+                job = PutJob(peer, rid, msg.min_replicas, time.monotonic() + FORWARD_TIMEOUT_S,
                              [self.node_id])
                 self._forward(job, msg, msg.forward)
         self._send_report(reported, refused)

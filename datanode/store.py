@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import struct
 import zlib
 from itertools import repeat
@@ -100,6 +101,28 @@ class BlobStore(Protocol):
     def bytes_used(self) -> int: ...
 
     def close(self) -> None: ...
+
+
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+# plyvel raises ``plyvel.IOError`` with LevelDB's status text and no errno: LevelDB spells a
+# failed call "IO error: <file>: <strerror(errno)>", so its errno is known by that text
+_DISK_FULL_TEXTS = tuple(os.strerror(e) for e in DISK_FULL)
+
+
+def is_disk_full(exc: BaseException | None) -> bool:
+    """Whether a store's failed write (``exc``, or what caused it) ran out of space or quota
+    (ENOSPC, EDQUOT): the node refuses writes and goes on serving reads, where any other
+    storage error stops it."""
+    for _ in range(8):  # a bounded walk down the chain of causes
+        if exc is None:
+            return False
+        code = getattr(exc, "errno", None)
+        if code is not None:
+            return code in DISK_FULL
+        if isinstance(exc, plyvel.Error) and any(t in str(exc) for t in _DISK_FULL_TEXTS):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def _checked(item_id: int, raw: bytes | None, store: BlobStore) -> tuple[bytes, int] | None:

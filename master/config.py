@@ -20,7 +20,9 @@ class MasterConfig:
     data_dir: str
     bind: str = DEFAULT_MASTER
     replication: int = 2  # copies of each item (R)
-    min_replicas: int | None = None  # copies that must be durable before an enqueue is acked (W); None = R
+    # W: copies that must be durable before an enqueue is acked; None (the default): R, resolved
+    # on construction, so ``min_replicas`` is always a number to whoever reads a config
+    min_replicas: int | None = None
     heartbeat_s: float = 1.0  # data nodes are told to heartbeat this often
     dead_after_s: float = 5.0  # a node silent this long is dead
     pending_timeout_s: float = 30.0  # ids handed out, or items staged, past this are dropped
@@ -55,14 +57,14 @@ class MasterConfig:
     def addr(self) -> str:
         return self.advertise or self.bind
 
-    @property
-    def write_quorum(self) -> int:
-        return self.min_replicas if self.min_replicas is not None else self.replication
+    def __post_init__(self) -> None:
+        if self.min_replicas is None:
+            object.__setattr__(self, "min_replicas", self.replication)
 
     def validate(self) -> "MasterConfig":
         if self.replication < 1:
             raise InvalidArgument("replication must be at least 1")
-        if not 1 <= self.write_quorum <= self.replication:
+        if not 1 <= self.min_replicas <= self.replication:
             raise InvalidArgument("min-replicas must be between 1 and the replication factor")
         if self.heartbeat_s <= 0 or self.dead_after_s <= self.heartbeat_s:
             raise InvalidArgument("need 0 < heartbeat-s < dead-after-s")

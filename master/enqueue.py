@@ -2,7 +2,7 @@
 
 A producer holds ids from a ``Place`` (``Blocks``), sends each payload to every placed node
 and its ``Enqueue`` to the master at once. The enqueue waits (parked, like a long poll) until
-``min_copies`` placed nodes have reported every id stored, then its items are logged and the
+W (``min_replicas``) placed nodes have reported every id stored, then its items are logged and the
 reply goes out after the pass's fsync (P1). An ``Enqueue`` with ``hold`` keeps its items
 pending instead, in memory only, until a ``Commit`` (``Client.stage``/``commit``); a restart
 forgets them and the producer stages them again.
@@ -217,13 +217,13 @@ class Enqueues:
 
     def _try(self, parked: Waiting, now: float, mono: float) -> Any:
         """The enqueue's reply if it can be settled now, else None (still waiting)."""
-        msg, quorum, blocks = parked.msg, self.config.write_quorum, self.blocks
+        msg, min_replicas, blocks = parked.msg, self.config.min_replicas, self.blocks
         for item_id in msg.ids:
-            if len(blocks.holders(item_id)) < quorum:
+            if len(blocks.holders(item_id)) < min_replicas:
                 if not blocks.holds(item_id):
                     return error_reply(UnknownItem(f"id {item_id} expired while its enqueue "
                                                    "waited; the enqueue must be redone"))
-                if blocks.possible(item_id) < quorum:
+                if blocks.possible(item_id) < min_replicas:
                     return self._unstored(msg, blocks.why_refused(item_id))
                 return None
         try:
@@ -233,11 +233,11 @@ class Enqueues:
 
     def _unstored(self, msg: p.Enqueue, why: str) -> p.Unstored:
         """Nothing becomes visible: which placed nodes failed to report some id."""
-        quorum, blocks = self.config.write_quorum, self.blocks
+        min_replicas, blocks = self.config.min_replicas, self.blocks
         missing: set[str] = set()
         for item_id in msg.ids:
             holders = blocks.holders(item_id)
-            if len(holders) < quorum:
+            if len(holders) < min_replicas:
                 missing.update(n for n in blocks.nodes_of(item_id) if n not in holders)
         return p.Unstored(sorted(missing), why or "no report from these data nodes in time")
 
@@ -371,9 +371,9 @@ class Enqueues:
                 continue  # committed before: a retry
             # only nodes that reported the items count: a client's word for a node is no proof
             nodes = tuple(n for n in batch.nodes if n in stored)
-            if len(nodes) < self.config.write_quorum:
+            if len(nodes) < self.config.min_replicas:
                 raise NotEnoughDatanodes(f"item {item_id} is stored on {len(nodes)} of its "
-                                         f"nodes; {self.config.write_quorum} needed")
+                                         f"nodes; {self.config.min_replicas} needed")
             groups.setdefault((id(batch), nodes), []).append(item_id)
         for (_, nodes), ids in groups.items():
             batch = pending[ids[0]]

@@ -5,7 +5,7 @@ A producer asks for a block of ids with a placement (``Place``) and may hold it 
 round trip to the master before the payload goes out. The producer sends the payload to
 every placed node (``Put`` with ``report``) and, at the same time, its ``Enqueue`` to the
 master; each node tells the master what it stored (``PutReport``, once per loop pass), and
-the enqueue completes when ``min_copies`` nodes have reported every id (``Enqueues``).
+the enqueue completes when W (``min_replicas``) nodes have reported every id (``Enqueues``).
 
 This table is memory only, like pending enqueues: a restart forgets it, the producer's
 ``Enqueue`` is then refused as unknown and done again under fresh ids. A block that expires
@@ -80,12 +80,12 @@ class Blocks:
             raise TooManyItems(f"this connection holds {self.by_peer[peer]} ids not enqueued; "
                                f"at most {MAX_HELD_PER_PEER}")
         nodes = self.membership.place(self.config.replication, set(msg.exclude), mono)
-        quorum = self.config.write_quorum
-        if len(nodes) < quorum and self.safe_mode.on:
+        min_replicas = self.config.min_replicas
+        if len(nodes) < min_replicas and self.safe_mode.on:
             raise MasterStarting("the master is starting and waits for data nodes to report")
-        if len(nodes) < quorum:
+        if len(nodes) < min_replicas:
             raise NotEnoughDatanodes(f"{len(nodes)} live data nodes can take the write; "
-                                     f"{quorum} needed")
+                                     f"{min_replicas} needed")
         first = self.ids.take(n)
         block = Block(first, n, tuple(node.node_id for node in nodes), peer, n)
         self.by_id.update(dict.fromkeys(range(first, first + n), block))
@@ -94,7 +94,7 @@ class Blocks:
         heapq.heappush(self.expiry, (mono + deadline_s, first, block))
         grant = self.capabilities.put_grant(first, n, list(block.nodes), now + deadline_s)
         return p.Placement(first, n, [p.NodeRef(node.node_id, node.addr) for node in nodes],
-                           quorum, deadline_s, grant)
+                           min_replicas, deadline_s, grant)
 
     # -- reports -----------------------------------------------------------------------------
 
@@ -114,7 +114,7 @@ class Blocks:
         for item_id in msg.ids:
             block = self.by_id.get(item_id)
             if block is None or node not in block.nodes:
-                # no producer holds it, or a report came late, after the quorum (repair makes
+                # no producer holds it, or a report came late, after W others (repair makes
                 # the copies an item still lacks): unless the master keeps it there, a stray
                 kept = self.kept_on(item_id)
                 if kept is None or node not in kept:

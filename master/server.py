@@ -277,7 +277,7 @@ class MasterServer:
 
     def serve_forever(self) -> None:
         log.info("master serving on %s (data dir %s, R=%d, W=%d)", self.config.bind,
-                 self.config.data_dir, self.config.replication, self.config.write_quorum)
+                 self.config.data_dir, self.config.replication, self.config.min_replicas)
         if self.config.keys is None:
             log.warning("SECURITY IS OFF (--insecure): anyone who reaches %s may do anything",
                         self.config.bind)

@@ -18,14 +18,15 @@ from collections import OrderedDict
 from dataclasses import asdict
 from typing import Any, Iterable, Iterator
 
-from master import admission, checkpoint_schema as schema, state_rebuild, state_removals
+from master import admission, checkpoint_schema as schema
 from master.expiries import Expiries
 from master.item import DELAYED, LEASED, READY, Item, QueueState
 from master.queues import QueueConfig
 from master.ready import ReadyLine
-from master.records import (AckItems, AddReplicas, BuryItems, CommitItems, ConfigureQueue,
-                            DropReplicas, LeaseItems, NodeKeyBound, NodeSeen, RedriveItems,
-                            ReleaseItems, Reserve)
+from master.records import (AckItems, AddReplicas, BuryItems, ClusterCreated, CommitItems,
+                            ConfigureQueue, DeleteItems, DeleteQueue, DropReplicas, EpochBegun,
+                            ForgetNode, LeaseItems, NodeKeyBound, NodeSeen, RebuildItems,
+                            RedriveItems, ReleaseItems, Reserve, StandbySynced)
 
 RECENT_LEASES = 4096  # lease calls remembered for retries
 RECENT_COMMITS = 16384  # commit calls remembered for retries
@@ -198,6 +199,59 @@ class State:
             if item is not None and rec.node in item.nodes:
                 self.set_nodes(item, tuple(n for n in item.nodes if n != rec.node))
 
+    def _apply_rebuild_items(self, rec: RebuildItems) -> None:
+        """Items a rebuild from the data nodes made (``master/rebuild.py``): each enters its
+        queue in line (by priority, then id), ready or delayed, with its attempts; an id the
+        state holds already is left as it is."""
+        q = self.queue(rec.queue)
+        nodes = self.replica_set(rec.nodes)
+        for k, item_id in enumerate(rec.ids):
+            if item_id in self.items:
+                continue
+            not_before = rec.not_befores[k]
+            item = Item(rec.priorities[k], item_id, item_id, q.name, rec.sizes[k], rec.crcs[k],
+                        rec.keys[k], nodes, rec.at, rec.attempts[k],
+                        DELAYED if not_before > 0 else READY)
+            self._enter(q, item, not_before)
+            if rec.origins[k]:
+                self.origins[item_id] = rec.origins[k]
+            self.id_hi = max(self.id_hi, item_id + 1)
+
+    # cluster identity and high availability
+
+    def _apply_cluster_created(self, rec: ClusterCreated) -> None:
+        """The first id a master made is its cluster's for good."""
+        self.cluster_id = self.cluster_id or rec.cluster_id
+
+    def _apply_epoch_begun(self, rec: EpochBegun) -> None:
+        """A promotion: the epoch rises and no standby is in sync with the new primary yet."""
+        self.epoch = max(self.epoch, rec.epoch)
+        self.standby = ("", "")
+
+    def _apply_standby_synced(self, rec: StandbySynced) -> None:
+        self.standby = (rec.name, rec.addr)
+
+    # an operator's removals (master/removal.py, master/deletes.py)
+
+    def _apply_forget_node(self, rec: ForgetNode) -> None:
+        """The node is no replica of anything any more; its address is forgotten too."""
+        self.node_addrs.pop(rec.node_id, None)
+        self.node_keys.pop(rec.node_id, None)  # its key may speak for a new node id now
+        for item in [i for i in self.items.values() if rec.node_id in i.nodes]:
+            self.set_nodes(item, tuple(n for n in item.nodes if n != rec.node_id))
+
+    def _apply_delete_items(self, rec: DeleteItems) -> None:
+        for item_id in rec.ids:
+            item = self.items.get(item_id)
+            if item is not None:
+                self.forget(item)
+
+    def _apply_delete_queue(self, rec: DeleteQueue) -> None:
+        """Every item still in the queue goes, then the queue with its settings."""
+        for item in [i for i in self.items.values() if i.queue == rec.queue]:
+            self.forget(item)
+        self.queues.pop(rec.queue, None)
+
     _APPLY = {
         Reserve: _apply_reserve, CommitItems: _apply_commit, LeaseItems: _apply_lease,
         AckItems: _apply_ack, ReleaseItems: _apply_release, BuryItems: _apply_release,
@@ -205,8 +259,11 @@ class State:
         NodeSeen: _apply_node_seen, AddReplicas: _apply_add_replicas,
         NodeKeyBound: _apply_node_key_bound,
         DropReplicas: _apply_drop_replicas,
-        **state_removals.APPLY,  # cluster identity, high availability, operator removals
-        **state_rebuild.APPLY,  # items rebuilt from the data nodes (master/rebuild.py)
+        RebuildItems: _apply_rebuild_items,
+        ClusterCreated: _apply_cluster_created, EpochBegun: _apply_epoch_begun,
+        StandbySynced: _apply_standby_synced,
+        ForgetNode: _apply_forget_node, DeleteItems: _apply_delete_items,
+        DeleteQueue: _apply_delete_queue,
     }
 
     # -- helpers ---------------------------------------------------------------------------

@@ -38,8 +38,8 @@ def test_the_decoder_refuses_shapes_no_message_has():
 
 def test_ids_held_are_capped_per_connection_and_in_all(monkeypatch):
     master = in_process_master(replication=1)
-    monkeypatch.setattr(blocks, "MAX_HELD_PER_PEER", 15)
-    monkeypatch.setattr(blocks, "MAX_HELD", 25)
+    monkeypatch.setattr(id_blocks, "MAX_HELD_PER_PEER", 15)
+    monkeypatch.setattr(id_blocks, "MAX_HELD", 25)
     place(master, 10)
     with pytest.raises(TooManyItems, match="this connection"):
         place(master, 10)

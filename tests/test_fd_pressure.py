@@ -136,7 +136,7 @@ def test_a_data_node_whose_store_has_no_descriptor_refuses_the_put_and_goes_on(
     monkeypatch.setattr(server.router, "reply", lambda peer, rid, msg: replies.append(msg))
     monkeypatch.setattr("datanode.server.os._exit", lambda code: pytest.fail(f"exit {code}"))
     blob = b"payload"
-    put = p.Put(ids=[5], blobs=[blob], crcs=[zlib.crc32(blob)], forward=[], min_copies=1,
+    put = p.Put(ids=[5], blobs=[blob], crcs=[zlib.crc32(blob)], forward=[], min_replicas=1,
                 node_id="", report=False, grant=None)
     try:
         server._handle([(b"c", 1, put)])
@@ -144,6 +144,41 @@ def test_a_data_node_whose_store_has_no_descriptor_refuses_the_put_and_goes_on(
         assert [(type(r), r.code) for r in replies] == [(p.Error, "storage")] * 2
         assert "Too many open files" in replies[0].message
         assert store.reopened == 1  # at most one reopen per REOPEN_S
+    finally:
+        server.close()
+
+
+class _FailingDisk(MemoryStore):
+    """A store whose writes fail as LevelDB's do on a disk that is full, or failing."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__()
+        self.error = error
+
+    def put_many(self, *args, **kwargs) -> None:
+        raise self.error
+
+
+@pytest.mark.parametrize("error, exits", [
+    (plyvel.IOError(f"IO error: blobs/000007.log: {os.strerror(errno.ENOSPC)}".encode()), False),
+    (OSError(errno.EDQUOT, os.strerror(errno.EDQUOT)), False),
+    (plyvel.IOError(f"IO error: blobs/000007.log: {os.strerror(errno.EIO)}".encode()), True),
+], ids=["leveldb-enospc", "edquot", "leveldb-eio"])
+def test_a_data_node_refuses_puts_on_a_full_disk_and_stops_on_a_failing_one(
+        tmp_path, monkeypatch, error, exits):
+    server = DatanodeServer(DatanodeConfig(data_dir=str(tmp_path),
+                                           bind=f"tcp://127.0.0.1:{free_port()}"),
+                            store=_FailingDisk(error))
+    replies, exit_codes = [], []
+    monkeypatch.setattr(server.router, "reply", lambda peer, rid, msg: replies.append(msg))
+    monkeypatch.setattr("datanode.server.os._exit", exit_codes.append)
+    blob = b"payload"
+    put = p.Put(ids=[5], blobs=[blob], crcs=[zlib.crc32(blob)], forward=[], min_replicas=1,
+                node_id="", report=False, grant=None)
+    try:
+        server._handle([(b"c", 1, put)])
+        assert [(type(r), r.code) for r in replies] == [(p.Error, "storage")]
+        assert exit_codes == ([70] if exits else [])
     finally:
         server.close()
 

@@ -38,7 +38,7 @@ def _build(cls):
     return cls(*[_sample(hints[f.name]) for f in dataclasses.fields(cls)])
 
 
-ALL = sorted(p._BY_OP.values(), key=lambda c: p._OP_OF[c])
+ALL = sorted(p.WIRE.by_op.values(), key=p.op_of)
 
 
 @pytest.mark.parametrize("cls", ALL, ids=lambda c: c.__name__)
@@ -48,13 +48,13 @@ def test_every_message_round_trips(cls):
     assert p.unpack(p.pack(msg)) == msg
 
 
-@pytest.mark.parametrize("cls", sorted(records.RECORDS.by_op.values(), key=lambda c: p._OP_OF[c]),
+@pytest.mark.parametrize("cls", sorted(records.RECORDS.by_op.values(), key=p.op_of),
                          ids=lambda c: c.__name__)
 def test_every_wal_record_round_trips_and_is_no_wire_message(cls):
     rec = _build(cls)
     assert records.unpack(records.pack(rec)) == rec
     with pytest.raises(UnknownOp):
-        p.decode(msgpack.packb([p.VERSION, p._OP_OF[cls], 1, *msgpack.unpackb(records.pack(rec))[1:]]))
+        p.decode(msgpack.packb([p.VERSION, p.op_of(cls), 1, *msgpack.unpackb(records.pack(rec))[1:]]))
     with pytest.raises(ProtocolError):
         records.unpack(p.pack(p.Status()))
 

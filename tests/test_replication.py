@@ -147,7 +147,7 @@ def test_an_item_corrupt_on_every_replica_raises_data_corrupt_and_is_dead_letter
         assert (c.stats("jobs")["ready"], c.stats("jobs")["dead"]) == (0, 1)
         assert c.dequeue("jobs") is None
 
-def test_fewer_live_nodes_than_the_write_quorum_refuses_the_enqueue(cluster_factory):
+def test_fewer_live_nodes_than_min_replicas_refuses_the_enqueue(cluster_factory):
     cl = cluster_factory(datanodes=2, replication=3, **FAST)
     with Client(cl.master_addr, timeout_s=5) as c:
         with pytest.raises(NotEnoughDatanodes, match="3 needed"):

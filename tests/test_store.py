@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import errno
+import os
 import zlib
 
+import plyvel
 import pytest
 
 from blizzard.wire.errors import InvalidArgument
-from datanode.store import LevelDbStore, MemoryStore
+from datanode.store import LevelDbStore, MemoryStore, is_disk_full
 
 
 @pytest.fixture(params=["leveldb", "memory"])
@@ -62,3 +65,25 @@ def test_ids_the_key_format_cannot_hold_are_refused_and_change_nothing(store, ba
         with pytest.raises(InvalidArgument):
             call()
     assert store.get_many([1]) == [(b"one", zlib.crc32(b"one"))] and store.count == 1
+
+
+def test_a_full_disk_is_told_by_errno_and_by_leveldb_s_text_of_that_errno():
+    assert is_disk_full(OSError(errno.ENOSPC, "No space left on device"))
+    assert is_disk_full(OSError(errno.EDQUOT, "Disk quota exceeded"))
+    # plyvel.IOError has no errno: LevelDB writes "<file>: <strerror(errno)>"
+    assert is_disk_full(plyvel.IOError(f"IO error: /d/000012.log: {os.strerror(errno.ENOSPC)}"
+                                       .encode()))
+    assert is_disk_full(plyvel.IOError(f"IO error: /d/MANIFEST: {os.strerror(errno.EDQUOT)}"
+                                       .encode()))
+    try:
+        try:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        except OSError as exc:
+            raise RuntimeError("wrapped") from exc
+    except RuntimeError as wrapped:
+        assert is_disk_full(wrapped)
+    # an errno decides, whatever the text says; text counts only from plyvel
+    assert not is_disk_full(OSError(errno.EIO, "No space left on device"))
+    assert not is_disk_full(RuntimeError("No space left on device"))
+    assert not is_disk_full(plyvel.IOError(b"IO error: /d/000012.log: Input/output error"))
+    assert not is_disk_full(plyvel.CorruptionError(b"Corruption: bad block"))

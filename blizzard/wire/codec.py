@@ -81,9 +81,14 @@ class Registry:
         return _from_fields(self.by_op[raw[0]], raw[1:])
 
 
-WIRE = Registry("message")
+WIRE = Registry("message")  # every wire message, of every family (``protocol`` is their namespace)
 _BY_OP = WIRE.by_op
 message = WIRE.message
+
+
+def op_of(cls: type) -> int:
+    """The op code a message or WAL record class was registered with."""
+    return _OP_OF[cls]
 
 
 def brief(v: Any) -> str:

@@ -1,7 +1,7 @@
 """The messages of high availability: a standby following the primary's WAL, and promotion.
 
-Part of the protocol (``blizzard.wire.protocol`` re-exports every name here); kept apart only so
-each file stays short. A standby asks with ``Follow``, naming how far it has the log durably;
+One family of the protocol; import its messages from ``blizzard.wire.protocol``, the one
+namespace of every message. A standby asks with ``Follow``, naming how far it has the log durably;
 that also acknowledges everything before it, which is what a primary with a synchronous
 standby waits for before it answers a client (``master/wal_shipping.py``).
 """

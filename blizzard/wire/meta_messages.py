@@ -1,6 +1,7 @@
 """The item metadata data nodes keep beside each blob, and the paged read a rebuild makes of it.
 
-Part of the protocol (``blizzard.wire.protocol`` re-exports every name here). A producer's ``Put``
+One family of the protocol; import its messages from ``blizzard.wire.protocol``, the one
+namespace of every message. A producer's ``Put``
 carries its items' metadata (one ``ItemMeta`` for the whole put: a chunk shares its queue and
 options), a copy between data nodes carries the copied items', and the master sends changes
 (attempts, a dead-letter move, a delay) on heartbeat replies, best effort. A master that lost

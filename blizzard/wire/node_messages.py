@@ -1,7 +1,7 @@
 """The messages of data nodes: to the master (reports) and from clients and peers (blobs).
 
-Part of the protocol (``blizzard.wire.protocol`` re-exports every name here); kept apart only so
-each file stays short. ``NodeRef`` lives here because placements and replica lists use it too;
+One family of the protocol; import its messages from ``blizzard.wire.protocol``, the one
+namespace of every message. ``NodeRef`` lives here because placements and replica lists use it too;
 so do the capabilities (``PutGrant``, ``GetGrant``): the master issues them with placements
 and leases, data nodes check them (``blizzard/server/capability.py``).
 """
@@ -178,7 +178,7 @@ class Put:
     blobs: list[bytes]
     crcs: list[int]
     forward: list[NodeRef]  # other replicas this node passes the blobs to
-    min_copies: int  # reply only when this many nodes (this one included) hold every blob
+    min_replicas: int  # reply only when this many nodes (this one included) hold every blob
     node_id: str  # the node meant to store them: a new node at a dead one's address refuses
     report: bool  # tell the master (``PutReport``), not the sender: a client's ``Enqueue`` waits on it
     grant: PutGrant | None  # None: a relay or copy between data nodes (their key proves who they are)

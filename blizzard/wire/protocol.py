@@ -1,18 +1,29 @@
-"""Every message Blizzard sends: the one home for message shapes.
+"""Every message Blizzard sends: the one namespace for message shapes.
 
-The codec (frame layout, type checks, msgpack) is ``blizzard.wire.codec``; its functions are
-re-exported here (``protocol.encode``/``decode``/``pack``/``unpack``), and so are the data
-nodes', task delivery's, high availability's, metadata's and sharding's messages
-(``blizzard.*_messages``). The master's WAL records (``master/records.py``) are apart.
+Import messages from here (``from blizzard.wire import protocol as p``), whatever family
+defines them. This module defines the shared shapes and the client's and admin's messages to
+the master; the other families are modules of their own, each about one conversation, and are
+re-exported here:
+
+- ``node_messages``: data nodes' reports to the master, and blobs between clients and nodes;
+- ``meta_messages``: item metadata kept beside the blobs, and the paged read a rebuild makes;
+- ``task_messages``: task delivery (items by id, counts by task state);
+- ``ha_messages``: a standby following the primary's WAL, and promotion;
+- ``shard_messages``: a queue's head on one shard.
+
+The codec (frame layout, type checks, msgpack) is ``blizzard.wire.codec``; its public
+functions are re-exported here too (``encode``/``decode``/``pack``/``unpack``; ``WIRE`` is the
+registry of every message, ``op_of`` a class's op code). The master's WAL records
+(``master/records.py``) are a registry apart.
 """
 
 from __future__ import annotations
 
 from dataclasses import field
 
-from blizzard.wire.codec import (_BY_OP, _OP_OF, MAX_BATCH, MAX_FRAME_BYTES, MAX_ID, MAX_ITEM_BYTES,
-                                 VERSION, Id, decode, dumps, encode, iter_loads, loads, message,
-                                 op_name, pack, peek_request_id, unpack)
+from blizzard.wire.codec import (MAX_BATCH, MAX_FRAME_BYTES, MAX_ID, MAX_ITEM_BYTES, VERSION, WIRE,
+                                 Id, decode, dumps, encode, iter_loads, loads, message, op_name,
+                                 op_of, pack, peek_request_id, unpack)
 from blizzard.wire.ha_messages import Follow, Promote, Promoted, SnapshotData, WalData
 from blizzard.wire.meta_messages import ItemMeta, ListMeta, MetaPage
 from blizzard.wire.node_messages import (BadReplica, Blobs, CapabilityKey, CopyOrder, Delete, Get,
@@ -23,14 +34,17 @@ from blizzard.wire.queue_settings import with_settings
 from blizzard.wire.shard_messages import Head, QueueHead
 from blizzard.wire.task_messages import Bury, ItemStates, Lookup, TaskCounts, TaskStats
 
-__all__ = ["MAX_BATCH", "MAX_FRAME_BYTES", "MAX_ID", "MAX_ITEM_BYTES", "VERSION", "Id", "decode", "dumps", "encode", "iter_loads",
-           "loads", "message", "op_name", "pack", "peek_request_id", "unpack", "_BY_OP", "_OP_OF",
-           "BadReplica", "Blobs", "CapabilityKey", "CopyOrder", "Delete", "Get", "GetGrant",
-           "Heartbeat", "HeartbeatReply", "Inventory", "NodeRef", "Put", "PutGrant", "PutReport",
-           "Regrant", "Regranted", "Replicated", "Stored"]
+# Re-exported from the codec and the other families (this module's own messages are public too).
+__all__ = ["MAX_BATCH", "MAX_FRAME_BYTES", "MAX_ID", "MAX_ITEM_BYTES", "VERSION", "WIRE", "Id",
+           "decode", "dumps", "encode", "iter_loads", "loads", "message", "op_name", "op_of",
+           "pack", "peek_request_id", "unpack"]  # codec.py
+__all__ += ["BadReplica", "Blobs", "CapabilityKey", "CopyOrder", "Delete", "Get", "GetGrant",
+            "Heartbeat", "HeartbeatReply", "Inventory", "NodeRef", "Put", "PutGrant", "PutReport",
+            "Regrant", "Regranted", "Replicated", "Stored"]  # node_messages.py
+__all__ += ["ItemMeta", "ListMeta", "MetaPage"]  # meta_messages.py
 __all__ += ["Bury", "ItemStates", "Lookup", "TaskCounts", "TaskStats"]  # task_messages.py
 __all__ += ["Follow", "Promote", "Promoted", "SnapshotData", "WalData"]  # ha_messages.py
-__all__ += ["ItemMeta", "ListMeta", "MetaPage", "Head", "QueueHead"]  # meta_, shard_messages.py
+__all__ += ["Head", "QueueHead"]  # shard_messages.py
 
 
 # ---------------------------------------------------------------------------------------------
@@ -76,7 +90,7 @@ class Placement:
     first: Id
     n: int
     nodes: list[NodeRef]
-    min_copies: int
+    min_replicas: int  # W: the enqueue completes once this many of ``nodes`` hold every id
     deadline_s: float  # seconds the client has to enqueue before the ids are dropped
     grant: PutGrant
 
@@ -87,7 +101,7 @@ class Placement:
 
 @message(45)
 class Enqueue:
-    """Make items visible once ``min_copies`` of their placed nodes report them stored.
+    """Make items visible once W (``min_replicas``) of their placed nodes report them stored.
 
     Sent together with the ``Put``s (``report`` set) to the data nodes: the master waits up
     to ``wait_s`` for the nodes' ``PutReport``s, logs the items and answers ``Committed``. With

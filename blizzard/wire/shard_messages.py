@@ -1,9 +1,11 @@
 """The messages of sharding: a queue's head on one shard, asked for or published.
 
-Part of the protocol (``blizzard.wire.protocol`` re-exports every name here); kept apart only so
-each file stays short. A sharded client compares shards by their heads (``blizzard/client/sharded/client.py``):
-it asks a few with ``Head`` (the paper's peek-d), or follows the heads every master publishes
-(``master/heads.py``) and asks none.
+One family of the protocol; import its messages from ``blizzard.wire.protocol``, the one
+namespace of every message. A sharded client compares shards by their heads
+(``blizzard/client/sharded/client.py``): it asks a few with ``Head`` (the paper's peek-d), or
+follows the heads every master publishes (``master/heads.py``) and asks none. Which shard an
+id belongs to (``shard_of``, ``first_id``) and the topic heads are published under (``topic``)
+are defined here and imported from here.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The messages of task delivery (``blizzard dispatch``, ``blizzard task``): items by id, a
 consumer's own give-up, counts by task state.
 
-Part of the protocol (``blizzard.wire.protocol`` re-exports every name here); kept apart only so
-each file stays short. The master serves them in ``master/tasks.py``.
+One family of the protocol; import its messages from ``blizzard.wire.protocol``, the one
+namespace of every message. The master serves them in ``master/tasks.py``.
 """
 
 from __future__ import annotations
