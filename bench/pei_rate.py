@@ -13,7 +13,7 @@ call (``--rate-batches``), since what a master spends on a request besides its i
 per item by the batch. Once, after the warm-up: what each master and data node spends idle,
 in CPU ms a second. On this 2-core machine every process shares the same two cores, so
 sharding cannot add speed here; what must hold is that the cost per item does not grow (what
-more cores or hosts would give follows from it: ``docs/DESIGN.md``, "Sharded queues").
+more cores or hosts would give follows from it: ``docs/design.md``, "Sharded queues").
 """
 
 from __future__ import annotations

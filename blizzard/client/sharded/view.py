@@ -1,6 +1,6 @@
 """What a sharded client knows of each shard's head of a queue, and the feed that tells it.
 
-Relaxed priority order (the paper in ``docs/DESIGN.md``, "Sharded queues"): a consumer leases
+Relaxed priority order (the paper in ``docs/design.md``, "Sharded queues"): a consumer leases
 from the shard whose head is best among those it looks at. ``HeadsView`` holds the heads it
 has learnt, each with when it learnt it, from three sources: ``Head`` replies (peek-d), lease
 replies (``Lease.head``: the shard's head right after this client's own lease) and the heads
