@@ -26,6 +26,7 @@ import zmq
 from blizzard.net import keys as k
 from blizzard.net import secure
 from blizzard.net.file_modes import private_dir
+from blizzard.server import ready_file
 from blizzard.server.router import RouterServer, error_reply
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import BlizzardError, Forbidden, InvalidArgument
@@ -283,6 +284,9 @@ class MasterServer:
                         self.config.bind)
         else:
             log.info("security on: CURVE keys from %s", self.config.keys)
+        if self.wal.directory is not None:  # a data dir of its own: say it serves there
+            ready_file.write(self.config.data_dir, pid=os.getpid(), addr=self.config.addr,
+                             cluster_id=self.identity.cluster_id)
         while not self._stopping:
             self.run_once()
 
@@ -291,6 +295,8 @@ class MasterServer:
         self.wakes.interrupt()
 
     def close(self) -> None:
+        if self.wal.directory is not None:
+            ready_file.remove(self.config.data_dir)
         if self.departures is not None:
             self.departures.close()  # before its socket (see Departures)
         self.router.close()

@@ -11,7 +11,6 @@ import atexit
 import hashlib
 import os
 import random
-import re
 import shutil
 import socket
 import sys
@@ -27,14 +26,13 @@ from blizzard.net import keys as k
 from blizzard.net.defaults import LOOPBACK
 from blizzard.net.secure import connect_curve
 from blizzard.net.transport import Endpoint, call
+from blizzard.server import ready_file
 from blizzard.wire import protocol as p
 
 __all__ = ["AUTO_KEYS", "LOOPBACK", "LocalCluster", "Placement", "Proc", "StartFailed",
            "free_port", "process_keys"]
 
 AUTO_KEYS = "auto"
-MASTER_ID_LOGGED = re.compile(r"cluster id ([0-9a-f]{16})")  # master/cluster_id.py logs it
-MASTER_SERVING_LOGGED = "master serving on "  # master/server.py, as its loop starts
 
 
 def process_keys() -> str:
@@ -192,6 +190,7 @@ class LocalCluster:
         for attempt in range(attempts):
             host = self.placement("master").host
             self.master = self._master_proc(f"tcp://{host}:{self.master_port or free_port()}")
+            ready_file.remove(self._data_dir("master"))  # a killed run's says nothing of this one
             self.master.start()
             self.nodes = []
             try:
@@ -215,24 +214,27 @@ class LocalCluster:
         return self
 
     def _wait_own_master(self, timeout_s: float) -> None:
-        """Poll until the master started here serves: its log says so, and the master that
-        answers on its address has the cluster id it logged. An answer alone may come from
-        another master on that port (ours failed to bind and is about to exit)."""
+        """Poll until the master started here serves: its ready file says so (with its cluster
+        id), and the master that answers on its address has that cluster id. An answer alone
+        may come from another master on that port (ours failed to bind and is about to exit)."""
         assert self.master is not None
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             self._raise_if_exited()
-            logged = self.master.head()
-            ours = MASTER_ID_LOGGED.search(logged)
-            if ours is not None and MASTER_SERVING_LOGGED in logged:
+            ours = ready_file.read(self._data_dir("master"))
+            if ours is not None:
                 answering = self.wait_ready(max(0.1, deadline - time.monotonic()), nodes=0)
-                if answering.cluster_id != ours.group(1):
+                if answering.cluster_id != ours["cluster_id"]:
                     raise StartFailed(f"another master (cluster {answering.cluster_id}) answers "
-                                      f"on {self.master_addr}, not ours ({ours.group(1)})")
+                                      f"on {self.master_addr}, not ours ({ours['cluster_id']})")
                 return
             time.sleep(0.05)
-        raise TimeoutError(f"the master did not log that it serves after {timeout_s}s; its "
+        raise TimeoutError(f"the master wrote no ready file after {timeout_s}s; its "
                            f"log:\n{self.master.tail()}")
+
+    def _data_dir(self, name: str) -> str:
+        """Where process ``name`` (``master``, ``standby``, ``datanode0``, ...) keeps its data."""
+        return os.path.join(self.base_dir, name)
 
     def _check_given_ports(self) -> None:
         """Refuse to start on ports that are taken (``StartFailed``), before any process runs."""
@@ -244,11 +246,11 @@ class LocalCluster:
 
     def _master_proc(self, addr: str, name: str = "master", extra: Sequence[str] = ()) -> Proc:
         argv = [*self.placement(name).prefix, *self._limit(), self.python, "-m", "master",
-                "--data-dir", os.path.join(self.base_dir, name),
+                "--data-dir", self._data_dir(name),
                 "--bind", addr, "--replication", str(self.replication),
                 "--heartbeat-s", str(self.heartbeat_s), "--dead-after-s", str(self.dead_after_s),
                 *self._security(), *self._metrics("master"), "--log-format", self.log_format,
-                "--log-level", "info",  # its start lines prove it serves (``_wait_own_master``)
+                "--log-level", "info",  # what it did as it started, for a test or a person
                 *self.master_args, *extra]
         if self.min_replicas is not None:
             argv += ["--min-replicas", str(self.min_replicas)]
@@ -257,7 +259,7 @@ class LocalCluster:
     def _node_proc(self, i: int, addr: str) -> Proc:
         argv = [*self.placement(f"datanode{i}").prefix, *self._limit(), self.python, "-m",
                 "datanode",
-                "--data-dir", os.path.join(self.base_dir, f"datanode{i}"), "--bind", addr,
+                "--data-dir", self._data_dir(f"datanode{i}"), "--bind", addr,
                 "--master", self.masters, "--heartbeat-s", str(self.heartbeat_s),
                 *self._security(), *self._node_key(i), *self._metrics(f"datanode{i}"),
                 "--log-format", self.log_format]
@@ -290,8 +292,7 @@ class LocalCluster:
     def restart_node(self, i: int, *, wipe: bool = False) -> None:
         old = self.nodes[i]
         if wipe:
-            import shutil
-            shutil.rmtree(os.path.join(self.base_dir, f"datanode{i}"), ignore_errors=True)
+            shutil.rmtree(self._data_dir(f"datanode{i}"), ignore_errors=True)
         self.nodes[i] = Proc(old.name, old.argv, old.log_path, old.addr).start()
 
     def status(self, timeout_s: float = 2.0) -> p.ClusterStatus:
