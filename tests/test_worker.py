@@ -16,7 +16,7 @@ from conftest import wait_for
 
 from blizzard import Client, InvalidArgument, ProtocolError, configure
 from blizzard.wire.codec import dumps
-from blizzard.worker import task
+from blizzard.worker.task import task
 from blizzard.worker.loop import Prefetch
 from blizzard.worker.runner import run_job
 from blizzard.worker.task import Task, decode_call, encode_call, settings_of, tasks_in
@@ -26,7 +26,7 @@ BLIZZARD = [sys.executable, "-m", "blizzard.cli"]
 # The module the worker runs; the test enqueues through stand-ins of the same names.
 JOBS = '''
 import os, pathlib, time
-from blizzard.worker import task
+from blizzard.worker.task import task
 
 OUT = pathlib.Path(os.environ["JOBS_OUT"])
 

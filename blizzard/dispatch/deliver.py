@@ -11,9 +11,9 @@ spent, buried in the queue's dead-letter queue with that error. Each request car
 
 ``blizzard.Client`` blocks and is not thread-safe, so each runs in a thread of its own: one
 per queue for leases (a long poll on one queue must not hold up another) and one for settling
-(``dispatch_settle.py``: acks, nacks and burials in batches, lease extensions). A task is held
-from its lease until its outcome is settled, its lease extended every third of ``lease_s``
-meanwhile, so a slow endpoint or a busy master does not cost it. The tasks held bound how
+(``settle.py``: acks, nacks and burials in batches, lease extensions). A task is held from
+its lease until its outcome is settled, its lease extended when a third of it is left
+(``blizzard/client/lease_keeper.py``), so a slow endpoint or a busy master does not cost it. The tasks held bound how
 many more are leased, those decided and waiting to be settled too. A dispatcher killed
 mid-request loses nothing: its leases run out and the tasks come back (at least once, not
 exactly once).
@@ -42,12 +42,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Coroutine
 
 import aiohttp
 
+from blizzard.client.api import BlizzardClient
 from blizzard.client.core import Client
 from blizzard.client.http_task import ATTEMPT_HEADER, TASK_HEADER, Task
 from blizzard.client.message import Message
@@ -103,7 +105,7 @@ class Dispatcher:
     """Leases tasks from ``config.queues``, sends them, settles them; ``run`` until ``stop``."""
 
     def __init__(self, config: DispatchConfig,
-                 make_client: Callable[[], Client] | None = None) -> None:
+                 make_client: Callable[[], BlizzardClient] | None = None) -> None:
         self.config = config.validate()
         self.hosts = HostPolicy.parse(config.allow_hosts)
         self.make_client = make_client or (lambda: Client(config.master,
@@ -192,6 +194,7 @@ class Dispatcher:
                 await self.room.wait()
                 continue
             n = min(2 * cfg.workers - undecided, cfg.batch)
+            sent = time.monotonic()  # the leases end lease_s after this, at the latest
             try:
                 msgs = await thread.call(lambda c: c.dequeue_many(
                     queue, n, lease_s=cfg.lease_s, wait_s=cfg.wait_s))
@@ -208,7 +211,7 @@ class Dispatcher:
                 log.info("leasing from %s works again, after %d refusals", queue, refusals)
                 refusals = 0
             for msg in msgs:
-                self._admit(msg)
+                self._admit(msg, sent + cfg.lease_s)
 
     @staticmethod
     def _log_refusal(queue: str, exc: BlizzardError, refusals: int) -> None:
@@ -224,8 +227,9 @@ class Dispatcher:
         except TimeoutError:
             pass
 
-    def _admit(self, msg: Message) -> None:
-        """A leased message into the line, or straight to burial if it must not be sent."""
+    def _admit(self, msg: Message, deadline: float) -> None:
+        """A leased message into the line, or straight to burial if it must not be sent;
+        held (its lease kept alive until it is settled) until ``deadline`` unless extended."""
         self.totals["leased"] += 1
         try:
             task, problem = Task.decode(msg.data), ""
@@ -233,6 +237,7 @@ class Dispatcher:
             task, problem = None, exc.message
         delivery = Delivery(msg, task)
         self.held[delivery.key] = delivery
+        self._settler().hold(delivery, deadline)
         if task is None:
             self._fail(delivery, problem, final=True)
         elif refusal := self.hosts.refusal(task.url):

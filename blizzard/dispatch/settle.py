@@ -2,9 +2,10 @@
 
 A task leased by ``blizzard dispatch`` is held, by (id, lease token), from its lease until the
 master has its outcome: while it waits in line, while its request is out, and while its
-outcome waits to be sent. All that time its lease is extended, every third of ``lease_s``;
-a lease left to run out would let the master hand the task out again while this one is still
-deciding it. The same item leased twice (its first lease ran out) is two deliveries, held
+outcome waits to be sent. All that time its lease is kept alive by the client's lease keeper
+(``blizzard/client/lease_keeper.py``, the worker's too): extended when a third of it is left,
+an unanswered extension tried again soon; a lease left to run out would let the master hand
+the task out again while this one is still deciding it. The same item leased twice (its first lease ran out) is two deliveries, held
 apart by their tokens.
 
 Outcomes are sent in batches, one call per kind: the acks together, the nacks grouped by
@@ -25,8 +26,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from blizzard.client.core import Client
+from blizzard.client.api import BlizzardClient
 from blizzard.client.http_task import Task, bury
+from blizzard.client.lease_keeper import EXTEND_AT, Extended, Held, LeaseKeeper, extension
 from blizzard.client.message import Message
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import BlizzardError
@@ -51,15 +53,15 @@ class Delivery:
 class ClientThread:
     """A ``Client`` made and used in one thread of its own, called from the event loop."""
 
-    def __init__(self, make_client: Callable[[], Client], name: str) -> None:
+    def __init__(self, make_client: Callable[[], BlizzardClient], name: str) -> None:
         self.executor = ThreadPoolExecutor(1, thread_name_prefix=name)
         self.make_client = make_client
-        self.client: Client | None = None
+        self.client: BlizzardClient | None = None
 
-    async def call(self, fn: Callable[[Client], Any]) -> Any:
+    async def call(self, fn: Callable[[BlizzardClient], Any]) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self.executor, self._run, fn)
 
-    def _run(self, fn: Callable[[Client], Any]) -> Any:
+    def _run(self, fn: Callable[[BlizzardClient], Any]) -> Any:
         if self.client is None:
             self.client = self.make_client()
         return fn(self.client)
@@ -88,7 +90,7 @@ class Outcomes:
         return [*self.acks, *(d for ds in self.nacks.values() for d in ds),
                 *(d for ds in self.burials.values() for d in ds)]
 
-    def send(self, client: Client) -> int:
+    def send(self, client: BlizzardClient) -> int:
         """Settle every outcome on ``client`` (in its thread); returns the calls that failed.
 
         A failed call's tasks come back when their leases run out (``LeaseExpired``: the
@@ -103,7 +105,7 @@ class Outcomes:
                 log.warning("settling %s failed: %s (%s)", what, exc, type(exc).__name__)
         return failed
 
-    def _calls(self, client: Client) -> list[tuple[str, Callable[[], None]]]:
+    def _calls(self, client: BlizzardClient) -> list[tuple[str, Callable[[], None]]]:
         calls: list[tuple[str, Callable[[], None]]] = []
         # each call binds its own messages (a closure would see the loop's last ones)
         if self.acks:
@@ -122,9 +124,10 @@ class Outcomes:
 class Settler:
     """Sends outcomes as they come and extends the leases of what is held, in one thread.
 
-    ``held`` is the dispatcher's: deliveries leased and not yet settled. The settler drops a
-    delivery from it once its outcome is sent, and calls ``on_settled`` (there is room to
-    lease more). ``unsettled`` counts the held deliveries already decided.
+    ``held`` is the dispatcher's: deliveries leased and not yet settled; the dispatcher tells
+    the settler of each (``hold``), whose lease it keeps (``keeper``) until it drops the
+    delivery, once its outcome is sent, and calls ``on_settled`` (there is room to lease
+    more). ``unsettled`` counts the held deliveries already decided.
     """
 
     def __init__(self, thread: ClientThread, held: dict[Key, Delivery], lease_s: float,
@@ -133,11 +136,18 @@ class Settler:
         self.held = held
         self.lease_s = lease_s
         self.on_settled = on_settled
+        self.keeper = LeaseKeeper()
+        self.leases: dict[Key, Held] = {}  # the lease of each delivery of ``held``
         self.pending = Outcomes()
         self.unsettled = 0  # outcomes pending or being sent
         self.failures = 0  # settle calls that failed
         self._wake = asyncio.Event()
         self._finishing = False
+
+    def hold(self, delivery: Delivery, deadline: float) -> None:
+        """A delivery newly held, its lease ending at ``deadline`` (monotonic) unless extended."""
+        lease = self.leases[delivery.key] = Held(delivery.msg, self.lease_s, deadline)
+        self.keeper.hold(lease)
 
     def ack(self, delivery: Delivery) -> None:
         self.pending.acks.append(delivery)
@@ -161,22 +171,21 @@ class Settler:
         self._wake.set()
 
     async def run(self) -> None:
-        """Settle outcomes as they come; extend what is held every third of ``lease_s``."""
-        every_s = self.lease_s / 3
-        extend_at = time.monotonic() + every_s
+        """Settle outcomes as they come; extend the leases held as they fall due."""
+        look_s = self.lease_s * EXTEND_AT / 2  # a lease held meanwhile is not due sooner
         while True:
             if not self.pending:
+                now = time.monotonic()
                 try:
                     await asyncio.wait_for(self._wake.wait(),
-                                           max(0.0, extend_at - time.monotonic()))
+                                           max(0.0, min(self.keeper.next_at - now, look_s)))
                 except TimeoutError:
                     pass
             self._wake.clear()
             if self.pending:
                 await self._settle()
-            if time.monotonic() >= extend_at:
+            if time.monotonic() >= self.keeper.next_at:
                 await self._extend()
-                extend_at = time.monotonic() + every_s
             if self._finishing and not self.pending:
                 return
 
@@ -186,14 +195,19 @@ class Settler:
         settled = batch.deliveries()
         for delivery in settled:
             self.held.pop(delivery.key, None)
+            self.leases.pop(delivery.key, None)
         self.unsettled -= len(settled)
         self.on_settled()
 
     async def _extend(self) -> None:
-        msgs = [d.msg for d in self.held.values()]
-        if not msgs:
-            return
-        try:
-            await self.thread.call(lambda c: c.extend_many(msgs, lease_s=self.lease_s))
-        except BlizzardError as exc:  # the master extended the others
-            log.warning("extending %d leases: %s (%s)", len(msgs), exc, type(exc).__name__)
+        """Extend the leases due (``keeper``), in the client's thread; the keeper takes the
+        answers here, in the event loop's."""
+        now = time.monotonic()
+        for lease_s, group in self.keeper.due(self.leases.values(), now).items():
+            try:  # in the client's thread; awaited before the loop goes on to the next group
+                answer = await self.thread.call(lambda c: extension(
+                    lambda msgs, s: c.extend_many(msgs, lease_s=s), group, lease_s))
+            except BlizzardError as exc:  # refused: they keep their deadlines and are tried again
+                log.warning("extending %d leases: %s (%s)", len(group), exc, type(exc).__name__)
+                answer = Extended.UNANSWERED
+            self.keeper.take(group, lease_s, now, answer)

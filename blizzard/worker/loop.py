@@ -17,9 +17,10 @@ Only this loop talks to the cluster; per round trip to the master it moves many 
   the dead-letter queue after ``max_attempts`` quick deliveries (a queue with
   ``max_attempts`` 0 keeps it, retried every ``POISON_RETRY_S``). A job whose payload is not
   a task call can succeed on no worker: it is buried (moved to the dead-letter queue) at once.
-- The leases of jobs held, running or waiting, are extended when a third of them is left.
-  An extension the cluster did not answer is tried again soon (``EXTEND_RETRY_S``); until
-  one succeeds, those leases are in doubt and keep their old deadlines.
+- The leases of jobs held, running or waiting, are kept alive by the client's lease keeper
+  (``blizzard/client/lease_keeper.py``, the dispatcher's too): extended when a third of them
+  is left; an extension the cluster did not answer is tried again soon, and until one
+  succeeds those leases are in doubt and keep their old deadlines.
 - A lost lease or an unreachable cluster while settling is logged, never fatal: a job not
   settled comes back when its lease ends (delivery is at least once).
 
@@ -37,8 +38,9 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from blizzard.client.core import Client
+from blizzard.client.api import BlizzardClient
 from blizzard.client.http_task import bury
+from blizzard.client.lease_keeper import Held, LeaseKeeper
 from blizzard.client.message import Message
 from blizzard.wire.errors import NOT_HELD, ClusterError, InvalidArgument
 from blizzard.wire.queue_settings import DEAD_SUFFIX
@@ -53,8 +55,6 @@ MAX_PREFETCH_BYTES = 64 << 20  # payloads held beyond the running jobs, by the r
 JOB_S_WEIGHT = 0.1  # of a job's run time (or an item's size) in the moving average
 ACK_HOLD_S = 0.2  # the longest an ack waits for a lease to ride on
 IDLE_POLL_S = 1.0  # a long poll on an empty queue; a recheck while only running jobs
-EXTEND_AT = 1 / 3  # extend a lease when this share of it is left
-EXTEND_RETRY_S = 1.0  # try an unanswered extension again this soon (sooner for short leases)
 POISON_RETRY_S = 60.0  # an undoable job's retry delay in a queue that never dead-letters
 
 
@@ -101,31 +101,24 @@ class WorkerConfig:
     lease_s: float | None = None
 
 
-@dataclass(slots=True)
-class Held:
-    """A leased job not yet settled: running, waiting for a thread, or done and not acked."""
-
-    msg: Message
-    lease_s: float
-    deadline: float  # monotonic: the lease ends then unless extended
-    doubtful: bool = False  # its lease may be lost: settle it on its own, never on a lease
-
-
 class Worker:
     """Runs ``tasks`` on jobs from ``config.queues`` until stopped (or, in burst mode, idle)."""
 
-    def __init__(self, client: Client, tasks: dict[str, Task], config: WorkerConfig) -> None:
+    def __init__(self, client: BlizzardClient, tasks: dict[str, Task],
+                 config: WorkerConfig) -> None:
         if not config.queues or config.concurrency < 1:
             raise InvalidArgument("a worker needs at least one queue and one thread")
         self.client, self.tasks, self.config = client, tasks, config
         self.prefetch = Prefetch(config.concurrency)
-        self.held: dict[tuple[int, int], Held] = {}  # by (id, lease): a job may come twice
+        # leased jobs not yet settled, running or waiting for a thread, by (id, lease): a
+        # job may come twice; ``acks``: done, their acks not sent yet
+        self.held: dict[tuple[int, int], Held] = {}
         self.acks: list[Held] = []
         self.acks_since = 0.0  # monotonic: when the oldest ack in ``acks`` was ready
         self.lease_s: dict[str, float] = {}
         self.max_attempts: dict[str, int] = {}
         self.dead_letter: dict[str, str] = {}  # each queue's dead-letter queue
-        self.next_extend = float("inf")  # monotonic: the first lease to extend is due then
+        self.keeper = LeaseKeeper()  # extends the leases of ``held`` and ``acks``
         self.empty_at: float | None = None  # the last lease round found every queue empty
         self.settled_since_empty = False
         self.stopping = False
@@ -194,7 +187,7 @@ class Worker:
         if self._wants_lease():
             return 0.0
         now = time.monotonic()
-        until = min(self.next_extend, now + IDLE_POLL_S)
+        until = min(self.keeper.next_at, now + IDLE_POLL_S)
         if self.acks and not self.stopping:  # stopping, the acks wait for the last flush
             until = min(until, self.acks_since + ACK_HOLD_S)
         return max(0.0, until - now)
@@ -247,9 +240,8 @@ class Worker:
         lease_s = self.lease_s[queue]
         self.prefetch.record_sizes(len(msg.data) for msg in msgs)
         for msg in msgs:
-            self.held[msg.id, msg.lease] = Held(msg, lease_s, sent + lease_s)
-        if msgs:
-            self.next_extend = min(self.next_extend, sent + lease_s * (1 - EXTEND_AT))
+            held = self.held[msg.id, msg.lease] = Held(msg, lease_s, sent + lease_s)
+            self.keeper.hold(held)
         return msgs
 
     # -- settling ----------------------------------------------------------------------------
@@ -330,16 +322,11 @@ class Worker:
         """The acks to carry on the next lease; those whose lease may be lost go out alone
         first (one lost ack would void the lease it rides on)."""
         now = time.monotonic()
-        riders = [h for h in self.acks if self._sure(h, now)]
-        alone = [h.msg for h in self.acks if not self._sure(h, now)]
+        riders = [h for h in self.acks if h.sure(now)]
+        alone = [h.msg for h in self.acks if not h.sure(now)]
         self.acks = []
         self._guarded("ack", alone, self.client.leases.ack_unawaited)
         return riders
-
-    @staticmethod
-    def _sure(held: Held, now: float) -> bool:
-        """Whether ``held``'s lease is surely still ours, with time to spare for a lease call."""
-        return not held.doubtful and held.deadline - now > held.lease_s * EXTEND_AT / 2
 
     def _flush_acks(self) -> None:
         """Send the acks that waited ``ACK_HOLD_S`` for a lease, unanswered; none while
@@ -364,43 +351,10 @@ class Worker:
                         "again): %s", exc)
 
     def _extend_due(self) -> None:
-        """Extend every held lease with less than ``EXTEND_AT`` of it left."""
-        now = time.monotonic()
-        if now < self.next_extend:
-            return
-        due: dict[float, list[Held]] = {}
-        self.next_extend = float("inf")
-        for held in [*self.held.values(), *self.acks]:
-            if held.deadline - now < held.lease_s * EXTEND_AT:
-                due.setdefault(held.lease_s, []).append(held)
-            else:
-                self.next_extend = min(self.next_extend, held.deadline - held.lease_s * EXTEND_AT)
-        for lease_s, group in due.items():
-            self.next_extend = min(self.next_extend, self._extend(group, lease_s, now))
-
-    def _extend(self, group: list[Held], lease_s: float, now: float) -> float:
-        """Extend ``group``'s leases to ``lease_s`` from ``now``; when to extend them next.
-
-        Unanswered, the extension may or may not have happened: the leases keep their old
-        deadlines, are in doubt, and the extension is tried again soon.
-        """
-        try:
-            self.client.extend_many([h.msg for h in group], lease_s=lease_s)
-        except NOT_HELD as exc:  # the others were extended; which were lost is not said
-            log.warning("%s (%s running long)", exc.message, counted(len(group), "job"))
-            doubtful = True
-        except ClusterError as exc:
-            retry_s = min(EXTEND_RETRY_S, lease_s * EXTEND_AT / 4)
-            log.warning("could not extend %s, trying again in %.2f s: %s (%s)",
-                        counted(len(group), "lease"), retry_s, exc.message, type(exc).__name__)
-            for held in group:
-                held.doubtful = True
-            return now + retry_s
-        else:
-            doubtful = False  # every lease was still ours
-        for held in group:
-            held.doubtful, held.deadline = doubtful, now + lease_s
-        return now + lease_s * (1 - EXTEND_AT)
+        """Extend every lease held (running, waiting, or done and not acked) that is due."""
+        self.keeper.extend_due([*self.held.values(), *self.acks],
+                               lambda msgs, lease_s: self.client.extend_many(msgs,
+                                                                            lease_s=lease_s))
 
 
 def counted(n: int, noun: str) -> str:
