@@ -171,7 +171,7 @@ def flood_campaign(cluster: LocalCluster, plan: FloodPlan, emit: Emit,
     problems: list[str] = []
     procs = [cluster.master, *cluster.nodes]
     targets = {p.name: p.addr for p in procs if p is not None}
-    soft, _ = raise_fd_limit()  # the flood's own sockets; fewer each if the limit is low
+    soft, _, _ = raise_fd_limit()  # the flood's own sockets; fewer each if the limit is low
     hold = max(1, min(plan.hold, (soft - 500) // len(targets)))
     with Client(cluster.master_addr, timeout_s=30) as client:
         # connected to the master and every data node it uses; the latency without a flood

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from conftest import wait_for
+from support.wait import wait_for
 
 from blizzard import Client
 from blizzard.client import datanodes as nodes_module
@@ -141,7 +141,7 @@ def test_a_master_that_is_down_gives_a_clear_error_not_a_hang():
     addr = f"tcp://{LOOPBACK}:{free_port()}"
     with Client(addr, timeout_s=0.5) as c:
         started = time.monotonic()
-        with pytest.raises(MasterUnavailable, match="did not answer"):
+        with pytest.raises(MasterUnavailable, match="nothing listens|did not answer"):
             c.enqueue("jobs", b"x")
         assert time.monotonic() - started < 3
 

@@ -57,11 +57,14 @@ def test_a_connection_flood_under_a_low_descriptor_limit_stops_no_server(cluster
             # until each server was offered more connections than its limit (old servers held
             # them all: ~1,000 descriptors), then round trips: the master rolls its WAL and
             # checkpoints every 20 records
+            def offered() -> bool:  # (the flood's figures exist once its thread runs)
+                figures = list(flood.figures.values())
+                return len(figures) == len(servers) and all(f.made >= OFFERED for f in figures)
+
             deadline = time.monotonic() + 20
-            while time.monotonic() < deadline and \
-                    not all(f.made >= OFFERED for f in flood.figures.values()):
+            while time.monotonic() < deadline and not offered():
                 time.sleep(0.05)
-            assert all(f.made >= OFFERED for f in flood.figures.values()), flood.figures
+            assert offered(), flood.figures
             for n in range(1, 12):
                 try:
                     round_trip(client, "rt", n)

@@ -22,7 +22,7 @@ from blizzard.net.defaults import DEFAULT_MASTER, LOOPBACK
 from blizzard.net.file_modes import private_process
 from blizzard.net.keys import missing_advice
 from blizzard.server import logs
-from blizzard.server.fd_limits import raise_fd_limit
+from blizzard.server.fd_limits import log_fd_limits, raise_fd_limit
 from blizzard.wire.errors import BlizzardError, InvalidArgument, MasterUnavailable, MissingKeys
 from blizzard.wire.queue_settings import MAX_QUEUE_NAME, QUEUE_NAME_CHARS, check_queue_name
 
@@ -165,10 +165,12 @@ def start(make: Callable[[], Any], role: str, bind: str,
     """``make()`` a server; what stops it from starting (a port in use, a bad setting, bad
     keys, ``refusals`` such as a damaged WAL) becomes one line and exit code 1, not a
     traceback. The soft descriptor limit is raised to the hard one first."""
-    raise_fd_limit()
+    limits = raise_fd_limit()
     private_process()  # data directories 0700, files 0600 (blizzard/net/file_modes.py)
     try:
-        return make()
+        server = make()
+        log_fd_limits(*limits)  # only once it serves: a refusal is one line, its reason
+        return server
     except refusals as exc:
         raise click.ClickException(str(exc)) from None
     except zmq.ZMQError as exc:

@@ -27,9 +27,11 @@ def soft_limit() -> int:
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
-def raise_fd_limit() -> tuple[int, int]:
+def raise_fd_limit() -> tuple[int, int, int]:
     """Raise this process's soft descriptor limit to its hard limit (systemd's default soft
-    limit, 1,024, is low for a server); log both and the reserve. (soft, hard) afterwards."""
+    limit, 1,024, is low for a server). (soft, hard, soft before) afterwards; a refusal is
+    logged, the outcome is for ``log_fd_limits`` once the server serves (a server that cannot
+    start says one line, its reason)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     was = soft
     if hard != resource.RLIM_INFINITY and soft != hard:
@@ -39,11 +41,15 @@ def raise_fd_limit() -> tuple[int, int]:
         except (ValueError, OSError) as exc:
             log.warning("cannot raise the file descriptor limit from %d to %d: %s",
                         soft, hard, exc)
+    return soft, hard, was
+
+
+def log_fd_limits(soft: int, hard: int, was: int) -> None:
+    """Log the limits ``raise_fd_limit`` left and the reserve kept of them."""
     log.info("file descriptors: soft limit %d%s, hard limit %s; %d kept for files, %d for "
              "connections", soft, f" (raised from {was})" if soft != was else "",
              "unlimited" if hard == resource.RLIM_INFINITY else hard, reserve_fds(soft),
              connection_fds(soft))
-    return soft, hard
 
 
 def reserve_fds(soft: int | None = None) -> int:
