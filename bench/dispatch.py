@@ -29,7 +29,7 @@ from aiohttp import web
 from bench.common import client_keys, on_clusters, parser, start
 from bench.throughput import machine_cpu, proc_cpu_s
 from blizzard.client.core import Client
-from blizzard.client.http_task import Task
+from blizzard.client.http_task import HttpTask
 from blizzard.local.harness import LocalCluster, Proc, free_port
 
 log = logging.getLogger(__name__)
@@ -79,7 +79,7 @@ def dispatch_rate(cluster: LocalCluster, c: Client, items: int, workers: int,
     """Tasks/s of a ``blizzard dispatch`` process sending ``items`` tasks to a local endpoint."""
     endpoint = Endpoint()
     url = f"http://127.0.0.1:{endpoint.port}/task"
-    payload = Task.make(url, body=os.urandom(128).hex()).encode()
+    payload = HttpTask.make(url, body=os.urandom(128).hex()).encode()
     for start_at in range(0, items, 1000):
         c.enqueue_many("tasks", [payload] * min(1000, items - start_at))
     proc = Proc("dispatch", [sys.executable, "-m", "blizzard.cli", "dispatch", "--master",

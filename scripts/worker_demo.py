@@ -10,7 +10,8 @@ import time
 
 import click
 
-from blizzard import Client, task
+from blizzard import Client
+from blizzard.worker import task
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 JOBS = 1000

@@ -19,7 +19,7 @@ from http_target import HttpTarget
 from test_cli_items import BLIZZARD, run
 
 from blizzard import Client
-from blizzard.client.http_task import Task, bury, lookup, task_counts
+from blizzard.client.http_task import HttpTask, bury, lookup, task_counts
 from blizzard.local.harness import Proc
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import InvalidArgument, LeaseExpired
@@ -88,16 +88,16 @@ def gaps(times: list[float]) -> list[float]:
 def test_a_bad_task_is_refused_naming_its_field(kwargs, words):
     url = kwargs.pop("url")
     with pytest.raises(InvalidArgument, match=words):
-        Task.make(url, **kwargs)
+        HttpTask.make(url, **kwargs)
 
 
 def test_a_task_round_trips_and_other_payloads_are_not_tasks():
-    task = Task.make("https://example.com/hook?a=1", method="put", headers={"X-Id": "7"},
+    task = HttpTask.make("https://example.com/hook?a=1", method="put", headers={"X-Id": "7"},
                      body="héllo", max_attempts=3, backoff_s=0.5, timeout_s=2)
-    assert Task.decode(task.encode()) == task and task.method == "PUT"
+    assert HttpTask.decode(task.encode()) == task and task.method == "PUT"
     for data in (b"", b"plain text", p.dumps({"task": 99}), p.dumps({"task": 1, "url": 5})):
         with pytest.raises(InvalidArgument, match="not a"):
-            Task.decode(data)
+            HttpTask.decode(data)
 
 
 def test_rate_limited_leases_take_retries_without_a_token():
@@ -212,7 +212,7 @@ def test_the_rate_limit_holds_over_10_s(cluster, target, dispatchers):
     rate, burst = 20.0, 5
     with Client(cluster.master_addr, admin=True) as c:
         c.configure_queue("paced", rate_per_s=rate, burst=burst)
-        c.enqueue_many("paced", [Task.make(target.url(f"p{i}")).encode()
+        c.enqueue_many("paced", [HttpTask.make(target.url(f"p{i}")).encode()
                                  for i in range(burst + 205)])
         dispatchers("paced", "--workers", "16")
         wait_for(lambda: target.count() == burst + 205, 30, "every task to arrive")

@@ -19,7 +19,7 @@ import pytest
 from fake_master import FakeMaster
 from http_target import HttpTarget
 
-from blizzard.client.http_task import Task
+from blizzard.client.http_task import HttpTask
 from blizzard.dispatch.deliver import DispatchConfig, Dispatcher
 from blizzard.dispatch.settle import Delivery, Outcomes
 from blizzard.local.harness import free_port
@@ -75,7 +75,7 @@ def test_failures_faster_than_settling_stay_bounded_and_leased_until_settled():
     # Given 2,000 tasks to a port that refuses at once, 32 senders, 1 s leases, and a master
     # whose every settle call takes 20 ms (its fsync)
     fake = FakeMaster(settle_s=0.02)
-    data = Task.make(f"http://127.0.0.1:{free_port()}/refused", max_attempts=5,
+    data = HttpTask.make(f"http://127.0.0.1:{free_port()}/refused", max_attempts=5,
                      backoff_s=0).encode()
     for i in range(2000):
         fake.add(i + 1, data)
@@ -96,7 +96,7 @@ def test_failures_faster_than_settling_stay_bounded_and_leased_until_settled():
 def test_a_second_lease_of_an_item_is_kept_apart_from_the_first(target):
     # Given an item whose first lease runs out while its request is slow
     fake = FakeMaster()
-    data = Task.make(target.url("twice", "slow:1,slow:3"), timeout_s=10).encode()
+    data = HttpTask.make(target.url("twice", "slow:1,slow:3"), timeout_s=10).encode()
     fake.add(7, data)
     d = dispatcher(fake, workers=4, lease_s=1.0)
     expired = []
@@ -116,7 +116,7 @@ def test_a_second_lease_of_an_item_is_kept_apart_from_the_first(target):
 def test_a_loop_that_raises_stops_the_dispatcher_and_says_why(target, caplog):
     # Given a dispatcher holding a slow task, whose lease extension hits a bug
     fake = FakeMaster()
-    fake.add(1, Task.make(target.url("slow", "slow:5"), timeout_s=10).encode())
+    fake.add(1, HttpTask.make(target.url("slow", "slow:5"), timeout_s=10).encode())
     fake.extend_error = RuntimeError("a bug in extending")
     d = dispatcher(fake, workers=2, lease_s=1.0)
     # Then the dispatcher stops within seconds, raising it, with the traceback logged
@@ -162,7 +162,7 @@ def test_a_master_refusing_leases_for_a_while_is_waited_out(target, caplog):
                          RequestError("refused for now"), MasterUnavailable("no answer"),
                          TooManyItems("too many long polls waiting (10000)")]
     for i in range(3):
-        fake.add(i + 1, Task.make(target.url(f"k{i}")).encode())
+        fake.add(i + 1, HttpTask.make(target.url(f"k{i}")).encode())
     d = dispatcher(fake)
     # Then the dispatcher backs off and tries again until its tasks are sent and acked
     caplog.set_level(logging.INFO, logger="blizzard.dispatch.deliver")

@@ -1,4 +1,5 @@
-"""``blizzard dispatch`` (deliver HTTP tasks) and ``blizzard task ID`` (what became of one)."""
+"""``blizzard dispatch`` (deliver HTTP tasks) and ``blizzard task ID`` (what became of an item:
+an HTTP task, an ``@task`` call or any other)."""
 
 from __future__ import annotations
 
@@ -145,7 +146,8 @@ def _exit_now(code: int, line: str) -> NoReturn:
 @timeout_opt
 @json_opt
 def task(ids: tuple[int, ...], master: str, timeout_s: float, as_json: bool) -> None:
-    """Show what became of tasks (items) by ID: state, queue, attempts, last error.
+    """Show what became of items by ID (HTTP tasks, @task calls or any other items): state,
+    queue, attempts, last error.
 
     States: queued, scheduled (waiting for a retry's back-off, or delayed), in_flight
     (leased), succeeded (acked; the master remembers its last 100,000 acks), failed (in a

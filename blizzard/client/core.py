@@ -21,7 +21,7 @@ from blizzard.client.admin import QueueAdmin
 from blizzard.client.consumer import Consumer
 from blizzard.client.datanodes import DatanodePool, Reads
 from blizzard.client.enqueue_options import EnqueueOptions
-from blizzard.client.http_task import Task, enqueue_task
+from blizzard.client.http_task import HttpTask, enqueue_task
 from blizzard.client.leases import Leases
 from blizzard.net.master_hints import DEFAULT, GIVEN
 from blizzard.client.master_link import MasterLink
@@ -158,7 +158,7 @@ class Client:
         at most ``max_attempts`` deliveries in all, then dead-lettered. Checked first: a bad
         URL, method, header or size raises ``InvalidArgument`` and sends nothing.
         """
-        task = Task.make(url, method=method, headers=headers, body=body,
+        task = HttpTask.make(url, method=method, headers=headers, body=body,
                          max_attempts=max_attempts, backoff_s=backoff_s, timeout_s=timeout_s)
         return enqueue_task(self, queue, task, priority=priority, delay_s=delay_s, key=key)
 

@@ -1,14 +1,16 @@
 """An HTTP task: an item whose data says where it goes and how hard to try (the c12s task queue).
 
-A task is a queue item like any other; its payload is a msgpack map (``Task.encode``) naming
+A task is a queue item like any other; its payload is a msgpack map (``HttpTask.encode``) naming
 the request to make (URL, method, headers, body) and the task's own retry policy: how many
 deliveries at most (``max_attempts``), how long to wait between them (``backoff_s``) and how
 long to wait for a reply (``timeout_s``). ``blizzard dispatch`` (``blizzard/dispatch/deliver.py``)
 sends it and counts a 2xx reply as done.
 
-Everything is checked when the task is made, before anything is sent, so a bad task is refused
-at ``enqueue_task`` with ``InvalidArgument`` naming the field, not found dead later. Also here:
-what ``blizzard task ID`` and ``queue stats --tasks`` ask the master.
+Not an ``@task`` call (``blizzard/worker/task.py``, run by ``blizzard worker``): hence the
+class's name, ``HttpTask``. Everything is checked when the task is made, before anything is
+sent, so a bad task is refused at ``enqueue_task`` with ``InvalidArgument`` naming the field,
+not found dead later. Also here: what ``blizzard task ID`` and ``queue stats --tasks`` ask the
+master.
 """
 
 from __future__ import annotations
@@ -44,8 +46,8 @@ _SPACE = re.compile(r"\s")
 
 
 @dataclass(frozen=True)
-class Task:
-    """One HTTP request to make, and the policy for retrying it. Build with ``Task.make``."""
+class HttpTask:
+    """One HTTP request to make, and the policy for retrying it. Build with ``HttpTask.make``."""
 
     url: str
     method: str = "POST"
@@ -58,7 +60,7 @@ class Task:
     @classmethod
     def make(cls, url: str, *, method: str = "POST", headers: Mapping[str, str] | None = None,
              body: bytes | str = b"", max_attempts: int = 5, backoff_s: float = 2.0,
-             timeout_s: float = 10.0) -> "Task":
+             timeout_s: float = 10.0) -> "HttpTask":
         """A checked task; ``InvalidArgument`` names the first field that is wrong."""
         if isinstance(body, str):
             body = body.encode()
@@ -68,7 +70,7 @@ class Task:
         return cls(url, method.upper() if isinstance(method, str) else method, pairs, body,
                    max_attempts, backoff_s, timeout_s).check()
 
-    def check(self) -> "Task":
+    def check(self) -> "HttpTask":
         """This task, if every field is within its rules; else ``InvalidArgument``."""
         _check_url(self.url)
         if self.method not in METHODS:
@@ -93,7 +95,7 @@ class Task:
                         "timeout_s": float(self.timeout_s)})
 
     @classmethod
-    def decode(cls, data: bytes) -> "Task":
+    def decode(cls, data: bytes) -> "HttpTask":
         """The task in an item's payload; ``InvalidArgument`` if the payload is not one."""
         try:
             doc = p.loads(data)
@@ -151,7 +153,7 @@ def _check_seconds(name: str, value: Any, low: float, high: float, *, zero_ok: b
 # -- what the master knows of tasks ------------------------------------------------------------
 
 
-def enqueue_task(client: Any, queue: str, task: Task, *, priority: int = 0,
+def enqueue_task(client: Any, queue: str, task: HttpTask, *, priority: int = 0,
                  delay_s: float = 0.0, key: str | None = None) -> int:
     """Enqueue one checked task on ``client`` (a ``blizzard.Client``); returns its id."""
     return client.enqueue(queue, task.encode(), priority=priority, delay_s=delay_s, key=key)

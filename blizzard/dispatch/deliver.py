@@ -51,7 +51,7 @@ import aiohttp
 
 from blizzard.client.api import BlizzardClient
 from blizzard.client.core import Client
-from blizzard.client.http_task import ATTEMPT_HEADER, TASK_HEADER, Task
+from blizzard.client.http_task import ATTEMPT_HEADER, TASK_HEADER, HttpTask
 from blizzard.client.message import Message
 from blizzard.dispatch.allow_hosts import HostPolicy
 from blizzard.dispatch.settle import ClientThread, Delivery, Key, Settler
@@ -232,7 +232,7 @@ class Dispatcher:
         held (its lease kept alive until it is settled) until ``deadline`` unless extended."""
         self.totals["leased"] += 1
         try:
-            task, problem = Task.decode(msg.data), ""
+            task, problem = HttpTask.decode(msg.data), ""
         except InvalidArgument as exc:
             task, problem = None, exc.message
         delivery = Delivery(msg, task)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from blizzard.client.api import BlizzardClient
-from blizzard.client.http_task import Task, bury
+from blizzard.client.http_task import HttpTask, bury
 from blizzard.client.lease_keeper import EXTEND_AT, Extended, Held, LeaseKeeper, extension
 from blizzard.client.message import Message
 from blizzard.wire import protocol as p
@@ -43,7 +43,7 @@ class Delivery:
     """A leased item on its way: the message (id, lease token, attempts) and its task."""
 
     msg: Message
-    task: Task | None  # None: the payload is not a task
+    task: HttpTask | None  # None: the payload is not a task
 
     @property
     def key(self) -> Key:

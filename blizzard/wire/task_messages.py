@@ -1,5 +1,5 @@
-"""The messages of task delivery (``blizzard dispatch``, ``blizzard task``): items by id, a
-consumer's own give-up, counts by task state.
+"""The messages of HTTP task delivery (``blizzard dispatch``) and of ``blizzard task``: items'
+states by id (of any item, an HTTP task or not), a consumer's own give-up, counts by task state.
 
 One family of the protocol; import its messages from ``blizzard.wire.protocol``, the one
 namespace of every message. The master serves them in ``master/tasks.py``.

@@ -1,5 +1,8 @@
 """Python functions as jobs: ``@task`` ties a function to a queue, ``enqueue`` sends a call.
 
+Not to be confused with HTTP tasks (``Client.enqueue_task``, ``blizzard/client/http_task.py``),
+requests that ``blizzard dispatch`` makes; an ``@task`` call runs in ``blizzard worker``.
+
 A call travels as one item, the msgpack array ``[CALL_VERSION, name, args, kwargs]``
 (``encode_call``): several tasks may share a queue, and ``blizzard worker`` finds the function
 by its task name (the function's ``__name__`` unless ``@task(name=...)`` says otherwise).
