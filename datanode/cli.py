@@ -10,6 +10,7 @@ import click
 from blizzard.cli.common import (ADDRESS, Seconds, config_defaults, master_opt, needs_server_extra,
                                  security, serve, server_command, start)
 from blizzard.server import logs
+from blizzard.wire.codec import MAX_ITEM_BYTES
 from datanode.config import DatanodeConfig
 
 _DEFAULT = config_defaults(DatanodeConfig)
@@ -23,7 +24,7 @@ _DEFAULT = config_defaults(DatanodeConfig)
 @click.option("--heartbeat-s", default=_DEFAULT["heartbeat_s"], show_default=True,
               type=Seconds(0.01), help="Seconds between heartbeats to the master.")
 @click.option("--max-item-bytes", default=_DEFAULT["max_item_bytes"], show_default=True,
-              type=click.IntRange(1), help="Largest blob accepted.")
+              type=click.IntRange(1, MAX_ITEM_BYTES), help="Largest blob accepted.")
 @click.option("--join-cluster", default="", metavar="ID",
               help="Attach a node that holds blobs but no cluster id (from before cluster ids) "
                    "to cluster ID; its master refuses it otherwise. Blobs no item of that "

@@ -14,6 +14,7 @@ from blizzard.cli.common import (ADDRESS, Seconds, config_defaults, keys_opt, ma
                                  needs_server_extra, security, serve, server_command, start,
                                  timeout_opt)
 from blizzard.server import logs
+from blizzard.wire.codec import MAX_ITEM_BYTES
 from blizzard.wire.errors import BlizzardError
 from master.config import MasterConfig
 
@@ -45,7 +46,7 @@ class MasterCommand(click.Command):
               help="Ids handed out and not enqueued, or items staged and not committed, "
                    "within this are dropped and their blobs deleted.")
 @click.option("--max-item-bytes", default=_DEFAULT["max_item_bytes"], show_default=True,
-              type=click.IntRange(1), help="Largest payload accepted.")
+              type=click.IntRange(1, MAX_ITEM_BYTES), help="Largest payload accepted.")
 @click.option("--checkpoint-records", default=_DEFAULT["checkpoint_records"], show_default=True,
               type=click.IntRange(1), help="Write a checkpoint (in a forked child) after "
               "this many WAL records; restarts replay at most about this many.")

@@ -13,6 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
+from blizzard.net.log_limit import Throttled
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import TooManyItems
 from master import checks
@@ -28,6 +29,7 @@ from master.records import AckItems, LeaseItems, ReleaseItems
 from master.state import State
 
 log = logging.getLogger(__name__)
+refused_log = Throttled(log)  # a consumer acking wrong ids all day makes a line per 10 s
 
 MAX_WAIT_S = 300.0
 MAX_DELAY_S = 365 * 86400.0
@@ -266,9 +268,11 @@ class Leases:
             return acked
         if acked.lost:
             self.counts.refuse_acks(acked.why)
-            log.warning("quiet ack refused for %d items (%s), e.g. %s", len(acked.lost),
-                        ", ".join(f"{n} {LOST_NAMES[why]}" for why, n in
-                                  sorted(Counter(acked.why).items())), acked.lost[:5])
+            n = len(acked.lost)
+            refused_log("quiet ack", "quiet ack refused for %d item%s (%s), e.g. %s", n,
+                        "s" * (n != 1), ", ".join(f"{k} {LOST_NAMES[why]}" for why, k in
+                                                  sorted(Counter(acked.why).items())),
+                        acked.lost[:5])
         return None
 
     def _ack(self, ids: list[int], leases: list[int], queue: str = "") -> p.Acked:

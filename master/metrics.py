@@ -146,8 +146,9 @@ class MasterMetrics(metrics.ServedCollector):
             "blizzard_acks_refused", "Items of quiet acks (``Message.ack()``) the master could not "
             "settle since it started, by reason: a consumer acking ids it does not hold.",
             labels=["reason"])
-        for why, n in sorted(dict(counts.refused_acks).items()):
-            refused.add_metric([LOST_NAMES[why].replace(" ", "_")], n)
+        seen = dict(counts.refused_acks)
+        for why, name in sorted(LOST_NAMES.items()):  # each reason from 0: an alert has a series
+            refused.add_metric([name.replace(" ", "_")], seen.get(why, 0))
         yield refused
 
     def _head_age(self, q: object, now: float) -> float:

@@ -147,4 +147,4 @@ def next_steps() -> str:
 
 
 if __name__ == "__main__":
-    main()
+    main(prog_name="scripts/demo")

@@ -10,8 +10,7 @@ import time
 
 import click
 
-from blizzard import Client
-from blizzard.worker import task
+from blizzard import Client, task
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 JOBS = 1000

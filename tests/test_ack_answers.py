@@ -103,6 +103,9 @@ def refused_acks(url: str) -> dict[str, float]:
 
 
 def test_quiet_acks_that_are_refused_are_counted_in_the_metrics_and_logged(metered):
+    # every reason is a series from the start, so an alert on it has something to read
+    assert set(refused_acks(metered.metrics_url()).values()) == {0.0}
+    assert len(refused_acks(metered.metrics_url())) == 4
     with Client(metered.master_addr) as c:
         c.enqueue("quiet", b"x")
         msg = c.dequeue("quiet", lease_s=60)
@@ -116,8 +119,9 @@ def test_quiet_acks_that_are_refused_are_counted_in_the_metrics_and_logged(meter
                                 Stale(msg.id, msg.lease + 10**6, "quiet")])
         c.leases.flush(10)  # applied on the master once this returns
         assert leased_count(c, "quiet") == 1
+    zero = {"lease_expired": 0.0, "unknown_id": 0.0, "in_another_queue": 0.0, "wrong_token": 0.0}
     deadline = time.monotonic() + 10
-    while refused_acks(metered.metrics_url()) != {"unknown_id": 2.0, "wrong_token": 1.0}:
+    while refused_acks(metered.metrics_url()) != {**zero, "unknown_id": 2.0, "wrong_token": 1.0}:
         assert time.monotonic() < deadline, refused_acks(metered.metrics_url())
         time.sleep(0.05)
     assert "quiet ack refused for 3 items" in metered.logs()

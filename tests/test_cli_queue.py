@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from blizzard import Client
-from test_cli_items import run
+from support.cli import run
 
 
 def test_status_and_queue_json_documents(cluster):
@@ -54,7 +54,8 @@ def test_dead_letter_triage_shows_error_key_and_no_age_when_empty(cluster):
     assert (item["key"], item["error"], item["data"], item["attempts"]) == \
         ("k1", "ValueError: bad input", "payload", 1)
     text = run("queue", "peek", "work.dead", master=m).stdout.decode()
-    assert "key=k1\terror=ValueError: bad input\tpayload" in text
+    assert "key=k1\terror=ValueError: bad input\tdata=payload" in text
+    assert text.startswith("id=")
 
 
 def test_queue_config_prints_the_values_in_force(cluster):

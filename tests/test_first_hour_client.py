@@ -15,7 +15,7 @@ import pytest
 from conftest import wait_for
 
 from blizzard import Client
-from blizzard import client as client_module
+from blizzard.client import core as client_module
 from blizzard.client.sharded.client import split_shards
 from blizzard.local.harness import free_port
 from blizzard.net import keys as k

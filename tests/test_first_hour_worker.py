@@ -26,7 +26,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 THUMBS = '''
 import pathlib, time
-from blizzard.worker import task
+from blizzard import task
 
 @task(queue="thumbs", max_attempts=2, backoff_base_s=0.05)
 def always_fails(n):
@@ -124,7 +124,7 @@ def test_peek_of_a_dead_letter_queue_shows_task_calls_and_keeps_the_exact_bytes(
     assert len(shown) == 2
     assert shown[0].endswith("\terror=ValueError: boom\tcall=always_fails(42)"), shown[0]
     assert "\\x94" not in text.stdout
-    assert shown[1].endswith("\traw\\tbytes")  # not a call: the payload, escaped as before
+    assert shown[1].endswith("\tdata=raw\\tbytes")  # not a call: the payload, escaped as before
     doc = json.loads(cli("queue", "peek", "thumbs.dead", "--n", "5", "--json", master=m).stdout)
     first, second = doc["items"]
     assert first["call"] == "always_fails(42)" and first["data"] is None

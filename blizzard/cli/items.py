@@ -78,7 +78,8 @@ def _read_item(stream: Any, name: str) -> bytes:
     data = stream.read(MAX_ITEM_BYTES + 1)
     if len(data) > MAX_ITEM_BYTES:
         raise click.UsageError(f"{name} holds more than {size(MAX_ITEM_BYTES)}, the largest "
-                               "item a master accepts")
+                               "item any master accepts (a master's --max-item-bytes, 8 MiB "
+                               "by default, may allow less)")
     return data
 
 

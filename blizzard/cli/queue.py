@@ -265,11 +265,13 @@ def queue_stats(queue: str, master: str, timeout_s: float, as_json: bool, tasks:
 @master_opt
 @keys_opt
 @timeout_opt
-@click.confirmation_option(prompt="Drop every waiting item of this queue?",
-                           help="Do not ask for confirmation.")
-def queue_purge(queue: str, master: str, timeout_s: float) -> None:
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+def queue_purge(queue: str, master: str, timeout_s: float, yes: bool) -> None:
     """Drop every waiting (ready or delayed) item of QUEUE; leased items stay (admin key)."""
     from blizzard.client.core import Client
+
+    if not yes:
+        click.confirm(f"Drop every waiting item of queue {queue}?", abort=True)
 
     with Client(master, timeout_s=timeout_s, admin=True) as c:
         click.echo(f"purged {c.purge(queue)} items")
@@ -310,8 +312,9 @@ def queue_peek(queue: str, master: str, timeout_s: float, n: int, as_json: bool)
     """Show the head items of QUEUE without leasing them (admin key).
 
     On a dead-letter queue (`jobs.dead`) this is triage: each item's attempts, key and the
-    error of its last nack. Text: `ID<TAB>priority=P<TAB>attempts=A<TAB>key=K<TAB>error=E<TAB>DATA`,
-    E and DATA escaped to one line; the DATA of an @task job is its call,
+    error of its last nack. Text:
+    `id=ID<TAB>priority=P<TAB>attempts=A<TAB>key=K<TAB>error=E<TAB>data=DATA`, as `dequeue`
+    labels its fields, E and DATA escaped to one line; an @task job shows its call instead,
     `call=always_fails(42)`. --json: {"queue", "items": [{"id", "attempts", "priority",
     "enqueued_at", "key", "error", "size", "data_b64", "data", "call"}]}: "call" is that
     call's text or null (data_b64 is the exact payload either way).
@@ -325,8 +328,8 @@ def queue_peek(queue: str, master: str, timeout_s: float, n: int, as_json: bool)
 
     def human() -> None:
         for m, call in zip(msgs, calls):
-            data = escape(m.data) if call is None else "call=" + escape(call.encode())
-            click.echo(f"{m.id}\tpriority={m.priority}\tattempts={m.attempts}\t"
+            data = "data=" + escape(m.data) if call is None else "call=" + escape(call.encode())
+            click.echo(f"id={m.id}\tpriority={m.priority}\tattempts={m.attempts}\t"
                        f"key={escape(m.key.encode())}\terror={escape(m.error.encode())}\t"
                        f"{data}")
     output(as_json, {"queue": queue, "items": [{**message_doc(m), "call": call}

@@ -36,7 +36,7 @@ def _import(names: tuple[str, ...]) -> list[ModuleType]:
             modules.append(importlib.import_module(name))
         except Exception as exc:  # whatever a user's module raises while it loads
             raise click.BadParameter(f"cannot import {name}: {type(exc).__name__}: {exc}",
-                                     param_hint="MODULE") from None
+                                     param_hint="MODULES") from None
     return modules
 
 
