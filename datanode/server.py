@@ -8,10 +8,12 @@ Put that names replicas (a copy the master ordered) is answered once ``min_repli
 this one included, hold every blob.
 
 A secure node serves only requests with the master's grant, or relays (``datanode/grants.py``).
+``ROUTES`` below says which request each handler serves and who may send it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import shutil
@@ -28,6 +30,7 @@ from blizzard.net.file_modes import private_dir
 from blizzard.net.log_limit import Throttled
 from blizzard.net.transport import Endpoint
 from blizzard.server.fd_limits import is_fd_pressure
+from blizzard.server.registry import ROLES, Route, Routes
 from blizzard.server.router import RouterServer, error_reply
 from blizzard.server.wake_pipe import WakePipe
 from blizzard.wire import protocol as p
@@ -36,7 +39,7 @@ from blizzard.wire.errors import (BlizzardError, InvalidArgument, PayloadTooLarg
 from datanode import meta
 from datanode.cluster_id import ClusterMembership
 from datanode.config import DatanodeConfig, load_node_id
-from datanode.grants import Gate
+from datanode.grants import DELETERS, Gate
 from datanode.jobs import PutJob, Refusals
 from datanode.leader import Leader
 from datanode.metrics import DatanodeMetrics
@@ -50,6 +53,30 @@ MAX_PEERS = 64  # connections to other data nodes kept open; the least recently 
 MAX_FORWARD = 16  # replicas one put may name
 RETRY_S = 0.2  # the next heartbeat after a standby's refusal: it may be the primary any moment
 REOPEN_S = 10.0  # a store that failed for want of descriptors is reopened this often at most
+
+# Every request a data node serves: its handler, and who may send it with security on. Puts
+# and gets are any key's that shows the master's grant (a data node relays puts without one):
+# the grant decides, not the role (``datanode/grants.py``); the roles that may list metadata
+# and delete are checked where those requests are served (``meta.page``, ``Gate``). A data
+# node logs no records: its store is its state.
+ROUTES = Routes([
+    #     op           handler       who may send
+    Route(p.Put,       "put",        ROLES),  # stored with the pass's other puts (``_write``)
+    Route(p.Get,       "get",        ROLES),
+    Route(p.ListMeta,  "list_meta",  meta.READERS),  # a rebuilding master's (master/rebuild.py)
+    Route(p.Delete,    "delete",     DELETERS),
+])
+
+
+@dataclasses.dataclass
+class Pass:
+    """What one pass's requests leave for its one synced write of puts."""
+
+    started: float  # when the pass took its requests up (``perf_counter``)
+    puts: list[tuple[bytes, int, p.Put]] = dataclasses.field(default_factory=list)
+    refused: Refusals = dataclasses.field(default_factory=Refusals)  # reported puts refused
+    # ids of granted puts stored here before: reported stored again, not rewritten
+    again: list[int] = dataclasses.field(default_factory=list)
 
 
 class DatanodeServer:
@@ -81,6 +108,7 @@ class DatanodeServer:
         self.metrics = DatanodeMetrics(self)  # timings always; served with a metrics port
         self.pressure = Throttled(log)  # out of file descriptors: a line now and then
         self.reopen_at = 0.0  # monotonic: the store may be reopened from then on
+        self.handlers = ROUTES.bind(self)  # who serves which op
 
     @property
     def master(self) -> Endpoint:
@@ -170,51 +198,57 @@ class DatanodeServer:
     # -- requests ----------------------------------------------------------------------------
 
     def _handle(self, requests: list[tuple[bytes, int, Any]]) -> None:
-        puts: list[tuple[bytes, int, p.Put]] = []
-        refused = Refusals()  # puts with ``report`` that failed their checks
-        again: list[int] = []  # ids of granted puts stored before: reported, not rewritten
-        started = time.perf_counter()  # the pass took its requests up
+        """Each request to its handler, which replies (a put: after the pass's write)."""
+        batch = Pass(time.perf_counter())
         for peer, rid, msg in requests:
+            handler = self.handlers.get(type(msg))
             try:
-                if isinstance(msg, p.Put):
-                    try:
-                        self._check_put(msg, peer)
-                    except BlizzardError as exc:
-                        if not msg.report or len(msg.ids) > p.MAX_BATCH:
-                            raise
-                        refused.add(msg.ids, exc.message)
-                        continue
-                    if msg.grant is not None and msg.report and \
-                            self._stored_before(msg, again, refused):
-                        continue
-                    puts.append((peer, rid, msg))
-                elif isinstance(msg, p.Get):
-                    self.router.reply(peer, rid, read(self.store, msg, self.gate, peer))
-                    self.metrics.since("get", started)
-                elif isinstance(msg, p.ListMeta):  # a rebuilding master's (master/rebuild.py)
-                    self.router.reply(peer, rid, meta.page(
-                        self.store, msg, self.node_id, self.addr, self.cluster.cluster_id,
-                        (lambda: self.router.role_of(peer)) if self.gate is not None else None))
-                elif isinstance(msg, p.Delete):
-                    if len(msg.ids) > p.MAX_BATCH:
-                        raise InvalidArgument("a delete takes at most 10000 ids")
-                    if self.gate is not None:
-                        self.gate.check_delete(msg, peer)
-                    self.store.delete_many(msg.ids)
-                    self.router.reply(peer, rid, p.Ok())
-                    self.metrics.since("delete", started)
-                else:
+                if handler is None:
                     raise InvalidArgument(f"a data node does not serve {p.op_name(msg)}")
+                handler(msg, peer, rid, batch)
             except BlizzardError as exc:
                 self.router.reply(peer, rid, error_reply(exc))
             except Exception as exc:  # a bug must cost one request, never the node (P7)
                 log.exception("internal error handling %s", p.op_name(msg))
                 self.router.reply(peer, rid, p.Error("internal", f"internal error: "
                                                      f"{type(exc).__name__}: {str(exc)[:200]}"))
-        if puts:
-            self._write(puts, refused, started, again)  # reports the pass's puts, refused too
+        if batch.puts:  # reports the pass's puts, refused ones too
+            self._write(batch.puts, batch.refused, batch.started, batch.again)
         else:
-            self._send_report(again, refused)
+            self._send_report(batch.again, batch.refused)
+
+    def put(self, msg: p.Put, peer: bytes, rid: int, batch: Pass) -> None:
+        """Checked now, written with the pass's other puts; a put with ``report`` that fails
+        its checks is refused to the master (the producer gets no reply)."""
+        try:
+            self._check_put(msg, peer)
+        except BlizzardError as exc:
+            if not msg.report or len(msg.ids) > p.MAX_BATCH:
+                raise
+            batch.refused.add(msg.ids, exc.message)
+            return
+        if msg.grant is not None and msg.report and \
+                self._stored_before(msg, batch.again, batch.refused):
+            return
+        batch.puts.append((peer, rid, msg))
+
+    def get(self, msg: p.Get, peer: bytes, rid: int, batch: Pass) -> None:
+        self.router.reply(peer, rid, read(self.store, msg, self.gate, peer))
+        self.metrics.since("get", batch.started)
+
+    def list_meta(self, msg: p.ListMeta, peer: bytes, rid: int, batch: Pass) -> None:
+        self.router.reply(peer, rid, meta.page(
+            self.store, msg, self.node_id, self.addr, self.cluster.cluster_id,
+            (lambda: self.router.role_of(peer)) if self.gate is not None else None))
+
+    def delete(self, msg: p.Delete, peer: bytes, rid: int, batch: Pass) -> None:
+        if len(msg.ids) > p.MAX_BATCH:
+            raise InvalidArgument("a delete takes at most 10000 ids")
+        if self.gate is not None:
+            self.gate.check_delete(msg, peer)
+        self.store.delete_many(msg.ids)
+        self.router.reply(peer, rid, p.Ok())
+        self.metrics.since("delete", batch.started)
 
     def _stored_before(self, msg: p.Put, again: list[int], refused: "Refusals") -> bool:
         """True if a granted put names ids this node holds already: a retry (every id here)

@@ -16,14 +16,12 @@ the operator vouches for it (``datanode --join-cluster ID``).
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import secrets
 from typing import Any, Callable
 
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import ForeignCluster
-from master.datanodes import DatanodeReports
 from master.records import ClusterCreated
 from master.state import State
 
@@ -40,10 +38,8 @@ def new_cluster_id() -> str:
 class ClusterIdentity:
     """The master's cluster id, and the gate every heartbeat passes before it registers a node."""
 
-    def __init__(self, state: State, log_record: Callable[[Any], None],
-                 datanodes: DatanodeReports) -> None:
+    def __init__(self, state: State, log_record: Callable[[Any], None]) -> None:
         self.state = state
-        self.datanodes = datanodes
         self.refused: set[tuple[str, str]] = set()  # (node id, its cluster id) logged already
         made = not state.cluster_id  # a first start, or a data dir from before cluster ids
         if made:
@@ -54,10 +50,10 @@ class ClusterIdentity:
     def cluster_id(self) -> str:
         return self.state.cluster_id
 
-    def heartbeat(self, msg: p.Heartbeat, now: float, mono: float, peer: bytes = b"",
-                  rid: int = 0) -> p.HeartbeatReply:
-        """A node of this cluster (or a fresh one, which adopts this id) is served as usual;
-        a node of another cluster gets ``ForeignCluster`` and is not registered."""
+    def admit(self, msg: p.Heartbeat) -> None:
+        """A node of this cluster (or a fresh one, which adopts this id with the heartbeat's
+        reply) passes; a node of another cluster gets ``ForeignCluster``, before it is
+        registered."""
         if msg.cluster_id and msg.cluster_id != self.cluster_id:
             self._log_refusal(msg.node_id[:64], msg.cluster_id[:64])
             raise ForeignCluster(
@@ -71,8 +67,6 @@ class ClusterIdentity:
                 "the right one, and did this master keep its data dir? To attach the node "
                 f"anyway (its blobs that no item here names get deleted), restart it with "
                 f"--join-cluster {self.cluster_id}")
-        reply = self.datanodes.heartbeat(msg, now, mono, peer, rid)
-        return dataclasses.replace(reply, cluster_id=self.cluster_id)
 
     def _log_refusal(self, node_id: str, cluster_id: str) -> None:
         """Once per node and foreign id: a refused node heartbeats every second."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from itertools import islice
-from typing import Any, Callable
+from typing import Any
 
 from blizzard.wire import protocol as p
 from master.records import AddReplicas, BuryItems, RedriveItems, ReleaseItems
@@ -30,8 +30,6 @@ log = logging.getLogger(__name__)
 MAX_WAITING = 200_000  # ids with changes waiting for one node
 MAX_PER_REPLY = 2_000  # ids whose metadata one heartbeat reply carries
 CHANGES = (ReleaseItems, BuryItems, RedriveItems)
-
-Handler = Callable[..., p.HeartbeatReply]
 
 
 class MetaSync:
@@ -90,10 +88,7 @@ class MetaSync:
                 groups.setdefault(same, []).append(item_id)
         return [p.ItemMeta(ids, *same) for same, ids in groups.items()]
 
-    def replying(self, handler: Handler) -> Handler:
-        """``handler`` (the heartbeat's) with this node's waiting changes added to its reply."""
-        def heartbeat(msg: p.Heartbeat, *args: Any) -> p.HeartbeatReply:
-            reply = handler(msg, *args)
-            changes = self.take(msg.node_id)
-            return dataclasses.replace(reply, meta=changes) if changes else reply
-        return heartbeat
+    def add_to(self, reply: p.HeartbeatReply, node: str) -> p.HeartbeatReply:
+        """``reply`` (to ``node``'s heartbeat) with the node's waiting changes."""
+        changes = self.take(node)
+        return dataclasses.replace(reply, meta=changes) if changes else reply

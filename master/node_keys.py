@@ -21,7 +21,6 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable
 
-from blizzard.wire import protocol as p
 from blizzard.wire.errors import Forbidden
 from master.records import NodeKeyBound
 from master.state import State
@@ -62,21 +61,10 @@ class NodeKeys:
         log.info("data node %s speaks with key %s%s", node_id, key[:8],
                  f" (moved from {held})" if held else "")
 
-    def only_own(self, handler: Callable[..., Any]) -> Callable[..., Any]:
-        """A handler of a node's report (``PutReport``, ``Replicated``, ``Inventory``) that
-        takes it only from the key bound to the node id it names."""
-        def report(msg: Any, now: float, mono: float, peer: bytes = b"", *rest: Any) -> Any:
-            key = self.key_of(peer)
-            if key and self.state.node_keys.get(msg.node_id) != key:
-                raise Forbidden(f"this data node key does not speak for {msg.node_id[:64]}; a "
-                                "node reports on its own blobs only")
-            return handler(msg, now, mono, peer, *rest)
-        return report
-
-    def guard(self, handler: Callable[..., Any]) -> Callable[..., Any]:
-        """A heartbeat handler that first checks the node id against the peer's key."""
-        def heartbeat(msg: p.Heartbeat, now: float, mono: float, peer: bytes = b"",
-                      *rest: Any) -> Any:
-            self.check(msg.node_id, peer, mono)
-            return handler(msg, now, mono, peer, *rest)
-        return heartbeat
+    def check_own(self, node_id: str, peer: bytes) -> None:
+        """``Forbidden`` unless the peer's key is bound to ``node_id``: a node's report
+        (``PutReport``, ``Replicated``, ``Inventory``) is of its own blobs only."""
+        key = self.key_of(peer)
+        if key and self.state.node_keys.get(node_id) != key:
+            raise Forbidden(f"this data node key does not speak for {node_id[:64]}; a "
+                            "node reports on its own blobs only")

@@ -39,10 +39,6 @@ class Removals:
         self.leases = leases
         self.enqueues = enqueues
 
-    def handlers(self) -> dict[type, Callable[..., Any]]:
-        return {p.RemoveNode: self.remove_node, p.DeleteItem: self.delete_item,
-                p.DeleteQueue: self.delete_queue}
-
     # -- data nodes ----------------------------------------------------------------------------
 
     def remove_node(self, msg: p.RemoveNode, now: float, mono: float, *_: Any) -> p.Removed:

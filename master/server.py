@@ -1,11 +1,12 @@
 """The master's server loop: decode -> decide records -> append to WAL -> apply -> fsync -> reply.
 
 Each ``run_once`` pass drains up to a few hundred requests and hands each to its handler
-(the dispatch table at the end of ``__init__`` says who serves which op), runs the timers
+(``ROUTES`` below says who serves which op, who may send it and what it logs), runs the timers
 (lease expiry, pending-enqueue expiry, long-poll waiters, dead nodes), then makes everything
 durable with one fsync and only then sends the replies (group commit).
 
-The concepts live in collaborators: ``ItemIds`` (ids), ``Blocks`` (ids handed out, put reports), ``Enqueues`` (enqueue, commit, staged),
+The concepts live in collaborators: ``ItemIds`` (ids), ``Blocks`` (ids handed out, put
+reports), ``Enqueues`` (enqueue, commit, staged),
 ``Leases`` (lease, ack, nack, extend, waiters, expiry), ``QueueAdmin``, ``DatanodeReports``,
 ``Deletes``, ``SafeMode``, ``CapabilityKeys`` (the grants' signing keys), ``ClusterIdentity``
 (the cluster id heartbeats are checked against), ``Removals`` (node remove, item and queue
@@ -15,6 +16,7 @@ to change durable state.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
@@ -27,6 +29,7 @@ from blizzard.net import keys as k
 from blizzard.net import secure
 from blizzard.net.file_modes import private_dir
 from blizzard.server import ready_file
+from blizzard.server.registry import ADMIN, CLIENT, NODE, ROLES, STANDBY, Route, Routes
 from blizzard.server.router import RouterServer, error_reply
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import BlizzardError, Forbidden, InvalidArgument
@@ -66,21 +69,57 @@ MAX_REQUEST_BYTES = 8 * 1024 * 1024
 
 Handler = Callable[[Any, float, float, bytes, int], Any]
 
-# Who may ask what, when security is on (a connection's role is its CURVE key's).
-# An op in no set is refused to every key. A client may create a queue (``Configure`` with
-# ``create``, as enqueueing to a new queue does); changing one is an admin's. ``BadReplica``
-# comes from readers: from a client it counts only for items leased at the time.
-NODE_OPS = frozenset({p.Heartbeat, p.PutReport, p.Replicated, p.Inventory})
-CLIENT_OPS = frozenset({p.Place, p.Enqueue, p.Commit, p.Lease, p.Ack, p.Nack, p.Extend,
-                        p.Regrant, p.Stats, p.ListQueues, p.BadReplica})
-ADMIN_OPS = frozenset({p.Configure, p.Purge, p.Redrive, p.Peek})
-# Operator removals (master/removal.py: forget a dead node, delete an item or a queue).
-ADMIN_OPS |= frozenset({p.RemoveNode, p.DeleteItem, p.DeleteQueue})
-ANY_OPS = frozenset({p.Ping, p.Hello, p.Status})
-CLIENT_OPS |= {p.Lookup, p.Bury, p.TaskStats}  # tasks: HTTP push delivery (master/tasks.py)
-CLIENT_OPS |= {p.Head}  # sharding: a queue's head here (master/heads.py)
-ALLOWED = {"node": NODE_OPS | ANY_OPS, "client": CLIENT_OPS | ANY_OPS,
-           "admin": CLIENT_OPS | ADMIN_OPS | ANY_OPS, "master": {p.Follow} | ANY_OPS}
+# Every request the master serves: its handler (on ``MasterServer``), the roles whose keys may
+# send it with security on (``blizzard/server/registry.py``; an op routed nowhere is refused to
+# all), and the WAL records it may log. The dispatch table and the allow-list are made from it.
+# Besides, a client may create a queue (``Configure`` with ``create``, as enqueueing to a new
+# queue does: ``_allowed``); ``BadReplica`` comes from readers: from a client it counts only
+# for items leased at the time.
+ANYONE, USERS, OPERATORS = ROLES, (CLIENT, ADMIN), (ADMIN,)
+R = records
+ROUTES = Routes([
+    #     op              handler                  who may send  WAL records it may log
+    Route(p.Ping,         "ping",                  ANYONE),
+    Route(p.Hello,        "hello",                 ANYONE),
+    Route(p.Status,       "admin.status",          ANYONE),
+    # producers: ids and where to put them, enqueue, commit of staged items (master/enqueue.py)
+    Route(p.Place,        "id_blocks.place",       USERS,     (R.Reserve,)),
+    Route(p.Enqueue,      "enqueue",               USERS,     (R.CommitItems,)),
+    Route(p.Commit,       "commit",                USERS,     (R.CommitItems,)),
+    # consumers: leases and how they end (master/leases.py)
+    Route(p.Lease,        "leases.lease_request",  USERS,     (R.LeaseItems, R.AckItems)),
+    Route(p.Ack,          "leases.ack",            USERS,     (R.AckItems,)),
+    Route(p.Nack,         "leases.nack",           USERS,     (R.ReleaseItems,)),
+    Route(p.Extend,       "leases.extend",         USERS,     (R.LeaseItems,)),
+    Route(p.Regrant,      "leases.regrant",        USERS),
+    Route(p.BadReplica,   "datanodes.bad_replica", USERS,     (R.DropReplicas,)),
+    # HTTP push delivery (master/tasks.py); a queue's head, for sharding (master/heads.py)
+    Route(p.Lookup,       "tasks.lookup",          USERS),
+    Route(p.Bury,         "tasks.bury",            USERS,     (R.BuryItems, R.ReleaseItems)),
+    Route(p.TaskStats,    "tasks.task_stats",      USERS),
+    Route(p.Head,         "heads.head",            USERS),
+    # queues (master/admin.py): a client reads them, an admin changes them
+    Route(p.Stats,        "admin.stats",           USERS),
+    Route(p.ListQueues,   "admin.list_queues",     USERS),
+    Route(p.Configure,    "admin.configure",       OPERATORS, (R.ConfigureQueue,)),
+    Route(p.Purge,        "admin.purge",           OPERATORS, (R.AckItems,)),
+    Route(p.Redrive,      "admin.redrive",         OPERATORS, (R.RedriveItems,)),
+    Route(p.Peek,         "admin.peek",            OPERATORS),
+    # operator removals: forget a dead node, delete an item or a queue (master/removal.py)
+    Route(p.RemoveNode,   "removals.remove_node",  OPERATORS, (R.ForgetNode,)),
+    Route(p.DeleteItem,   "removals.delete_item",  OPERATORS, (R.DeleteItems,)),
+    Route(p.DeleteQueue,  "removals.delete_queue", OPERATORS, (R.DeleteQueue,)),
+    # data nodes, each on its own node id only (the methods below; master/datanodes.py)
+    Route(p.Heartbeat,    "heartbeat",             (NODE,),   (R.NodeKeyBound, R.NodeSeen)),
+    Route(p.PutReport,    "put_report",            (NODE,)),
+    Route(p.Replicated,   "replicated",            (NODE,),   (R.AddReplicas, R.DropReplicas)),
+    Route(p.Inventory,    "inventory",             (NODE,),   (R.AddReplicas, R.DropReplicas)),
+    # a standby following the log (master/wal_shipping.py)
+    Route(p.Follow,       "replication.follow",    (STANDBY,), (R.StandbySynced,)),
+])
+ALLOWED = ROUTES.allowed  # role -> the ops its keys may send
+NODE_OPS = ROUTES.only(NODE)  # for the refusal's words: "only data nodes may send ..."
+ADMIN_OPS = ROUTES.only(ADMIN)  # "... it needs an admin key"
 
 
 class MasterServer:
@@ -120,11 +159,11 @@ class MasterServer:
         self.meta_sync = MetaSync(self.state)  # metadata changes for the nodes, on heartbeats
         self.ids = ItemIds(self.state, self.log_record, config.id_block)
         self.repair = Repairer(self.state, self.membership, config.replication)
-        self.blocks = Blocks(config, self.ids, self.membership, self.safe_mode, self.deletes,
-                             self.capabilities, self._kept_on)
+        self.id_blocks = Blocks(config, self.ids, self.membership, self.safe_mode, self.deletes,
+                                self.capabilities, self._kept_on)
         # who may create queues, with which settings (master/queue_policy.py)
         self.queue_policy = QueuePolicy(config, self.state, self.router.role_of)
-        self.enqueues = Enqueues(config, self.state, self.log_record, self.blocks, self.deletes,
+        self.enqueues = Enqueues(config, self.state, self.log_record, self.id_blocks, self.deletes,
                                  self.counts, self.queue_policy)
         # sharding: a queue's head here, asked for, told with leases, published (master/heads.py)
         self.heads = Heads(self.state, config.shard, self.ctx, config.heads_bind, keys,
@@ -152,51 +191,23 @@ class MasterServer:
         self.checkpoints = Checkpointer(wal, config.checkpoint_records, replayed,
                                         self.metrics.checkpointed,
                                         lambda: self.replication.keep_from())
-        self.handlers: dict[type, Handler] = {
-            p.Place: self.blocks.place,
-            p.Enqueue: self.enqueue,
-            p.PutReport: self.blocks.report,
-            p.Commit: self.commit,
-            p.Lease: self.leases.lease_request,
-            p.Ack: self.leases.ack,
-            p.Nack: self.leases.nack,
-            p.Extend: self.leases.extend,
-            p.Regrant: self.leases.regrant,
-            p.Stats: self.admin.stats,
-            p.ListQueues: self.admin.list_queues,
-            p.Configure: self.admin.configure,
-            p.Purge: self.admin.purge,
-            p.Peek: self.admin.peek,
-            p.Redrive: self.admin.redrive,
-            p.Status: self.admin.status,
-            p.Ping: lambda *_: p.Ok(),  # answered after the pass's fsync, like every reply
-            p.Hello: self.hello,
-            p.Heartbeat: self.datanodes.heartbeat,
-            p.Replicated: self.datanodes.replicated,
-            p.Inventory: self.datanodes.inventory,
-            p.BadReplica: self.datanodes.bad_replica,
-        }
-        self.handlers.update({p.Lookup: self.tasks.lookup, p.Bury: self.tasks.bury,
-                              p.TaskStats: self.tasks.task_stats})
-        self.handlers[p.Head] = self.heads.head
-        # The cluster id gates heartbeats (master/cluster_id.py); operator removals.
-        self.identity = ClusterIdentity(self.state, self.log_record, self.datanodes)
+        # the cluster id gates heartbeats (master/cluster_id.py); operator removals
+        self.identity = ClusterIdentity(self.state, self.log_record)
         self.removals = Removals(self.state, self.log_record, self.membership, self.safe_mode,
                                  self.repair, self.deletes, self.leases, self.enqueues)
-        self.handlers.update(self.removals.handlers())
         # standbys (master/wal_shipping.py): they follow the log; replies wait for a synced one
         self.replication = Replication(self, sync=config.sync_standby,
                                        failover_after_s=config.failover_after_s,
                                        keys=k.master_keys(config.keys)[1] if config.keys else None)
-        heartbeat = self.meta_sync.replying(self.identity.heartbeat)  # rebuild: item changes
         # a node's key speaks for its own node id only (master/node_keys.py)
         self.node_keys = NodeKeys(self.state, self.log_record, self._key_of, self._revoked,
                                   self._node_alive)
-        self.handlers.update({p.Follow: self.replication.follow,
-                              p.Heartbeat: self.node_keys.guard(
-                                  self.replication.guard_heartbeat(heartbeat))})
-        for kind in (p.PutReport, p.Replicated, p.Inventory):  # of its own node only
-            self.handlers[kind] = self.node_keys.only_own(self.handlers[kind])
+        self.handlers: dict[type, Handler] = ROUTES.bind(self)  # who serves which op
+
+    # -- requests anyone may send ------------------------------------------------------------
+
+    def ping(self, msg: p.Ping, *_: Any) -> p.Ok:
+        return p.Ok()  # answered after the pass's fsync, like every reply
 
     def hello(self, msg: p.Hello, now: float, mono: float, peer: bytes, rid: int) -> p.Welcome:
         config = self.config
@@ -236,7 +247,7 @@ class MasterServer:
         """With security on, an enqueue must show the grant of the ids' placement: ids are
         sequential, and another client's ids must not be enqueued into this one's queue."""
         if self.router.role_of(peer) is not None:
-            self.capabilities.check_owned(msg.grant, msg.ids, self.blocks.holds)
+            self.capabilities.check_owned(msg.grant, msg.ids, self.id_blocks.holds)
         return self.enqueues.enqueue(msg, now, mono, peer, rid)
 
     def commit(self, msg: p.Commit, now: float, mono: float, peer: bytes, rid: int) -> Any:
@@ -245,6 +256,39 @@ class MasterServer:
             self.enqueues.check_stager(
                 msg, lambda grant: self.capabilities.check_owned(grant, [grant.first]))
         return self.enqueues.commit(msg, now, mono, peer, rid)
+
+    # -- data nodes: each request's checks in order, then its collaborator -------------------
+
+    def heartbeat(self, msg: p.Heartbeat, now: float, mono: float, peer: bytes,
+                  rid: int) -> p.HeartbeatReply:
+        """A data node's heartbeat, step by step: the node's key may speak for its node id
+        (``master/node_keys.py``); a newer epoch the node saw, with the masters' proof, fences
+        this master (``master/wal_shipping.py``); the node is of this cluster
+        (``master/cluster_id.py``); it is registered and given its orders
+        (``master/datanodes.py``). The reply carries this cluster's id, the changed metadata
+        of items the node holds (``master/meta_sync.py``) and this master's epoch with its proof.
+        """
+        self.node_keys.check(msg.node_id, peer, mono)
+        self.replication.fence_by(msg)
+        self.identity.admit(msg)
+        reply = self.datanodes.heartbeat(msg, now, mono, peer, rid)
+        reply = dataclasses.replace(reply, cluster_id=self.identity.cluster_id)
+        return self.replication.stamp(self.meta_sync.add_to(reply, msg.node_id))
+
+    def put_report(self, msg: p.PutReport, now: float, mono: float, peer: bytes,
+                   rid: int) -> None:
+        self.node_keys.check_own(msg.node_id, peer)
+        return self.id_blocks.report(msg, now, mono, peer, rid)
+
+    def replicated(self, msg: p.Replicated, now: float, mono: float, peer: bytes,
+                   rid: int) -> p.Ok:
+        self.node_keys.check_own(msg.node_id, peer)
+        return self.datanodes.replicated(msg, now, mono, peer, rid)
+
+    def inventory(self, msg: p.Inventory, now: float, mono: float, peer: bytes,
+                  rid: int) -> p.Ok:
+        self.node_keys.check_own(msg.node_id, peer)
+        return self.datanodes.inventory(msg, now, mono, peer, rid)
 
     def _kept_on(self, item_id: int) -> tuple[str, ...] | None:
         """The nodes the master counts an id's blob on: an item's replicas, a staged item's

@@ -41,7 +41,7 @@ class Wakes:
         s = self.server
         soon = [t for t in (s.leases.next_wake(), s.heads.wake(), s.heads.next_round())
                 if t is not None]
-        for heap in (s.enqueues.expiry, s.enqueues.timeouts, s.blocks.expiry):
+        for heap in (s.enqueues.expiry, s.enqueues.timeouts, s.id_blocks.expiry):
             if heap:  # (monotonic deadline, ...): staged items, parked enqueues, id blocks
                 soon.append(heap[0][0])
         deadline = s.state.expiries.next_deadline()  # wall-clock time, as leases are given

@@ -119,23 +119,21 @@ class Replication:
         if msg.name not in self.seen and len(self.seen) >= MAX_STANDBYS:
             raise InvalidArgument(f"this primary follows at most {MAX_STANDBYS} standby names")
 
-    def guard_heartbeat(self, handler: Callable[..., Any]) -> Callable[..., Any]:
-        """A heartbeat handler that fences this master when the node saw a newer epoch (and
-        shows the masters' proof of it: ``master/epoch_proof.py``), and tells the node this
-        master's epoch with its proof."""
-        def heartbeat(msg: p.Heartbeat, *args: Any) -> Any:
-            state = self.server.state
-            if msg.cluster_id == state.cluster_id and msg.epoch > state.epoch:
-                if self.proof.believes(msg.cluster_id, msg.epoch, msg.epoch_proof):
-                    self.check_epoch(msg.epoch, f"data node {msg.node_id[:64]}")
-                else:
-                    self._unproven(msg)
-            reply = handler(msg, *args)
-            if isinstance(reply, p.HeartbeatReply):
-                reply = dataclasses.replace(reply, epoch=state.epoch, epoch_proof=self.proof.make(
-                    state.cluster_id, state.epoch))
-            return reply
-        return heartbeat
+    def fence_by(self, msg: p.Heartbeat) -> None:
+        """Fence this master if a data node of its cluster saw a newer epoch and shows the
+        masters' proof of it (``master/epoch_proof.py``)."""
+        state = self.server.state
+        if msg.cluster_id == state.cluster_id and msg.epoch > state.epoch:
+            if self.proof.believes(msg.cluster_id, msg.epoch, msg.epoch_proof):
+                self.check_epoch(msg.epoch, f"data node {msg.node_id[:64]}")
+            else:
+                self._unproven(msg)
+
+    def stamp(self, reply: p.HeartbeatReply) -> p.HeartbeatReply:
+        """``reply`` telling the data node this master's epoch, with its proof."""
+        state = self.server.state
+        return dataclasses.replace(reply, epoch=state.epoch,
+                                   epoch_proof=self.proof.make(state.cluster_id, state.epoch))
 
     def _unproven(self, msg: p.Heartbeat) -> None:
         """A node named a newer epoch without the masters' proof: ignored (every

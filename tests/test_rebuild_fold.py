@@ -165,8 +165,7 @@ def test_heartbeat_replies_carry_the_changes_of_the_node_that_asked():
     for rec in (LeaseItems([1], [11], 100.0, "l"), ReleaseItems([1], [0.0], "x")):
         state.apply(rec)
         sync.saw(rec)
-    handler = sync.replying(lambda msg, *args: p.HeartbeatReply([], [], False, [], "c1"))
-    reply = handler(p.Heartbeat("dn-a", "tcp://h:1", 0, 0, 0, "c1"), 0.0, 0.0, b"", 1)
+    plain = p.HeartbeatReply([], [], False, [], "c1")
+    reply = sync.add_to(plain, "dn-a")
     assert [(m.ids, m.attempts) for m in reply.meta] == [([1], 1)]
-    assert handler(p.Heartbeat("dn-a", "tcp://h:1", 0, 0, 0, "c1"), 0.0, 0.0, b"", 1) == \
-        dataclasses.replace(reply, meta=[])
+    assert sync.add_to(plain, "dn-a") == dataclasses.replace(reply, meta=[])
