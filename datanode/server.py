@@ -146,7 +146,7 @@ class DatanodeServer:
         """
         endpoints = [self.master, *self.peers.values()]
         try:
-            dealers = {ep._socket(): ep for ep in endpoints}
+            dealers = {ep.open_socket(): ep for ep in endpoints}
         except zmq.ZMQError as exc:
             if not is_fd_pressure(exc):
                 raise

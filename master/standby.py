@@ -110,7 +110,7 @@ class StandbyServer:
             self._follow(mono)
         poller = zmq.Poller()
         poller.register(self.router.sock, zmq.POLLIN)
-        poller.register(self.primary._socket(), zmq.POLLIN)
+        poller.register(self.primary.open_socket(), zmq.POLLIN)
         poller.poll(timeout_ms)
         for peer, rid, msg in self.router.receive(0):
             self._answer(peer, rid, msg)

@@ -69,7 +69,9 @@ class Endpoint:
         self.closed = False  # by ``close``: no socket is opened again
         self.answered = False  # a reply came at some time (a ``reset`` keeps this)
 
-    def _socket(self) -> zmq.Socket:
+    def open_socket(self) -> zmq.Socket:
+        """The DEALER socket, opened and connected if it is not: what a caller polls in a poller
+        of its own (a server's loop)."""
         if self.sock is None:
             if self.closed:
                 raise ClientClosed(f"the connection to {self.addr} was closed: make a new client")
@@ -120,7 +122,7 @@ class Endpoint:
         try:
             # Copied into libzmq's own buffer: a zero-copy frame would leave libzmq's I/O thread
             # reading a Python object that the interpreter may free first (at exit, a segfault).
-            self._socket().send(protocol.encode(rid, msg), zmq.NOBLOCK, copy=True)
+            self.open_socket().send(protocol.encode(rid, msg), zmq.NOBLOCK, copy=True)
         except zmq.Again:
             self.reset()
             raise TimeoutError(f"cannot send to {self.addr}: queue full") from None
@@ -145,7 +147,7 @@ class Endpoint:
 
         Handshake events seen meanwhile are noted (``handshake_failure``).
         """
-        sock = self._socket()
+        sock = self.open_socket()
         assert self.poller is not None
         ready = self.poller.poll(timeout_ms)
         if len(ready) == 1 and ready[0][0] is sock:
@@ -161,7 +163,7 @@ class Endpoint:
         ``EVENTS`` says whether a frame is there, which is cheaper than a ``recv`` that raises
         ``zmq.Again`` at the end of every batch.
         """
-        sock = self._socket()
+        sock = self.open_socket()
         while self.sock is sock and sock.get(_EVENTS) & _POLLIN:
             self._keep(sock.recv(zmq.NOBLOCK, copy=True))
 
@@ -205,7 +207,7 @@ class Replies:
         if len(self.endpoints) > 1:  # the common case, one socket, uses the endpoint's poller
             self.poller = zmq.Poller()
             for ep in self.endpoints:
-                self.poller.register(ep._socket(), zmq.POLLIN)
+                self.poller.register(ep.open_socket(), zmq.POLLIN)
                 assert ep.watch is not None
                 self.poller.register(ep.watch.monitor, zmq.POLLIN)
 
