@@ -39,7 +39,6 @@ from master.wal import Wal, WalCorrupt, scan
 log = logging.getLogger(__name__)
 
 RESEND_S = 1.0  # a Follow unanswered this long is sent again (the primary parks it 0.25 s)
-STANDBY_SERVING_LOGGED = "standby of "  # logged as the loop starts (the harness waits for it)
 
 
 class StandbyServer:
@@ -83,7 +82,7 @@ class StandbyServer:
     # -- loop --------------------------------------------------------------------------------
 
     def serve_forever(self) -> None:
-        log.info("%s%s serving on %s (data dir %s, epoch %d)", STANDBY_SERVING_LOGGED,
+        log.info("standby of %s serving on %s (data dir %s, epoch %d)",
                  self.config.standby_of, self.config.bind, self.config.data_dir, self.state.epoch)
         while not self._stopping and self.master is None:
             self.run_once(50)
