@@ -12,10 +12,11 @@ import blizzard
 from blizzard.client.api import BlizzardClient, Producing, Staging, UnawaitedAcks, connect
 from blizzard.client.core import Client
 from blizzard.client.leases import Leases
+from blizzard.client.message import LeasedItem, Message
 from blizzard.client.producer import Producer, Stager
 from blizzard.client.sharded.client import ShardedClient
 from blizzard.client.sharded.writes import ShardedProducer, ShardedStager, ShardLeases
-from blizzard.wire.errors import InvalidArgument
+from blizzard.wire.errors import DataCorrupt, InvalidArgument
 
 # Public methods one class has and the interface does not, each on purpose.
 EXTRA: dict[type, dict[str, str]] = {
@@ -116,3 +117,35 @@ def test_client_of_a_list_is_still_a_sharded_client() -> None:
     """``Client(...)`` keeps working as before ``connect``."""
     with Client("tcp://127.0.0.1:9 tcp://127.0.0.1:11", timeout_s=1) as two:
         assert type(two) is ShardedClient
+
+
+class FakeShard:
+    """A shard's client whose reads of the ids in ``unreadable`` fail as ``Client.deliver``'s
+    do when no item of its part could be read."""
+
+    def __init__(self, master: str, unreadable: frozenset[int] = frozenset(), **_: Any) -> None:
+        self.ctx, self.timeout_s, self.keys, self.unreadable = None, 1.0, None, unreadable
+
+    def deliver(self, queue: str, items: list[LeasedItem]) -> list[Message]:
+        got = [i for i in items if i.id not in self.unreadable]
+        if not got:
+            raise DataCorrupt(f"items {[i.id for i in items]}")
+        return [Message(i.id, b"", queue, 0, 0, 0.0, i.lease, None) for i in got]  # type: ignore
+
+    def close(self) -> None:
+        pass
+
+
+def leased(item_id: int) -> LeasedItem:
+    return LeasedItem(item_id, 1, 0, 0, 0, 0, 0.0, [])
+
+
+def test_a_sharded_deliver_reads_each_item_on_its_shard_in_the_items_order():
+    one, two = 1 << 56, 2 << 56  # ids of shards 1 and 2
+    sharded = ShardedClient(["a", "b", "c"], FakeShard, heads=False, unreadable=frozenset({two}))
+    items = [leased(two + 1), leased(one), leased(3), leased(two)]
+    # shard 2 served item two + 1; its item two is given back by that shard's deliver
+    assert [m.id for m in sharded.deliver("q", items)] == [two + 1, one, 3]
+    # a batch no item of which could be read fails as Client.deliver does
+    with pytest.raises(DataCorrupt):
+        sharded.deliver("q", [leased(two)])
