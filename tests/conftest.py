@@ -1,4 +1,9 @@
-"""Shared fixtures: real clusters of processes on free loopback ports, logs shown on failure."""
+"""Shared fixtures: real clusters of processes on free loopback ports, logs shown on failure.
+
+Each test is in a tier by the fixtures it uses and its marks (``support/tiers.py``): unit
+(in-process, starts no process; ``scripts/test --fast``), cluster, spark, browser or root.
+Helpers shared by test files are in ``support/``: no test file imports another.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,6 @@ import contextlib
 import os
 import shutil
 import sys
-import time
 from typing import Callable, Iterator
 
 import pytest
@@ -15,6 +19,8 @@ import pytest
 from blizzard.local.harness import LocalCluster, process_keys
 from blizzard.local.shard_cluster import ShardedCluster
 from blizzard.net.keys import ENV as BLIZZARD_KEYS
+
+pytest_plugins = ["support.tiers", "pytester"]
 
 if not os.environ.get(BLIZZARD_KEYS):  # one key directory for the session's clusters and clients
     atexit.register(shutil.rmtree, os.path.dirname(process_keys()), True)
@@ -71,14 +77,3 @@ def pytest_runtest_makereport(item, call):
     rep = outcome.get_result()
     setattr(item, "rep_" + rep.when, rep)
 
-
-def wait_for(cond: Callable[[], object], timeout_s: float = 15.0, what: str = "condition") -> object:
-    """Poll ``cond`` until it returns something truthy, or fail after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(0.02)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import zlib
 
 import pytest
-from conftest import wait_for
+from support.wait import wait_for
 
 from blizzard.client.core import Client
 from blizzard.net.transport import call

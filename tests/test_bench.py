@@ -6,7 +6,10 @@ import json
 import subprocess
 import sys
 
+import pytest
 
+
+@pytest.mark.cluster
 def test_a_quick_bench_prints_every_measurement_with_cpu_per_part():
     proc = subprocess.run([sys.executable, "-m", "bench.throughput", "--quick", "--sizes", "256",
                            "--batches", "50", "--window", "2"],
@@ -34,6 +37,7 @@ def test_security_and_metrics_settings_combine_into_one_cluster_each(tmp_path):
     assert [metrics_of(c) for c in clusters_for(str(tmp_path), "on")] == ["off"]
 
 
+@pytest.mark.cluster
 def test_the_shard_rate_bench_counts_what_the_masters_did():
     """``scripts/bench-pei --rate-only`` end to end at a toy size: every cluster's medians
     carry CPU per item and the masters' counted work, which a real run must show."""

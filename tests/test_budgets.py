@@ -21,8 +21,8 @@ from master import enqueue
 from master import membership as membership_mod
 from master.deletes import Deletes
 from master.membership import Membership
-from tests.test_master_requests import (alloc, call, enqueue_msg, in_process_master, place, report,
-                                        waiting_replies)
+from support.in_process_master import (alloc, call, enqueue_msg, in_process_master, place, report,
+                                       waiting_replies)
 
 
 def test_the_decoder_refuses_shapes_no_message_has():

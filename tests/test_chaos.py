@@ -331,6 +331,7 @@ def test_the_report_shows_faults_backlog_and_figures(tmp_path):
 # -- a real run ------------------------------------------------------------------------------
 
 
+@pytest.mark.cluster
 def test_a_short_chaos_run_passes_the_checker(tmp_path):
     run_dir = tmp_path / "run"
     cmd = [sys.executable, "-m", "chaos", "run", "--seed", "1", "--duration-s",
@@ -351,6 +352,7 @@ def test_a_short_chaos_run_passes_the_checker(tmp_path):
     assert (run_dir / "timeline.png").exists() and (run_dir / "summary.txt").exists()
 
 
+@pytest.mark.cluster
 def test_a_short_sharded_chaos_run_passes_with_shard_masters_killed(tmp_path):
     run_dir = tmp_path / "run"
     cmd = [sys.executable, "-m", "chaos", "run", "--masters", "3", "--datanodes", "4",

@@ -9,10 +9,12 @@ import subprocess
 import sys
 
 import pytest
-from conftest import wait_for
+from support.wait import wait_for
 
 from blizzard import Client
 from blizzard.local.harness import free_port
+
+pytestmark = pytest.mark.cluster  # the real command, in processes of its own
 
 BLIZZARD = [sys.executable, "-m", "blizzard.cli"]
 

@@ -4,22 +4,10 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import subprocess
-import sys
+
+from support.cli import run
 
 from blizzard import Client
-
-BLIZZARD = [sys.executable, "-m", "blizzard.cli"]
-
-
-def run(*args: str, master: str, stdin: bytes = b"", check: bool = True) -> subprocess.CompletedProcess:
-    env = dict(os.environ, BLIZZARD_MASTER=master)
-    proc = subprocess.run([*BLIZZARD, *args], input=stdin, capture_output=True, env=env,
-                          timeout=60)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"exit {proc.returncode}: {proc.stdout!r}{proc.stderr!r}")
-    return proc
 
 
 def test_the_safe_way_dequeue_no_ack_json_then_ack_nack_extend(cluster):

@@ -18,11 +18,13 @@ import urllib.request
 
 import click
 import pytest
-from conftest import wait_for
-from processes import stop
+from support.processes import stop
+from support.wait import wait_for
 
 from blizzard import Client
 from blizzard.local.harness import free_port
+
+pytestmark = pytest.mark.cluster  # the real command, in processes of its own
 
 BLIZZARD = [sys.executable, "-m", "blizzard.cli"]
 

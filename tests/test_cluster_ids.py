@@ -16,9 +16,9 @@ import time
 import zlib
 
 import pytest
-from conftest import wait_for
-from test_cli_items import run
-from test_master_requests import NoRouter, in_process_master
+from support.cli import run
+from support.in_process_master import NoRouter, in_process_master
+from support.wait import wait_for
 
 from blizzard import Client
 from blizzard.local import harness
@@ -155,6 +155,7 @@ def test_a_master_data_dir_from_before_cluster_ids_gets_one(tmp_path):
     assert State.restore([header, *rows]).cluster_id == ""
 
 
+@pytest.mark.cluster
 def test_a_master_that_cannot_start_starts_no_data_node(tmp_path):
     cl = LocalCluster(str(tmp_path / "c"), datanodes=2, master_args=["--replication", "0"])
     try:
@@ -171,6 +172,7 @@ def cli(*args: str, **kw) -> subprocess.Popen:
                             text=True, **kw)
 
 
+@pytest.mark.cluster
 def test_a_second_cluster_command_on_the_same_ports_fails_clearly(tmp_path):
     port, node_port = free_port(), free_port()
     ports = ["--port", str(port), "--node-port", str(node_port), "--datanodes", "2"]
@@ -233,6 +235,7 @@ def test_an_unknown_node_with_blobs_and_no_id_is_refused_until_told_to_join():
     server.close()
 
 
+@pytest.mark.cluster
 def test_join_cluster_keeps_the_id_the_operator_gave(tmp_path):
     store = MemoryStore()
     assert ClusterMembership(store, "dddd000011112222").cluster_id == "dddd000011112222"

@@ -11,7 +11,7 @@ from blizzard.local.harness import free_port
 from blizzard.server.conn_guard import LOOK_AGAIN_S, STALL_S, Admission, Limits, Progress
 from blizzard.server.router import RouterServer
 from blizzard.wire import protocol as p
-from tests.conftest import wait_for
+from support.wait import wait_for
 
 LIMITS = Limits(max_open=10, max_pending=6, max_pending_per_addr=3, pending_s=5.0,
                 greeted_bytes=300)
@@ -153,7 +153,7 @@ def test_a_flood_of_idle_connections_is_cut_to_the_cap_and_real_clients_go_on():
 def test_the_heads_feed_port_is_guarded_too():
     """The master's other port (``--heads-bind``, an XPUB) caps idle connections the same way,
     and still tells its subscribers' departures."""
-    from tests.test_master_requests import in_process_master
+    from support.in_process_master import in_process_master
     port = free_port()
     master = in_process_master(replication=1, heads_bind=f"tcp://127.0.0.1:{port}")
     flood: list[socket.socket] = []

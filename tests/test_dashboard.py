@@ -7,12 +7,11 @@ import json
 import socket
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 
 import pytest
-from conftest import wait_for
+from support.http_get import get
+from support.wait import wait_for
 
 import blizzard.dashboard.sampler
 from blizzard import Client, InvalidArgument
@@ -178,16 +177,6 @@ def serve() -> Iterator:
 @pytest.fixture
 def page_server(serve) -> str:
     return serve()
-
-
-def get(url: str, method: str = "GET",
-        headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
-    request = urllib.request.Request(url, method=method, headers=headers or {})
-    try:
-        with urllib.request.urlopen(request, timeout=10) as r:
-            return r.status, dict(r.headers), r.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, dict(exc.headers), exc.read()
 
 
 def test_the_api_serves_the_state_as_json(page_server):

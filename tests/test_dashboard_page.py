@@ -12,12 +12,14 @@ import sys
 import tempfile
 
 import pytest
-from conftest import wait_for
-from processes import stop
-from test_dashboard import get
+from support.http_get import get
+from support.processes import stop
+from support.wait import wait_for
 
 from blizzard import Client
 from blizzard.local.harness import free_port
+
+pytestmark = pytest.mark.cluster  # the real command, in processes of its own
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"

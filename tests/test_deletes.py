@@ -9,10 +9,10 @@ import json
 import time
 
 import pytest
-from conftest import wait_for
-from test_cli_items import run
-from test_master_requests import (NoRouter, alloc, call, enqueue_msg, in_process_master, join,
-                                  place, report, waiting_replies)
+from support.cli import run
+from support.in_process_master import (NoRouter, alloc, call, enqueue_msg, in_process_master, join,
+                                       place, report, waiting_replies)
+from support.wait import wait_for
 
 from blizzard import Client
 from blizzard.net.transport import raise_if_error

@@ -14,9 +14,9 @@ import subprocess
 import time
 
 import pytest
-from conftest import wait_for
-from http_target import HttpTarget
-from test_cli_items import BLIZZARD, run
+from support.cli import BLIZZARD, run
+from support.http_target import HttpTarget
+from support.wait import wait_for
 
 from blizzard import Client
 from blizzard.client.http_task import HttpTask, bury, lookup, task_counts
@@ -357,7 +357,7 @@ def test_a_refused_key_stops_the_dispatcher_with_an_error(cluster, tmp_path):
 
 def test_a_lookup_answers_each_id_once_and_its_errors_stay_bounded():
     from master import tasks
-    from tests.test_master_requests import alloc, call, in_process_master
+    from support.in_process_master import alloc, call, in_process_master
 
     master = in_process_master(replication=1)
     placement = alloc(master, 1)
@@ -376,7 +376,7 @@ def test_a_lookup_answers_each_id_once_and_its_errors_stay_bounded():
 
 def test_burying_an_item_already_dead_gives_it_back_after_a_back_off_not_at_once():
     from master import tasks
-    from tests.test_master_requests import alloc, call, in_process_master
+    from support.in_process_master import alloc, call, in_process_master
 
     master = in_process_master(replication=1)
     placement = alloc(master, 1)

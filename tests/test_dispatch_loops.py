@@ -16,8 +16,8 @@ import time
 from typing import Callable
 
 import pytest
-from fake_master import FakeMaster
-from http_target import HttpTarget
+from support.fake_master import FakeMaster
+from support.http_target import HttpTarget
 
 from blizzard.client.http_task import HttpTask
 from blizzard.dispatch.deliver import DispatchConfig, Dispatcher
@@ -134,6 +134,7 @@ def test_a_lease_loop_that_raises_stops_the_dispatcher():
         run_until(dispatcher(fake), lambda: False, 20)
 
 
+@pytest.mark.cluster
 def test_blizzard_dispatch_with_a_failed_loop_exits_1_at_once():
     # Given a `blizzard dispatch` process whose settler has a bug (injected), and no master
     inject = ("import sys, blizzard.dispatch.settle as s\n"

@@ -6,8 +6,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parent.parent
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
 FOLDERS = ("blizzard", "master", "datanode", "bench", "chaos")
@@ -41,7 +39,6 @@ def test_the_code_map_reads_what_it_should():
     assert named == set(FOLDERS)
 
 
-@pytest.mark.cluster
 def test_the_site_builds_strictly(tmp_path):
     """``mkdocs build --strict``, in process: every warning (a broken link or anchor, a page left
     out of the navigation, a missing image) aborts the build, and the test with it."""

@@ -78,6 +78,7 @@ def test_a_wal_roll_with_no_descriptor_writes_on_and_rolls_later(tmp_path, monke
     again.close()
 
 
+@pytest.mark.cluster
 def test_a_checkpoint_with_no_descriptor_is_put_off_and_done_later(tmp_path, monkeypatch):
     wal_dir = str(tmp_path / "wal")
     wal = Wal(wal_dir)

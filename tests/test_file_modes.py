@@ -13,6 +13,8 @@ import stat
 import subprocess
 import sys
 
+import pytest
+
 from blizzard import Client
 from blizzard.local.harness import free_port
 from blizzard.net import keys as k
@@ -55,6 +57,7 @@ def start_master(keys: str, data_dir: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=30)
 
 
+@pytest.mark.cluster
 def test_a_key_directory_other_users_may_read_or_change_is_refused(tmp_path):
     keys = str(tmp_path / "keys")
     k.generate(keys)

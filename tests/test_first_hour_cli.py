@@ -21,6 +21,8 @@ import pytest
 from blizzard import Client
 from blizzard.local.harness import free_port
 
+pytestmark = pytest.mark.cluster  # the real command, in processes of its own
+
 BLIZZARD = [sys.executable, "-m", "blizzard.cli"]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = os.path.join(ROOT, "scripts")

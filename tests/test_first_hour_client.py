@@ -12,7 +12,7 @@ import threading
 import time
 
 import pytest
-from conftest import wait_for
+from support.wait import wait_for
 
 from blizzard import Client
 from blizzard.client import core as client_module
@@ -93,6 +93,7 @@ def test_a_client_where_nothing_listens_says_so_within_seconds():
         assert "--master" not in message  # Python's words, not the command line's
 
 
+@pytest.mark.cluster
 def test_the_default_address_is_named_as_the_default(monkeypatch):
     monkeypatch.setattr(client_module, "DEFAULT_MASTER", nowhere())
     started = time.monotonic()
@@ -102,6 +103,7 @@ def test_the_default_address_is_named_as_the_default(monkeypatch):
     assert time.monotonic() - started < QUICK_S
 
 
+@pytest.mark.cluster
 def test_the_cli_says_nothing_listens_within_seconds_and_where_the_address_came_from():
     addr = nowhere()
     proc, took = run_cli("enqueue", "jobs", "x", "--timeout-s", "30",
@@ -146,6 +148,7 @@ def test_a_client_that_was_answered_rides_through_a_master_restart(cluster):
 
 # -- 5. a key directory that is not one: which files, and where the keys are -----------------
 
+@pytest.mark.cluster
 def test_keys_pointing_at_a_clusters_data_dir_say_where_its_keys_are(tmp_path):
     data = tmp_path / "data"
     k.generate(str(data / "keys"))
@@ -161,6 +164,7 @@ def test_keys_pointing_at_a_clusters_data_dir_say_where_its_keys_are(tmp_path):
     assert "keys=" not in proc.stderr and str(data / "client.key_secret") in proc.stderr
 
 
+@pytest.mark.cluster
 def test_keys_pointing_nowhere_say_so_and_do_not_advise_new_keys(tmp_path):
     gone = tmp_path / "no-such-dir"
     with pytest.raises(MissingKeys) as missing:

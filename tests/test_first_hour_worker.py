@@ -15,7 +15,7 @@ import sys
 import time
 
 import pytest
-from conftest import wait_for
+from support.wait import wait_for
 
 from blizzard import Client
 from blizzard.local.harness import free_port
@@ -224,6 +224,7 @@ def test_a_signal_with_no_job_in_hand_says_so_and_the_worker_exits_0(cluster, jo
 
 # -- 12 (part). a file name for a module -----------------------------------------------------
 
+@pytest.mark.cluster
 def test_a_file_name_given_as_the_module_is_a_usage_error_naming_the_module(tmp_path):
     (tmp_path / "myjobs.py").write_text("import pathlib\npathlib.Path('imported').touch()\n")
     (tmp_path / "app").mkdir()
@@ -266,6 +267,7 @@ def test_status_watch_stops_on_a_signal_even_when_started_with_sigint_ignored(cl
             proc.wait()
 
 
+@pytest.mark.cluster
 def test_status_watch_refuses_an_interval_that_is_not_a_finite_positive_number():
     master = f"tcp://127.0.0.1:{free_port()}"  # refused before any connection
     for interval in ("nan", "inf", "1e309", "0", "0.01"):  # nan spun, inf crashed

@@ -14,7 +14,7 @@ import zlib
 
 import pytest
 import zmq
-from conftest import wait_for
+from support.wait import wait_for
 
 from blizzard.client.core import Client
 from blizzard.local.harness import free_port

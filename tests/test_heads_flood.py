@@ -10,8 +10,8 @@ import time
 import urllib.request
 
 import zmq
-from conftest import wait_for
 from prometheus_client.parser import text_string_to_metric_families
+from support.wait import wait_for
 
 from blizzard import Client
 from blizzard.local.harness import LocalCluster, free_port

@@ -19,7 +19,9 @@ from blizzard import Client
 from blizzard.local.harness import LocalCluster
 from blizzard.wire import protocol as p
 from master.server import NODE_OPS
-from tests.conftest import wait_for
+from support.wait import wait_for
+
+pytestmark = pytest.mark.cluster  # a real cluster, started by a module fixture
 
 CLUSTER: list[LocalCluster] = []  # the module's cluster, for sockets with its keys
 

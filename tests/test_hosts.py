@@ -13,11 +13,15 @@ import os
 import subprocess
 import sys
 
+import pytest
+from support.wait import wait_for
+
 from blizzard.local.harness import LocalCluster
 from blizzard.wire.protocol import NodeStatus
 from chaos import netns
 from chaos.hosts import Hosts, host_names
-from tests.conftest import wait_for
+
+pytestmark = [pytest.mark.root, pytest.mark.cluster]
 
 CLI = [sys.executable, "-c", "from blizzard.cli.main import main; main()"]
 

@@ -12,7 +12,7 @@ import time
 
 import pytest
 import zmq
-from conftest import wait_for
+from support.wait import wait_for
 
 from blizzard import Client
 from blizzard.net import keys as k

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import time
 
+import pytest
 import zmq
 
 from blizzard.local.harness import free_port
@@ -38,6 +39,7 @@ def test_throttled_logs_the_first_then_one_line_per_interval_with_the_count(capl
     assert say.total == {"knock": 51, "other": 1}
 
 
+@pytest.mark.cluster
 def test_a_thousand_handshakes_with_random_keys_make_few_lines_and_the_count_shows(
         tmp_path, caplog):
     """Given a CURVE server whose ZAP handler knows only the key directory's keys,

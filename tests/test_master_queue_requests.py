@@ -13,7 +13,7 @@ import pytest
 
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import InvalidArgument
-from tests.test_master_requests import call, enqueue_msg, in_process_master, place, report
+from support.in_process_master import call, enqueue_msg, in_process_master, place, report
 
 
 @pytest.fixture

@@ -14,9 +14,9 @@ import urllib.request
 import zlib
 
 import pytest
-from conftest import wait_for
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+from support.wait import wait_for
 
 from blizzard import Client
 from blizzard.local.harness import free_port
@@ -121,6 +121,7 @@ def test_totals_count_live_events_and_not_a_replay_of_the_log():
     assert value(samples, "blizzard_master_items") == 2
 
 
+@pytest.mark.cluster
 def test_a_checkpoint_is_timed_from_fork_to_reaped(tmp_path):
     master = MasterServer(MasterConfig(data_dir=str(tmp_path), replication=1,
                                        checkpoint_records=1), router=NoRouter())
@@ -225,6 +226,7 @@ def test_metrics_of_a_cluster_after_a_known_workload_and_a_node_kill(cluster_fac
     assert value(scrape(master), "blizzard_datanodes", state="alive") == 1
 
 
+@pytest.mark.cluster
 def test_a_metrics_port_in_use_is_one_clear_line(tmp_path):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -239,6 +241,7 @@ def test_a_metrics_port_in_use_is_one_clear_line(tmp_path):
         in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.cluster
 def test_the_cluster_command_serves_metrics_and_prints_where(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "blizzard.cli", "cluster", "--data-dir",
                              str(tmp_path), "--datanodes", "1", "--replication", "1", "--port",

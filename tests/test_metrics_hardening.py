@@ -9,8 +9,8 @@ import socket
 import time
 import urllib.request
 
-from conftest import wait_for
 from prometheus_client.parser import text_string_to_metric_families
+from support.wait import wait_for
 
 from blizzard import Client
 from blizzard.net.transport import call

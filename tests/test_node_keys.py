@@ -12,7 +12,7 @@ import sys
 import time
 
 import pytest
-from conftest import wait_for
+from support.wait import wait_for
 
 from blizzard import Client
 from blizzard.net import keys as k
@@ -21,6 +21,8 @@ from blizzard.server.capability import sign_get
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import AuthenticationFailed, Forbidden
 from master.epoch_proof import EpochProof
+
+pytestmark = pytest.mark.cluster  # real clusters, some started here
 
 
 def node_status(cluster, i: int) -> p.NodeStatus:

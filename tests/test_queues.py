@@ -8,7 +8,7 @@ import threading
 import time
 
 import pytest
-from conftest import wait_for
+from support.wait import wait_for
 
 from blizzard import Client
 from blizzard.wire.errors import InvalidArgument, LeaseExpired, QueueExists

@@ -14,7 +14,7 @@ import sys
 import threading
 
 import pytest
-from conftest import wait_for
+from support.wait import wait_for
 
 from blizzard import Client
 from blizzard.local.harness import LocalCluster, Proc

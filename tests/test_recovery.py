@@ -8,7 +8,7 @@ import sys
 import threading
 import time
 
-from conftest import wait_for
+from support.wait import wait_for
 
 from blizzard import Client
 from blizzard.wire.errors import BlizzardError, LeaseExpired

@@ -6,7 +6,7 @@ import os
 import threading
 
 import pytest
-from conftest import wait_for
+from support.wait import wait_for
 
 from blizzard import Client
 from blizzard.client.message import leased_items

@@ -124,6 +124,7 @@ def test_a_client_key_rotates_without_downtime(cluster_factory, tmp_path):
         c.ack_many(got)
 
 
+@pytest.mark.cluster
 def test_a_server_refuses_to_start_without_keys_or_insecure(tmp_path):
     env = {key: v for key, v in os.environ.items() if key != k.ENV}
     for module in ["master", "datanode"]:
@@ -167,6 +168,7 @@ def test_the_client_learns_the_data_node_key_from_the_master(cluster):
         got.ack(wait=True)
 
 
+@pytest.mark.cluster
 def test_the_keys_command_generates_rotates_and_retires(tmp_path):
     directory = str(tmp_path / "keys")
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 import zmq
-from conftest import wait_for
+from support.wait import wait_for
 
 from blizzard.client.sharded.admin import (merge_queues, merge_stats, merge_status, shard_settings,
                                            whole_settings)
@@ -20,7 +20,7 @@ from blizzard.wire.shard_messages import first_id, shard_of, topic
 from master.heads import claim_shard
 from master.queues import QueueConfig
 from master.state import State
-from tests.test_master_requests import alloc, call, in_process_master
+from support.in_process_master import alloc, call, in_process_master
 
 
 def test_an_id_names_its_shard_and_shard_0_keeps_the_unsharded_ids():

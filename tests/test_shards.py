@@ -11,8 +11,8 @@ import threading
 import time
 
 import pytest
-from conftest import wait_for
-from processes import pids_with
+from support.processes import pids_with
+from support.wait import wait_for
 
 from blizzard import Client
 from blizzard.client.sharded.client import key_shard
@@ -23,6 +23,8 @@ from blizzard.net.secure import HandshakeWatch
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import ClientClosed, InvalidArgument, LeaseExpired, QueueExists
 from blizzard.wire.shard_messages import first_id, shard_of
+
+pytestmark = pytest.mark.cluster  # real processes, some started here
 
 
 def priorities_served(client, queue: str, n: int) -> list[int]:

@@ -20,9 +20,10 @@ from pyspark.errors import PySparkException
 from pyspark.sql import functions as F
 
 from blizzard import Client
-from blizzard.spark import SCHEMA, drain
-from conftest import wait_for
-from processes import LOOPBACK_HEX, listening_addresses
+from blizzard.spark import drain
+from support.processes import LOOPBACK_HEX, listening_addresses
+from support.spark_output import assert_exactly_once, output
+from support.wait import wait_for
 
 FAST = dict(datanodes=3, replication=2, heartbeat_s=0.2, dead_after_s=1.5)
 
@@ -55,20 +56,6 @@ def watching(master: str, queue: str) -> Iterator[list[dict]]:
     finally:
         done.set()
         watcher.join()
-
-
-def output(spark, path: str, fmt: str = "parquet") -> list:
-    return spark.read.schema(SCHEMA).format(fmt).load(path).collect()
-
-
-def assert_exactly_once(rows: list, expected: dict[int, bytes]) -> None:
-    ids = [r.id for r in rows]
-    assert len(ids) == len(set(ids)), f"{len(ids) - len(set(ids))} ids written twice"
-    missing = expected.keys() - set(ids)
-    assert not missing, f"{len(missing)} ids missing, e.g. {sorted(missing)[:5]}"
-    assert set(ids) == expected.keys()
-    damaged = [r.id for r in rows if bytes(r.data) != expected[r.id]]
-    assert not damaged, f"{len(damaged)} payloads differ, e.g. {damaged[:5]}"
 
 
 def queue_empty(master: str, queue: str) -> bool:

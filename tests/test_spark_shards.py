@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 
 from pyspark.sql import functions as F
-from test_spark import assert_exactly_once, output
+from support.spark_output import assert_exactly_once, output
 
 from blizzard.spark import drain
 from blizzard.wire.shard_messages import shard_of

@@ -17,8 +17,8 @@ import sys
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import wait_for
-from processes import LOOPBACK_HEX, listening_addresses, pids_with
+from support.processes import LOOPBACK_HEX, listening_addresses, pids_with
+from support.wait import wait_for
 
 from blizzard import Client
 from blizzard.spark.session import on_loopback

@@ -8,7 +8,7 @@ import signal
 import threading
 
 import pytest
-from conftest import wait_for
+from support.wait import wait_for
 
 from blizzard import Client
 from blizzard.local.harness import free_port

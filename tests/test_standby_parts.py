@@ -8,7 +8,7 @@ import time
 
 import pytest
 import zmq
-from test_master_requests import in_process_master
+from support.in_process_master import in_process_master
 
 from blizzard.client.master_link import MasterLink
 from blizzard.net.masters import MasterChoice, split_masters

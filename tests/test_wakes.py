@@ -19,7 +19,7 @@ from master.config import MasterConfig
 from master.server import MasterServer
 from master.wakes import BUSY_S, IDLE_S
 from master.wal import MemoryWal
-from tests.test_master_requests import call, enqueue_msg, in_process_master, join, place, report
+from support.in_process_master import call, enqueue_msg, in_process_master, join, place, report
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import time
 import types
 
 import pytest
-from conftest import wait_for
+from support.wait import wait_for
 
 from blizzard import Client, InvalidArgument, ProtocolError, configure
 from blizzard.wire.codec import dumps
@@ -281,6 +281,7 @@ def test_usage_errors_are_one_line_and_exit_2(cluster, jobs_dir):
         assert proc.returncode == 2 and text in proc.stderr, proc.stderr
 
 
+@pytest.mark.cluster
 def test_the_worker_bench_prints_the_raw_client_and_the_worker_side_by_side():
     proc = subprocess.run([sys.executable, "-m", "bench.worker", "--n", "300", "--batch", "50",
                            "--concurrency", "2"], capture_output=True, text=True, timeout=240)

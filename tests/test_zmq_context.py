@@ -7,12 +7,16 @@ import os
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.cluster  # each scenario in a process of its own
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def run_scenario(name: str) -> tuple[str, int]:
     env = {**os.environ, "PYTHONPATH": os.path.dirname(HERE)}
-    done = subprocess.run([sys.executable, os.path.join(HERE, "zmq_wedge.py"), name],
+    done = subprocess.run([sys.executable, os.path.join(HERE, "support", "zmq_wedge.py"), name],
                           capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0, done.stderr
     outcome, events = done.stdout.split()

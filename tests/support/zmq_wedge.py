@@ -1,5 +1,5 @@
 """Ways a client process's ZeroMQ context could stop for good, each run in a process of its own
-(``python tests/zmq_wedge.py SCENARIO``) because a stopped context cannot even be closed.
+(``python tests/support/zmq_wedge.py SCENARIO``) because a stopped context cannot even be closed.
 
 ZeroMQ's I/O thread hands each monitored event to the monitor with a blocking send; it stopped
 when the monitor's reading end was full or gone, and every socket of the context with it. The
