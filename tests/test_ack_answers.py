@@ -45,7 +45,7 @@ def test_a_durable_ack_tells_the_four_refusals_apart_and_changes_nothing(metered
         with pytest.raises(UnknownItem, match="no such item"):
             c.ack_ids([987654321], [msg.lease], queue="tq2")
         # The right id and token, but the wrong queue: refused, the lease still held
-        with pytest.raises(NotInQueue, match="another queue"):
+        with pytest.raises(NotInQueue, match="not in queue other"):
             c.ack_ids([msg.id], [msg.lease], queue="other")
         assert leased_count(c, "tq2") == 1
         # A token the item is not leased under, while the lease is held (an older token, and
@@ -82,6 +82,7 @@ def test_the_cli_ack_reports_each_refusal_and_exits_1(metered):
     assert b"acked" not in unknown.stdout
     elsewhere = cli("ack", "nosuchqueue", str(msg.id), str(msg.lease), master=m)
     assert elsewhere.returncode == 1 and b"NotInQueue" in elsewhere.stderr
+    assert b"not in queue nosuchqueue" in elsewhere.stderr
     wrong = cli("ack", "tq2", str(msg.id), str(msg.lease + 10**6), master=m)
     assert wrong.returncode == 1 and b"WrongLease" in wrong.stderr
     for verb in (["nack"], ["extend", "--lease-s", "30"]):  # they name the queue too

@@ -184,7 +184,7 @@ def test_the_worker_says_which_failure_moves_a_job_to_the_dead_letter_queue(clus
            "queue thumbs.dead: ValueError: no thumbnail for 42" in out
     assert out.count("dead-letter queue") == 1
     # counts read as English
-    assert "worker: 2 tasks (always_fails, nap) on thumbs, 1 thread\n" in out
+    assert "worker: 1 task (always_fails) on thumbs, 1 thread\n" in out  # of --queues
     assert "worker done: 0 jobs succeeded, 2 failed" in out
 
 
@@ -213,7 +213,7 @@ def test_ctrl_c_says_what_the_worker_finishes_then_what_it_left_leased(cluster, 
 def test_a_signal_with_no_job_in_hand_says_so_and_the_worker_exits_0(cluster, jobs_dir):
     worker = start_worker(jobs_dir, cluster.master_addr, "--queues", "naps")
     try:
-        worker.until("worker: 2 tasks")
+        worker.until("worker: 1 task (nap) on naps")
         worker.proc.send_signal(signal.SIGTERM)
         code, out = worker.rest()
     finally:

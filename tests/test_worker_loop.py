@@ -11,7 +11,7 @@ import pytest
 
 from blizzard.client.message import Message
 from blizzard.wire import protocol as p
-from blizzard.wire.errors import LeaseExpired, MasterUnavailable
+from blizzard.wire.errors import LeaseExpired, MasterUnavailable, TooManyItems
 from blizzard.worker.loop import Prefetch, Worker, WorkerConfig
 from blizzard.worker.task import Task, encode_call
 
@@ -195,3 +195,40 @@ def test_the_prefetch_holds_about_64_mib_of_payloads_by_the_recent_item_size():
     assert pre.target() == 64  # 1 MiB payloads
     pre.record_sizes([100] * 100)
     assert pre.target() == 2000  # small again: the count bounds it
+
+
+class SlotsFullClient(FakeClient):
+    """A master whose long-poll slots are all taken: a lease that would park is refused."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.refused = 0
+
+    def dequeue_many(self, queue: str, n: int, *, lease_s: float, wait_s: float,
+                     ack: list[Message]) -> list[Message]:
+        if wait_s > 0:
+            self.refused += 1
+            raise TooManyItems("too many long polls waiting: this key's connections have "
+                               "2000 long polls waiting")
+        return super().dequeue_many(queue, n, lease_s=lease_s, wait_s=wait_s, ack=ack)
+
+
+def test_a_worker_whose_long_polls_are_refused_polls_instead_and_keeps_working():
+    """Another holder of the same client key may take every long-poll slot the key has: the
+    worker must not exit, and must still run the jobs that come (at a long poll's pace)."""
+    client = SlotsFullClient([], {"q": 60.0})
+    done = threading.Event()
+    worker = Worker(client, {"ok": Task(lambda: done.set(), "q", "ok", {})},
+                    WorkerConfig(("q",), 1, burst=False))
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + WAIT_S
+    while client.refused < 2:  # idle: it asked to park, was refused, polled, and again
+        assert time.monotonic() < deadline and thread.is_alive(), "the worker stopped"
+        time.sleep(0.01)
+    client.waiting.append(Message(7, encode_call("ok", [], {}), "q", 0, 0, 0.0, 1, None))
+    assert done.wait(WAIT_S), "the job that came was never run"
+    worker.stop()
+    thread.join(WAIT_S)
+    assert not thread.is_alive() and worker.succeeded == 1
+    assert client.refused < 20  # paced like a long poll, not a busy loop

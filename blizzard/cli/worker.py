@@ -90,10 +90,11 @@ def _left_leased(worker: Worker) -> str:
         return "no job was left leased"
     # a lease in doubt may have been extended once more than its deadline says
     back_s = max(0.0, max(h.deadline + h.lease_s * h.doubtful for h in left) - time.monotonic())
-    back = "it goes back to its queue when its lease ends" if len(left) == 1 \
-        else "they go back to their queues when their leases end"
+    back = "it goes back to its queue when its lease ends (within {:.0f} s) and runs again" \
+        if len(left) == 1 else \
+        "they go back to their queues when their leases end (within {:.0f} s) and run again"
     return (f"{counted(len(left), 'job')} left leased {brief_ids([h.msg for h in left])}: "
-            f"{back} (within {back_s:.0f} s) and run again")
+            + back.format(back_s))
 
 
 @click.command("worker")
@@ -153,7 +154,8 @@ def worker(modules: tuple[str, ...], queues: tuple[str, ...], concurrency: int, 
     with Client(master, timeout_s=timeout_s, keys=keys) as client:
         runner = Worker(client, tasks, WorkerConfig(queues, concurrency, burst, lease_s))
         _stop_on_signals(runner)
-        log.info("worker: %s (%s) on %s, %s%s", counted(len(tasks), "task"),
-                 ", ".join(sorted(tasks)), ", ".join(queues), counted(concurrency, "thread"),
+        served = {name: t for name, t in tasks.items() if t.queue in queues}  # of --queues
+        log.info("worker: %s (%s) on %s, %s%s", counted(len(served), "task"),
+                 ", ".join(sorted(served)), ", ".join(queues), counted(concurrency, "thread"),
                  ", burst" if burst else "")
         runner.run()

@@ -119,40 +119,46 @@ class Leases:
 
     def _settle(self, ids: Sequence[int], leases: Sequence[int],
                 make: Callable[[list[int], list[int]], Any]) -> None:
+        """Send ``make(ids, leases)`` in batches; raise ``refusal``'s error for any refused."""
         if len(ids) != len(leases):
             raise InvalidArgument(f"{len(ids)} ids but {len(leases)} lease tokens")
         lost: list[int] = []
         why: list[int] = []
+        queue = ""
         for start in range(0, len(ids), p.MAX_BATCH):
             end = start + p.MAX_BATCH
-            reply: p.Acked = self.master.call(make(list(ids[start:end]), list(leases[start:end])))
+            request = make(list(ids[start:end]), list(leases[start:end]))
+            reply: p.Acked = self.master.call(request)
             lost += reply.lost
             why += reply.why
-        error = refusal(lost, why)
+            queue = request.queue
+        error = refusal(lost, why, queue)
         if error is not None:
             raise error
 
 
-def refusal(lost: Sequence[int], why: Sequence[int]) -> BlizzardError | None:
+def refusal(lost: Sequence[int], why: Sequence[int], queue: str = "") -> BlizzardError | None:
     """The error for ids an ack, nack or extend could not settle (``Acked.lost``, ``.why``):
-    by the first id's reason, naming the ids of each reason; None if every id was settled."""
+    by the first id's reason, naming the ids of each reason (and ``queue``, the one the
+    request named); None if every id was settled."""
     if not lost:
         return None
     why = list(why) + [p.LOST_EXPIRED] * (len(lost) - len(why))  # an older master gives none
     by_reason: dict[int, list[int]] = {}
     for item_id, reason in zip(lost, why):
         by_reason.setdefault(reason, []).append(item_id)
-    text = "; ".join(f"{REFUSALS[reason][1]}: {ids[:10]}" + (" ..." if len(ids) > 10 else "")
-                     for reason, ids in by_reason.items())
+    text = "; ".join(REFUSALS[reason][1].format(queue=queue or "the one named") + f": {ids[:10]}"
+                     + (" ..." if len(ids) > 10 else "") for reason, ids in by_reason.items())
     return REFUSALS[why[0]][0](text)
 
 
 REFUSALS: dict[int, tuple[type[BlizzardError], str]] = {  # reason -> (error, what it means)
-    p.LOST_EXPIRED: (LeaseExpired, "not leased under this token any more: the lease ran out or "
-                     "the item was nacked (it is back in its queue), or another consumer's "
-                     "lease of it was acked: items"),
+    p.LOST_EXPIRED: (LeaseExpired, "not leased under this token any more (its lease ran out, "
+                     "or it was nacked or acked under it, or under another consumer's "
+                     "lease): items"),
     p.LOST_UNKNOWN: (UnknownItem, "no such item (never made, or finished long ago): ids"),
-    p.LOST_OTHER_QUEUE: (NotInQueue, "in another queue than the one named: items"),
+    p.LOST_OTHER_QUEUE: (NotInQueue, "not in queue {queue} (`blizzard queue list` shows the "
+                         "queues): items"),
     p.LOST_WRONG_TOKEN: (WrongLease, "leased under another token than the one given (a wrong "
                          "token, or this lease ended - ran out, or the item was nacked - and "
                          "the item was delivered again): items"),

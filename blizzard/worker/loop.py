@@ -42,12 +42,14 @@ from blizzard.client.api import BlizzardClient
 from blizzard.client.http_task import bury
 from blizzard.client.lease_keeper import Held, LeaseKeeper
 from blizzard.client.message import Message
-from blizzard.wire.errors import NOT_HELD, ClusterError, InvalidArgument
+from blizzard.net.log_limit import Throttled
+from blizzard.wire.errors import NOT_HELD, ClusterError, InvalidArgument, TooManyItems
 from blizzard.wire.queue_settings import DEAD_SUFFIX
 from blizzard.worker.runner import Outcome, Runner
 from blizzard.worker.task import Task, ensure_queue, settings_of
 
 log = logging.getLogger(__name__)
+slots_full = Throttled(log)  # one line per 10 s while the slots stay full
 
 BUFFER_S = 0.1  # prefetched work, by the recent job length, beyond the jobs running
 MAX_PREFETCH = 2000  # jobs held beyond the running ones, at most
@@ -230,6 +232,17 @@ class Worker:
         except NOT_HELD as exc:
             log.warning("%s; the jobs leased with those acks went back to %s", exc.message, queue)
             return None
+        except TooManyItems as exc:
+            if wait_s <= 0:
+                raise
+            # the master's long-poll slots are taken (by this key's other connections, say):
+            # poll instead of parking, at the pace a long poll would have set
+            slots_full("long polls", "cannot long-poll %s, polling instead: %s", queue,
+                       exc.message)
+            msgs = self._lease(queue, n, 0.0, riders)
+            if msgs == [] and not self.stopping:
+                time.sleep(min(wait_s, IDLE_POLL_S))
+            return msgs
         except ClusterError as exc:
             log.warning("leasing from %s failed, trying again: %s (%s)", queue, exc.message,
                         type(exc).__name__)
