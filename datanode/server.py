@@ -266,6 +266,16 @@ class DatanodeServer:
                         "already; a put never replaces a blob")
         return True
 
+    def _not_held(self, msg: p.Put) -> list[int] | None:
+        """For a put without a grant (a copy from a peer): the positions of the ids this node
+        does not hold intact, the only ones it writes (None: all of them). A blob held intact
+        is never replaced, so a node's key cannot rewrite the replicas of an item on other
+        nodes; a damaged one (failing its checksum) is, which is what a repair's copy is for.
+        A granted put never gets here with a held id (``_stored_before``)."""
+        if msg.grant is not None or min(msg.ids) >= self.store.id_hi:  # ids only grow
+            return None
+        return [k for k, found in enumerate(self.store.get_many(msg.ids)) if found is None]
+
     def _check_put(self, msg: p.Put, peer: bytes) -> None:
         if msg.node_id and msg.node_id != self.node_id:
             raise WrongNode(f"this is {self.node_id}, not {msg.node_id} (a node that was "
@@ -296,13 +306,22 @@ class DatanodeServer:
         """One synced ``WriteBatch`` for every put of the pass, then the replies and reports."""
         ids, blobs, crcs, metas = [], [], [], []  # metas: each id's (None: none given)
         for _, _, msg in puts:
-            ids += msg.ids
-            blobs += msg.blobs
-            crcs += msg.crcs
-            metas += meta.for_put(msg) or [None] * len(msg.ids)
+            kept = self._not_held(msg)
+            if kept is None:
+                ids += msg.ids
+                blobs += msg.blobs
+                crcs += msg.crcs
+                metas += meta.for_put(msg) or [None] * len(msg.ids)
+                continue
+            put_metas = meta.for_put(msg) or [None] * len(msg.ids)
+            ids += [msg.ids[k] for k in kept]
+            blobs += [msg.blobs[k] for k in kept]
+            crcs += [msg.crcs[k] for k in kept]
+            metas += [put_metas[k] for k in kept]
         began = time.perf_counter()
         try:
-            self.store.put_many(ids, blobs, crcs, metas)
+            if ids:  # (every id of the pass's copies may be held already)
+                self.store.put_many(ids, blobs, crcs, metas)
         except (OSError, plyvel.Error) as exc:  # the disk, not the request (P6)
             pressure = is_fd_pressure(exc)  # out of descriptors: refused now, retried later
             if pressure:

@@ -94,6 +94,9 @@ class Leases:
         self.waiting_by_key: dict[str, int] = {}
         # a peer's key and descriptor, for the request being handled (the server's router)
         self.connection_of: Callable[[bytes], tuple[str, int]] = lambda peer: ("", -1)
+        # whether a connection's key is still admitted (a removed, retired or expired one is
+        # not): a parked long poll of a revoked key must not lease items nobody will get
+        self.key_admitted: Callable[[str], bool] = lambda key: True
         self.buckets: dict[str, TokenBucket] = {}  # queue -> rate limiter (soft state)
 
     # -- leasing -----------------------------------------------------------------------------
@@ -352,6 +355,9 @@ class Leases:
         replies, still = [], []
         dry: set[str] = set()  # queues that gave one waiter nothing: no other gets more now
         for w in self.waiters:
+            if w.key and not self.key_admitted(w.key):  # revoked since it parked: dropped
+                self._unpark(w)
+                continue
             ids = [] if w.msg.queue in dry else self._take(w.msg, now, mono)
             if not ids:
                 dry.add(w.msg.queue)

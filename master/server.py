@@ -176,6 +176,10 @@ class MasterServer:
         key_of = getattr(self.router, "key_of", lambda peer: "")  # stand-ins in tests: none
         fd_of = getattr(self.router, "fd_of", lambda peer: -1)
         self.leases.connection_of = lambda peer: (key_of(peer), fd_of(peer))
+        admitted = getattr(self.router, "admitted", None)  # None: security off
+        if admitted is not None:  # long polls come with client and admin keys
+            self.leases.key_admitted = lambda key: admitted.current(f"client:{key}") or \
+                admitted.current(f"admin:{key}")
         self.admin = QueueAdmin(config, self.state, self.log_record, self.deletes, self.enqueues,
                                 self.leases, self.membership, self.repair, self.safe_mode,
                                 self.queue_policy)

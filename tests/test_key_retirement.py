@@ -92,3 +92,30 @@ def test_an_old_key_from_before_grace_periods_expires_a_day_after_its_rotation(t
     assert sorted(k.authorized(keys).values()) == ["admin", "client", "client", "master"]
     with pytest.raises(AuthenticationFailed, match="between 0 and 10 years"):
         k.rotate(keys, "admin", grace_s=-1)
+
+
+def test_a_retired_keys_parked_long_polls_lease_nothing(cluster_factory, tmp_path):
+    """A long poll parked by a key that is then retired must not take the items that come:
+    nobody would get them, and they would stay leased for the whole lease."""
+    keys = str(tmp_path / "keys")
+    cl = cluster_factory(keys=keys, **FAST)
+    old = k.ClientKeys.from_dir(keys)
+    k.rotate(keys, "client")
+    new = k.ClientKeys.from_dir(keys)
+    parked = Endpoint(zmq.Context.instance(), cl.master_addr, old, old.master)
+    try:
+        for i in range(3):  # parked: nothing is there yet
+            parked.send(p.Lease("polled", 1, 3600.0, 120.0, f"parked-{i}", [], [], False))
+        # answered once the requests before it on the connection are handled: parked
+        assert isinstance(call(parked, p.Ping(), 5), p.Ok)
+        k.retire(keys, "client")
+        with Client(cl.master_addr, timeout_s=5, keys=new) as c:
+            started = time.monotonic()
+            while not refused(lambda: call(parked, p.Ping(), 1)):  # the master sees it retired
+                assert time.monotonic() - started < 5
+            c.enqueue_many("polled", [b"a", b"b", b"c"])
+            got = c.dequeue_many("polled", 10, wait_s=2)
+            assert sorted(m.data for m in got) == [b"a", b"b", b"c"]
+            c.ack_many(got)
+    finally:
+        parked.close()

@@ -192,3 +192,25 @@ def test_a_node_key_reports_on_its_own_node_only(cluster):
     with Client(cluster.master_addr, timeout_s=10) as c:  # the nodes' own reports still count
         c.enqueue("own", b"x")
         assert c.dequeue("own", wait_s=5).data == b"x"
+
+
+def test_a_node_key_cannot_rewrite_the_replicas_of_an_item(cluster_factory):
+    """A copy between data nodes carries no grant (the node's key vouches for it); it may fill
+    in a blob a node lacks, never replace one the node holds intact. Before, one node's key
+    rewrote every replica of a committed item and it could never be read again."""
+    import zlib
+
+    cl = cluster_factory(datanodes=2, replication=2, heartbeat_s=0.2, dead_after_s=1.5)
+    with Client(cl.master_addr, timeout_s=10) as c:
+        (item,) = c.enqueue_many("victim", [b"the real payload"])
+    evil = b"not what was enqueued"
+    for node in cl.nodes:  # node 0's key, at both nodes
+        ep = cl.endpoint(node.addr, "datanode")
+        try:
+            reply = call(ep, p.Put([item], [evil], [zlib.crc32(evil)], [], 1, "", False, None), 5)
+        finally:
+            ep.close()
+        assert isinstance(reply, p.Stored)  # it is held there: nothing to write
+    with Client(cl.master_addr, timeout_s=10) as c:
+        (msg,) = c.dequeue_many("victim", 1, wait_s=5)
+        assert msg.data == b"the real payload"
