@@ -132,7 +132,8 @@ def test_every_duration_option_refuses_nan_and_infinity(argv):
 
 @pytest.mark.parametrize("masters", ["1", "2"])
 def test_cluster_names_the_status_page_once_it_serves(tmp_path, masters):
-    proc = subprocess.Popen([*BLIZZARD, "cluster", "--data-dir", str(tmp_path), "--insecure",
+    data = tmp_path / "cluster"
+    proc = subprocess.Popen([*BLIZZARD, "cluster", "--data-dir", str(data), "--insecure",
                              "--masters", masters, "--datanodes", "1", "--port",
                              str(free_port()), "--node-port", str(free_port()), "--no-metrics"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -156,6 +157,10 @@ def test_cluster_names_the_status_page_once_it_serves(tmp_path, masters):
             proc.wait()
     assert "blizzard dashboard" in seen[-1] and "http://127.0.0.1:8080/" in seen[-1], seen
     assert proc.returncode == 0 and lines.get(timeout=10) == "stopped\n"
+    # what it made is the user's alone: the data directory, the logs
+    assert data.stat().st_mode & 0o777 == 0o700
+    logs = list(data.rglob("*.log"))
+    assert logs and {log.stat().st_mode & 0o777 for log in logs} == {0o600}
 
 
 def test_cluster_refuses_more_copies_than_data_nodes(tmp_path):

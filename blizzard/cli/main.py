@@ -24,6 +24,7 @@ from blizzard.cli.keys import keys_group
 from blizzard.cli.output import echo_json, json_opt
 from blizzard.cli.worker import worker as worker_command
 from blizzard.net.defaults import DATANODE_PORT, LOOPBACK, MASTER_PORT
+from blizzard.net.file_modes import private_process
 from blizzard.server import logs
 from blizzard.wire.errors import BlizzardError
 from datanode.cli import datanode_command
@@ -86,6 +87,7 @@ def cluster(data_dir: str, datanodes: int, replication: int | None, port: int, n
     """
     from blizzard.local.harness import LocalCluster
 
+    private_process()  # its data directory, logs and keys are this user's alone (0700/0600)
     if replication is None:
         replication = min(2, datanodes)
     elif replication > datanodes:  # no enqueue could ever be placed
