@@ -20,6 +20,8 @@ Two checks keep the tiers honest, in any run:
   ``--fast`` would be slow and not in-process;
 - a skipped test fails (a strict ``xfail`` stays as it is): the suite must not pass by leaving
   something out, and a tier is chosen with ``-m``, which deselects, never skips.
+
+After a run, one line gives the number of tests and their time in each tier.
 """
 
 from __future__ import annotations
@@ -138,3 +140,26 @@ def fail_the_skip(report: pytest.TestReport | pytest.CollectReport) -> None:
     report.outcome = "failed"
     report.longrepr = (f"skipped: {where}\nThe suite allows no skip: a test that cannot run "
                        "here must fail, saying what it needs.")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(TierClock(), "tier-clock")
+
+
+class TierClock:
+    """The number of tests and their time (set-up, call, teardown) in each tier or set of
+    tiers ("cluster+spark"), printed after the run: how long each tier takes."""
+
+    def __init__(self) -> None:
+        self.times: dict[str, list] = {}
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        tiers = "+".join(t for t in (*TIERS, UNIT) if t in report.keywords)
+        times = self.times.setdefault(tiers, [0, 0.0])
+        times[0] += report.when == "call" or (report.when == "setup" and not report.passed)
+        times[1] += report.duration
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.times:
+            terminalreporter.write_line("time by tier (summed over workers): " + ", ".join(
+                f"{tiers} {n} tests {s:.0f} s" for tiers, (n, s) in sorted(self.times.items())))
