@@ -107,6 +107,7 @@ def refuse(module: Any, name: str, started: list[str]) -> Callable[..., Any]:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
     report = yield
+    report.tiers = "+".join(t for t in (*TIERS, UNIT) if item.get_closest_marker(t))
     if report.skipped and not hasattr(report, "wasxfail"):
         fail_the_skip(report)
     started = item.stash.get(STARTED, None)
@@ -154,8 +155,7 @@ class TierClock:
         self.times: dict[str, list] = {}
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        tiers = "+".join(t for t in (*TIERS, UNIT) if t in report.keywords)
-        times = self.times.setdefault(tiers, [0, 0.0])
+        times = self.times.setdefault(getattr(report, "tiers", "?"), [0, 0.0])
         times[0] += report.when == "call" or (report.when == "setup" and not report.passed)
         times[1] += report.duration
 
