@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from support.http_get import get
+from support.http_get import closed, get
 from support.wait import wait_for
 
 import blizzard.dashboard.sampler
@@ -234,16 +234,6 @@ def test_a_request_for_another_host_is_refused(serve):
         code, _, body = get(url + "/api/state", headers={"Host": host})
         assert code == 200 and json.loads(body)["queues"][0]["queue"] == "jobs", host
 
-
-def closed(sock: socket.socket) -> bool:
-    """Whether the server closed ``sock`` (it never sent anything on it)."""
-    sock.setblocking(False)
-    try:
-        return sock.recv(1, socket.MSG_PEEK) == b""
-    except BlockingIOError:
-        return False
-    except OSError:
-        return True
 
 
 def test_idle_connections_cannot_pile_up_threads_and_time_out(serve):

@@ -10,6 +10,7 @@ import time
 import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
+from support.http_get import closed
 from support.wait import wait_for
 
 from blizzard import Client
@@ -27,16 +28,6 @@ BASE_BYTES = 32 * 1024  # everything else in a master's scrape, at most
 def port_of(url: str) -> int:
     return int(url.rsplit(":", 1)[1].split("/")[0])
 
-
-def closed_by_server(sock: socket.socket) -> bool:
-    """Whether the server closed ``sock`` (it never answered the half-sent request)."""
-    sock.setblocking(False)
-    try:
-        return sock.recv(1, socket.MSG_PEEK) == b""
-    except BlockingIOError:
-        return False
-    except OSError:
-        return True
 
 
 def open_fds(pid: int) -> int:
@@ -67,7 +58,7 @@ def test_half_open_scrapes_are_capped_and_timed_out_while_the_master_answers(clu
             sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n")
             idle.append(sock)
         # Then all but the cap are closed at once, and the master holds few descriptors more
-        wait_for(lambda: sum(map(closed_by_server, idle)) >= HALF_OPEN - MAX_SCRAPES,
+        wait_for(lambda: sum(map(closed, idle)) >= HALF_OPEN - MAX_SCRAPES,
                  timeout_s=10, what="the connections above the cap to be closed")
         assert open_fds(pid) <= fds_before + MAX_SCRAPES + 8
         # and the master answers requests fast meanwhile
@@ -78,7 +69,7 @@ def test_half_open_scrapes_are_capped_and_timed_out_while_the_master_answers(clu
             took.append(time.monotonic() - began)
         assert sorted(took)[int(len(took) * 0.95)] < 0.05
         # and the ones it kept are closed once idle for the timeout
-        wait_for(lambda: all(map(closed_by_server, idle)), timeout_s=IDLE_TIMEOUT_S + 10,
+        wait_for(lambda: all(map(closed, idle)), timeout_s=IDLE_TIMEOUT_S + 10,
                  what="the idle connections to time out")
         assert get(url, "127.0.0.1")[0] == 200
     finally:

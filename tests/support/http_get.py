@@ -1,7 +1,9 @@
-"""One HTTP request from a test: its status, headers and body, whatever the status."""
+"""One HTTP request from a test: its status, headers and body, whatever the status; and
+whether a server closed a connection it never answered."""
 
 from __future__ import annotations
 
+import socket
 import urllib.error
 import urllib.request
 
@@ -15,3 +17,14 @@ def get(url: str, method: str = "GET",
             return r.status, dict(r.headers), r.read()
     except urllib.error.HTTPError as exc:
         return exc.code, dict(exc.headers), exc.read()
+
+
+def closed(sock: socket.socket) -> bool:
+    """Whether the server closed ``sock`` (it never sent anything on it)."""
+    sock.setblocking(False)
+    try:
+        return sock.recv(1, socket.MSG_PEEK) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
