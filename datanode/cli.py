@@ -29,12 +29,15 @@ _DEFAULT = config_defaults(DatanodeConfig)
               help="Attach a node that holds blobs but no cluster id (from before cluster ids) "
                    "to cluster ID; its master refuses it otherwise. Blobs no item of that "
                    "cluster names are deleted.")
+@click.option("--copy-confirm-s", default=_DEFAULT["copy_confirm_s"], show_default=True,
+              type=Seconds(0.1, 3600), help="A copy another data node sent is reported to the "
+              "master this long after it is stored; the master deletes copies it did not order.")
 @click.option("--node-key", default=None, metavar="NAME",
               help="This node's own key in --keys (`blizzard keys add-node DIR NAME`); "
                    "default: the only data node key there.")
 def datanode_command(data_dir: str, bind: str, advertise: str | None, master: str,
                      heartbeat_s: float, max_item_bytes: int, join_cluster: str,
-                     node_key: str | None,
+                     copy_confirm_s: float, node_key: str | None,
                      keys: str | None, insecure: bool,
                      metrics_port: int | None, metrics_addr: str,
                      metrics_allow_hosts: tuple[str, ...], log_level: str,
@@ -54,7 +57,7 @@ def datanode_command(data_dir: str, bind: str, advertise: str | None, master: st
                             heartbeat_s=heartbeat_s, max_item_bytes=max_item_bytes,
                             keys=security(keys, insecure), metrics_port=metrics_port,
                             metrics_addr=metrics_addr, metrics_allow_hosts=metrics_allow_hosts,
-                            join_cluster=join_cluster,
+                            join_cluster=join_cluster, copy_confirm_s=copy_confirm_s,
                             node_key=node_key)
     server = start(lambda: DatanodeServer(config), "data node", bind)
     fields.node_id = server.node_id

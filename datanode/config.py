@@ -29,10 +29,15 @@ class DatanodeConfig:
     metrics_addr: str = "127.0.0.1"
     metrics_allow_hosts: tuple[str, ...] = ()  # Host names /metrics answers to, besides its own
     join_cluster: str = ""  # the cluster an unjoined node holding blobs joins (the operator's word)
+    # a copy a peer sent is reported to the master this long after (it deletes what it did
+    # not order): longer than a copy's source takes to report it
+    copy_confirm_s: float = 30.0
 
     def validate(self) -> "DatanodeConfig":
         if self.heartbeat_s <= 0:
             raise InvalidArgument("heartbeat-s must be positive")
+        if self.copy_confirm_s <= 0:
+            raise InvalidArgument("copy-confirm-s must be positive")
         if not 0 < self.max_item_bytes <= p.MAX_ITEM_BYTES:
             raise InvalidArgument(f"max-item-bytes must be between 1 and {p.MAX_ITEM_BYTES}")
         if self.join_cluster and not re.fullmatch(r"[0-9a-f]{16}", self.join_cluster):

@@ -108,6 +108,10 @@ class DatanodeServer:
         self.metrics = DatanodeMetrics(self)  # timings always; served with a metrics port
         self.pressure = Throttled(log)  # out of file descriptors: a line now and then
         self.reopen_at = 0.0  # monotonic: the store may be reopened from then on
+        # ids stored by copies from peers -> when: told to the master ``copy_confirm_s`` after,
+        # when the copy's source has reported it (``Replicated``) and the master keeps it; a
+        # blob nobody ordered (a node key's planted put) is a stray the master deletes
+        self.copied: dict[int, float] = {}
         self.handlers = ROUTES.bind(self)  # who serves which op
 
     @property
@@ -176,6 +180,7 @@ class DatanodeServer:
         self._guarded(self._expire_jobs, now)
         if now >= self.next_heartbeat:
             self._guarded(self._heartbeat, now)
+            self._guarded(self._confirm_copies, now)
 
     def wait_ms(self, timeout_ms: int | None = None) -> int:
         """How long a pass waits for a request or reply: until the next heartbeat or the first
@@ -345,6 +350,12 @@ class DatanodeServer:
             return
         self.metrics.wrote(len(puts), started, began)
         reported: list[int] = list(again)
+        if ids:
+            granted = {i for _, _, msg in puts if msg.grant is not None for i in msg.ids}
+            stored_at = time.monotonic()
+            for item_id in ids:
+                if item_id not in granted:  # a copy: told to the master later
+                    self.copied[item_id] = stored_at
         for peer, rid, msg in puts:
             if msg.report:
                 reported += msg.ids
@@ -480,6 +491,17 @@ class DatanodeServer:
                 self._maybe_finish(job, timed_out=True)
 
     # -- heartbeats --------------------------------------------------------------------------
+
+    def _confirm_copies(self, now: float) -> None:
+        """Report the ids copies stored ``copy_confirm_s`` ago: the master keeps those it
+        counts here and orders the rest deleted, so every stored id is reported in a bound."""
+        if not self.copied:
+            return
+        due = [i for i, at in self.copied.items() if now - at >= self.config.copy_confirm_s]
+        for item_id in due:
+            del self.copied[item_id]
+        for start in range(0, len(due), p.MAX_BATCH):
+            self._report(p.PutReport(self.node_id, due[start:start + p.MAX_BATCH], [], ""))
 
     def _heartbeat(self, now: float) -> None:
         self.next_heartbeat = now + self.config.heartbeat_s

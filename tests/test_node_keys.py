@@ -214,3 +214,34 @@ def test_a_node_key_cannot_rewrite_the_replicas_of_an_item(cluster_factory):
     with Client(cl.master_addr, timeout_s=10) as c:
         (msg,) = c.dequeue_many("victim", 1, wait_s=5)
         assert msg.data == b"the real payload"
+
+
+def test_blobs_a_node_key_plants_on_another_node_are_deleted_in_time(cluster_factory):
+    """A copy between nodes carries no grant, so a node's key can store blobs under ids no
+    item has; the receiving node reports its copies to the master after --copy-confirm-s,
+    and the master deletes those it did not order: every stored id is reported in a bound.
+    A real copy (repair after a node died) is kept."""
+    import zlib
+
+    cl = cluster_factory(datanodes=3, replication=2, heartbeat_s=0.2, dead_after_s=1.5,
+                         node_args=["--copy-confirm-s", "1"])
+    with Client(cl.master_addr, timeout_s=10) as c:
+        kept = c.enqueue_many("kept", [b"x", b"y"])
+    wait_for(lambda: sum(n.items for n in cl.status().nodes) == 4, what="the blobs counted")
+    before = node_status(cl, 1).items
+    planted = list(range(5_000_000, 5_000_010))
+    blob = b"planted"
+    ep = cl.endpoint(cl.nodes[1].addr, "datanode")  # node 0's key, at node 1
+    try:
+        reply = call(ep, p.Put(planted, [blob] * 10, [zlib.crc32(blob)] * 10, [], 1, "",
+                               False, None), 5)
+        assert isinstance(reply, p.Stored)
+    finally:
+        ep.close()
+    # stored (counted at its next heartbeat), then deleted once reported to the master
+    wait_for(lambda: node_status(cl, 1).items == before + 10, what="the planted blobs stored")
+    wait_for(lambda: node_status(cl, 1).items == before, timeout_s=15,
+             what="the planted blobs to be deleted")
+    with Client(cl.master_addr, timeout_s=10) as c:  # the items are whole
+        got = c.dequeue_many("kept", 10, wait_s=5)
+        assert sorted(m.id for m in got) == sorted(kept)

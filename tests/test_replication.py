@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 import pytest
 from support.wait import wait_for
@@ -42,7 +43,10 @@ def holder_of_first(c: Client, cl, queue: str) -> int:
 
 
 def test_losing_a_node_loses_nothing_and_repair_restores_r_copies(cluster_factory):
-    cl = cluster_factory(datanodes=3, replication=2, **FAST)
+    # copies are reported to the master 0.5 s after they are stored (--copy-confirm-s): the
+    # repair's copies must be kept then, not taken for planted strays
+    cl = cluster_factory(datanodes=3, replication=2, node_args=["--copy-confirm-s", "0.5"],
+                         **FAST)
     data = payloads(400)
     with Client(cl.master_addr, timeout_s=5) as c:
         c.enqueue_many("jobs", data[:200])
@@ -54,6 +58,9 @@ def test_losing_a_node_loses_nothing_and_repair_restores_r_copies(cluster_factor
                  what="the node to be declared dead")
         wait_for(lambda: c.status().under_replicated == 0 and replicas_total(c) == 800,
                  timeout_s=1.5 + 8, what="re-replication to finish")
+        until = time.monotonic() + 2.0  # past the copies' confirmation: all of them stay
+        while time.monotonic() < until:
+            assert replicas_total(c) == 800 and c.status().under_replicated == 0
         assert [m.data for m in drain(c, "jobs")] == data
 
 

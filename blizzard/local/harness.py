@@ -113,6 +113,7 @@ class LocalCluster:
     heartbeat_s: float = 1.0
     dead_after_s: float = 5.0
     master_args: Sequence[str] = ()
+    node_args: Sequence[str] = ()  # more options for every data node
     master_port: int | None = None  # None: a free port
     node_base_port: int | None = None  # data node i listens on base + i; None: free ports
     python: str = sys.executable
@@ -262,7 +263,7 @@ class LocalCluster:
                 "--data-dir", self._data_dir(f"datanode{i}"), "--bind", addr,
                 "--master", self.masters, "--heartbeat-s", str(self.heartbeat_s),
                 *self._security(), *self._node_key(i), *self._metrics(f"datanode{i}"),
-                "--log-format", self.log_format]
+                "--log-format", self.log_format, *self.node_args]
         return Proc(f"datanode{i}", argv, os.path.join(self.base_dir, f"datanode{i}.log"), addr)
 
     def restart_master(self, timeout_s: float = 30.0) -> None:
