@@ -26,8 +26,9 @@ import zmq
 
 from blizzard.net.keys import READERS, ServerKeys
 from blizzard.net.secure import serve_curve
-from blizzard.server.conn_guard import guarded
-from blizzard.server.departures import Departures, cut, source_fd
+from blizzard.server.conn_guard import GuardDepartures, guarded
+from blizzard.server.departures import cut, source_fd
+from blizzard.server.router import SERVER_HANDSHAKE_IVL_MS
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import InvalidArgument
 from blizzard.wire.shard_messages import first_id, shard_of, topic
@@ -86,7 +87,7 @@ class Heads:
         self.dirty = False  # something changed since the last scan
         self.marks: dict[str, tuple[int, int, int, int]] = {}  # queue -> counts at its last scan
         self.listened = Subscribers()  # who subscribes to which topics
-        self.departures: Departures | None = None
+        self.departures: GuardDepartures | None = None
         self.port = 0
         if bind:
             sock = ctx.socket(zmq.XPUB)  # tells the master which queues anyone listens to
@@ -95,11 +96,14 @@ class Heads:
             sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
             sock.setsockopt(zmq.SNDHWM, 10_000)  # a slow subscriber loses updates, not memory
             sock.setsockopt(zmq.XPUB_MANUAL, 1)  # the master applies each subscription itself
+            # a connection not through its handshake by then is cut (and pends till then)
+            sock.setsockopt(zmq.HANDSHAKE_IVL, SERVER_HANDSHAKE_IVL_MS)
             if keys is not None:  # producers' and consumers' keys: not a data node's
                 serve_curve(sock, keys, READERS)
             sock.bind(bind)
             self.sock = sock
-            self.departures = guarded(sock, keys is not None)  # blizzard/server/conn_guard.py: caps
+            # blizzard/server/conn_guard.py: caps; a subscription read proves its connection
+            self.departures = guarded(sock)
             endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
             self.port = int(endpoint.rsplit(":", 1)[1]) if endpoint.startswith("tcp") else 0
 
@@ -186,6 +190,7 @@ class Heads:
         assert self.sock is not None and self.departures is not None
         sock, listened = self.sock, self.listened
         joined: list[str] = []
+        proven: set[int] = set()
         while sock.get(_EVENTS) & _POLLIN:
             try:
                 frame = sock.recv(zmq.NOBLOCK, copy=False)
@@ -194,6 +199,7 @@ class Heads:
             msg, fd = frame.bytes, source_fd(frame)
             if not msg or msg[0] not in (0, 1) or fd < 0 or self.departures.departed(fd):
                 continue  # not a subscription, or a departed connection's
+            proven.add(fd)
             wanted = msg[1:]
             if msg[0] == 0:
                 if listened.unsubscribe(fd, wanted):
@@ -210,6 +216,8 @@ class Heads:
             elif verdict == CUT:
                 listened.cutting(fd)
                 cut(fd, self.port)
+        if proven:
+            self.departures.established(proven)
         for fd in self.departures.read():
             listened.gone(fd)
         return joined

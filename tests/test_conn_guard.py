@@ -8,25 +8,17 @@ import time
 import zmq
 
 from blizzard.local.harness import free_port
-from blizzard.server.conn_guard import LOOK_AGAIN_S, STALL_S, Admission, Limits, Progress
+from blizzard.server.conn_guard import EVICT_AGE_S, Admission, Limits
+from blizzard.server.fd_limits import ConnectionBudget
 from blizzard.server.router import RouterServer
 from blizzard.wire import protocol as p
 from support.wait import wait_for
 
-LIMITS = Limits(max_open=10, max_pending=6, max_pending_per_addr=3, pending_s=5.0,
-                greeted_bytes=300)
-
-
-def admission(sent: dict[int, int] | None = None,
-              silent: dict[int, float] | None = None) -> Admission:
-    """Peers have sent ``sent[fd]`` bytes (0) and been silent ``silent[fd]`` seconds (0)."""
-    sent = sent if sent is not None else {}
-    silent = silent if silent is not None else {}
-    return Admission(LIMITS, lambda fd: Progress(sent.get(fd, 0), silent.get(fd, 0.0)))
+LIMITS = Limits(max_open=10, max_pending=6, max_pending_per_addr=3, pending_s=5.0)
 
 
 def test_pending_connections_are_capped_per_address_and_in_all():
-    a = admission()
+    a = Admission(LIMITS)
     assert [a.admit(fd, "10.0.0.1", 0.0) for fd in (1, 2, 3)] == [(None, [])] * 3
     assert a.admit(4, "10.0.0.1", 0.1) == ("pending from one address", [])
     assert [a.admit(fd, "10.0.0.2", 0.2)[0] for fd in (5, 6, 7)] == [None] * 3
@@ -35,35 +27,38 @@ def test_pending_connections_are_capped_per_address_and_in_all():
     assert sorted(a.open) == [1, 2, 3, 5, 6, 7]
 
 
-def test_a_connection_that_sent_a_handshake_pends_no_more():
-    sent = {1: 700, 2: 40}
-    a = admission(sent)
+def test_a_connection_pends_until_a_message_proves_it():
+    a = Admission(LIMITS)
     for fd in (1, 2, 3):
         assert a.admit(fd, "10.0.0.1", 0.0)[0] is None
-    # at the cap, the byte counts are read: 1 is through, its place goes to the new one
+    assert a.admit(4, "10.0.0.1", 0.0)[0] == "pending from one address"
+    a.established(1)  # the server read a request from 1
     assert a.admit(4, "10.0.0.1", 0.0)[0] is None
     assert a.admit(5, "10.0.0.1", 0.0)[0] == "pending from one address"
-    sent[2] = 900  # a slow one finishes; it is read again only after a while
-    assert a.admit(6, "10.0.0.1", LOOK_AGAIN_S / 2)[0] == "pending from one address"
-    assert a.admit(7, "10.0.0.1", LOOK_AGAIN_S)[0] is None
+    assert sorted(a.open) == [1, 2, 3, 4]
 
 
-def test_a_connection_stalled_in_its_handshake_makes_way_for_a_new_one():
-    silent = {1: 0.0, 2: 0.0, 3: 0.0}
-    a = admission(silent=silent)
-    for fd in (1, 2, 3):
-        a.admit(fd, "10.0.0.1", 0.0)
-    assert a.admit(4, "10.0.0.1", STALL_S) == ("pending from one address", [])  # all greet
-    silent.update({2: STALL_S, 3: STALL_S})  # 2 and 3 went quiet: 2 is the older
-    assert a.admit(5, "10.0.0.1", STALL_S) == (None, [2])
-    assert a.admit(6, "10.0.0.1", STALL_S) == (None, [3])
-    silent[5] = silent[6] = STALL_S
-    assert a.admit(7, "10.0.0.1", STALL_S / 2 + STALL_S) == ("pending from one address", [])
-    assert a.evicted == 2 and sorted(a.open) == [1, 5, 6]
+def test_the_oldest_pending_connection_makes_way_by_age_however_busy_it_is():
+    """Pending connections are evicted for a newcomer by age alone: one trickling a byte at a
+    time is no more a client than a silent one."""
+    a = Admission(LIMITS)
+    for fd, at in ((1, 0.0), (2, 0.1), (3, 0.2)):
+        a.admit(fd, "10.0.0.1", at)
+    assert a.admit(4, "10.0.0.1", EVICT_AGE_S - 0.01) == ("pending from one address", [])
+    assert a.admit(5, "10.0.0.1", EVICT_AGE_S + 0.1) == (None, [1])
+    assert a.admit(6, "10.0.0.1", EVICT_AGE_S + 0.15) == (None, [2])
+    a.established(6)
+    assert a.admit(7, "10.0.0.1", EVICT_AGE_S + 0.15) == (None, [])
+    # at the global cap the oldest of any address goes, never a proven one
+    for fd in (8, 9):
+        a.admit(fd, "10.0.0.2", EVICT_AGE_S + 0.2)  # pending: 3 5 7 8 9
+    assert len(a.pending) == 5 and a.admit(10, "10.0.0.3", EVICT_AGE_S + 0.3)[0] is None
+    assert a.admit(11, "10.0.0.3", EVICT_AGE_S + 0.3) == (None, [3])
+    assert a.evicted == 3 and 6 in a.open
 
 
 def test_old_connections_pend_no_more_and_closed_ones_are_forgotten():
-    a = admission()
+    a = Admission(LIMITS)
     for fd in (1, 2, 3):
         a.admit(fd, "10.0.0.1", 0.0)
     assert a.admit(4, "10.0.0.1", LIMITS.pending_s)[0] is None  # 1-3 are past the limit
@@ -75,12 +70,33 @@ def test_old_connections_pend_no_more_and_closed_ones_are_forgotten():
 
 
 def test_open_connections_are_capped_by_the_descriptors_left_for_them():
-    sent = {fd: 1000 for fd in range(20)}
-    a = admission(sent)
-    assert [a.admit(fd, f"10.0.0.{fd}", 0.0)[0] for fd in range(10)] == [None] * 10
+    a = Admission(LIMITS)
+    for fd in range(10):
+        assert a.admit(fd, f"10.0.0.{fd}", 0.0)[0] is None
+        a.established(fd)
     assert a.admit(10, "10.0.1.1", 0.0) == ("open", [])
     a.forget(3)
     assert a.admit(10, "10.0.1.1", 0.0)[0] is None
+
+
+def test_the_open_cap_is_one_budget_for_every_socket_of_the_process():
+    """Two sockets of one process (a master's requests and its heads feed) share the cap on
+    open connections: together they never take the descriptors kept for files."""
+    budget = ConnectionBudget()
+    router, feed = Admission(LIMITS, budget), Admission(LIMITS, budget)
+    for fd in range(6):
+        assert router.admit(fd, f"10.0.0.{fd}", 0.0)[0] is None
+        router.established(fd)
+    for fd in range(4):
+        assert feed.admit(100 + fd, f"10.0.1.{fd}", 0.0)[0] is None
+        feed.established(100 + fd)
+    assert budget.used == 10
+    assert feed.admit(200, "10.0.2.1", 0.0) == ("open", [])
+    assert router.admit(300, "10.0.2.2", 0.0) == ("open", [])
+    router.forget(0)
+    assert feed.admit(200, "10.0.2.1", 0.0)[0] is None
+    feed.forget_all()  # its socket closed
+    assert budget.used == 5
 
 
 def _ping(sock: zmq.Socket, rid: int) -> None:

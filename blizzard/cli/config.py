@@ -21,6 +21,7 @@ from typing import Any, Callable
 import click
 
 ENV_PREFIX = "BLIZZARD"
+MAX_CONFIG_BYTES = 1024 * 1024  # a config file is a page of options: more is no config file
 _NOT_CONFIGURABLE = {"help", "version", "config"}
 
 
@@ -65,7 +66,16 @@ def _load_config(ctx: click.Context, param: click.Parameter, path: str | None) -
         return
     try:
         with open(path, "rb") as f:
-            doc = tomllib.load(f)
+            text = f.read(MAX_CONFIG_BYTES + 1)  # bounded: /dev/zero is a "file" too
+    except OSError as exc:
+        raise ConfigError(f"cannot read config {path}: {exc.strerror or exc}") from None
+    if len(text) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"config {path} is over {MAX_CONFIG_BYTES // 1024} KiB: not a config "
+                          "file of options")
+    try:
+        doc = tomllib.loads(text.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config {path} is not UTF-8 text: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config {path} is not valid TOML: {exc}") from None
     ctx.default_map = {**(ctx.default_map or {}), **config_values(ctx, doc, path)}

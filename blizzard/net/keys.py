@@ -32,7 +32,6 @@ import glob
 import logging
 import os
 import re
-import shutil
 import stat
 import time
 from dataclasses import dataclass
@@ -121,18 +120,35 @@ def retire(directory: str, name: str) -> bool:
 def expiry(old_key_path: str) -> float:
     """When a rotated key's old half (``NAME.old.key``) stops being valid (unix time): as its
     ``NAME.old.expires`` says, or for one rotated before expiries were kept, the default grace
-    after the rotation (the file's change time)."""
+    after the rotation (the file's change time).
+
+    ``OSError`` when either file cannot be read for another reason than being absent (no
+    descriptor left, no permission): guessing then could bring an expired key back."""
     try:
         with open(old_key_path[:-len(".key")] + ".expires") as f:
             return float(f.read().strip())
-    except (OSError, ValueError):
+    except (FileNotFoundError, ValueError):
         return os.stat(old_key_path).st_ctime + DEFAULT_GRACE_S
 
 
+def key_files(directory: str, suffix: str = ".key") -> list[str]:
+    """The paths of the directory's files ending in ``suffix``, sorted. Unlike ``glob``,
+    which answers [] for a directory it cannot open, ``OSError`` when the directory cannot
+    be listed (no descriptor left, no permission): "no keys" must never be a guess."""
+    return sorted(os.path.join(directory, name) for name in os.listdir(directory)
+                  if name.endswith(suffix))
+
+
 def next_expiry(directory: str) -> float:
-    """The soonest end of an old key's grace still to come (inf: none)."""
+    """The soonest end of an old key's grace still to come (inf: none); ``OSError`` as
+    ``key_files``."""
     now = time.time()
-    ends = [expiry(path) for path in glob.glob(os.path.join(glob.escape(directory), "*.old.key"))]
+    ends = []
+    for path in key_files(directory, ".old.key"):
+        try:
+            ends.append(expiry(path))
+        except FileNotFoundError:  # retired meanwhile
+            continue
     return min((end for end in ends if end > now), default=float("inf"))
 
 
@@ -234,22 +250,31 @@ def load_public(directory: str, name: str) -> bytes:
 
 def authorized(directory: str) -> dict[bytes, str]:
     """Every public key (z85) the directory lets in, with its role (not an old key whose
-    grace period has ended)."""
+    grace period has ended).
+
+    A key is left out only when the directory was read and its file is gone or holds no key
+    (a file half-written: it is read again when the directory changes). Anything else that
+    stops a file or the directory being read (no descriptor left, no permission) raises
+    ``OSError``: a server must then keep the keys it had, never take "none" for the answer
+    (it would revoke every open connection)."""
     keys: dict[bytes, str] = {}
     now = time.time()
-    for path in sorted(glob.glob(os.path.join(directory, "*.key"))):
+    for path in key_files(directory):
         name = os.path.basename(path)
+        role = next((role for prefix, role in ROLE_OF_PREFIX.items()
+                     if name.startswith(prefix)), None)
+        if role is None:
+            continue
         try:
             if name.endswith(".old.key") and expiry(path) <= now:
                 continue
-        except OSError:
-            continue  # gone meanwhile
-        for prefix, role in ROLE_OF_PREFIX.items():
-            if name.startswith(prefix):
-                try:
-                    keys[zmq.auth.load_certificate(path)[0]] = role
-                except (OSError, ValueError):
-                    continue  # a half-written file: read again when the directory changes
+            keys[zmq.auth.load_certificate(path)[0]] = role
+        except FileNotFoundError:
+            continue  # removed since the listing: truly gone
+        except ValueError:
+            log.warning("%s holds no public key (half-written?): left out until the key "
+                        "directory changes", path)
+            continue
     return keys
 
 
@@ -314,24 +339,57 @@ def check_private(directory: str) -> None:
 
 def export_client(directory: str, out: str, name: str = "client") -> list[str]:
     """Make ``out`` (0700, new or empty) the key directory of a client machine: ``name``'s
-    pair and the servers' public keys, nothing else; the files written."""
+    pair and the servers' public keys, nothing else; the files written.
+
+    ``out`` must be the caller's own: an existing one that another user owns, that others
+    may write, or that is a symbolic link is refused (whoever controls it could read the
+    secret written there, or redirect it), and each file is made new in it, never through a
+    link (``O_EXCL | O_NOFOLLOW``, relative to the directory opened once)."""
     if name not in ("client", "admin"):
         raise AuthenticationFailed(f"a client machine's directory holds a client or admin "
                                    f"pair, not {name!r}")
-    if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
-        raise AuthenticationFailed(f"{out} exists and is not an empty directory: choose a new "
-                                   "one (nothing is overwritten)")
     load_pair(directory, name)  # a readable pair, or the reason why not
     files = [name + ".key", name + ".key_secret", "master.key", "datanode.key"]
     for file in files[2:]:
         load_public(directory, file[:-len(".key")])
         if not os.path.exists(os.path.join(directory, file)):
             raise AuthenticationFailed(f"no {file} in {directory} to export")
-    os.makedirs(out, mode=0o700, exist_ok=True)
-    os.chmod(out, 0o700)
-    for file in files:  # the files as they are: ZeroMQ's certificate format
-        shutil.copyfile(os.path.join(directory, file), os.path.join(out, file))
-        _private(os.path.join(out, file))
+    try:
+        os.makedirs(out, 0o700)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise AuthenticationFailed(f"cannot make {out}: {exc.strerror or exc}") from None
+    try:
+        dir_fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError as exc:
+        raise AuthenticationFailed(f"{out} is not a directory of its own (a symbolic link, or "
+                                   f"a file?): {exc.strerror or exc}; choose a new one") from None
+    try:
+        st = os.fstat(dir_fd)
+        if st.st_uid != os.geteuid():
+            raise AuthenticationFailed(f"{out} belongs to another user (uid {st.st_uid}), who "
+                                       "could read the secret key: choose a directory of your own")
+        if stat.S_IMODE(st.st_mode) & 0o022:
+            raise AuthenticationFailed(f"{out} may be written by other users (mode "
+                                       f"{stat.S_IMODE(st.st_mode):o}): choose a directory of "
+                                       "your own")
+        if os.listdir(dir_fd):
+            raise AuthenticationFailed(f"{out} exists and is not an empty directory: choose a "
+                                       "new one (nothing is overwritten)")
+        os.fchmod(dir_fd, 0o700)
+        for file in files:  # the files as they are: ZeroMQ's certificate format
+            with open(os.path.join(directory, file), "rb") as src:
+                data = src.read()
+            fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600,
+                         dir_fd=dir_fd)
+            with open(fd, "wb") as dst:
+                dst.write(data)
+    except FileExistsError as exc:  # made meanwhile by someone else
+        raise AuthenticationFailed(f"{exc.filename} appeared in {out} while exporting: "
+                                   "choose a new directory") from None
+    finally:
+        os.close(dir_fd)
     return sorted(files)
 
 

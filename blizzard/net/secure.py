@@ -9,6 +9,7 @@ which arrives with every message as the frame property ``User-Id``.
 
 from __future__ import annotations
 
+import errno
 import itertools
 import logging
 import os
@@ -43,8 +44,12 @@ class _Directory:
 
     It is re-read when its modification time changes and, at most once a second, when an
     unknown key knocks (a file system with coarse timestamps may not show a change). A
-    directory that cannot be read keeps the last keys read: the handler thread must never
-    die, or no connection would be admitted again.
+    reading that fails in any way (the directory or a key file cannot be opened: no
+    descriptor left, no permission) keeps the last keys read, and is tried again at the next
+    look: a key counts as gone only when the directory was read and its file was not there.
+    (Taking a failed reading for "no keys" once revoked every open connection of a server
+    out of descriptors.) The handler thread must never die, or no connection would be
+    admitted again.
     """
 
     RETRY_S = 1.0
@@ -61,6 +66,8 @@ class _Directory:
         self.lock = threading.Lock()
         # anyone who reaches a port can knock with a random key, as often as they like
         self.refusals = Throttled(log, REFUSALS_LOG_EVERY_S)
+        # a failed reading is tried again at each look (4 a second): one line per interval
+        self.failures = Throttled(log, REFUSALS_LOG_EVERY_S, logging.ERROR)
 
     def role(self, public: bytes) -> str | None:
         with self.lock:
@@ -76,12 +83,17 @@ class _Directory:
             now = time.monotonic()
             if stamp != self.stamp or time.time() >= self.expires_at or \
                     (unknown and now - self.read_at >= self.RETRY_S):
-                self.roles = k.authorized(self.directory)
-                self.expires_at = k.next_expiry(self.directory)
+                roles = k.authorized(self.directory)
+                expires_at = k.next_expiry(self.directory)
+                # only a whole reading replaces the keys; a failed one leaves the stamp
+                # as it was, so the next look reads again
+                self.roles, self.expires_at = roles, expires_at
                 self.stamp, self.read_at = stamp, now
                 log.info("%d keys allowed from %s", len(self.roles), self.directory)
         except Exception as exc:  # keep serving with the keys read last
-            log.error("cannot read the key directory %s: %s", self.directory, exc)
+            self.failures("unreadable", "cannot read the key directory %s (%s: %s): the %d "
+                          "keys read before stay allowed until it can be read", self.directory,
+                          type(exc).__name__, exc, len(self.roles))
 
     def current(self, user_id: str) -> bool:
         """True while the key a connection authenticated with (its User-Id, ``ROLE:KEY``) is
@@ -180,7 +192,13 @@ class HandshakeWatch:
     A server that refuses the key (``FAILED_AUTH``) or the mechanism (``FAILED_PROTOCOL``
     with a mechanism mismatch) says so; a handshake cut short without detail is also what a
     server that restarts mid-greeting looks like, so only ``UNEXPLAINED`` of those in a row,
-    with no handshake succeeding in between, count as a wrong server key.
+    with no handshake succeeding in between, count as a wrong server key. A server's
+    connection guard that turns a connection away (over a cap: busy, or flooded) resets it
+    (``blizzard/server/conn_guard.py``), so that handshake fails with ECONNRESET, where a
+    server whose key is not the one pinned closes it plainly (EPIPE): once one was reset
+    since the last handshake that succeeded, failures without detail are taken for the
+    server turning this process away, no refusal of its key; ZeroMQ connects again, and a
+    request that gets no reply says why (``silence``).
     """
 
     UNEXPLAINED = 3
@@ -202,6 +220,7 @@ class HandshakeWatch:
         self.addr = addr
         self.secure = secure
         self.unexplained = 0
+        self.turned_away = 0  # connections the server reset in the handshake, since a success
         self.failure: AuthenticationFailed | None = None
         self.connected = False  # a TCP connection was made at least once
         self.refusals = 0  # attempts that failed before any connection was made
@@ -221,11 +240,17 @@ class HandshakeWatch:
                     self.refused_at = self.refused_at or time.monotonic()
                 continue
             if kind == zmq.EVENT_HANDSHAKE_SUCCEEDED:
-                self.unexplained, self.failure = 0, None
+                self.unexplained, self.turned_away, self.failure = 0, 0, None
+                continue
+            if kind == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL and \
+                    event["value"] == errno.ECONNRESET:
+                self.turned_away += 1  # the server's guard: busy, or flooded
                 continue
             if kind == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
                 self.unexplained += 1
-                if self.unexplained < self.UNEXPLAINED:
+                # a reset that comes before this process writes shows as EPIPE too (one in
+                # ten on loopback): once the server reset one, the others are taken for that
+                if self.unexplained < self.UNEXPLAINED or self.turned_away:
                     continue
             elif kind == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL \
                     and event["value"] != zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH:
@@ -243,6 +268,9 @@ class HandshakeWatch:
                 and time.monotonic() - self.refused_at >= refused_s:
             return ConnectionRefused(f"{why}: {self.addr} refused the connection (nothing "
                                      "listens there)")
+        if self.turned_away:
+            return TimeoutError(f"{why}: the server closed the connection before the "
+                                f"handshake ({self.turned_away} times; busy or flooded?)")
         return TimeoutError(why)
 
     def _why(self, kind: int) -> str:

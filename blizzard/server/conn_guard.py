@@ -1,29 +1,34 @@
 """Caps on the connections a server socket accepts, so that no one without a key can take
 its file descriptors.
 
-libzmq accepts every TCP connection and keeps it until the handshake limit cuts a silent
-one; it has no option to cap them. A flood of plain connections that never greet would hold
-a descriptor each until the process could open no file (a WAL segment, a LevelDB table) and
-no client could connect. The ``ConnectionGuard`` watches a bound socket's monitor (a
-``RouterServer``'s, the master's heads feed) in a thread of its own: each accepted connection
-(``EVENT_ACCEPTED`` carries its descriptor) is looked at, and shut at once (``shutdown`` on
-the descriptor: libzmq then closes it itself) when it would pass one of three caps
-(``Admission``, the pure part):
+libzmq accepts every TCP connection and keeps it until the handshake limit cuts one that has
+not finished; it has no option to cap them. A flood of plain connections that never greet
+(or greet a byte at a time, or send a frame header and stop) would hold a descriptor each
+until the process could open no file (a WAL segment, a LevelDB table) and no client could
+connect. The ``ConnectionGuard`` watches a bound socket's monitor (a ``RouterServer``'s, the
+master's heads feed) in a thread of its own: each accepted connection (``EVENT_ACCEPTED``
+carries its descriptor) is looked at, and shut at once (``shutdown`` on the descriptor:
+libzmq then closes it itself) when it would pass one of three caps (``Admission``, the pure
+part):
 
-- connections open on the socket: the soft limit less the reserve kept for files
-  (``blizzard/server/fd_limits.py``);
-- connections still in their handshake, in all and per source address. A connection counts
-  as pending while it is younger than the handshake limit and its peer has sent fewer bytes
-  than a finished handshake takes (the kernel's count, ``TCP_INFO``): real clients handshake
-  within milliseconds, so even many from one address never pile up as pending, while an
-  idle flood from one address is held to ``max_pending_per_addr`` descriptors.
+- connections open in the process: the soft limit less the reserve kept for files
+  (``blizzard/server/fd_limits.py``), one budget for every guarded socket of the process;
+- connections still pending, in all and per source address. A connection pends until it is
+  proven: the server read a message from it (``established``: a request on a
+  ``RouterServer``, a subscription on the heads feed; each message names its descriptor,
+  ``zmq.SRCFD``), which with keys only a peer whose key was let in can send; or it outlived
+  the handshake limit (libzmq cuts every connection that has not finished its handshake by
+  then). Nothing a peer sends short of a message counts (bytes of a greeting trickled, a
+  frame header and no frame): the kernel's byte counts once did, and were fooled.
 
-At a cap, a pending connection whose peer has sent nothing for ``STALL_S`` (the kernel's
-``tcpi_last_data_recv``) and not finished its handshake is shut to make way for the new one;
-only when there is none is the new one refused. A real client greets at once, so an idle
-flood keeps its share of places but no real client of the same address (a NAT, loopback)
-out. Connections through their handshake are never touched: a flood costs the flooders'
-connections and, at worst, new ones, never the established ones or the process.
+At a cap, the oldest pending connection (of the newcomer's address, at that address's cap)
+that is ``EVICT_AGE_S`` old is shut to make way for the newcomer: a real client is through
+its handshake and sends within milliseconds, so whatever pends that long is no client
+greeting (however busily it trickles); only when there is none is the newcomer refused. So a
+flood holds its share of pending places only by making new connections faster than one per
+place each ``EVICT_AGE_S``, and cannot keep a real client of the same address (a NAT,
+loopback) out by going slowly. Proven connections are never touched: a flood costs the
+flooders' connections and, at worst, new ones, never the established ones or the process.
 
 A socket has one monitor, so the guard also tells which connections left
 (``GuardDepartures``: ``blizzard/server/departures.py``'s calls).
@@ -40,7 +45,7 @@ import struct
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Iterable
 
 import zmq
 from zmq.utils.monitor import parse_monitor_message
@@ -53,68 +58,51 @@ log = logging.getLogger(__name__)
 _guard_ids = itertools.count(1)
 EVENTS = zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CLOSED | \
     zmq.EVENT_MONITOR_STOPPED
-MAX_PENDING = 512  # connections in their handshake on one socket (fewer with a low limit)
+MAX_PENDING = 512  # connections not yet proven on one socket (fewer with a low limit)
 MAX_PENDING_PER_ADDR = 64  # ... from one source address
-# Bytes a peer has sent once its handshake is done: the ZMTP greeting is 64, CURVE's HELLO
-# 202 and its INITIATE over 250 more; NULL's READY (no keys) some 30.
-GREETED_BYTES = {True: 300, False: 80}
+# A pending connection this old is no client handshaking (those take milliseconds, and send
+# their first message at once): at a cap, it makes way for a newcomer, the oldest first.
+EVICT_AGE_S = 1.0
 _EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
-LOOK_AGAIN_S = 0.2  # how often a pending connection's byte count is read again, at most
-_TCP_INFO_RECEIVED = struct.Struct("<Q")  # tcpi_bytes_received, at offset 128 (Linux 4.1+)
-_TCP_INFO_RECEIVED_AT = 128
-_TCP_INFO_SILENT_MS = struct.Struct("<I")  # tcpi_last_data_recv: ms since the peer last sent
-_TCP_INFO_SILENT_AT = 52  # (since the connection was made, if it never sent)
-STALL_S = 1.0  # a pending connection silent this long is no client greeting: evicted if need be
 
 
 @dataclass(frozen=True)
 class Limits:
-    """The caps one server socket enforces."""
+    """The caps a server socket enforces (``max_open``: the process's, all sockets)."""
 
     max_open: int
     max_pending: int
     max_pending_per_addr: int
-    pending_s: float  # the handshake limit: older connections are cut by libzmq anyway
-    greeted_bytes: int
+    pending_s: float  # the handshake limit: older connections are cut by libzmq, or through
 
     @classmethod
-    def for_process(cls, pending_s: float, secure: bool) -> "Limits":
+    def for_process(cls, pending_s: float) -> "Limits":
         """Caps from this process's descriptor limit as it is now."""
         max_open = fd_limits.connection_fds()
         return cls(max_open=max_open, max_pending=max(1, min(MAX_PENDING, max_open // 2)),
                    max_pending_per_addr=max(1, min(MAX_PENDING_PER_ADDR, max_open // 8)),
-                   pending_s=pending_s, greeted_bytes=GREETED_BYTES[secure])
+                   pending_s=pending_s)
 
 
 @dataclass
 class _Conn:
     addr: str
     since: float  # monotonic
-    looked: float  # when its byte count was read last
-
-
-@dataclass(frozen=True)
-class Progress:
-    """What the kernel says of a connection's peer (``TCP_INFO``)."""
-
-    received: int  # bytes
-    silent_s: float  # since it last sent anything (since it connected, if it never did)
 
 
 class Admission:
-    """Which accepted connections to keep: the bookkeeping and the caps, no sockets.
+    """Which accepted connections of one socket to keep: the bookkeeping and the caps, no
+    sockets.
 
-    At a cap, a pending connection whose peer has been silent ``STALL_S`` without finishing
-    its handshake (no client greets that slowly) is evicted for the newcomer, the oldest
-    first; only when there is none is the newcomer refused. So an idle flood holds its share
-    of pending places but cannot keep a real client of the same address out.
-
-    ``peek(fd)`` reads a connection's ``Progress`` (None: no longer ours to read).
+    Open connections take their places from ``budget``, which the process's other guarded
+    sockets share (by default one of its own). At a cap, the oldest pending connection
+    ``EVICT_AGE_S`` old (of the newcomer's address, at that address's cap) is evicted for the
+    newcomer; only when there is none is the newcomer refused.
     """
 
-    def __init__(self, limits: Limits, peek: Callable[[int], Progress | None]) -> None:
+    def __init__(self, limits: Limits, budget: fd_limits.ConnectionBudget | None = None) -> None:
         self.limits = limits
-        self.peek = peek
+        self.budget = budget if budget is not None else fd_limits.ConnectionBudget()
         self.open: dict[int, str] = {}  # fd -> peer address, every admitted connection
         self.pending: collections.OrderedDict[int, _Conn] = collections.OrderedDict()
         self.pending_from: collections.Counter[str] = collections.Counter()
@@ -124,43 +112,56 @@ class Admission:
 
     def admit(self, fd: int, addr: str, now: float) -> tuple[str | None, list[int]]:
         """Note a new connection: (None to keep it, else why it must be shut; the
-        descriptors of stalled connections evicted for it, to be shut)."""
+        descriptors of pending connections evicted for it, to be shut)."""
         self.forget(fd)  # a descriptor number reused: the connection it named is gone
         self._expire(now)
         evicted: list[int] = []
-        why = self._over(addr, now)
-        if why is not None:
-            stale = self._stale(addr if why == "pending from one address" else None, now)
-            if stale is not None:
-                self.forget(stale)
-                evicted.append(stale)
-                self.evicted += 1
-                why = self._over(addr, now)
+        while True:  # at most two rounds: an eviction frees a place under every cap
+            why = self._over(addr)
+            if why is None or len(evicted) >= 2:
+                break
+            old = self._oldest(addr if why == "pending from one address" else None, now)
+            if old is None:
+                break
+            self.forget(old)
+            evicted.append(old)
+            self.evicted += 1
+        if why is None and not self.budget.take(self.limits.max_open):
+            why = "open"  # taken meanwhile by another socket of the process
         if why is not None:
             self.refused[why] += 1
             return why, evicted
         self.open[fd] = addr
-        self.pending[fd] = _Conn(addr, now, -LOOK_AGAIN_S)  # looked at first when a cap is near
+        self.pending[fd] = _Conn(addr, now)
         self.pending_from[addr] += 1
         self.admitted += 1
         return None, evicted
 
-    def forget(self, fd: int) -> None:
-        """A connection closed."""
-        self.open.pop(fd, None)
+    def established(self, fd: int) -> None:
+        """Connection ``fd`` is proven (a message was read from it): it pends no more."""
         self._unpend(fd)
 
-    def _over(self, addr: str, now: float) -> str | None:
+    def forget(self, fd: int) -> None:
+        """A connection closed."""
+        if self.open.pop(fd, None) is not None:
+            self.budget.give()
+        self._unpend(fd)
+
+    def forget_all(self) -> None:
+        """The socket closes: its connections give their places back."""
+        self.budget.give(len(self.open))
+        self.open.clear()
+        self.pending.clear()
+        self.pending_from.clear()
+
+    def _over(self, addr: str) -> str | None:
         """The cap a connection from ``addr`` would pass now, if any."""
-        if len(self.open) >= self.limits.max_open:
+        if self.budget.used >= self.limits.max_open:
             return "open"
-        if len(self.pending) >= self.limits.max_pending or \
-                self.pending_from[addr] >= self.limits.max_pending_per_addr:
-            self._look(now)
-            if len(self.pending) >= self.limits.max_pending:
-                return "pending"
-            if self.pending_from[addr] >= self.limits.max_pending_per_addr:
-                return "pending from one address"
+        if len(self.pending) >= self.limits.max_pending:
+            return "pending"
+        if self.pending_from[addr] >= self.limits.max_pending_per_addr:
+            return "pending from one address"
         return None
 
     def _unpend(self, fd: int) -> None:
@@ -179,27 +180,12 @@ class Admission:
                 break
             self._unpend(fd)
 
-    def _look(self, now: float) -> None:
-        """Read the byte counts of pending connections not looked at lately: those that sent
-        a whole handshake's worth are through and pend no more."""
-        for fd, conn in list(self.pending.items()):
-            if now - conn.looked < LOOK_AGAIN_S:
-                continue
-            conn.looked = now
-            got = self.peek(fd)
-            if got is not None and got.received >= self.limits.greeted_bytes:
-                self._unpend(fd)
-
-    def _stale(self, addr: str | None, now: float) -> int | None:
-        """The oldest pending connection (from ``addr``, if given) stalled in its handshake."""
+    def _oldest(self, addr: str | None, now: float) -> int | None:
+        """The oldest pending connection (from ``addr``, if given) ``EVICT_AGE_S`` old."""
         for fd, conn in self.pending.items():
-            if now - conn.since < STALL_S:
+            if now - conn.since < EVICT_AGE_S:
                 return None  # the rest are younger still
-            if addr is not None and conn.addr != addr:
-                continue
-            got = self.peek(fd)
-            if got is not None and got.received < self.limits.greeted_bytes and \
-                    got.silent_s >= STALL_S:
+            if addr is None or conn.addr == addr:
                 return fd
         return None
 
@@ -233,18 +219,20 @@ class _Accepted:
             self.sock.detach()
 
 
-def _peek(fd: int, port: int) -> Progress | None:
-    with _Accepted(fd, port) as sock:
-        if sock is None:
-            return None
-        try:
-            info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
-        except OSError:
-            return None
-        if len(info) < _TCP_INFO_RECEIVED_AT + _TCP_INFO_RECEIVED.size:
-            return None
-        return Progress(_TCP_INFO_RECEIVED.unpack_from(info, _TCP_INFO_RECEIVED_AT)[0],
-                        _TCP_INFO_SILENT_MS.unpack_from(info, _TCP_INFO_SILENT_AT)[0] / 1000)
+_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: a close resets the connection
+
+
+def _refuse(sock: socket.socket) -> None:
+    """End a connection libzmq holds, so that its peer can tell: libzmq reads the end (a
+    shutdown of the reading side) and closes the descriptor, which with a zero linger resets
+    the connection. The peer's handshake then fails with ECONNRESET, where a server that
+    refused its key (or that its key does not match) ends it with a plain close
+    (``blizzard.net.secure.HandshakeWatch`` tells them apart)."""
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
+        sock.shutdown(socket.SHUT_RD)
+    except OSError:  # gone meanwhile
+        pass
 
 
 class ConnectionGuard:
@@ -266,7 +254,7 @@ class ConnectionGuard:
         self.sock = sock
         endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self.port = int(endpoint.rsplit(":", 1)[1])
-        self.admission = Admission(limits, lambda fd: _peek(fd, self.port))
+        self.admission = Admission(limits, fd_limits.process_connections())
         self.say = Throttled(log)
         self.lock = threading.Lock()  # the monitor socket and the bookkeeping
         self._gone: set[int] | None = None  # departed fds, kept once someone reads them
@@ -292,9 +280,19 @@ class ConnectionGuard:
 
     @property
     def shut(self) -> int:
-        """How many connections the guard shut: new ones refused, stalled ones evicted."""
+        """How many connections the guard shut: new ones refused, pending ones evicted."""
         with self.lock:
             return sum(self.admission.refused.values()) + self.admission.evicted
+
+    def established(self, fds: Iterable[int]) -> None:
+        """The server read a message from each of ``fds`` (``source_fd``, -1 for none): their
+        connections are proven, they pend no more. The events waiting are handled first, so
+        a connection accepted a moment ago is known before it is proven."""
+        with self.lock:
+            self._drain()
+            for fd in fds:
+                if fd >= 0:
+                    self.admission.established(fd)
 
     def read_departures(self) -> set[int]:
         """Descriptors of the connections that ended since the last call (the first call
@@ -335,6 +333,8 @@ class ConnectionGuard:
     def _drain(self) -> None:
         """Handle every event waiting (the lock held)."""
         monitor = self.monitor
+        if monitor.closed:  # the thread ended (the context ends): nothing more will come
+            return
         while not self._ended and monitor.get(_EVENTS) & _POLLIN:
             event = parse_monitor_message(monitor.recv_multipart(zmq.NOBLOCK))
             kind, fd = event["event"], int(event["value"])
@@ -362,33 +362,28 @@ class ConnectionGuard:
                 return
             why, evicted = self.admission.admit(fd, addr, time.monotonic())
             if why is not None:
-                try:
-                    sock.shutdown(socket.SHUT_RDWR)  # libzmq sees the end and closes its fd
-                except OSError:
-                    pass
+                _refuse(sock)
         for stale in evicted:
             with _Accepted(stale, self.port) as old:
                 if old is not None:
-                    try:
-                        old.shutdown(socket.SHUT_RDWR)
-                    except OSError:
-                        pass
+                    _refuse(old)
         limits = self.admission.limits
         if evicted:
-            self.say("evicted", "shut a connection silent for %.0fs in its handshake, for a new "
-                     "one from %s: %d connections from that address (or %d in all) on port %d "
-                     "had not finished theirs (cap)", STALL_S, addr,
-                     limits.max_pending_per_addr, limits.max_pending, self.port)
+            self.say("evicted", "shut %d connection(s) pending %.0fs or more (no message sent "
+                     "yet) on port %d, for a new one from %s: at the cap of %d pending from "
+                     "one address, %d in all, or %d open in the process", len(evicted),
+                     EVICT_AGE_S, self.port, addr, limits.max_pending_per_addr,
+                     limits.max_pending, limits.max_open)
         if why == "open":
-            self.say(why, "shut a new connection from %s: %d connections open on port %d, "
-                     "its cap (the other descriptors are kept for files)", addr,
-                     limits.max_open, self.port)
+            self.say(why, "shut a new connection from %s on port %d: %d connections open in "
+                     "this process, its cap (the other descriptors are kept for files)", addr,
+                     self.port, limits.max_open)
         elif why == "pending":
             self.say(why, "shut a new connection from %s: %d connections on port %d have not "
-                     "finished their handshake (cap)", addr, limits.max_pending, self.port)
+                     "sent their first message (cap)", addr, limits.max_pending, self.port)
         elif why is not None:
             self.say(why, "shut a new connection from %s: %d connections from that address "
-                     "on port %d have not finished their handshake (cap)", addr,
+                     "on port %d have not sent their first message (cap)", addr,
                      limits.max_pending_per_addr, self.port)
 
     def close(self, timeout_s: float = 5.0) -> None:
@@ -400,6 +395,8 @@ class ConnectionGuard:
         self.thread.join(timeout_s)
         if self.thread.is_alive():
             log.warning("the connection guard of port %d did not stop", self.port)
+        with self.lock:
+            self.admission.forget_all()  # the process's budget gets their places back
 
 
 class GuardDepartures:
@@ -412,6 +409,10 @@ class GuardDepartures:
     def read(self) -> set[int]:
         return self.guard.read_departures()
 
+    def established(self, fds: Iterable[int]) -> None:
+        """Connections proven by a message read from them (``ConnectionGuard.established``)."""
+        self.guard.established(fds)
+
     def departed(self, fd: int) -> bool:
         return self.guard.departed(fd)
 
@@ -420,10 +421,10 @@ class GuardDepartures:
         self.guard.close()
 
 
-def guarded(sock: zmq.Socket, secure: bool) -> GuardDepartures:
-    """Guard a bound TCP socket (its handshake limit counts connections as pending) and tell
-    which of its connections left: for sockets other than a ``RouterServer``'s (the master's
-    heads feed)."""
+def guarded(sock: zmq.Socket) -> GuardDepartures:
+    """Guard a bound TCP socket (connections pend until ``established``, or past its handshake
+    limit) and tell which of its connections left: for sockets other than a
+    ``RouterServer``'s (the master's heads feed)."""
     pending_ms = sock.getsockopt(zmq.HANDSHAKE_IVL) or 30_000
-    guard = ConnectionGuard(sock, Limits.for_process(pending_ms / 1000, secure))
+    guard = ConnectionGuard(sock, Limits.for_process(pending_ms / 1000))
     return GuardDepartures(guard)

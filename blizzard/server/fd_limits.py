@@ -3,10 +3,15 @@ and telling "out of descriptors" apart from a failing disk.
 
 Every connection a server accepts holds a descriptor, and so does every WAL segment,
 checkpoint and LevelDB table it opens. Connections may take at most the soft limit less a
-reserve (``connection_fds``; ``blizzard/server/conn_guard.py`` enforces it), so the files always
-find descriptors. Should they run out all the same (another part of the process, a limit
-lowered under a running server), ``is_fd_pressure`` says so: the caller retries later
-instead of stopping as it would for a broken disk.
+reserve (``connection_fds``), so the files always find descriptors. That cap is the
+process's, not a socket's: every socket that accepts connections (a master's requests port,
+its heads feed, its metrics endpoint) takes from one ``ConnectionBudget``
+(``process_connections``); ``blizzard/server/conn_guard.py`` and
+``blizzard/server/http_guard.py`` enforce it. (Per socket, two sockets of a master under a
+limit of 600 could take 344 each, more than the process had, and the reserve was gone.)
+Should they run out all the same (another part of the process, a limit lowered under a
+running server), ``is_fd_pressure`` says so: the caller retries later instead of stopping
+as it would for a broken disk.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import errno
 import logging
 import os
 import resource
+import threading
 
 log = logging.getLogger(__name__)
 
@@ -60,9 +66,41 @@ def reserve_fds(soft: int | None = None) -> int:
 
 
 def connection_fds(soft: int | None = None) -> int:
-    """How many accepted connections one server socket may hold."""
+    """How many accepted connections one process may hold, all its sockets together."""
     soft = soft_limit() if soft is None else soft
     return max(1, soft - reserve_fds(soft))
+
+
+class ConnectionBudget:
+    """The accepted connections a process holds, counted across all its sockets: a
+    connection is admitted only if it ``take``s a place under the cap, and ``give``s it back
+    when it ends. Thread-safe (each guard runs in a thread of its own)."""
+
+    def __init__(self) -> None:
+        self.used = 0
+        self._lock = threading.Lock()
+
+    def take(self, cap: int) -> bool:
+        """One place, if fewer than ``cap`` are taken; False: none left."""
+        with self._lock:
+            if self.used >= cap:
+                return False
+            self.used += 1
+            return True
+
+    def give(self, n: int = 1) -> None:
+        with self._lock:
+            self.used = max(0, self.used - n)
+
+
+# A process has one descriptor limit, so its connections have one budget: shared by whatever
+# guards sockets in it, whoever made them (a server, its heads feed, its metrics endpoint).
+_PROCESS_CONNECTIONS = ConnectionBudget()
+
+
+def process_connections() -> ConnectionBudget:
+    """This process's ``ConnectionBudget`` (capped by ``connection_fds``)."""
+    return _PROCESS_CONNECTIONS
 
 
 def leveldb_open_files(soft: int | None = None) -> int:

@@ -73,7 +73,8 @@ class RouterServer:
         # the key directory's current keys: a revoked key's open connection stops working
         self.admitted = guard(ctx, keys.directory).keys if keys is not None else None
         self.guard = ConnectionGuard(self.sock, Limits.for_process(
-            SERVER_HANDSHAKE_IVL_MS / 1000, self.secure)) if addr.startswith("tcp://") else None
+            SERVER_HANDSHAKE_IVL_MS / 1000)) if addr.startswith("tcp://") else None
+        self.proven: set[int] = set()  # without keys: this batch's descriptors, for the guard
         self.roles: dict[bytes, str] = {}  # this batch's connections -> "ROLE:KEY" (User-Id)
         self.fds: dict[bytes, int] = {}  # ... -> their descriptors (``blizzard/server/departures.py``)
         self.poller = zmq.Poller()  # made once: ``Socket.poll`` would build one per call
@@ -119,6 +120,9 @@ class RouterServer:
                            protocol.Error("internal", f"internal error decoding: {type(exc).__name__}"))
                 continue
             out.append((peer, rid, msg))
+        if self.guard is not None:  # a message read proves its connection (conn_guard.py)
+            self.guard.established(self.fds.values() if self.secure else self.proven)
+            self.proven = set()
         return out
 
     def _frames(self) -> tuple[bytes, bytes | None, int]:
@@ -139,6 +143,10 @@ class RouterServer:
                 self.roles[peer] = ""
             if self.admitted is not None and not self.admitted.current(role):
                 self.roles[peer] = REVOKED
+        elif self.guard is not None:  # its descriptor, for the guard
+            first = sock.recv(zmq.NOBLOCK, copy=False)
+            peer = first.bytes
+            self.proven.add(source_fd(first))
         else:
             peer = sock.recv(zmq.NOBLOCK)
         body, extra = None, 0
