@@ -9,6 +9,8 @@ lives here: ``expire`` returns items whose deadline passed to their queues.
 from __future__ import annotations
 
 import logging
+import os
+import struct
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
@@ -43,6 +45,16 @@ MAX_ERROR = 2000  # characters of a nack's error kept with the item
 
 LOST_NAMES = {p.LOST_EXPIRED: "lease expired", p.LOST_UNKNOWN: "unknown id",
               p.LOST_OTHER_QUEUE: "in another queue", p.LOST_WRONG_TOKEN: "wrong token"}
+
+
+def fresh_tokens(n: int) -> list[int]:
+    """``n`` lease tokens nobody can guess: 63 random bits each, never 0 (0: not leased).
+
+    A token is what lets a consumer settle an item; handed out in sequence, a client could
+    ack or extend the items another consumer holds by trying the tokens next to its own.
+    The WAL keeps each token, so a replay and the standby hold the same ones.
+    """
+    return [(x >> 1) | 1 for x in struct.unpack(f"<{n}Q", os.urandom(8 * n))]
 
 
 @dataclass(slots=True)
@@ -182,9 +194,8 @@ class Leases:
         else:
             ids = self.state.head(msg.queue, msg.n, now)
         if ids:
-            first = self.state.lease_seq + 1
             lease_s = msg.lease_s or config.lease_s
-            self.log(LeaseItems(ids=ids, leases=list(range(first, first + len(ids))),
+            self.log(LeaseItems(ids=ids, leases=fresh_tokens(len(ids)),
                                 deadline=now + lease_s, request=msg.request))
             self.counts.add("leased", msg.queue, len(ids))
         return ids
@@ -237,7 +248,6 @@ class Leases:
             checks.queue_name(queue)
         out = Settled()
         acked, holding, items = self.state.recent_acks, self.state.held, self.state.items
-        issued = self.state.lease_seq  # tokens are handed out in order: none above this yet
         if len(set(ids)) != len(ids):  # an id named twice counts once (its first lease)
             pairs = dict(zip(reversed(ids), reversed(leases)))
             ids, leases = list(pairs), list(pairs.values())
@@ -257,7 +267,7 @@ class Leases:
                 out.refuse(item_id, p.LOST_OTHER_QUEUE)
             elif h is not None and h[0] == lease:
                 out.held.append(item_id)
-            elif h is not None or lease > issued:
+            elif h is not None:
                 out.refuse(item_id, p.LOST_WRONG_TOKEN)
             else:
                 out.refuse(item_id, p.LOST_EXPIRED)  # not leased: back in its queue

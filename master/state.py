@@ -38,7 +38,7 @@ class State:
 
     def __init__(self) -> None:
         self.id_hi = 1
-        self.lease_seq = 0
+        self.lease_seq = 0  # the highest lease token seen (tokens are random: a checkpoint field)
         self.cluster_id = ""  # made at the master's first start (``ClusterCreated``)
         self.epoch, self.standby = 0, ("", "")  # promotions; the sync standby's (name, address)
         self.items: dict[int, Item] = {}

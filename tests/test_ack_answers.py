@@ -50,7 +50,7 @@ def test_a_durable_ack_tells_the_four_refusals_apart_and_changes_nothing(metered
         assert leased_count(c, "tq2") == 1
         # A token the item is not leased under, while the lease is held (an older token, and
         # one never handed out)
-        for token in (msg.lease - 1, msg.lease + 10**6):
+        for token in (msg.lease ^ 2, msg.lease ^ (1 << 40)):
             with pytest.raises(WrongLease, match="another token"):
                 c.ack_ids([msg.id], [token], queue="tq2")
         assert leased_count(c, "tq2") == 1
@@ -83,7 +83,7 @@ def test_the_cli_ack_reports_each_refusal_and_exits_1(metered):
     elsewhere = cli("ack", "nosuchqueue", str(msg.id), str(msg.lease), master=m)
     assert elsewhere.returncode == 1 and b"NotInQueue" in elsewhere.stderr
     assert b"not in queue nosuchqueue" in elsewhere.stderr
-    wrong = cli("ack", "tq2", str(msg.id), str(msg.lease + 10**6), master=m)
+    wrong = cli("ack", "tq2", str(msg.id), str(msg.lease ^ 2), master=m)
     assert wrong.returncode == 1 and b"WrongLease" in wrong.stderr
     for verb in (["nack"], ["extend", "--lease-s", "30"]):  # they name the queue too
         refused = cli(verb[0], "nosuchqueue", str(msg.id), str(msg.lease), *verb[1:], master=m)
@@ -117,7 +117,7 @@ def test_quiet_acks_that_are_refused_are_counted_in_the_metrics_and_logged(meter
 
         # sent as ``Message.ack()`` sends: never answered
         c.leases.ack_unawaited([Stale(987654321, 1, "quiet"), Stale(987654322, 1, "quiet"),
-                                Stale(msg.id, msg.lease + 10**6, "quiet")])
+                                Stale(msg.id, msg.lease ^ 2, "quiet")])
         c.leases.flush(10)  # applied on the master once this returns
         assert leased_count(c, "quiet") == 1
     zero = {"lease_expired": 0.0, "unknown_id": 0.0, "in_another_queue": 0.0, "wrong_token": 0.0}
@@ -126,3 +126,21 @@ def test_quiet_acks_that_are_refused_are_counted_in_the_metrics_and_logged(meter
         assert time.monotonic() < deadline, refused_acks(metered.metrics_url())
         time.sleep(0.05)
     assert "quiet ack refused for 3 items" in metered.logs()
+
+
+def test_lease_tokens_cannot_be_guessed_from_ones_own(metered):
+    """Another consumer's token is not next to one's own: tokens are 63 random bits, so a
+    client cannot ack or extend the items others hold by trying the neighbours of its own."""
+    with Client(metered.master_addr) as c:
+        c.enqueue_many("guess", [b"%d" % i for i in range(101)])
+        mine = c.dequeue_many("guess", 100, lease_s=60)
+        (theirs,) = c.dequeue_many("guess", 1, lease_s=60)
+        tokens = sorted(m.lease for m in mine)
+        assert len(set(tokens)) == 100 and 0 not in tokens
+        assert min(b - a for a, b in zip(tokens, tokens[1:])) > 1_000  # no run, no neighbours
+        near = [t + d for t in tokens for d in (-2, -1, 1, 2) if 0 < t + d < 2**63]
+        guesses = [t for t in near if t != theirs.lease][:1000]
+        with pytest.raises(WrongLease):
+            c.ack_ids([theirs.id] * len(guesses), guesses, queue="guess")
+        assert c.stats("guess")["leased"] == 101  # nothing was settled by a guess
+        c.ack_many([*mine, theirs])

@@ -209,8 +209,8 @@ class LeaseExpired(RequestError):
 
 
 class WrongLease(LeaseExpired):
-    """Raised when an item is leased under another token than the one given (or no lease had
-    that token): a typo, or a lease that ran out and the item was delivered again since."""
+    """Raised when an item is leased under another token than the one given: a typo, or a
+    lease that ran out (or was nacked) and the item was delivered again since."""
 
     code = "wrong_lease"
 

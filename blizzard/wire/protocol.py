@@ -250,10 +250,10 @@ class Extend:
 
 
 # Why an id of an ack, nack or extend was not settled (``Acked.why``, one per ``lost`` id)
-LOST_EXPIRED = 0  # the lease ran out: the item is back in its queue, or acked under another lease
+LOST_EXPIRED = 0  # not leased under this token: the lease ended, or another lease's ack
 LOST_UNKNOWN = 1  # no item has this id (never made, or finished long ago)
 LOST_OTHER_QUEUE = 2  # the item is in another queue than the one the request named
-LOST_WRONG_TOKEN = 3  # the item is leased under another token, or no lease had this token
+LOST_WRONG_TOKEN = 3  # the item is leased under another token
 
 
 @message(19)
