@@ -176,7 +176,7 @@ def start(make: Callable[[], Any], role: str, bind: str,
     except zmq.ZMQError as exc:
         hint = f" — is another {role} running? (choose another port with --bind)" \
             if exc.errno == zmq.EADDRINUSE else ""
-        raise click.ClickException(f"cannot listen on {bind}: {zmq.strerror(exc.errno)}{hint}") \
+        raise click.ClickException(f"cannot listen on {bind}: {exc.strerror}{hint}") \
             from None
     except BlizzardError as exc:
         raise click.ClickException(error_line(exc, [], {})) from None
@@ -269,8 +269,8 @@ def error_line(exc: BlizzardError, argv: list[str], environ: dict[str, str]) -> 
     (``master_hints``); missing keys say which files, and ``--keys`` (``keys.missing_advice``)."""
     if isinstance(exc, MissingKeys):
         return f"{missing_advice(exc.directory, exc.looked_for, cli=True)} (MissingKeys)"
-    refused = isinstance(exc, MasterUnavailable) and exc.refused
-    text = nothing_listens(exc.addr) if refused else exc.message
+    text = nothing_listens(exc.addr) if isinstance(exc, MasterUnavailable) and exc.refused \
+        else exc.message
     line = f"{text} ({type(exc).__name__})"
     if isinstance(exc, MasterUnavailable):
         line += f"; {start_hint(master_origin(argv, environ), cli=True)}."

@@ -78,7 +78,7 @@ def dashboard(master: str, port: int, bind: str, allow_hosts: tuple[str, ...],
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     host, real_port = server.server_address[:2]
-    click.echo(f"dashboard of {master} at http://{host}:{real_port}/ ; Ctrl-C stops")
+    click.echo(f"dashboard of {master} at http://{host!s}:{real_port}/ ; Ctrl-C stops")
     try:
         server.serve_forever()
     finally:

@@ -61,7 +61,8 @@ def enqueue(queue: str, data: tuple[str, ...], files: tuple[Any, ...], master: s
 
     if data.count("-") > 1:
         raise click.UsageError("'-' (stdin) can be given once")
-    stdin = click.get_binary_stream("stdin")
+    # click 8.5 types get_binary_stream as an object (it is a function)
+    stdin = click.get_binary_stream("stdin")  # type: ignore[operator]
     payloads = [_read_item(stdin, "stdin") if d == "-" else d.encode() for d in data]
     payloads += [_read_item(f, f.name) for f in files]
     if not payloads:

@@ -118,9 +118,11 @@ def cluster(data_dir: str, datanodes: int, replication: int | None, port: int, n
             click.echo(f"metrics of {name}: {local.metrics_url(name)}")
         click.echo(STATUS_PAGE_HINT)
         while not stopping.wait(0.2):
-            if standby and not local.master.alive and local.second.alive:
-                click.echo(f"the master {local.master.addr} stopped; the standby "
-                           f"{local.second.addr} takes over, and it comes back as its standby")
+            master, second = local.master, local.second
+            if standby and master is not None and not master.alive \
+                    and second is not None and second.alive:
+                click.echo(f"the master {master.addr} stopped; the standby "
+                           f"{second.addr} takes over, and it comes back as its standby")
                 local.follow_new_primary()
             dead = [p.name for p in [local.master, local.second, *local.nodes]
                     if p is not None and not p.alive]

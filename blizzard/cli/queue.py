@@ -41,16 +41,15 @@ def status(master: str, timeout_s: float, as_json: bool, watch_s: float | None) 
     answer). A sharded cluster (several masters in --master): the shards' statuses merged,
     with "shards" and "shards_unanswered" ({shard: why}: those down are left out).
     """
-    from blizzard.client.core import Client
+    from blizzard.client.core import Client, ShardedClient
 
     with Client(master, timeout_s=timeout_s) as c:
         def render() -> str:
             st = c.status()
             doc = _status_doc(st)
-            unanswered = getattr(c, "unanswered", None)  # a sharded cluster's shards that are down
-            if unanswered is not None:
+            if isinstance(c, ShardedClient):  # a sharded cluster: its shards that are down
                 doc["shards"] = len(c.shards)
-                doc["shards_unanswered"] = {str(k): why for k, why in unanswered.items()}
+                doc["shards_unanswered"] = {str(k): why for k, why in c.unanswered.items()}
             return json.dumps(doc, indent=None if watch_s else 2) if as_json \
                 else "\n".join(_status_lines(st, doc))
         if watch_s is None:

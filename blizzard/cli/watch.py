@@ -90,5 +90,5 @@ def watch(render: Callable[[], str], every_s: float, *, as_json: bool) -> None:
         if in_place:
             click.echo()
     finally:
-        for signum, handler in previous.items():  # None: a handler not set from Python
-            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+        for number, handler in previous.items():  # None: a handler not set from Python
+            signal.signal(number, signal.SIG_DFL if handler is None else handler)

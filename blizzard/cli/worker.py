@@ -154,8 +154,8 @@ def worker(modules: tuple[str, ...], queues: tuple[str, ...], concurrency: int, 
     with Client(master, timeout_s=timeout_s, keys=keys) as client:
         runner = Worker(client, tasks, WorkerConfig(queues, concurrency, burst, lease_s))
         _stop_on_signals(runner)
-        served = {name: t for name, t in tasks.items() if t.queue in queues}  # of --queues
-        log.info("worker: %s (%s) on %s, %s%s", counted(len(served), "task"),
-                 ", ".join(sorted(served)), ", ".join(queues), counted(concurrency, "thread"),
+        serving = {name: t for name, t in tasks.items() if t.queue in queues}  # of --queues
+        log.info("worker: %s (%s) on %s, %s%s", counted(len(serving), "task"),
+                 ", ".join(sorted(serving)), ", ".join(queues), counted(concurrency, "thread"),
                  ", burst" if burst else "")
         runner.run()

@@ -46,22 +46,27 @@ class QueueAdmin:
             after = page.queues[-1].queue
 
     def purge(self, queue: str) -> int:
-        return self.master.call(p.Purge(check_queue_name(queue))).done
+        reply: p.Acked = self.master.call(p.Purge(check_queue_name(queue)))
+        return reply.done
 
     def redrive(self, queue: str, n: int) -> int:
-        return self.master.call(p.Redrive(check_queue_name(queue), n)).done
+        reply: p.Acked = self.master.call(p.Redrive(check_queue_name(queue), n))
+        return reply.done
 
     def status(self) -> p.ClusterStatus:
-        return self.master.call(p.Status())
+        status: p.ClusterStatus = self.master.call(p.Status())
+        return status
 
     def delete_item(self, queue: str, item_id: int, force: bool) -> None:
-        self.master.call(p.DeleteItem(check_queue_name(queue), item_id, force))
+        self.master.call(p.DeleteItem(check_queue_name(queue), p.Id(item_id), force))
 
     def delete_queue(self, queue: str, force: bool) -> int:
-        return self.master.call(p.DeleteQueue(check_queue_name(queue), force)).count
+        reply: p.Removed = self.master.call(p.DeleteQueue(check_queue_name(queue), force))
+        return reply.count
 
     def remove_node(self, node_id: str) -> int:
-        return self.master.call(p.RemoveNode(node_id)).count
+        reply: p.Removed = self.master.call(p.RemoveNode(node_id))
+        return reply.count
 
 
 def stats_dict(s: p.QueueStats) -> dict[str, Any]:

@@ -53,7 +53,9 @@ class BlizzardClient(Protocol):
     ``Client``'s). Not thread-safe: one per thread."""
 
     timeout_s: float  # how long one call may take, retries included
-    leases: UnawaitedAcks
+
+    @property  # read-only here, so each client may hold its own kind
+    def leases(self) -> UnawaitedAcks: ...
 
     def __enter__(self) -> Any: ...
 

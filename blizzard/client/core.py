@@ -33,6 +33,7 @@ from blizzard.net.defaults import DEFAULT_MASTER
 from blizzard.net.keys import ClientKeys
 from blizzard.net.keys import resolve as resolve_keys
 from blizzard.wire import protocol as p
+from blizzard.wire.codec import as_ids
 from blizzard.wire.errors import ClusterError, InvalidArgument
 from blizzard.wire.queue_settings import check_queue_name
 
@@ -66,8 +67,8 @@ class Client:
 
     def __init__(self, master: str | Sequence[str] | None = None, *, timeout_s: float = 30.0,
                  node_timeout_s: float = 5.0, keys: str | ClientKeys | None = None,
-                 admin: bool = False, ctx: zmq.Context | None = None, peeks: int = 2,
-                 heads: bool = True) -> None:
+                 admin: bool = False, ctx: zmq.Context[zmq.Socket[bytes]] | None = None,
+                 peeks: int = 2, heads: bool = True) -> None:
         """``master``: its address (default ``tcp://127.0.0.1:5555``); a primary and its
         standbys are one string, comma-separated (``"tcp://a:5555,tcp://b:5555"``).
 
@@ -89,7 +90,7 @@ class Client:
         the masters publish (``heads``, the default)."""
         if timeout_s <= 0 or node_timeout_s <= 0:
             raise InvalidArgument("timeout_s and node_timeout_s must be positive")
-        self.ctx = ctx or zmq.Context.instance()
+        self.ctx: zmq.Context[zmq.Socket[bytes]] = ctx or zmq.Context.instance()
         self.timeout_s = timeout_s
         self.node_timeout_s = min(node_timeout_s, timeout_s)
         self.keys = resolve_keys(keys, "admin" if admin else "client")
@@ -217,7 +218,7 @@ class Client:
         if failed:
             log.warning("%d leased items could not be read from any replica; releasing them",
                         len(failed))
-            self.master.call(p.Nack([i.id for i in failed], [i.lease for i in failed], 1.0,
+            self.master.call(p.Nack(as_ids([i.id for i in failed]), [i.lease for i in failed], 1.0,
                                     "no replica could be read"))
             if not payloads:
                 raise reads.unreadable()  # DataCorrupt if every replica answered with a bad copy
@@ -250,7 +251,8 @@ class Client:
         reads = self.datanodes.read(items)
         if reads.bad:
             try:  # a courtesy: the master re-replicates from a good copy
-                self.master.call(p.BadReplica([b[0] for b in reads.bad], [b[1] for b in reads.bad]))
+                self.master.call(p.BadReplica(as_ids([b[0] for b in reads.bad]),
+                                              [b[1] for b in reads.bad]))
             except ClusterError as exc:
                 log.warning("could not report %d bad replicas: %s", len(reads.bad), exc)
         return reads

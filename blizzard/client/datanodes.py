@@ -30,6 +30,7 @@ from blizzard.client.message import LeasedItem
 from blizzard.net.keys import ClientKeys
 from blizzard.net.transport import Endpoint, call_many
 from blizzard.wire import protocol as p
+from blizzard.wire.codec import as_ids
 from blizzard.wire.errors import (AuthenticationFailed, BlizzardError, ClientClosed, DataCorrupt,
                                   DatanodeUnavailable, Forbidden)
 
@@ -90,7 +91,7 @@ class Reads:
 class DatanodePool:
     """Connections to data nodes (opened on first use) and the nodes this client avoids."""
 
-    def __init__(self, ctx: zmq.Context, *, node_timeout_s: float,
+    def __init__(self, ctx: zmq.Context[zmq.Socket[bytes]], *, node_timeout_s: float,
                  keys: ClientKeys | None = None,
                  node_key: Callable[[], bytes | None] = lambda: None) -> None:
         self.ctx = ctx
@@ -148,8 +149,8 @@ class DatanodePool:
         failed = []
         for ref in pl.nodes:
             try:
-                self.endpoint(ref.addr).send(p.Put(ids, blobs, crcs, [], 1, ref.node_id, True,
-                                                   pl.grant, [meta]))
+                self.endpoint(ref.addr).send(p.Put(as_ids(ids), blobs, crcs, [], 1, ref.node_id,
+                                                   True, pl.grant, [meta]))
             except TimeoutError:
                 failed.append(ref.node_id)
         return failed
@@ -160,7 +161,7 @@ class DatanodePool:
                   crcs: Sequence[int], grant: p.GetGrant | None) -> NodeRead:
         """One ``Get`` of ``ids`` from ``node``, each payload checked (``intact``); a node that
         timed out is suspected (``suspect``), and nothing it should have sent is trusted."""
-        reply = call_many([(self.endpoint(node.addr), p.Get(list(ids), grant))],
+        reply = call_many([(self.endpoint(node.addr), p.Get(as_ids(list(ids)), grant))],
                           self.node_timeout_s)[0]
         if not isinstance(reply, p.Blobs):
             if isinstance(reply, TimeoutError):
@@ -169,7 +170,7 @@ class DatanodePool:
                 self.suspect([node.node_id])
             forbidden = isinstance(reply, p.Error) and reply.code == Forbidden.code
             return NodeRead({}, list(range(len(ids))), forbidden)
-        got = dict(zip(reply.ids, reply.blobs))
+        got: dict[int, bytes] = dict(zip(reply.ids, reply.blobs))
         rest = []
         for k, item_id in enumerate(ids):
             if not intact(got.get(item_id), sizes[k], crcs[k]):
@@ -200,7 +201,7 @@ class DatanodePool:
                     by_addr[nodes[k].addr, mac].append((item, k))
                 else:
                     failed.append(item)
-            calls = [(self.endpoint(a), p.Get([i.id for i, _ in group], group[0][0].grant))
+            calls = [(self.endpoint(a), p.Get(as_ids([i.id for i, _ in group]), group[0][0].grant))
                      for (a, _), group in by_addr.items()]
             todo = []
             for ((addr, _), group), reply in zip(by_addr.items(),

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Protocol
 from urllib.parse import urlsplit
 
 from blizzard.wire import protocol as p
@@ -153,7 +153,14 @@ def _check_seconds(name: str, value: Any, low: float, high: float, *, zero_ok: b
 # -- what the master knows of tasks ------------------------------------------------------------
 
 
-def enqueue_task(client: Any, queue: str, task: HttpTask, *, priority: int = 0,
+class Enqueuing(Protocol):
+    """What ``enqueue_task`` needs of a client (``Client`` or ``ShardedClient``)."""
+
+    def enqueue(self, queue: str, data: bytes, *, priority: int = 0, delay_s: float = 0.0,
+                not_before: Any = None, key: str | None = None, coalesce: bool = False) -> int: ...
+
+
+def enqueue_task(client: Enqueuing, queue: str, task: HttpTask, *, priority: int = 0,
                  delay_s: float = 0.0, key: str | None = None) -> int:
     """Enqueue one checked task on ``client`` (a ``blizzard.Client``); returns its id."""
     return client.enqueue(queue, task.encode(), priority=priority, delay_s=delay_s, key=key)

@@ -14,6 +14,7 @@ from blizzard.client.master_link import MasterLink
 from blizzard.client.message import LeasedItem, leased_items
 from blizzard.net.transport import call
 from blizzard.wire import protocol as p
+from blizzard.wire.codec import as_ids
 from blizzard.wire.errors import (BlizzardError, InvalidArgument, LeaseExpired, NotInQueue,
                                   UnknownItem, WrongLease)
 from blizzard.wire.queue_settings import check_queue_name
@@ -85,8 +86,8 @@ class Leases:
             self.ack_many(msgs)
             return
         try:
-            self.master.endpoint.send(p.Ack([m.id for m in msgs], [m.lease for m in msgs], True,
-                                            queue_of(msgs)))
+            self.master.endpoint.send(p.Ack(as_ids([m.id for m in msgs]), [m.lease for m in msgs],
+                                            True, queue_of(msgs)))
             self.quiet_sent = True
         except TimeoutError:  # the send queue is full: the slow way, with retries
             self.ack_many(msgs)
@@ -105,10 +106,10 @@ class Leases:
                   error: str = "") -> None:
         self.nack_ids(*_columns(msgs), delay_s=delay_s, error=error, queue=queue_of(msgs))
 
-    def regrant(self, ids: Sequence[int], leases: Sequence[int]) -> tuple[p.GetGrant, list[int]]:
+    def regrant(self, ids: Sequence[int], leases: Sequence[int]) -> tuple[p.GetGrant, list[p.Id]]:
         """A fresh grant to read items still leased under these tokens (at most MAX_BATCH),
         and the ids that are not (the grant leaves them out)."""
-        reply: p.Regranted = self.master.call(p.Regrant(list(ids), list(leases)))
+        reply: p.Regranted = self.master.call(p.Regrant(as_ids(list(ids)), list(leases)))
         return reply.grant, reply.lost
 
     def nack_ids(self, ids: Sequence[int], leases: Sequence[int], *, delay_s: float | None = None,
@@ -118,7 +119,7 @@ class Leases:
                                                              queue))
 
     def _settle(self, ids: Sequence[int], leases: Sequence[int],
-                make: Callable[[list[int], list[int]], Any]) -> None:
+                make: Callable[[list[p.Id], list[int]], Any]) -> None:
         """Send ``make(ids, leases)`` in batches; raise ``refusal``'s error for any refused."""
         if len(ids) != len(leases):
             raise InvalidArgument(f"{len(ids)} ids but {len(leases)} lease tokens")
@@ -127,7 +128,7 @@ class Leases:
         queue = ""
         for start in range(0, len(ids), p.MAX_BATCH):
             end = start + p.MAX_BATCH
-            request = make(list(ids[start:end]), list(leases[start:end]))
+            request = make(as_ids(list(ids[start:end])), list(leases[start:end]))
             reply: p.Acked = self.master.call(request)
             lost += reply.lost
             why += reply.why

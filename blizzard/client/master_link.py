@@ -47,8 +47,8 @@ class MasterLink:
     (``blizzard/net/masters.py``), so a call rides through a failover within its ``timeout_s``.
     """
 
-    def __init__(self, ctx: zmq.Context, addr: str | Sequence[str], *, timeout_s: float,
-                 keys: ClientKeys | None = None, origin: str = GIVEN) -> None:
+    def __init__(self, ctx: zmq.Context[zmq.Socket[bytes]], addr: str | Sequence[str], *,
+                 timeout_s: float, keys: ClientKeys | None = None, origin: str = GIVEN) -> None:
         """``origin``: where ``addr`` came from, told when nothing listens there."""
         self.ctx = ctx
         self.origin = origin
@@ -249,5 +249,5 @@ def retry_pause_s(retries: int, rand: float, max_pause_s: float = MAX_PAUSE_S) -
     ``rand`` in [0, 1) spreads it over [half, all] of the exponential step, so clients that
     lost a master together do not all come back at the same moment after its restart.
     """
-    step = min(max_pause_s, FIRST_PAUSE_S * 2 ** min(retries, 20))
+    step: float = min(max_pause_s, FIRST_PAUSE_S * 2 ** min(retries, 20))
     return step * (0.5 + rand / 2)

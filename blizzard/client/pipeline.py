@@ -40,6 +40,7 @@ from blizzard.client.enqueue_options import EnqueueOptions, as_bytes
 from blizzard.client.master_link import MasterLink, is_retryable
 from blizzard.net.transport import Endpoint, Replies, raise_if_error
 from blizzard.wire import protocol as p
+from blizzard.wire.codec import as_ids
 from blizzard.wire.errors import (DatanodeUnavailable, NotEnoughDatanodes, PayloadTooLarge,
                                   UnknownItem)
 from blizzard.wire.queue_settings import check_queue_name
@@ -162,7 +163,7 @@ class EnqueuePipeline:
     def commit(self, staged: Staged) -> None:
         """Make staged chunks visible, all in one round trip (idempotent)."""
         if staged:
-            self.master.call_many([p.Commit(ids, nodes, self.master.call_id(), grants)
+            self.master.call_many([p.Commit(as_ids(ids), nodes, self.master.call_id(), grants)
                                    for ids, nodes, grants in staged])
 
     # -- the steps ---------------------------------------------------------------------------
@@ -229,7 +230,7 @@ class EnqueuePipeline:
             self._unstored(c, p.Unstored(failed, "cannot send to these data nodes"))
             return
         n = len(ids)
-        c.enqueue_msg = p.Enqueue(c.queue, ids, [len(b) for b in c.blobs], c.crcs,
+        c.enqueue_msg = p.Enqueue(c.queue, as_ids(ids), [len(b) for b in c.blobs], c.crcs,
                                   [o.priority] * n, [o.delay_s] * n, [o.key] * n, o.coalesce,
                                   self.master.call_id(), not c.commit, self.nodes.node_timeout_s,
                                   placement.grant)
@@ -259,7 +260,8 @@ class EnqueuePipeline:
                 and reply.code == NotEnoughDatanodes.code:
             reply = self.master.call_many([dataclasses.replace(c.place_msg, exclude=[])],
                                           raise_errors=False)[0]
-        return raise_if_error(reply)
+        placement: p.Placement = raise_if_error(reply)
+        return placement
 
     def _again(self, c: Chunk, error: Exception) -> None:
         """Enqueue the chunk again under fresh ids, or give up with ``error``."""

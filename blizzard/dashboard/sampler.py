@@ -200,7 +200,8 @@ def _recent(samples: list[Sample], window_s: float) -> list[Sample]:
 
 def dead_letter_queue(q: p.QueueStats) -> str:
     """Where ``q``'s dead items are: its ``dead_letter`` setting, else its name + ".dead"."""
-    return q.settings.dead_letter or q.queue + DEAD_SUFFIX
+    # with_settings adds the settings' fields (queue_settings.py), which mypy cannot see
+    return q.settings.dead_letter or q.queue + DEAD_SUFFIX  # type: ignore[attr-defined]
 
 
 def _queue_doc(q: p.QueueStats, recent: list[Sample]) -> dict[str, Any]:

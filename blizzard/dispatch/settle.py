@@ -24,6 +24,7 @@ import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Callable
 
 from blizzard.client.api import BlizzardClient
@@ -112,12 +113,12 @@ class Outcomes:
             acks = [d.msg for d in self.acks]
             calls.append((f"{len(acks)} acks", lambda: client.ack_many(acks)))
         for (delay_s, error), group in self.nacks.items():
-            calls.append((f"{len(group)} nacks", lambda m=[d.msg for d in group], s=delay_s,
-                          e=error: client.nack_many(m, delay_s=s, error=e)))
+            calls.append((f"{len(group)} nacks", partial(client.nack_many, [d.msg for d in group],
+                                                         delay_s=delay_s, error=error)))
         for error, group in self.burials.items():
             for start in range(0, len(group), p.MAX_BATCH):
                 part = [d.msg for d in group[start:start + p.MAX_BATCH]]
-                calls.append((f"{len(part)} burials", lambda m=part, e=error: bury(client, m, e)))
+                calls.append((f"{len(part)} burials", partial(bury, client, part, error)))
         return calls
 
 

@@ -350,10 +350,11 @@ class LocalCluster:
             mine.master if addr in self.masters.split(",") else mine.datanode
         return Endpoint(zmq.Context.instance(), addr, mine, server)
 
-    def dealer(self, addr: str, name: str = "client") -> zmq.Socket:
+    def dealer(self, addr: str, name: str = "client") -> zmq.Socket[bytes]:
         """A bare DEALER socket connected to one of this cluster's servers (for raw frames),
         with key ``name`` if secure."""
-        sock = zmq.Context.instance().socket(zmq.DEALER)
+        ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
+        sock = ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
         mine = self.client_keys(name)
         if mine is not None:

@@ -96,8 +96,9 @@ class ShardedCluster:
         return Client(self.addrs, **options)
 
     def kill_master(self, k: int) -> None:
-        assert self.shards[k].master is not None
-        self.shards[k].master.kill()
+        master = self.shards[k].master
+        assert master is not None
+        master.kill()
 
     def restart_master(self, k: int, timeout_s: float = 30.0) -> None:
         """Start shard ``k``'s master again on its WAL (after a kill)."""

@@ -47,7 +47,8 @@ class Throttled:
                 return False
             more = self._unlogged.pop(reason, 0)
             self._last[reason] = now
-        if more:
+        if more:  # some were not logged: a line was, at ``last``
+            assert last is not None
             msg += " (and %d more since the last such line, %.0fs ago)"
             args = (*args, more, now - last)
         self.logger.log(self.level, msg, *args)

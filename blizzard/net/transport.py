@@ -8,7 +8,7 @@ import itertools
 import logging
 import time
 import weakref
-from typing import Any, Iterable
+from typing import Any, Iterable, cast
 
 import zmq
 
@@ -33,7 +33,7 @@ MAX_UNCLAIMED = 4096  # replies an endpoint keeps for requests not yet collected
 _EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)  # plain ints: enum operators cost a call
 
 
-def harden(sock: zmq.Socket, max_frame_bytes: int) -> None:
+def harden(sock: zmq.Socket[bytes], max_frame_bytes: int) -> None:
     """Bounds and keepalives every Blizzard socket has, a client's or a server's."""
     sock.setsockopt(zmq.MAXMSGSIZE, max_frame_bytes)
     sock.setsockopt(zmq.LINGER, 0)
@@ -53,15 +53,15 @@ class Endpoint:
     from ``call`` when its time is up), instead of a silent timeout.
     """
 
-    def __init__(self, ctx: zmq.Context, addr: str, keys: ClientKeys | None = None,
-                 server_key: bytes | None = None) -> None:
+    def __init__(self, ctx: zmq.Context[zmq.Socket[bytes]], addr: str,
+                 keys: ClientKeys | None = None, server_key: bytes | None = None) -> None:
         self.ctx = ctx
         self.addr = check_addr(addr)
         if keys is not None and server_key is None:
             raise InvalidArgument(f"no server key for {addr}")
         self.keys = keys
         self.server_key = server_key
-        self.sock: zmq.Socket | None = None
+        self.sock: zmq.Socket[bytes] | None = None
         self.poller: zmq.Poller | None = None  # polls ``sock`` and its handshake watch
         self.watch: HandshakeWatch | None = None
         self._closer: weakref.finalize | None = None
@@ -69,7 +69,7 @@ class Endpoint:
         self.closed = False  # by ``close``: no socket is opened again
         self.answered = False  # a reply came at some time (a ``reset`` keeps this)
 
-    def open_socket(self) -> zmq.Socket:
+    def open_socket(self) -> zmq.Socket[bytes]:
         """The DEALER socket, opened and connected if it is not: what a caller polls in a poller
         of its own (a server's loop)."""
         if self.sock is None:
@@ -98,7 +98,7 @@ class Endpoint:
         return self.sock
 
     @staticmethod
-    def _close(sock: zmq.Socket, watch: HandshakeWatch) -> None:
+    def _close(sock: zmq.Socket[bytes], watch: HandshakeWatch) -> None:
         watch.close()
         sock.close(linger=0)
 
@@ -154,7 +154,7 @@ class Endpoint:
             return True
         if ready:
             self.handshake_failure()
-            return sock.get(_EVENTS) & _POLLIN != 0
+            return cast(int, sock.get(_EVENTS)) & _POLLIN != 0
         return False
 
     def read_ready(self) -> None:
@@ -164,7 +164,7 @@ class Endpoint:
         ``zmq.Again`` at the end of every batch.
         """
         sock = self.open_socket()
-        while self.sock is sock and sock.get(_EVENTS) & _POLLIN:
+        while self.sock is sock and cast(int, sock.get(_EVENTS)) & _POLLIN:
             self._keep(sock.recv(zmq.NOBLOCK, copy=True))
 
     def _keep(self, body: bytes) -> None:

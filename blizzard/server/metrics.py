@@ -64,7 +64,8 @@ class Timing:
     def cumulative(self) -> list[tuple[str, float]]:
         """Prometheus buckets (``le`` -> observations at most that), +Inf last."""
         counts = list(self.counts)  # one copy, so the buckets agree with each other
-        out, total = [], 0
+        out: list[tuple[str, float]] = []
+        total = 0
         for bound, n in zip((*map(str, LATENCY_BUCKETS_S), "+Inf"), counts):
             total += n
             out.append((bound, total))

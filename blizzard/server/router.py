@@ -7,7 +7,7 @@ On TCP its guard caps the connections it accepts (``blizzard/server/conn_guard.p
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, cast
 
 import zmq
 
@@ -35,8 +35,9 @@ _EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)  # plain ints: enum operator
 _RCVMORE = int(zmq.RCVMORE)
 
 
-def bind_router(ctx: zmq.Context, addr: str, max_frame_bytes: int = protocol.MAX_FRAME_BYTES,
-                keys: ServerKeys | None = None, send_hwm: int = SEND_HWM) -> zmq.Socket:
+def bind_router(ctx: zmq.Context[zmq.Socket[bytes]], addr: str,
+                max_frame_bytes: int = protocol.MAX_FRAME_BYTES, keys: ServerKeys | None = None,
+                send_hwm: int = SEND_HWM) -> zmq.Socket[bytes]:
     """A server's ROUTER socket, bounded in message size and queues, bound to ``addr``;
     a CURVE server admitting only the keys of ``keys.directory`` when ``keys`` is given.
 
@@ -65,7 +66,7 @@ class RouterServer:
     On TCP its ``guard`` caps the connections it accepts (``blizzard/server/conn_guard.py``).
     """
 
-    def __init__(self, ctx: zmq.Context, addr: str, max_batch: int = 512,
+    def __init__(self, ctx: zmq.Context[zmq.Socket[bytes]], addr: str, max_batch: int = 512,
                  max_frame_bytes: int = protocol.MAX_FRAME_BYTES,
                  keys: ServerKeys | None = None, send_hwm: int = SEND_HWM) -> None:
         self.sock = bind_router(ctx, addr, max_frame_bytes, keys, send_hwm)
@@ -92,11 +93,11 @@ class RouterServer:
         self.roles = {}
         self.fds = {}
         sock = self.sock
-        if not sock.get(_EVENTS) & _POLLIN and not self.poller.poll(timeout_ms):
+        if not cast(int, sock.get(_EVENTS)) & _POLLIN and not self.poller.poll(timeout_ms):
             return out
         taken = 0
         while len(out) < self.max_batch and taken < PASS_BYTES \
-                and sock.get(_EVENTS) & _POLLIN:
+                and cast(int, sock.get(_EVENTS)) & _POLLIN:
             peer, body, extra = self._frames()
             if extra or body is None:
                 if extra:
@@ -137,7 +138,7 @@ class RouterServer:
         if self.secure:  # the role is a property of the frame: take it as a Frame
             first = sock.recv(zmq.NOBLOCK, copy=False)
             peer = first.bytes
-            role = first.get("User-Id")
+            role = cast(str, first.get("User-Id"))  # a property ZMQ sets: text
             self.fds[peer] = source_fd(first)
             if self.roles.setdefault(peer, role) != role:
                 self.roles[peer] = ""

@@ -177,6 +177,7 @@ def _rows_and_bytes() -> tuple[Column, Column]:
 
 def _exists(spark: SparkSession, path: str) -> bool:
     """Whether ``path`` exists, on any Hadoop file system (not just local)."""
+    assert spark._jvm is not None  # a live session's gateway
     jvm_path = spark._jvm.org.apache.hadoop.fs.Path(path)
     return jvm_path.getFileSystem(spark._jsc.hadoopConfiguration()).exists(jvm_path)
 

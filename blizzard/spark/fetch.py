@@ -40,7 +40,8 @@ UNREADABLE_DELAY_S = 1.0  # an item no replica could serve returns to the queue 
 
 def read_partition(opts: ReadOptions, part: NodePartition) -> Iterator[pa.RecordBatch]:
     """Fetch a partition's payloads in chunks and yield them as Arrow record batches."""
-    client = Client(opts.master, timeout_s=opts.timeout_s, node_timeout_s=opts.node_timeout_s)
+    client: Client | ShardedClient = Client(opts.master, timeout_s=opts.timeout_s,
+                                            node_timeout_s=opts.node_timeout_s)
     readers: dict[int, _RunReader] = {}  # sharded: a run is read through its shard's client
     timings = Timings(opts.timings_dir, "executor")
     spent = dict.fromkeys(("executor fetch", "Arrow", "Spark consumes"), 0.0)
@@ -50,7 +51,8 @@ def read_partition(opts: ReadOptions, part: NodePartition) -> Iterator[pa.Record
         for run in part.runs:
             k = shard_of(run.ids[0]) if isinstance(client, ShardedClient) and run.ids else -1
             reader = readers.get(k) or readers.setdefault(
-                k, _RunReader(client.shards[k] if k >= 0 else client))
+                # k >= 0 only for a ShardedClient, which mypy cannot tell from k
+                k, _RunReader(client.shards[k] if k >= 0 else client))  # type: ignore[union-attr, arg-type]
             for start, end in _chunks(run.sizes):
                 t0 = clock()
                 got = reader.read(run, start, end)

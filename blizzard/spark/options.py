@@ -7,7 +7,7 @@ that a typo (``maxItemPerBatch``) fails loudly instead of being ignored.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, ClassVar, Mapping
 
 from blizzard.net.defaults import DEFAULT_MASTER
 from blizzard.wire.errors import InvalidArgument
@@ -35,7 +35,8 @@ def _seconds(name: str, text: str, *, zero_ok: bool = False) -> float:
     return value
 
 
-def _parse(cls: Any, options: Mapping[str, str], spellings: dict[str, tuple[str, Callable]]) -> Any:
+def _parse(cls: Any, options: Mapping[str, str],
+           spellings: dict[str, tuple[str, Callable[[str, str], Any]]]) -> Any:
     """Build ``cls`` from Spark options; ``spellings`` maps option name -> (field, parser)."""
     given = {str(k).lower(): v for k, v in options.items()}
     known = {name.lower(): (name, spec) for name, spec in spellings.items()}
@@ -74,7 +75,7 @@ class ReadOptions:
     node_timeout_s: float = 5.0  # try another replica after a data node is silent this long
     timings_dir: str | None = None  # append per-stage timings here (``timings.py``); None: off
 
-    SPELLINGS = {
+    SPELLINGS: ClassVar[dict[str, tuple[str, Callable[[str, str], Any]]]] = {
         "master": ("master", _text), "queue": ("queue", _text),
         "maxItemsPerBatch": ("max_items_per_batch", _positive_int),
         "maxBytesPerBatch": ("max_bytes_per_batch", _positive_int),
@@ -101,7 +102,7 @@ class WriteOptions:
     # dropped, so the commit is refused (nothing becomes visible) rather than made in part.
     pending_timeout_s: float = 30.0
 
-    SPELLINGS = {
+    SPELLINGS: ClassVar[dict[str, tuple[str, Callable[[str, str], Any]]]] = {
         "master": ("master", _text), "queue": ("queue", _text),
         "timeoutSeconds": ("timeout_s", _seconds),
         "pendingTimeoutSeconds": ("pending_timeout_s", _seconds),

@@ -97,7 +97,8 @@ def plan_partitions(batch: Batch, alive: set[str]) -> list[NodePartition]:
             usable = [n for n in nodes if n.addr]
             live = [n for n in usable if n.node_id in alive] or usable
             if not live:  # no known replica: the executor gives these items back
-                by_addr[""].append(Run(*columns, nodes=list(nodes), grant=reply.grant))
+                # (the ignores here and below: mypy cannot count the columns in ``*columns``)
+                by_addr[""].append(Run(*columns, nodes=list(nodes), grant=reply.grant))  # type: ignore[misc, arg-type]
                 continue
             start = 0
             for node, count in zip(live, _shares([load[n.node_id] for n in live],
@@ -105,7 +106,7 @@ def plan_partitions(batch: Batch, alive: set[str]) -> list[NodePartition]:
                 if count:
                     order = [node] + [n for n in live if n is not node] + \
                         [n for n in nodes if n not in live]
-                    by_addr[node.addr].append(Run(*(c[start:start + count] for c in columns),
+                    by_addr[node.addr].append(Run(*(c[start:start + count] for c in columns),  # type: ignore[misc, arg-type]
                                                   nodes=order, grant=reply.grant))
                     load[node.node_id] += count
                     start += count

@@ -148,7 +148,7 @@ class _Driver:
                                        daemon=True)
         self.keeper.start()
 
-    def _number(self, offset: dict) -> int | None:
+    def _number(self, offset: object) -> int | None:
         """The batch an offset ends, if this run leased it."""
         if isinstance(offset, dict) and offset.get("run") == self.run:
             return int(offset["batch"])
@@ -329,7 +329,7 @@ class _Driver:
             return
         try:
             self.client.nack_ids(ids, leases, delay_s=0.0)
-        except (*NOT_HELD, ClusterError) as exc:  # their leases will run out instead
+        except NOT_HELD + (ClusterError,) as exc:  # their leases will run out instead
             log.warning("could not give back %d items: %s", len(ids), exc)
 
     def close(self) -> None:

@@ -19,7 +19,7 @@ import dataclasses
 import operator
 import types
 import typing
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, TypeVar
 
 import msgpack
 
@@ -38,11 +38,13 @@ MAX_ARRAY = MAX_BATCH * 4 + 16  # elements in any one array
 # elements; a hostile one of tiny nested arrays would otherwise cost ~70 bytes per byte.
 MAX_ELEMENTS = MAX_BATCH * 16
 
+M = TypeVar("M")  # a message class
+
 Id = typing.NewType("Id", int)  # an item id on the wire: 0 <= id <= MAX_ID
 
 _OP_OF: dict[type, int] = {}  # every registered class, of any registry -> its op code
 _CHECKERS: dict[type, Callable[[Any], Any]] = {}
-_FIELDS: dict[type, Callable[[Any], list]] = {}  # message class -> its fields as a plain list
+_FIELDS: dict[type, Callable[[Any], list[Any]]] = {}  # message class -> its fields as a plain list
 _NUMBER = {int, float}
 
 
@@ -57,10 +59,10 @@ class Registry:
         self.what = what
         self.by_op: dict[int, type] = {}
 
-    def message(self, op: int) -> Callable[[type], type]:
+    def message(self, op: int) -> Callable[[type[M]], type[M]]:
         """Class decorator: make a frozen dataclass a member with code ``op``."""
 
-        def wrap(cls: type) -> type:
+        def wrap(cls: type[M]) -> type[M]:
             cls = dataclasses.dataclass(frozen=True, slots=True)(cls)
             if op in _OP_OF.values():
                 raise RuntimeError(f"op {op} used twice ({cls.__name__})")
@@ -83,7 +85,17 @@ class Registry:
 
 WIRE = Registry("message")  # every wire message, of every family (``protocol`` is their namespace)
 _BY_OP = WIRE.by_op
-message = WIRE.message
+
+
+@typing.dataclass_transform(frozen_default=True)  # type checkers see each message's fields
+def message(op: int) -> Callable[[type[M]], type[M]]:
+    """Class decorator: make a frozen dataclass a wire message with code ``op``."""
+    return WIRE.message(op)
+
+
+def as_ids(values: list[int]) -> list[Id]:
+    """``values`` (the same list) typed as item ids for a message; the receiver checks each."""
+    return typing.cast("list[Id]", values)
 
 
 def op_of(cls: type) -> int:
@@ -142,7 +154,7 @@ def _checker(tp: Any) -> Callable[[Any], Any]:
         (inner,) = typing.get_args(tp)
         check_inner = _checker(inner)
         if inner is float:
-            def check_float_list(v: Any) -> list:
+            def check_float_list(v: Any) -> list[Any]:
                 if type(v) is not list:
                     raise ProtocolError(f"expected an array, got {type(v).__name__}")
                 kinds = set(map(type, v))  # one pass in C; the loop below only names the culprit
@@ -155,7 +167,7 @@ def _checker(tp: Any) -> Callable[[Any], Any]:
             base = int if inner is Id else inner
             allowed = {base}
 
-            def check_plain_list(v: Any) -> list:
+            def check_plain_list(v: Any) -> list[Any]:
                 if type(v) is not list:
                     raise ProtocolError(f"expected an array, got {type(v).__name__}")
                 if len(v) > MAX_BATCH * 4:
@@ -172,7 +184,7 @@ def _checker(tp: Any) -> Callable[[Any], Any]:
                 return v
             return check_plain_list
 
-        def check_list(v: Any) -> list:
+        def check_list(v: Any) -> list[Any]:
             if type(v) is not list:
                 raise ProtocolError(f"expected an array, got {type(v).__name__}")
             if len(v) > MAX_BATCH * 4:
@@ -184,7 +196,7 @@ def _checker(tp: Any) -> Callable[[Any], Any]:
         (inner,) = args
         check_inner = _checker(inner)
         return lambda v: None if v is None else check_inner(v)
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return lambda v: _from_fields(tp, v)
     raise TypeError(f"unsupported wire type {tp!r}")
 
@@ -213,7 +225,7 @@ def _from_fields(cls: type, values: Any) -> Any:
         raise ProtocolError(f"{cls.__name__}: {exc.message}") from None
 
 
-def _to_fields(msg: Any) -> list:
+def _to_fields(msg: Any) -> list[Any]:
     cls = type(msg)
     flatten = _FIELDS.get(cls)
     if flatten is None:
@@ -221,7 +233,7 @@ def _to_fields(msg: Any) -> list:
     return flatten(msg)
 
 
-def _flattener(cls: type) -> Callable[[Any], list]:
+def _flattener(cls: type) -> Callable[[Any], list[Any]]:
     """A function listing a message's fields, nested messages as plain arrays (built once)."""
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
@@ -242,7 +254,7 @@ def _flattener(cls: type) -> Callable[[Any], list]:
         get_all = operator.attrgetter(*names)
         return lambda msg: list(get_all(msg))
 
-    def flatten(msg: Any) -> list:
+    def flatten(msg: Any) -> list[Any]:
         out = [getattr(msg, name) for name in names]
         for i, many in nested.items():
             v = out[i]
@@ -257,7 +269,8 @@ def _flattener(cls: type) -> Callable[[Any], list]:
 def encode(request_id: int, msg: Any) -> bytes:
     """Serialise a message (reply or request) with its request id into one frame body."""
     op = _OP_OF[type(msg)]
-    return msgpack.packb([VERSION, op, request_id, *_to_fields(msg)], use_bin_type=True)
+    body: bytes = msgpack.packb([VERSION, op, request_id, *_to_fields(msg)], use_bin_type=True)
+    return body
 
 
 def peek_request_id(body: bytes) -> int | None:
@@ -295,7 +308,7 @@ def _unpack_bounded(body: bytes) -> Any:
         return msgpack.unpackb(body, **limits)
     budget = [MAX_ELEMENTS]
 
-    def count(items: list) -> list:
+    def count(items: list[Any]) -> list[Any]:
         budget[0] -= len(items) + 1
         if budget[0] < 0:
             raise ProtocolError(f"more than {MAX_ELEMENTS} array elements in one frame")
@@ -328,7 +341,8 @@ def decode(body: bytes) -> tuple[int, Any]:
 
 def pack(msg: Any) -> bytes:
     """Serialise a registered message without a request id (a WAL record, say)."""
-    return msgpack.packb([_OP_OF[type(msg)], *_to_fields(msg)], use_bin_type=True)
+    body: bytes = msgpack.packb([_OP_OF[type(msg)], *_to_fields(msg)], use_bin_type=True)
+    return body
 
 
 unpack = WIRE.unpack
@@ -336,7 +350,8 @@ unpack = WIRE.unpack
 
 def dumps(obj: Any) -> bytes:
     """Serialise plain data (lists, dicts, numbers, strings, bytes), e.g. a checkpoint body."""
-    return msgpack.packb(obj, use_bin_type=True)
+    body: bytes = msgpack.packb(obj, use_bin_type=True)
+    return body
 
 
 def loads(body: bytes) -> Any:

@@ -49,6 +49,6 @@ def decode(raw: bytes) -> p.ItemMeta:
     return meta
 
 
-def same(meta: p.ItemMeta) -> tuple:
+def same(meta: p.ItemMeta) -> tuple[str, int, float, str, int, str]:
     """What two items must share to be listed in one group: every field but the ids."""
     return (meta.queue, meta.priority, meta.not_before, meta.key, meta.attempts, meta.origin)

@@ -239,10 +239,10 @@ class Worker:
             # poll instead of parking, at the pace a long poll would have set
             slots_full("long polls", "cannot long-poll %s, polling instead: %s", queue,
                        exc.message)
-            msgs = self._lease(queue, n, 0.0, riders)
-            if msgs == [] and not self.stopping:
+            polled = self._lease(queue, n, 0.0, riders)
+            if polled == [] and not self.stopping:
                 time.sleep(min(wait_s, IDLE_POLL_S))
-            return msgs
+            return polled
         except ClusterError as exc:
             log.warning("leasing from %s failed, trying again: %s (%s)", queue, exc.message,
                         type(exc).__name__)

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Callable, Iterable, Mapping
 
+from blizzard.client.api import BlizzardClient
 from blizzard.client.core import Client
 from blizzard.net.defaults import DEFAULT_MASTER
 from blizzard.wire.codec import brief, dumps, loads
@@ -100,7 +101,7 @@ def format_call(data: bytes) -> str | None:
 
 # -- the queue's settings ----------------------------------------------------------------------
 
-def ensure_queue(client: Client, queue: str, settings: Mapping[str, Any]) -> None:
+def ensure_queue(client: BlizzardClient, queue: str, settings: Mapping[str, Any]) -> None:
     """Create ``queue`` with ``settings`` unless it exists; warn if it exists with others."""
     try:
         client.create_queue(queue, **settings)

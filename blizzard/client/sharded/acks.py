@@ -80,7 +80,8 @@ class ConsumerAcks:
     """A sharded client's acks in flight, and those owed (``owed``: their shard did not
     answer; sent again with each lease until taken)."""
 
-    def __init__(self, shards: Sequence[Any], by_shard: Callable[[Iterable[Any]], dict],
+    def __init__(self, shards: Sequence[Any],
+                 by_shard: Callable[[Iterable[Any]], dict[int, list[Any]]],
                  down: Callable[[int], bool]) -> None:
         self.shards, self.by_shard, self.down = shards, by_shard, down
         self.owed: list[Any] = []
@@ -100,6 +101,7 @@ class ConsumerAcks:
         """After the lease (or its failure): riding acks that did not ride follow it; collect
         every ack sent beside; the first lost lease among them (not raised)."""
         if riding and not rode:  # the lease went elsewhere: they follow it
+            assert prefer is not None  # riding acks are all of shard ``prefer``
             beside.add(prefer, riding)
         lost, self.owed = beside.settle()
         if self.owed and not self._retrying:  # said once, not at every lease while one is down

@@ -196,8 +196,9 @@ class ShardedClient:
         """``Client.enqueue_many`` on one shard: the key's, or a random one."""
         k = self.shard_for(key) if key else self._live(self.shard_for(None))
         try:
-            ids = self._shard(k).enqueue_many(queue, items, priority=priority, delay_s=delay_s,
-                                              not_before=not_before, key=key, coalesce=coalesce)
+            ids: list[int] = self._shard(k).enqueue_many(
+                queue, items, priority=priority, delay_s=delay_s, not_before=not_before, key=key,
+                coalesce=coalesce)
         except MasterUnavailable:
             self.picker.down[k] = time.monotonic() + DOWN_S  # keyless work goes elsewhere
             raise
@@ -228,10 +229,11 @@ class ShardedClient:
                      headers: dict[str, str] | None = None, body: bytes | str = b"",
                      max_attempts: int = 5, backoff_s: float = 2.0, timeout_s: float = 10.0,
                      priority: int = 0, delay_s: float = 0.0, key: str | None = None) -> int:
-        return self._shard(self.shard_for(key)).enqueue_task(
+        item_id: int = self._shard(self.shard_for(key)).enqueue_task(
             queue, url=url, method=method, headers=headers, body=body,
             max_attempts=max_attempts, backoff_s=backoff_s, timeout_s=timeout_s,
             priority=priority, delay_s=delay_s, key=key)
+        return item_id
 
     def producer(self, queue: str, *, window: int = 4, **options: Any) -> ShardedProducer:
         """A producer whose batches go to the shards in turn (all to the key's, given one)."""
@@ -239,8 +241,9 @@ class ShardedClient:
 
     def stage(self, queue: str, items: Iterable[bytes], *, priority: int = 0,
               delay_s: float = 0.0, key: str | None = None) -> Staged:
-        return self._shard(self.shard_for(key)).stage(queue, items, priority=priority,
-                                                      delay_s=delay_s, key=key)
+        staged: Staged = self._shard(self.shard_for(key)).stage(queue, items, priority=priority,
+                                                                delay_s=delay_s, key=key)
+        return staged
 
     def stager(self, queue: str, *, window: int = 8, chunk_items: int = 1000) -> ShardedStager:
         return ShardedStager(self, queue, window, chunk_items)
@@ -448,5 +451,6 @@ class ShardedClient:
         """Forget a dead data node of whichever shard it belongs to (of those that answer)."""
         for shard, status in self._answering():
             if any(node.node_id == node_id for node in status.nodes):
-                return shard.remove_node(node_id)
+                removed: int = shard.remove_node(node_id)
+                return removed
         raise InvalidArgument(f"no shard that answered knows a data node {node_id!r}")

@@ -176,7 +176,7 @@ class ShardPicker:
         self.requests += 1
         try:
             self.hello(k)
-            leased = self.shards[k].leases.lease_columns(
+            leased: p.Leased = self.shards[k].leases.lease_columns(
                 queue, n, lease_s=lease_s, wait_s=wait_s, ack=ack, head=True,
                 timeout_s=min(LEASE_ATTEMPT_S, self.shards[k].timeout_s))
         except UNAVAILABLE:

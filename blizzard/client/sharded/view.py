@@ -77,7 +77,8 @@ class HeadsView:
 class HeadsFeed:
     """A SUB socket on every shard master's heads publisher, feeding a ``HeadsView``."""
 
-    def __init__(self, ctx: zmq.Context, view: HeadsView, keys: ClientKeys | None) -> None:
+    def __init__(self, ctx: zmq.Context[zmq.Socket[bytes]], view: HeadsView,
+                 keys: ClientKeys | None) -> None:
         self.view = view
         self.sock = ctx.socket(zmq.SUB)
         self.sock.setsockopt(zmq.LINGER, 0)
@@ -90,7 +91,7 @@ class HeadsFeed:
         self.topics: set[str] = set()
         self.closed = False
 
-    def _open(self) -> zmq.Socket:
+    def _open(self) -> zmq.Socket[bytes]:
         if self.closed:
             raise ClientClosed()
         return self.sock
