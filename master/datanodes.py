@@ -57,12 +57,17 @@ class DatanodeReports:
                                           msg.free_bytes, mono, peer)
         if self.state.node_addrs.get(msg.node_id) != msg.addr:
             self.log(NodeSeen(msg.node_id, msg.addr))
+        ask = fresh
         if fresh:
             log.info("data node %s at %s is alive; asking for its inventory", msg.node_id, msg.addr)
-            self.repair.start_inventory(msg.node_id)
+            self.repair.start_inventory(msg.node_id, mono)
             self.repair.rescan()
+        elif self.repair.inventory_stalled(msg.node_id, mono):
+            log.warning("no inventory from data node %s yet; asking again", msg.node_id)
+            self.repair.start_inventory(msg.node_id, mono)
+            ask = True
         return p.HeartbeatReply(delete=self.deletes.take(msg.node_id),
-                                copies=self.repair.take_orders(msg.node_id), inventory=fresh,
+                                copies=self.repair.take_orders(msg.node_id), inventory=ask,
                                 keys=self.capabilities.keys_for(msg.node_id))
 
     def replicated(self, msg: p.Replicated, now: float, mono: float, *_: Any) -> p.Ok:

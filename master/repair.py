@@ -24,6 +24,7 @@ SCAN_SLICE = 20_000  # item ids examined per loop pass
 MAX_IN_FLIGHT = 20_000  # items being copied at once
 ORDER_ITEMS = 1_000  # ids per copy order
 COPY_TIMEOUT_S = 15.0
+INVENTORY_RETRY_S = 5.0  # an inventory of which nothing came this long is asked again
 
 
 class Repairer:
@@ -38,6 +39,7 @@ class Repairer:
         self.in_flight: dict[int, tuple[float, str, str]] = {}
         self.orders: dict[str, list[p.CopyOrder]] = {}  # source node id -> orders to hand out
         self.inventories: dict[str, tuple[int, set[int]]] = {}  # node -> (id mark, ids so far)
+        self.inventory_news: dict[str, float] = {}  # node -> when asked, or its last chunk came
         self._next_expiry_check = 0.0
         self._under = (0.0, 0)  # (when counted, under-replicated items)
 
@@ -102,6 +104,7 @@ class Repairer:
         removed node, one with no address (a phantom).
         """
         self.inventories.pop(node_id, None)
+        self.inventory_news.pop(node_id, None)
         self.orders.pop(node_id, None)
         for source, orders in list(self.orders.items()):
             kept = [order for order in orders if order.target.node_id != node_id]
@@ -203,8 +206,16 @@ class Repairer:
             self.scan.extend(v)
         return records
 
-    def start_inventory(self, node_id: str) -> None:
+    def start_inventory(self, node_id: str, now: float = 0.0) -> None:
         self.inventories[node_id] = (self.state.id_hi, set())
+        self.inventory_news[node_id] = now
+
+    def inventory_stalled(self, node_id: str, now: float) -> bool:
+        """An inventory was asked of ``node_id`` and nothing of it came for ``INVENTORY_RETRY_S``
+        (a report lost on the way): it is asked again, since a node still reporting its
+        inventory is no copy target and repair would wait on it for good."""
+        return node_id in self.inventories and \
+            now - self.inventory_news.get(node_id, now) >= INVENTORY_RETRY_S
 
     def expects_inventory(self, node_id: str) -> bool:
         return node_id in self.inventories
@@ -219,6 +230,7 @@ class Repairer:
         """
         self._under = (0.0, 0)  # replicas are about to be counted again
         mark, seen = self.inventories[msg.node_id]  # the caller checked one was asked for
+        self.inventory_news[msg.node_id] = now
         items = self.state.items
         seen.update(i for i in msg.ids if i in items)  # bounded by the items the master has
         delete, regained, excess = [], [], []
@@ -240,6 +252,7 @@ class Repairer:
             records.append(DropReplicas(excess, msg.node_id))
         if msg.done:
             del self.inventories[msg.node_id]
+            self.inventory_news.pop(msg.node_id, None)
             absent = [item.id for item in self.state.items.values()
                       if item.id < mark and msg.node_id in item.nodes and item.id not in seen]
             lost = self._drop_unless_last(absent, msg.node_id)

@@ -281,3 +281,22 @@ def test_a_lease_is_answered_before_the_fsync_unless_acks_ride_on_it(master, mon
     passes.append([(b"c", 2, p.Lease("q", 1, 30.0, 0.0, "l2", leased, tokens))])
     master.run_once(0)  # this one confirms an ack: not before it is on disk
     assert events == [("fsync",), ("reply", 2)] and lease.id not in master.state.items
+
+
+def test_an_inventory_that_never_comes_is_asked_for_again():
+    """A node still reporting its inventory is no copy target, so an inventory report lost
+    on the way would stall repair for good: the master asks again when none of it came for
+    INVENTORY_RETRY_S, and stops asking once it has it."""
+    from master.repair import INVENTORY_RETRY_S
+
+    master = in_process_master(dead_after_s=60.0)  # heartbeats below never miss
+    now, mono = time.time(), time.monotonic()
+    beat = p.Heartbeat("dn-b", "tcp://127.0.0.1:2", 0, 0, 10**12)
+    hb = master.datanodes.heartbeat
+    assert hb(beat, now, mono, b"dn-b").inventory  # new: asked
+    assert not hb(beat, now, mono + 1.0, b"dn-b").inventory  # being reported: not again yet
+    # nothing came (the report was lost): asked again, once per stall
+    assert hb(beat, now, mono + INVENTORY_RETRY_S + 1, b"dn-b").inventory
+    assert not hb(beat, now, mono + INVENTORY_RETRY_S + 2, b"dn-b").inventory
+    master.datanodes.inventory(p.Inventory("dn-b", [], True), now, mono + INVENTORY_RETRY_S + 3)
+    assert not hb(beat, now, mono + 10 * INVENTORY_RETRY_S, b"dn-b").inventory  # it came

@@ -92,7 +92,7 @@ def test_the_drain_command_on_a_standalone_cluster_writes_each_item_once(
     progress = [line for line in proc.stderr.splitlines() if line.startswith("drained ")]
     assert len(progress) == 2, proc.stderr[-3000:]
     assert re.fullmatch(r"drained 2,500 of 5,000 items, [0-9.]+ MB, [0-9,]+ items/s, [0-9.,]+ "
-                        r"MB/s; queue left 2,500; batch 0", progress[0]), progress[0]
+                        r"MB/s; queue left 2,500; Spark batch id 0", progress[0]), progress[0]
     assert progress[1].startswith("drained 5,000 of 5,000 items") and "queue left 0;" in progress[1]
     assert_each_once(payloads(out), expected)
     assert_queue_empty(cluster.master_addr, "jobs")
