@@ -37,6 +37,7 @@ A socket has one monitor, so the guard also tells which connections left
 from __future__ import annotations
 
 import collections
+import contextlib
 import itertools
 import logging
 import select
@@ -259,6 +260,9 @@ class ConnectionGuard:
         self.lock = threading.Lock()  # the monitor socket and the bookkeeping
         self._gone: set[int] | None = None  # departed fds, kept once someone reads them
         self._left: set[int] = set()  # ... ended, and no connection accepted on them since
+        # fd -> the peer (address, port) accepted on it: an fd is shut as evicted only if it
+        # still names that connection (under a flood the events lag, and numbers are reused)
+        self._peers: dict[int, tuple] = {}
         self._ended = False  # the monitor stopped
         self._closing = False
         inproc = f"inproc://blizzard.conn-guard.{next(_guard_ids)}"
@@ -344,6 +348,7 @@ class ConnectionGuard:
                     self._accepted(fd)
                 elif kind in (zmq.EVENT_DISCONNECTED, zmq.EVENT_CLOSED):
                     self.admission.forget(fd)
+                    self._peers.pop(fd, None)
                     if self._gone is not None and kind == zmq.EVENT_DISCONNECTED:
                         self._gone.add(fd)
                         self._left.add(fd)
@@ -357,16 +362,21 @@ class ConnectionGuard:
             if sock is None:
                 return
             try:
-                addr = sock.getpeername()[0]
+                peer = sock.getpeername()
             except OSError:  # already gone
                 return
+            addr = peer[0]
             why, evicted = self.admission.admit(fd, addr, time.monotonic())
             if why is not None:
                 _refuse(sock)
+            else:
+                self._peers[fd] = peer
         for stale in evicted:
+            expected = self._peers.pop(stale, None)
             with _Accepted(stale, self.port) as old:
-                if old is not None:
-                    _refuse(old)
+                with contextlib.suppress(OSError):
+                    if old is not None and old.getpeername() == expected:
+                        _refuse(old)
         limits = self.admission.limits
         if evicted:
             self.say("evicted", "shut %d connection(s) pending %.0fs or more (no message sent "
