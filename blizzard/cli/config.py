@@ -103,6 +103,7 @@ def config_values(ctx: click.Context, doc: dict[str, Any], path: str) -> dict[st
 
 def _check_kind(option: click.Option, key: str, value: Any, path: str) -> None:
     """TOML has types: a flag takes true/false, a number option a number, others a string."""
+    wanted: tuple[type, ...]
     if option.is_flag:
         wanted, name = (bool,), "true or false"
     elif isinstance(option.type, click.types.IntParamType):

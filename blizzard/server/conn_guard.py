@@ -46,7 +46,7 @@ import struct
 import threading
 import time
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, cast
 
 import zmq
 from zmq.utils.monitor import parse_monitor_message
@@ -435,6 +435,6 @@ def guarded(sock: zmq.Socket) -> GuardDepartures:
     """Guard a bound TCP socket (connections pend until ``established``, or past its handshake
     limit) and tell which of its connections left: for sockets other than a
     ``RouterServer``'s (the master's heads feed)."""
-    pending_ms = sock.getsockopt(zmq.HANDSHAKE_IVL) or 30_000
+    pending_ms = cast(int, sock.getsockopt(zmq.HANDSHAKE_IVL)) or 30_000
     guard = ConnectionGuard(sock, Limits.for_process(pending_ms / 1000))
     return GuardDepartures(guard)
