@@ -17,6 +17,8 @@ import time
 from typing import Iterator
 
 import pytest
+from support.http_get import cut
+from support.wait import wait_for
 import zmq
 
 from blizzard.local.harness import free_port
@@ -27,7 +29,6 @@ from blizzard.server.conn_guard import EVICT_AGE_S, Limits
 from blizzard.server.router import RouterServer
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import AuthenticationFailed
-from support.wait import wait_for
 
 # A valid ZMTP 3.0 greeting asking for CURVE, as a client sends it
 GREETING = b"\xff" + b"\x00" * 8 + b"\x7f" + b"\x03\x00" + b"CURVE".ljust(20, b"\x00") + \
@@ -62,15 +63,6 @@ def _attacker(port: int, source: str) -> socket.socket:
     s.setblocking(False)
     return s
 
-
-def _cut(s: socket.socket) -> bool:
-    """The server ended this connection (EOF or reset)."""
-    try:
-        return s.recv(4096) == b"" or _cut(s)
-    except BlockingIOError:
-        return False
-    except OSError:
-        return True
 
 
 @contextlib.contextmanager
@@ -123,7 +115,7 @@ def test_a_trickled_greeting_holds_no_place_a_real_client_of_its_address_needs(s
         thread.start()
         # older than a handshake takes: the time passing is what is tested
         stop.wait(EVICT_AGE_S + 0.5)
-        assert not any(_cut(s) for s in tricklers)  # all held, none silent
+        assert not any(cut(s) for s in tricklers)  # all held, none silent
         with _client(ctx, addr, mine) as legit:
             took_s = _answered_within(srv, legit, 1, 4.0)
         assert took_s < 2.0, f"a real client waited {took_s:.1f}s behind a trickling flood"
@@ -159,7 +151,7 @@ def test_a_greeting_and_a_frame_header_still_pend(server):
         deadline = started + 1.5
         shut = 0
         while time.monotonic() < deadline:
-            shut = sum(_cut(s) for s in flood)
+            shut = sum(cut(s) for s in flood)
             if shut >= 200 - cap:
                 break
             time.sleep(0.02)

@@ -13,6 +13,8 @@ import socket
 import threading
 import time
 
+from support.http_get import cut
+
 from blizzard.server.http_guard import HEAD_S
 from blizzard.server.metrics import MAX_SCRAPES
 
@@ -32,14 +34,6 @@ def _scrape(port: int, source: str) -> bytes:
                 got += chunk
         return got
 
-
-def _cut(s: socket.socket) -> bool:
-    try:
-        return s.recv(4096) == b"" or _cut(s)
-    except BlockingIOError:
-        return False
-    except OSError:
-        return True
 
 
 def test_slow_requests_lock_no_scrape_out(cluster_factory):
@@ -63,7 +57,7 @@ def test_slow_requests_lock_no_scrape_out(cluster_factory):
             for i, s in enumerate(slow):
                 if i in cut_after:
                     continue
-                if _cut(s):
+                if cut(s):
                     cut_after[i] = time.monotonic() - started
                     continue
                 with contextlib.suppress(OSError):

@@ -28,3 +28,14 @@ def closed(sock: socket.socket) -> bool:
         return False
     except OSError:
         return True
+
+
+def cut(sock: socket.socket) -> bool:
+    """Whether the server ended ``sock`` (EOF or a reset), reading what it sent; ``sock`` is
+    non-blocking."""
+    try:
+        return sock.recv(4096) == b"" or cut(sock)
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
