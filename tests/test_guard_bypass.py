@@ -17,9 +17,9 @@ import time
 from typing import Iterator
 
 import pytest
+import zmq
 from support.http_get import cut
 from support.wait import wait_for
-import zmq
 
 from blizzard.local.harness import free_port
 from blizzard.net import keys as k
