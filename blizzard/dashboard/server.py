@@ -27,7 +27,8 @@ from urllib.parse import urlsplit
 
 from blizzard.dashboard.sampler import History, StateCache
 from blizzard.server.http_guard import (CONNECTION_S, IDLE_TIMEOUT_S,  # noqa: F401 (tests)
-                                        MAX_CONNECTIONS, GuardedHTTPServer, host_and_port)
+                                        MAX_CONNECTIONS, GuardedHTTPServer, host_and_port,
+                                        respond)
 
 log = logging.getLogger(__name__)
 
@@ -78,14 +79,8 @@ def make_handler(state: Callable[[], bytes], assets: dict[str, tuple[bytes, str]
                            "text/plain; charset=utf-8")
 
         def _send(self, code: HTTPStatus, body: bytes, kind: str) -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(body)))
-            self.send_header("Cache-Control", "no-store")
-            self.send_header("Content-Security-Policy", POLICY)
-            self.send_header("X-Content-Type-Options", "nosniff")
-            self.end_headers()
-            self.wfile.write(body)
+            respond(self, code, body, kind, {"Content-Security-Policy": POLICY,
+                                             "X-Content-Type-Options": "nosniff"})
 
         def log_message(self, format: str, *args: Any) -> None:
             log.debug("%s " + format, self.address_string(), *args)

@@ -45,6 +45,20 @@ PER_ADDR_MIN = 4  # connections one address may hold, at least (of the cap: a qu
 HEAD_S = 5.0  # a request's line and headers must have come this long after the connection
 
 
+def respond(handler: BaseHTTPRequestHandler, code: int, body: bytes, kind: str,
+            headers: dict[str, str] | None = None) -> None:
+    """One whole response on ``handler``'s connection: status, type, length, no caching and
+    ``headers``, then ``body``."""
+    handler.send_response(code)
+    handler.send_header("Content-Type", kind)
+    handler.send_header("Content-Length", str(len(body)))
+    handler.send_header("Cache-Control", "no-store")
+    for name, value in (headers or {}).items():
+        handler.send_header(name, value)
+    handler.end_headers()
+    handler.wfile.write(body)
+
+
 def host_and_port(header: str) -> tuple[str, int | None] | None:
     """The lower-case name and the port (None: not given) of a Host header; None if the
     header is not a name with an optional port."""

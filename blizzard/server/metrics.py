@@ -34,7 +34,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.metrics_core import HistogramMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from blizzard.server.http_guard import CONNECTION_S, IDLE_TIMEOUT_S, GuardedHTTPServer
+from blizzard.server.http_guard import CONNECTION_S, IDLE_TIMEOUT_S, GuardedHTTPServer, respond
 
 log = logging.getLogger(__name__)
 
@@ -130,12 +130,7 @@ def make_handler(renderer: Renderer) -> type[BaseHTTPRequestHandler]:
                            "text/plain; charset=utf-8")
 
         def _send(self, code: HTTPStatus, body: bytes, kind: str) -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(body)))
-            self.send_header("Cache-Control", "no-store")
-            self.end_headers()
-            self.wfile.write(body)
+            respond(self, code, body, kind)
 
         def log_message(self, format: str, *args: Any) -> None:
             log.debug("%s " + format, self.address_string(), *args)
