@@ -176,7 +176,9 @@ def start(make: Callable[[], Any], role: str, bind: str,
     except zmq.ZMQError as exc:
         hint = f" — is another {role} running? (choose another port with --bind)" \
             if exc.errno == zmq.EADDRINUSE else ""
-        raise click.ClickException(f"cannot listen on {bind}: {exc.strerror}{hint}") \
+        # zmq.strerror, not exc.strerror: pyzmq adds "(addr=...)" to the latter
+        raise click.ClickException(f"cannot listen on {bind}: {zmq.strerror(exc.errno or 0)}"
+                                   f"{hint}") \
             from None
     except BlizzardError as exc:
         raise click.ClickException(error_line(exc, [], {})) from None
