@@ -47,6 +47,7 @@ from blizzard.server.http_guard import IDLE_TIMEOUT_S
 from blizzard.server.metrics import MAX_SCRAPES
 from blizzard.wire import protocol as p
 from blizzard.wire.shard_messages import topic
+from chaos.fuzz_campaign import rss_mib
 from master.subscribers import PER_CONNECTION
 
 Emit = Callable[[dict[str, Any]], None]
@@ -66,12 +67,6 @@ class HttpFloodPlan:
     scrapers: int = 16
     seconds: float = 5.0
     subscriptions: int = 20_000
-
-
-def rss_mib(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        return next(round(int(line.split()[1]) / 1024, 1) for line in f
-                    if line.startswith("VmRSS:"))
 
 
 def fds(pid: int) -> int:
@@ -204,6 +199,15 @@ def _scrape_flood(cluster: LocalCluster, plan: HttpFloodPlan, ep: Endpoint,
             "closed_unanswered": refused[0], "master_quiet": quiet, "master_during": during}
 
 
+def _peak(count: Callable[[], float | None], seconds: float) -> float:
+    """The highest ``count()`` seen over ``seconds`` (read every 0.1 s)."""
+    peak, deadline = 0.0, time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        peak = max(peak, count() or 0)
+        time.sleep(0.1)
+    return peak
+
+
 def _subscriber(cluster: LocalCluster, port: int) -> zmq.Socket:
     sock = zmq.Context.instance().socket(zmq.SUB)
     sock.setsockopt(zmq.LINGER, 0)
@@ -243,20 +247,14 @@ def _subscription_flood(cluster: LocalCluster, heads_port: int, plan: HttpFloodP
         began = time.monotonic()
         for i in range(plan.subscriptions):
             flood.subscribe(f"fz-flood{i:05}{LONG}\0".encode())
-        peak_one, deadline = 0.0, time.monotonic() + 3
-        while time.monotonic() < deadline:
-            peak_one = max(peak_one, count() or 0)
-            time.sleep(0.1)
+        peak_one = _peak(count, 3.0)
         rss_one = rss_mib(pid)
         flood.close()
         many = [_subscriber(cluster, heads_port) for _ in range(20)]
         for n, sock in enumerate(many):
             for i in range(PER_CONNECTION):
                 sock.subscribe(f"fz-c{n:02}-{i:03}{LONG}\0".encode())
-        peak_many, deadline = 0.0, time.monotonic() + 3
-        while time.monotonic() < deadline:
-            peak_many = max(peak_many, count() or 0)
-            time.sleep(0.1)
+        peak_many = _peak(count, 3.0)
         rss_many = rss_mib(pid)
         client.enqueue("fz-heads", b"y")
         heard_change = _heard(legit, "fz-heads", 2)
