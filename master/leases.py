@@ -364,10 +364,15 @@ class Leases:
             return []
         replies, still = [], []
         dry: set[str] = set()  # queues that gave one waiter nothing: no other gets more now
+        admitted: dict[str, bool] = {}  # each key asked once a pass, however many waiters
         for w in self.waiters:
-            if w.key and not self.key_admitted(w.key):  # revoked since it parked: dropped
-                self._unpark(w)
-                continue
+            if w.key:
+                ok = admitted.get(w.key)
+                if ok is None:
+                    ok = admitted[w.key] = self.key_admitted(w.key)
+                if not ok:  # revoked since it parked: dropped
+                    self._unpark(w)
+                    continue
             ids = [] if w.msg.queue in dry else self._take(w.msg, now, mono)
             if not ids:
                 dry.add(w.msg.queue)
