@@ -14,6 +14,7 @@ import errno
 import logging
 import os
 import struct
+import time
 import zlib
 from itertools import repeat
 from typing import Iterator, Protocol
@@ -138,6 +139,16 @@ def _checked(item_id: int, raw: bytes | None, store: BlobStore) -> tuple[bytes, 
 
 
 WRITE_BUFFER_BYTES = 64 * 1024 * 1024
+FAULT_WRITE_DELAY_ENV = "BLIZZARD_FAULT_WRITE_DELAY_S"
+
+
+def fault_write_delay_s() -> float:
+    """A slow disk, for tests and benchmarks only (``scripts/bench --faults``): the seconds
+    ``BLIZZARD_FAULT_WRITE_DELAY_S`` asks a store to sleep before each synced write of blobs,
+    0 when unset. A data node started with it answers every put that much later while it stays
+    alive, which a paused or killed node cannot show. Not an operator's setting, so it is no
+    option of the CLI."""
+    return max(0.0, float(os.environ.get(FAULT_WRITE_DELAY_ENV) or 0))
 
 
 class LevelDbStore:
@@ -156,6 +167,7 @@ class LevelDbStore:
         self._count = 0
         self._bytes = 0
         self.checksum_failures = 0
+        self.write_delay_s = fault_write_delay_s()  # read once: 0 costs one test a write
         self._max_id = -1  # ids only grow: a put above this cannot overwrite anything
         for key, value in self.db.iterator(stop=_BLOBS_END):
             self._count += 1
@@ -191,6 +203,8 @@ class LevelDbStore:
         get = self.db.get
         top = self._max_id
         size_crc = _SIZE_CRC.pack
+        if self.write_delay_s:
+            time.sleep(self.write_delay_s)
         with self.db.write_batch(sync=True) as wb:
             for item_id, blob, crc, meta in zip(ids, blobs, crcs, metas or repeat(None)):
                 key = _KEY.pack(item_id)

@@ -114,6 +114,9 @@ class LocalCluster:
     dead_after_s: float = 5.0
     master_args: Sequence[str] = ()
     node_args: Sequence[str] = ()  # more options for every data node
+    # data node i -> environment variables set for it alone (a fault a test or bench injects
+    # in one node, such as ``BLIZZARD_FAULT_WRITE_DELAY_S``: see datanode/store.py)
+    node_env: dict[int, dict[str, str]] = field(default_factory=dict)
     master_port: int | None = None  # None: a free port
     node_base_port: int | None = None  # data node i listens on base + i; None: free ports
     python: str = sys.executable
@@ -264,7 +267,8 @@ class LocalCluster:
                 "--master", self.masters, "--heartbeat-s", str(self.heartbeat_s),
                 *self._security(), *self._node_key(i), *self._metrics(f"datanode{i}"),
                 "--log-format", self.log_format, *self.node_args]
-        return Proc(f"datanode{i}", argv, os.path.join(self.base_dir, f"datanode{i}.log"), addr)
+        return Proc(f"datanode{i}", argv, os.path.join(self.base_dir, f"datanode{i}.log"), addr,
+                    env=self.node_env.get(i))
 
     def restart_master(self, timeout_s: float = 30.0) -> None:
         """Start the master again on the same address and data dir (after a kill or stop)."""
@@ -294,7 +298,7 @@ class LocalCluster:
         old = self.nodes[i]
         if wipe:
             shutil.rmtree(self._data_dir(f"datanode{i}"), ignore_errors=True)
-        self.nodes[i] = Proc(old.name, old.argv, old.log_path, old.addr).start()
+        self.nodes[i] = Proc(old.name, old.argv, old.log_path, old.addr, env=old.env).start()
 
     def status(self, timeout_s: float = 2.0) -> p.ClusterStatus:
         """The primary's ``Status`` (with a standby, whichever of the two is primary now)."""

@@ -20,12 +20,14 @@ class Proc:
     addr: str
     popen: subprocess.Popen | None = None
     log_start: int = 0  # where this run's lines begin in the (appended) log file
+    env: dict[str, str] | None = None  # variables set over the inherited environment
 
     def start(self) -> "Proc":
         log = open(self.log_path, "ab")
         self.log_start = log.tell()
+        env = {**os.environ, **self.env} if self.env else None
         self.popen = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT,
-                                      stdin=subprocess.DEVNULL, start_new_session=True)
+                                      stdin=subprocess.DEVNULL, start_new_session=True, env=env)
         log.close()
         return self
 
