@@ -1,7 +1,8 @@
 """``python -m chaos``: run a chaos test, show a seed's schedule, or re-check a history.
 
-Exit codes: 0 the checker passed, 1 it found a problem, 2 bad usage, 3 the run could not be
-carried out (e.g. the cluster did not start).
+Exit codes: 0 the checker passed, 1 it found a problem (or, with ``--max-stall-s``, a data-node
+fault stalled the clients too long), 2 bad usage, 3 the run could not be carried out (e.g. the
+cluster did not start).
 """
 
 from __future__ import annotations
@@ -139,14 +140,21 @@ def cli() -> None:
 @click.option("--keep-data/--no-keep-data", default=False, show_default=True,
               help="Keep the WAL and LevelDB directories after a passing run "
                    "(a failing run always keeps them).")
+@click.option("--max-stall-s", default=None, type=Seconds(0),
+              help="Fail the run if a data-node fault (kill, wipe, pause, cut, link flap, "
+                   "churn) left the clients longer than this without an acknowledged enqueue "
+                   "or dequeue while they asked for one [default: no limit].")
+@click.option("--replication", default=3, show_default=True, type=click.IntRange(1, 9),
+              help="Copies of each item, all needed to acknowledge an enqueue; as many as "
+                   "--datanodes makes any data-node fault stop enqueues (a run made to stall).")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"]),
               help="Logging verbosity (also written to chaos.log in the run dir).")
 def run(seed: int | None, duration_s: float, datanodes: int, consumers: int, producers: int,
         rate: float, batch_min: int, batch_max: int, max_backlog: int,
         standing_backlog: int, run_dir: str | None, drain_timeout_s: float, keep_data: bool,
-        log_level: str, hosts: bool, clients: int, standby: bool, masters: int,
-        **faults: object) -> None:
+        max_stall_s: float | None, replication: int, log_level: str, hosts: bool,
+        clients: int, standby: bool, masters: int, **faults: object) -> None:
     """Start a cluster, run producers and consumers under faults, heal, drain, check, report."""
     from chaos.run import RunOptions
     from chaos.run import run as run_chaos
@@ -155,6 +163,8 @@ def run(seed: int | None, duration_s: float, datanodes: int, consumers: int, pro
         raise click.UsageError("--batch-min is larger than --batch-max")
     if standing_backlog >= max_backlog:
         raise click.UsageError("--standing-backlog must be below --max-backlog")
+    if replication > datanodes:
+        raise click.UsageError("--replication is larger than --datanodes")
     _check_masters(masters, hosts, standby)
     seed = seed if seed is not None else random.randrange(1 << 31)
     run_dir = os.path.abspath(run_dir or tempfile.mkdtemp(prefix=f"blizzard-chaos-{seed}-"))
@@ -162,6 +172,7 @@ def run(seed: int | None, duration_s: float, datanodes: int, consumers: int, pro
     _logging(log_level, os.path.join(run_dir, "chaos.log"))
     opts = RunOptions(
         seed=seed, run_dir=run_dir, duration_s=duration_s, datanodes=datanodes,
+        replication=replication, max_stall_s=max_stall_s,
         plan=_plan(duration_s=duration_s, hosts=hosts, standby=standby,
                    **faults),  # type: ignore[arg-type]
         hosts=hosts, clients=clients, standby=standby, masters=masters,

@@ -8,8 +8,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from chaos import liveness
 from chaos.checker import CheckResult
 from chaos.history import INFO, INVOKE, OK
+from chaos.liveness import ASK, GOT, MISS, Call, Liveness
 from chaos.schedule import CUT_CLIENT, PARTITIONS
 
 MASTER_FAULTS = ("kill_master", "pause_master", "cut_master")
@@ -29,7 +31,13 @@ class Timeline:
     faults: list[dict[str, Any]] = field(default_factory=list)  # kind, target, start, end
     not_applied: list[str] = field(default_factory=list)  # faults skipped or failed, and why
     acked_times: list[float] = field(default_factory=list)  # when each enqueue was acknowledged
+    calls: dict[str, list[Call]] = field(  # enqueue / dequeue -> every worker's calls
+        default_factory=lambda: {op: [] for op in liveness.OPS})
     end: float = 0.0
+
+    def liveness(self) -> Liveness:
+        """The run's stalls, overall and per fault (``chaos.liveness``)."""
+        return liveness.measure(self.calls, self.unseen, self.faults)
 
 
 def timeline(ops: Iterable[dict[str, Any]]) -> Timeline:
@@ -40,6 +48,10 @@ def timeline(ops: Iterable[dict[str, Any]]) -> Timeline:
     for op in ops:
         t, f, kind, value = op["time"], op["f"], op["type"], op.get("value") or {}
         tl.end = max(tl.end, t)
+        if f in tl.calls:
+            got = kind == OK and (f == "enqueue" or bool(value.get("items")))
+            tl.calls[f].append(Call(t, op["process"], ASK if kind == INVOKE else
+                                    GOT if got else MISS))
         if f == "enqueue" and kind == OK:
             tl.enqueued[int(t)] += len(value["seqs"])
             tl.acked_times.append(t)
@@ -77,7 +89,10 @@ def timeline(ops: Iterable[dict[str, Any]]) -> Timeline:
     return tl
 
 
-def plot(tl: Timeline, samples: list[dict[str, Any]], path: str, title: str) -> None:
+def plot(tl: Timeline, samples: list[dict[str, Any]], path: str, title: str, *,
+         max_stall_s: float | None = None) -> None:
+    """The timeline: throughput with each fault's worst stall marked under it, the
+    under-replicated items, the backlog; faults shaded by kind."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -88,6 +103,7 @@ def plot(tl: Timeline, samples: list[dict[str, Any]], path: str, title: str) -> 
     axes[0].plot(secs, [tl.enqueued.get(s, 0) for s in secs], label="enqueued (acked)")
     axes[0].plot(secs, [tl.dequeued.get(s, 0) for s in secs], label="dequeued (delivered)")
     axes[0].set_ylabel("items/s")
+    _mark_stalls(axes[0], tl.liveness(), max_stall_s)
     axes[0].legend(loc="upper right", fontsize="small")
     axes[1].step([s["time"] for s in samples],
                  [s["under_replicated"] if s["under_replicated"] is not None else float("nan")
@@ -114,13 +130,38 @@ def plot(tl: Timeline, samples: list[dict[str, Any]], path: str, title: str) -> 
     plt.close(fig)
 
 
-def figures(result: CheckResult, meta: dict[str, Any], tl: Timeline) -> dict[str, Any]:
+def _mark_stalls(ax: Any, live: Liveness, max_stall_s: float | None) -> None:
+    """Each fault's worst stall as a bar just under the throughput, in the fault's colour,
+    labelled with its length when it is long enough to matter (red: over the limit)."""
+    over = {id(f) for f in live.over(max_stall_s)}
+    marked = False
+    for f in live.faults:
+        w = f.worst
+        if w is None or w.seconds < 0.05:
+            continue
+        ax.hlines(0, w.began_s, w.ended_s, colors=FAULT_COLORS.get(f.kind, "black"), lw=5,
+                  label=None if marked else "worst stall of a fault")
+        marked = True
+        if w.seconds >= 0.5 or id(f) in over:
+            ax.annotate(f"{w.op[:3]} {w.seconds:.1f}s", ((w.began_s + w.ended_s) / 2, 0),
+                        xytext=(0, 4), textcoords="offset points", ha="center",
+                        fontsize="x-small", color="red" if id(f) in over else "black",
+                        fontweight="bold" if id(f) in over else "normal")
+
+
+def figures(result: CheckResult, meta: dict[str, Any], tl: Timeline, *,
+            max_stall_s: float | None = None) -> dict[str, Any]:
+    """Every figure of the run. ``valid``: the checker passed and, with ``max_stall_s``, no
+    data-node fault stalled the clients longer (``liveness_failed`` lists those that did)."""
     faults = Counter(f["kind"] for f in tl.faults)
     partitions = [{"kind": f["kind"], "target": f["target"], "start_s": round(f["start"], 2),
                    "end_s": round(f["end"], 2)} for f in tl.faults if f["kind"] in PARTITIONS]
-    return {**meta, "valid": result.valid, "checker": result.to_json(),
+    live = tl.liveness()
+    stalled = [f.to_json() for f in live.over(max_stall_s)]
+    return {**meta, "valid": result.valid and not stalled, "checker": result.to_json(),
             "faults_applied": dict(sorted(faults.items())), "faults_not_applied": tl.not_applied,
-            "partitions": partitions, "master_faults": master_outages(tl)}
+            "partitions": partitions, "master_faults": master_outages(tl),
+            "liveness": live.to_json(), "max_stall_s": max_stall_s, "liveness_failed": stalled}
 
 
 def master_outages(tl: Timeline) -> list[dict[str, Any]]:
@@ -172,7 +213,14 @@ def summary(report: dict[str, Any]) -> str:
         f"{c['payload_mismatches']}   ids reused {c['ids_reused']}",
         f"failed but seen {c['failed_but_seen']}   unsettled {c['unsettled']}   "
         f"crashes {c['crashes']}",
+        *(_liveness(report["liveness"]) if report.get("liveness") else []),
     ]
+    if report.get("liveness_failed"):
+        stalled = report["liveness_failed"]
+        lines += ["", f"LIVENESS: {len(stalled)} data-node fault{'s' * (len(stalled) > 1)} "
+                      f"stalled the clients longer than --max-stall-s {report['max_stall_s']:g}: "
+                      + "; ".join(_stall(f) for f in stalled[:4])
+                      + ("; ..." if len(stalled) > 4 else "")]
     if c["problems"]:
         lines += ["", "PROBLEMS:"] + [f"  - {p}" for p in c["problems"]]
         for name, examples in c["examples"].items():
@@ -190,6 +238,34 @@ def _partitions(partitions: list[dict[str, Any]]) -> str:
             f"client{p['target']}" if p["kind"] == CUT_CLIENT else f"datanode{p['target']}"
     return "; ".join(f"{p['kind']} {target(p)} {p['start_s']:g}-{p['end_s']:g}s"
                      for p in partitions)
+
+
+def _liveness(live: dict[str, Any]) -> list[str]:
+    """Three lines: the worst stall per fault kind, the worst data-node fault, the run's."""
+    kinds: dict[str, list[float]] = {}
+    for f in live["faults"]:
+        worst = kinds.setdefault(f["kind"], [0.0, 0.0])
+        worst[0] = max(worst[0], f["max_no_enqueue_s"])
+        worst[1] = max(worst[1], f["max_no_dequeue_s"])
+    worst_node = max((f for f in live["faults"] if f["data_node"] and f["worst"]),
+                     key=lambda f: f["worst"]["stall_s"], default=None)
+    run = [f"no {op} for {s['stall_s']:.2f}s from {s['began_s']:.1f}s"
+           for op, s in live["longest"].items() if s is not None]
+    return [
+        "",
+        "stalls   longest without an acked enqueue/dequeue, per fault kind: "
+        + (", ".join(f"{k} {e:.1f}/{d:.1f}s" for k, (e, d) in sorted(kinds.items()))
+           or "no faults"),
+        f"         worst data-node fault: {_stall(worst_node) if worst_node else 'none'}",
+        f"         whole run: {'; '.join(run) or 'none'}",
+    ]
+
+
+def _stall(f: dict[str, Any]) -> str:
+    """``pause_node datanode3 21.3s: no dequeue for 4.62s from 21.5s``."""
+    w = f["worst"]
+    return (f"{f['kind']} datanode{f['target']} {f['start_s']:.1f}s: no {w['op']} for "
+            f"{w['stall_s']:.2f}s from {w['began_s']:.1f}s")
 
 
 def _outages(faults: list[dict[str, Any]]) -> str:

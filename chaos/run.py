@@ -50,6 +50,7 @@ class RunOptions:
     clients: int = 2  # client hosts, with hosts
     standby: bool = False  # a hot standby master runs: only then may the plan cut the master off
     masters: int = 1  # shards (``chaos/shards.py``), each with ``datanodes`` data nodes
+    max_stall_s: float | None = None  # fail if a data-node fault stalls clients longer
 
     def schedule(self) -> list[Fault]:
         return make_schedule(self.seed, self.duration_s, datanodes=self.datanodes * self.masters,
@@ -71,10 +72,11 @@ class RunResult:
     result: checker.CheckResult
     run_dir: str
     summary: str
+    stalled: list[dict[str, Any]] = field(default_factory=list)  # over ``max_stall_s``
 
     @property
     def passed(self) -> bool:
-        return self.result.valid
+        return self.result.valid and not self.stalled
 
 
 def run(opts: RunOptions) -> RunResult:
@@ -118,13 +120,14 @@ def run(opts: RunOptions) -> RunResult:
     tl = report.timeline(history.read(history_path))
     meta = {"run_dir": opts.run_dir, "runtime_s": round(time.monotonic() - started, 2),
             "options": opts.describe(), "faults_planned": len(schedule)}
-    figures = report.figures(result, meta, tl)
+    figures = report.figures(result, meta, tl, max_stall_s=opts.max_stall_s)
     report.plot(tl, monitor.samples, os.path.join(opts.run_dir, "timeline.png"),
-                f"seed {opts.seed}: {'PASS' if result.valid else 'FAIL'}")
+                f"seed {opts.seed}: {'PASS' if figures['valid'] else 'FAIL'}",
+                max_stall_s=opts.max_stall_s)
     text = report.write(opts.run_dir, figures)
-    if result.valid and not opts.keep_data:
+    if figures["valid"] and not opts.keep_data:
         cluster.remove_data() if isinstance(cluster, ChaosShards) else _remove_data(cluster)
-    return RunResult(result, opts.run_dir, text)
+    return RunResult(result, opts.run_dir, text, figures["liveness_failed"])
 
 
 def _exercise(cluster: LocalCluster, hist: History, monitor: Monitor, schedule: list[Fault],

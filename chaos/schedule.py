@@ -28,6 +28,8 @@ FLAP_LINK = "flap_link"  # a data node's link goes down and up, again and again
 CUT_MASTER = "cut_master"  # the primary master cut off from every host (needs a standby)
 PARTITIONS = (CUT_NODE, CUT_CLIENT, FLAP_LINK, CUT_MASTER)  # faults that need hosts
 MASTER_TARGETED = (KILL_MASTER, PAUSE_MASTER, CUT_MASTER)  # their target is None
+DATA_NODE_FAULTS = (KILL_NODE, WIPE_NODE, PAUSE_NODE, CUT_NODE, FLAP_LINK, CHURN)  # one node
+CLIENT_FAULTS = (STALL_CONSUMER, CUT_CLIENT)  # a client, not the cluster
 
 LANES = {KILL_NODE: "cluster", WIPE_NODE: "cluster", KILL_MASTER: "cluster",
          PAUSE_NODE: "cluster", PAUSE_MASTER: "cluster", STALL_CONSUMER: "consumers",
