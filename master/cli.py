@@ -41,6 +41,10 @@ class MasterCommand(click.Command):
               type=Seconds(0.01), help="How often data nodes should heartbeat.")
 @click.option("--dead-after-s", default=_DEFAULT["dead_after_s"], show_default=True,
               type=Seconds(0.05), help="A data node silent this long is dead.")
+@click.option("--suspect-after-s", default=None, type=Seconds(0.01),
+              help="A data node silent this long is suspect: placed only if too few others "
+                   "are healthy, read from last, named to clients so they skip it. Default: "
+                   "the shorter of 2.5 heartbeats and half of --dead-after-s.")
 @click.option("--pending-timeout-s", default=_DEFAULT["pending_timeout_s"], show_default=True,
               type=Seconds(0.1),
               help="Ids handed out and not enqueued, or items staged and not committed, "
@@ -96,8 +100,8 @@ class MasterCommand(click.Command):
               "rest are summed in one series, queue=\"(other)\", so a scrape stays small "
               "however many queues there are.")
 def master_command(data_dir: str, bind: str, replication: int, min_replicas: int | None,
-                   heartbeat_s: float, dead_after_s: float, pending_timeout_s: float,
-                   max_item_bytes: int, checkpoint_records: int, keys: str | None,
+                   heartbeat_s: float, dead_after_s: float, suspect_after_s: float | None,
+                   pending_timeout_s: float, max_item_bytes: int, checkpoint_records: int, keys: str | None,
                    insecure: bool, metrics_port: int | None, metrics_addr: str,
                    metrics_allow_hosts: tuple[str, ...], metrics_queues: int,
                    log_level: str, log_format: str, standby_of: str | None,
@@ -119,7 +123,8 @@ def master_command(data_dir: str, bind: str, replication: int, min_replicas: int
     logs.setup(log_level, log_format, "master", bind)
     config = MasterConfig(data_dir=data_dir, bind=bind, replication=replication,
                           min_replicas=min_replicas, heartbeat_s=heartbeat_s,
-                          dead_after_s=dead_after_s, pending_timeout_s=pending_timeout_s,
+                          dead_after_s=dead_after_s, suspect_after_s=suspect_after_s,
+                          pending_timeout_s=pending_timeout_s,
                           max_item_bytes=max_item_bytes, checkpoint_records=checkpoint_records,
                           keys=security(keys, insecure), metrics_port=metrics_port,
                           metrics_addr=metrics_addr, metrics_allow_hosts=metrics_allow_hosts,

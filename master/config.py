@@ -25,6 +25,9 @@ class MasterConfig:
     min_replicas: int | None = None
     heartbeat_s: float = 1.0  # data nodes are told to heartbeat this often
     dead_after_s: float = 5.0  # a node silent this long is dead
+    # ... and this long, suspect: placed only if need be, read from last (None: the shorter of
+    # 2.5 heartbeats and half of dead_after_s)
+    suspect_after_s: float | None = None
     pending_timeout_s: float = 30.0  # ids handed out, or items staged, past this are dropped
     max_item_bytes: int = 8 * MiB
     max_lease_s: float = 12 * 3600.0
@@ -60,6 +63,9 @@ class MasterConfig:
     def __post_init__(self) -> None:
         if self.min_replicas is None:
             object.__setattr__(self, "min_replicas", self.replication)
+        if self.suspect_after_s is None:
+            object.__setattr__(self, "suspect_after_s",
+                               min(2.5 * self.heartbeat_s, self.dead_after_s / 2))
 
     def validate(self) -> "MasterConfig":
         if self.replication < 1:
@@ -68,6 +74,8 @@ class MasterConfig:
             raise InvalidArgument("min-replicas must be between 1 and the replication factor")
         if self.heartbeat_s <= 0 or self.dead_after_s <= self.heartbeat_s:
             raise InvalidArgument("need 0 < heartbeat-s < dead-after-s")
+        if not self.heartbeat_s <= self.suspect_after_s <= self.dead_after_s:
+            raise InvalidArgument("need heartbeat-s <= suspect-after-s <= dead-after-s")
         if self.pending_timeout_s <= 0:
             raise InvalidArgument("pending-timeout-s must be positive")
         if self.capability_key_s <= self.heartbeat_s:  # nodes must hear of a key before it signs

@@ -7,6 +7,13 @@ reply goes out after the pass's fsync (P1). An ``Enqueue`` with ``hold`` keeps i
 pending instead, in memory only, until a ``Commit`` (``Client.stage``/``commit``); a restart
 forgets them and the producer stages them again.
 
+A write never waits on one node: an enqueue still short of reports after the hedge delay
+(``blizzard/net/hedge.py``, from recent enqueues' waits) is answered ``PutAlso``, naming
+healthy nodes that join the placement; the client, which still holds the payloads, puts them
+there too and sends the enqueue again. Reports already in still count, and "committed" still
+means W fsynced copies (P1). A late copy on the slow node is a stray once the item is
+committed elsewhere, and is deleted when reported (``Blocks.report``).
+
 A handler validates fully before it logs anything, and logs before it changes anything in
 memory, so a refused request changes nothing.
 """
@@ -19,6 +26,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from blizzard.net.hedge import HedgeDelays
 from blizzard.server.router import error_reply
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import (BlizzardError, Forbidden, InvalidArgument, NotEnoughDatanodes,
@@ -67,6 +75,7 @@ class Waiting:
     peer: bytes
     rid: int
     until: float
+    born: float = 0.0  # monotonic time it was parked
     done: bool = False
 
 
@@ -88,6 +97,9 @@ class Enqueues:
         self.waiting: dict[str, Waiting] = {}  # by request id
         self.waiting_ids: dict[int, Waiting] = {}
         self.timeouts: list[tuple[float, int, Waiting]] = []
+        self.hedges: list[tuple[float, int, Waiting]] = []  # (when to hedge, seq, enqueue)
+        self.delays = HedgeDelays()  # from how long enqueues waited for their reports
+        self.hedged = 0  # enqueues answered PutAlso (a metric)
         self.by_queue: dict[str, int] = {}  # staged items per queue (for stats, no scan)
         self.by_peer: dict[bytes, int] = {}
         self.waiting_by_peer: dict[bytes, int] = {}
@@ -155,7 +167,7 @@ class Enqueues:
             raise TooManyItems("too many enqueues are waiting for their data nodes; retry later")
         not_befores = [now + d if d else 0.0 for d in msg.delays] if any(msg.delays) \
             else msg.delays
-        parked = Waiting(msg, not_befores, peer, rid, mono + msg.wait_s)
+        parked = Waiting(msg, not_befores, peer, rid, mono + msg.wait_s, mono)
         reply = self._try(parked, now, mono)
         if reply is not None:
             self._forget_if_failed(msg, reply)
@@ -164,6 +176,9 @@ class Enqueues:
         self.waiting_ids.update(dict.fromkeys(msg.ids, parked))
         self._count(self.waiting_by_peer, peer, 1)
         heapq.heappush(self.timeouts, (parked.until, next(self._seq), parked))
+        hedge_at = mono + self.delays.delay_s(nbytes=sum(msg.sizes))
+        if hedge_at < parked.until:
+            heapq.heappush(self.hedges, (hedge_at, next(self._seq), parked))
         return None
 
     def _landed(self, msg: p.Enqueue) -> p.Committed | p.Stored | None:
@@ -200,6 +215,13 @@ class Enqueues:
                 reply = self._try(parked, now, mono)
                 if reply is not None:
                     replies.append(self._unpark(parked, reply))
+        while self.hedges and self.hedges[0][0] <= mono:
+            parked = heapq.heappop(self.hedges)[2]
+            if not parked.done:
+                hedge = self.blocks.hedge(parked.msg.ids, now, mono)
+                if hedge is not None:
+                    self.hedged += 1
+                    replies.append(self._unpark(parked, hedge))
         while self.timeouts and self.timeouts[0][0] <= mono:
             parked = heapq.heappop(self.timeouts)[2]
             if not parked.done:
@@ -207,6 +229,7 @@ class Enqueues:
         return replies
 
     def _unpark(self, parked: Waiting, reply: Any) -> tuple[bytes, int, Any]:
+        """Answer a parked enqueue (a ``PutAlso`` leaves its ids held: it comes back)."""
         parked.done = True
         del self.waiting[parked.msg.request]
         for item_id in parked.msg.ids:
@@ -226,6 +249,7 @@ class Enqueues:
                 if blocks.possible(item_id) < min_replicas:
                     return self._unstored(msg, blocks.why_refused(item_id))
                 return None
+        self.delays.observe("", mono - parked.born)
         try:
             return self._settle_stored(parked, now, mono)
         except BlizzardError as exc:  # e.g. a record over the WAL's limit: nothing changed

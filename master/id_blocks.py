@@ -94,7 +94,38 @@ class Blocks:
         heapq.heappush(self.expiry, (mono + deadline_s, first, block))
         grant = self.capabilities.put_grant(first, n, list(block.nodes), now + deadline_s)
         return p.Placement(first, n, [p.NodeRef(node.node_id, node.addr) for node in nodes],
-                           min_replicas, deadline_s, grant)
+                           min_replicas, deadline_s, grant, self.membership.suspects(mono))
+
+    # -- hedging a write -----------------------------------------------------------------------
+
+    def hedge(self, ids: list[int], now: float, mono: float) -> p.PutAlso | None:
+        """More nodes for ``ids``, whose placed nodes have not all reported them in time.
+
+        For as many copies as the worst-off id still lacks, healthy live nodes outside the
+        placement join it (their reports count from now on) and the nodes that have not
+        reported are noted slow (suspect for a while). None when the ids are not all of one
+        block (no client sends such an enqueue) or no healthy spare node is left: the write then
+        waits for its placed nodes, as before.
+        """
+        block = self.by_id.get(ids[0]) if ids else None
+        if block is None or any(self.by_id.get(i) is not block for i in ids):
+            return None
+        need = self.config.min_replicas
+        lacking = max(need - len(self.holders(i)) for i in ids)
+        if lacking <= 0:
+            return None
+        spares = self.membership.spares(lacking, set(block.nodes), mono)
+        if not spares:
+            return None
+        slow = sorted({n for i in ids for n in block.nodes
+                       if n not in self.holders(i) and n not in self.refused.get(i, {})})
+        self.membership.note_slow(slow, mono)
+        added = [node.node_id for node in spares]
+        block.nodes = block.nodes + tuple(added)
+        grant = self.capabilities.put_grant(block.first, block.n, sorted(added),
+                                            now + self.config.pending_timeout_s)
+        return p.PutAlso([p.NodeRef(node.node_id, node.addr) for node in spares], grant, slow,
+                         self.membership.suspects(mono))
 
     # -- reports -----------------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import struct
+import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
@@ -234,6 +235,7 @@ class Leases:
                         [p.ReplicaSet(self.membership.refs(nodes, addrs)) for nodes in set_index],
                         lost, self.capabilities.get_grant(ids, list(holders), now, until),
                         [errors.get(i, "") for i in ids] if errors else [""] * len(ids),
+                        suspects=self.membership.suspects(time.monotonic()),
                         **({} if head is None else
                            {"head_ready": head.ready, "head_priority": head.priority,
                             "head_at": head.enqueued_at, "head_seq": head.seq}))

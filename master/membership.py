@@ -1,4 +1,12 @@
-"""Which data nodes exist, which are alive, and where new items go (time is passed in)."""
+"""Which data nodes exist, which are alive or suspect, and where new items go (time is passed in).
+
+A node is dead once silent for ``dead_after_s``; long before that it is *suspect*: silent for
+``suspect_after_s`` (a few missed heartbeats), or slow to report the puts of a write, so the
+master hedged the write onto another node (``note_slow``, for ``SLOW_S``). A suspect node is
+placed only when too few healthy ones are left, is listed last among an item's replicas, and
+is named to clients in placements and leases (``suspects``), so they skip it at once instead
+of timing out on it (docs/design.md, liveness).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +18,9 @@ from blizzard.wire.errors import InvalidArgument
 
 MAX_NODES = 1024  # distinct data node ids the master will know (each is kept in the WAL)
 MIN_FREE_BYTES = 64 * 1024 * 1024  # placement avoids nodes with less free disk than this
+SLOW_S = 5.0  # a node that held up a write is suspect this long (then placed, so measured, again)
+MAX_SUSPECTS = 64  # nodes named in one reply's ``suspects``: the most recently heard of first
+SUSPECTS_FRESH_S = 0.05  # the list is worked out at most this often
 
 
 @dataclass
@@ -28,10 +39,14 @@ class NodeInfo:
 class Membership:
     """Data nodes by id, liveness by heartbeat age, round-robin placement over live nodes."""
 
-    def __init__(self, dead_after_s: float) -> None:
+    def __init__(self, dead_after_s: float, suspect_after_s: float | None = None) -> None:
         self.dead_after_s = dead_after_s
+        self.suspect_after_s = dead_after_s / 2 if suspect_after_s is None \
+            else min(suspect_after_s, dead_after_s)
         self.nodes: dict[str, NodeInfo] = {}
+        self.slow_until: dict[str, float] = {}  # node id -> when it stops being suspect
         self._turn = 0
+        self._suspects: tuple[float, list[str]] = (-1.0, [])  # (worked out at, node ids)
 
     def heartbeat(self, node_id: str, addr: str, items: int, bytes_used: int,
                   free_bytes: int, now: float, peer: bytes = b"") -> bool:
@@ -69,31 +84,83 @@ class Membership:
             del self.nodes[min(dead, key=lambda n: n.last_seen).node_id]
 
     def refs(self, node_ids: tuple[str, ...], known: dict[str, str]) -> list[p.NodeRef]:
-        """Replica addresses, live nodes first (``known``: last addresses of absent nodes)."""
+        """Replica addresses: healthy nodes first, then suspect ones, then dead or unknown ones
+        (``known``: last addresses of absent nodes)."""
         now = time.monotonic()
         refs = []
         for node_id in node_ids:
             node = self.nodes.get(node_id)
-            alive = node is not None and self.is_alive(node, now)
+            rank = 2 if node is None or not self.is_alive(node, now) else \
+                int(self.is_suspect(node, now))
             addr = node.addr if node is not None else known.get(node_id, "")
-            refs.append((not alive, p.NodeRef(node_id, addr)))
+            refs.append((rank, p.NodeRef(node_id, addr)))
         refs.sort(key=lambda r: r[0])
         return [r for _, r in refs]
 
     def is_alive(self, node: NodeInfo, now: float) -> bool:
         return now - node.last_seen < self.dead_after_s
 
+    def is_suspect(self, node: NodeInfo, now: float) -> bool:
+        """Missed a few heartbeats, or held up a write lately (dead nodes are suspect too)."""
+        return now - node.last_seen >= self.suspect_after_s or \
+            self.slow_until.get(node.node_id, 0.0) > now
+
+    def note_slow(self, node_ids: list[str], now: float) -> None:
+        """These nodes held up a write past its hedge delay: suspect for ``SLOW_S``."""
+        for node_id in node_ids:
+            if node_id in self.nodes:
+                self.slow_until[node_id] = now + SLOW_S
+        self._suspects = (-1.0, [])
+
+    def suspects(self, now: float) -> list[str]:
+        """Suspect and dead nodes, the most recently heard of first, at most ``MAX_SUSPECTS``
+        (told to clients in every placement and lease reply, so worked out once a moment)."""
+        at, names = self._suspects
+        if now - at < SUSPECTS_FRESH_S:
+            return names
+        if self.slow_until:
+            self.slow_until = {n: t for n, t in self.slow_until.items() if t > now}
+        bad = [n for n in self.nodes.values() if self.is_suspect(n, now)]
+        if len(bad) > MAX_SUSPECTS:
+            bad = sorted(bad, key=lambda n: -n.last_seen)[:MAX_SUSPECTS]
+        names = sorted(n.node_id for n in bad)
+        self._suspects = (now, names)
+        return names
+
     def alive(self, now: float) -> list[NodeInfo]:
         return [n for n in self.nodes.values() if self.is_alive(n, now)]
 
     def place(self, copies: int, exclude: set[str], now: float) -> list[NodeInfo]:
-        """Pick up to ``copies`` distinct live nodes, rotating the start so load spreads."""
+        """Pick up to ``copies`` distinct live nodes, rotating the start so load spreads.
+
+        Healthy nodes with room come first; suspect ones only make up a shortfall (a write on a
+        suspect node is better than none: the master hedges it onto another node if it stalls).
+        """
         candidates = sorted((n for n in self.alive(now) if n.node_id not in exclude),
                             key=lambda n: n.node_id)
-        roomy = [n for n in candidates if n.free_bytes >= MIN_FREE_BYTES]
-        pool = roomy if len(roomy) >= copies else candidates
+        healthy = [n for n in candidates if not self.is_suspect(n, now)]
+        roomy = [n for n in healthy if n.free_bytes >= MIN_FREE_BYTES]
+        pool = roomy if len(roomy) >= copies else healthy
+        if not pool:
+            pool = candidates
         if not pool:
             return []
         self._turn = (self._turn + 1) % len(pool)
         rotated = pool[self._turn:] + pool[:self._turn]
-        return rotated[:copies]
+        chosen = rotated[:copies]
+        if len(chosen) < copies:  # too few healthy nodes: suspect ones make up the rest
+            chosen += [n for n in candidates if n not in chosen][:copies - len(chosen)]
+        return chosen
+
+    def spares(self, copies: int, exclude: set[str], now: float) -> list[NodeInfo]:
+        """Up to ``copies`` healthy live nodes outside ``exclude``, for a write's hedge (never a
+        suspect one: a hedge must not wait on another slow node)."""
+        healthy = [n for n in self.alive(now) if n.node_id not in exclude
+                   and not self.is_suspect(n, now)]
+        healthy.sort(key=lambda n: (n.free_bytes < MIN_FREE_BYTES, n.node_id))
+        self._turn += 1
+        if len(healthy) > copies:  # rotate among equals so hedges spread too
+            k = self._turn % len(healthy)
+            healthy = healthy[k:] + healthy[:k]
+            healthy.sort(key=lambda n: n.free_bytes < MIN_FREE_BYTES)
+        return healthy[:copies]

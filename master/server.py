@@ -150,7 +150,7 @@ class MasterServer:
         self.wal = wal
         self.state, replayed = recovered or recover(wal)
         claim_shard(self.state, config.shard)  # before ids are handed out
-        self.membership = Membership(config.dead_after_s)
+        self.membership = Membership(config.dead_after_s, config.suspect_after_s)
         self.safe_mode = SafeMode(time.monotonic() + config.dead_after_s)
         self.deletes = Deletes()
         self.capabilities = CapabilityKeys(config.data_dir if wal.directory is not None else None,

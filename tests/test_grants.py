@@ -261,7 +261,7 @@ def test_a_client_with_a_bad_grant_hears_why(secure_cluster):
     # A put under a forged grant: the nodes refuse it to the master, the enqueue is unstored
     placement = call(client.master.endpoint, p.Place(1, []), 5)
     forged = dataclasses.replace(placement.grant, mac=bytes(16))
-    client.datanodes.put_reported(dataclasses.replace(placement, grant=forged), placement.ids,
+    client.datanodes.put_reported(placement.nodes, forged, placement.ids,
                                   [BLOB], [CRC], p.ItemMeta([], "bad", 0, 0.0, "", 0, ""))
     reply = call(client.master.endpoint, p.Enqueue("bad", placement.ids, [len(BLOB)], [CRC], [0],
                                                    [0.0], [""], False, "bad-1", False, 5.0,

@@ -1,17 +1,23 @@
 """The client's side of the data path: connections to data nodes, puts, reads, nodes to avoid.
 
 Payload bytes go between the client and data nodes only. A put goes to every node of a
-placement, each of which reports it to the master; a read tries an item's replicas in turn and
-checks size and CRC-32 (P5: ``intact``, the one check every read makes). A data node that fails a put or times out on a read is avoided
-for ``SUSPECT_S``: the master declares a node dead only after its ``dead_after_s`` and until
-then still places items there and lists it first among replicas.
+placement, each of which reports it to the master; a read asks an item's replicas and checks
+size and CRC-32 (P5: ``intact``, the one check every read makes).
+
+Reads are hedged, so that no read waits on one node (docs/design.md, liveness): a ``Get`` not
+answered within the node's hedge delay (about twice its recent p99, ``blizzard/net/hedge.py``)
+goes to the item's next replica as well, and the first intact answer wins; the late one is
+dropped unread (``Endpoint.forget``). Nodes are avoided for a while: one that failed or timed
+out for ``SUSPECT_S``, one that was slow (hedged) for ``SLOW_S``; the master's suspects, named
+in its placement and lease replies, until it says otherwise. Avoided nodes are asked last.
 
 Puts carry their placement's grant, reads their lease's (a secure data node serves nothing
 without one). A read a node refused as ``Forbidden`` tries the other replicas and, if none
 serves it, fails with that error.
 
 ``read`` is the read with replica fail-over; ``read_from`` is one ``Get`` to one node, for a
-reader that planned which node serves what (Spark's executors), with the same check.
+reader that planned which node serves what (Spark's executors), with the same check, given up
+after the hedge delay (the reader then falls back on ``read``).
 """
 
 from __future__ import annotations
@@ -22,13 +28,14 @@ import time
 import zlib
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import zmq
 
 from blizzard.client.message import LeasedItem
+from blizzard.net.hedge import HedgeDelays
 from blizzard.net.keys import ClientKeys
-from blizzard.net.transport import Endpoint, call_many
+from blizzard.net.transport import Endpoint, Replies
 from blizzard.wire import protocol as p
 from blizzard.wire.codec import as_ids
 from blizzard.wire.errors import (AuthenticationFailed, BlizzardError, ClientClosed, DataCorrupt,
@@ -37,6 +44,7 @@ from blizzard.wire.errors import (AuthenticationFailed, BlizzardError, ClientClo
 log = logging.getLogger("blizzard.client.core")
 
 SUSPECT_S = 10.0  # a data node that just failed us is avoided this long
+SLOW_S = 5.0  # ... and one that was slow to answer a read (it was hedged), this long
 
 
 def intact(blob: bytes | None, size: int, crc: int) -> bool:
@@ -53,6 +61,20 @@ class NodeRead:
     payloads: dict[int, bytes]
     rest: list[int]
     forbidden: bool = False  # renew the grant and ask again
+
+
+@dataclass(eq=False)
+class _Ask:
+    """One ``Get`` in flight: to which node, for which (item, replica index) pairs."""
+
+    ep: Endpoint
+    rid: int
+    node_id: str
+    items: list[tuple[LeasedItem, int]]
+    sent: float
+    hedge_at: float  # past this, the items go to their next replicas too
+    until: float  # past this, the node counts as failed
+    hedged: bool = False
 
 
 @dataclass
@@ -100,6 +122,10 @@ class DatanodePool:
         self.node_timeout_s = node_timeout_s
         self.endpoints: dict[str, Endpoint] = {}
         self._suspects: dict[str, float] = {}  # node id -> monotonic time it is trusted again
+        self.told: frozenset[str] = frozenset()  # the master's suspects, from its last reply
+        self.delays = HedgeDelays()
+        self.gets = 0  # Gets sent, and how many of them were hedges (a read's second ask)
+        self.hedges = 0
         self.closed = False
 
     def endpoint(self, addr: str) -> Endpoint:
@@ -119,38 +145,40 @@ class DatanodePool:
 
     # -- nodes to avoid ----------------------------------------------------------------------
 
-    def suspect(self, node_ids: Iterable[str]) -> None:
-        """Avoid these data nodes for a while: they failed a put or a read just now.
-
-        The master declares a node dead only after ``dead_after_s``; until then it still
-        places items there, and every call would wait out ``node_timeout_s`` on it again.
-        """
-        until = time.monotonic() + SUSPECT_S
+    def suspect(self, node_ids: Iterable[str], for_s: float = SUSPECT_S) -> None:
+        """Avoid these data nodes for ``for_s``: they failed a put or a read just now (or were
+        slow to answer one), and the master may not know it yet."""
+        until = time.monotonic() + for_s
         for node_id in node_ids:
-            self._suspects[node_id] = until
+            self._suspects[node_id] = max(until, self._suspects.get(node_id, 0.0))
+
+    def heard(self, suspects: Iterable[str]) -> None:
+        """The master's suspect (and dead) nodes, from a placement or lease reply: its view
+        replaces the last one it gave."""
+        self.told = frozenset(suspects)
 
     def suspected(self) -> list[str]:
-        """Data nodes avoided for now (see ``suspect``)."""
+        """Data nodes avoided for now: this client's suspects (``suspect``) and the master's."""
         if not self._suspects:
-            return []
+            return sorted(self.told)
         now = time.monotonic()
         self._suspects = {n: t for n, t in self._suspects.items() if t > now}
-        return sorted(self._suspects)
+        return sorted(self.told.union(self._suspects))
 
     # -- puts --------------------------------------------------------------------------------
 
-    def put_reported(self, pl: p.Placement, ids: list[int], blobs: list[bytes],
-                     crcs: list[int], meta: p.ItemMeta) -> list[str]:
-        """Send the payloads to every placed node, each to report to the master, not to us;
+    def put_reported(self, nodes: Sequence[p.NodeRef], grant: p.PutGrant | None, ids: list[int],
+                     blobs: list[bytes], crcs: list[int], meta: p.ItemMeta) -> list[str]:
+        """Send the payloads to every node named, each to report to the master, not to us;
         each keeps ``meta`` (every id's) beside the blobs, for a rebuild of the master.
 
         Returns the node ids the put could not even be sent to (a full send queue).
         """
         failed = []
-        for ref in pl.nodes:
+        for ref in nodes:
             try:
                 self.endpoint(ref.addr).send(p.Put(as_ids(ids), blobs, crcs, [], 1, ref.node_id,
-                                                   True, pl.grant, [meta]))
+                                                   True, grant, [meta]))
             except TimeoutError:
                 failed.append(ref.node_id)
         return failed
@@ -159,17 +187,34 @@ class DatanodePool:
 
     def read_from(self, node: p.NodeRef, ids: Sequence[int], sizes: Sequence[int],
                   crcs: Sequence[int], grant: p.GetGrant | None) -> NodeRead:
-        """One ``Get`` of ``ids`` from ``node``, each payload checked (``intact``); a node that
-        timed out is suspected (``suspect``), and nothing it should have sent is trusted."""
-        reply = call_many([(self.endpoint(node.addr), p.Get(as_ids(list(ids)), grant))],
-                          self.node_timeout_s)[0]
+        """One ``Get`` of ``ids`` from ``node``, each payload checked (``intact``). A node that
+        does not answer within its hedge delay is avoided for a while (``SLOW_S``) and nothing
+        it should have sent is trusted: the caller reads the rest from the other replicas."""
+        ep = self.endpoint(node.addr)
+        sent = time.monotonic()
+        wait_s = min(self.node_timeout_s, self.delays.delay_s(node.node_id, sum(sizes)))
+        self.gets += 1
+        try:
+            rid = ep.send(p.Get(as_ids(list(ids)), grant))
+        except TimeoutError:
+            reply: Any = TimeoutError(f"cannot send to {node.addr}")
+        else:
+            reply = None
+            while reply is None and time.monotonic() < sent + wait_s:
+                left_ms = int((sent + wait_s - time.monotonic()) * 1000)
+                if ep.has(rid) or ep.wait(max(left_ms, 1)):
+                    ep.read_ready()
+                reply = ep.take(rid) or ep.refused
+            if reply is None:
+                ep.forget(rid)
+                reply = TimeoutError(f"no reply from {node.addr} within {wait_s:.3f}s")
         if not isinstance(reply, p.Blobs):
             if isinstance(reply, TimeoutError):
-                log.warning("data node %s is slow or down; reading from other replicas",
-                            node.addr)
-                self.suspect([node.node_id])
+                log.info("data node %s is slow or down; reading from other replicas", node.addr)
+                self.suspect([node.node_id], SLOW_S)
             forbidden = isinstance(reply, p.Error) and reply.code == Forbidden.code
             return NodeRead({}, list(range(len(ids))), forbidden)
+        self.delays.observe(node.node_id, time.monotonic() - sent)
         got: dict[int, bytes] = dict(zip(reply.ids, reply.blobs))
         rest = []
         for k, item_id in enumerate(ids):
@@ -179,59 +224,147 @@ class DatanodePool:
         return NodeRead(got, rest)
 
     def read(self, items: list[LeasedItem]) -> Reads:
-        """Read payloads, trying each item's replicas in turn; verify size and checksum (P5)."""
-        got: dict[int, bytes] = {}
-        failed: list[LeasedItem] = []
-        bad: list[tuple[int, str]] = []
-        forbidden = ""
-        avoid = set(self.suspected())
-        if avoid:  # replicas not suspected first (the list is the master's: live nodes first)
+        """Read payloads, each item from its replicas, hedged (see the module docstring);
+        verify size and checksum (P5)."""
+        return _HedgedRead(self, items).run()
+
+
+class _HedgedRead:
+    """One ``DatanodePool.read``: Gets in flight, hedged past their node's delay, until every
+    item is read intact or has no replica left to ask."""
+
+    def __init__(self, pool: DatanodePool, items: list[LeasedItem]) -> None:
+        self.pool = pool
+        avoid = set(pool.suspected())
+        if avoid:  # replicas not avoided first (the list is the master's: healthy nodes first)
             items = [dataclasses.replace(i, nodes=sorted(i.nodes, key=lambda n: n.node_id in avoid))
                      for i in items]
-        todo = [(item, 0) for item in items]  # (item, index of the replica to try)
-        while todo:
-            # one Get per node and grant (items of one lease share theirs): (addr, MAC) -> items
-            by_addr: dict[tuple[str, bytes], list[tuple[LeasedItem, int]]] = defaultdict(list)
-            for item, k in todo:
-                nodes = item.nodes
-                while k < len(nodes) and not nodes[k].addr:
-                    k += 1
-                if k < len(nodes):
-                    mac = item.grant.mac if item.grant is not None else b""
-                    by_addr[nodes[k].addr, mac].append((item, k))
-                else:
-                    failed.append(item)
-            calls = [(self.endpoint(a), p.Get(as_ids([i.id for i, _ in group]), group[0][0].grant))
-                     for (a, _), group in by_addr.items()]
-            todo = []
-            for ((addr, _), group), reply in zip(by_addr.items(),
-                                                 call_many(calls, self.node_timeout_s)):
-                answered = isinstance(reply, p.Blobs)
-                unreached: set[int] = set()
-                if answered:
-                    got.update(zip(reply.ids, reply.blobs))
-                    if reply.ids:  # a reply is capped by bytes: ids in neither list, ask again
-                        unreached = {item.id for item, _ in group} - set(reply.ids) - \
-                            set(reply.missing)
-                else:
-                    log.warning("read from %s failed: %s", addr, reply)
-                    if isinstance(reply, (TimeoutError, AuthenticationFailed)):
-                        self.suspect({item.nodes[k].node_id for item, k in group})
-                    if isinstance(reply, AuthenticationFailed) or \
-                            (isinstance(reply, p.Error) and reply.code == Forbidden.code):
-                        forbidden = str(reply) if isinstance(reply, AuthenticationFailed) \
-                            else reply.message
-                for item, k in group:
-                    if item.id in unreached:
-                        todo.append((item, k))
-                        continue
-                    blob = got.get(item.id)
-                    if intact(blob, item.size, item.crc):
-                        continue
-                    if blob is not None:
-                        log.error("replica of item %d on %s fails its checksum", item.id, addr)
-                        del got[item.id]
-                    todo.append((item, k + 1))
-                    if answered:
-                        bad.append((item.id, item.nodes[k].node_id))
-        return Reads(got, failed, bad, forbidden)
+        self.items = items
+        self.got: dict[int, bytes] = {}
+        self.failed: list[LeasedItem] = []
+        self.bad: list[tuple[int, str]] = []
+        self.forbidden = ""
+        self.next = dict.fromkeys((i.id for i in items), 0)  # id -> next replica to ask
+        self.asked = dict.fromkeys((i.id for i in items), 0)  # id -> Gets in flight for it
+        self.done: set[int] = set()
+        self.asks: list[_Ask] = []
+
+    def run(self) -> Reads:
+        self._ask([pair for item in self.items if (pair := self._next(item)) is not None])
+        try:
+            while self.asks and len(self.done) < len(self.items):
+                self._wait()
+                now = time.monotonic()
+                again: list[tuple[LeasedItem, int]] = []
+                for ask in list(self.asks):
+                    reply = ask.ep.take(ask.rid) or ask.ep.refused
+                    if reply is not None:
+                        self.asks.remove(ask)
+                        again += self._answered(ask, reply, now)
+                    elif now >= ask.until:
+                        self.asks.remove(ask)
+                        ask.ep.forget(ask.rid)
+                        again += self._failed(ask, TimeoutError(
+                            f"no reply from {ask.ep.addr} within {self.pool.node_timeout_s:g}s"))
+                    elif not ask.hedged and now >= ask.hedge_at:
+                        ask.hedged = True
+                        self.pool.hedges += 1
+                        self.pool.suspect([ask.node_id], SLOW_S)
+                        again += [pair for item, _ in ask.items if item.id not in self.done
+                                  and (pair := self._next(item)) is not None]
+                self._ask(again)
+        finally:
+            for ask in self.asks:  # answered elsewhere: their replies are dropped on arrival
+                ask.ep.forget(ask.rid)
+        return Reads(self.got, self.failed, self.bad, self.forbidden)
+
+    def _next(self, item: LeasedItem) -> tuple[LeasedItem, int] | None:
+        """The item's next replica to ask; None if none is left (then, with no Get in flight
+        for it either, the item has failed)."""
+        nodes, k = item.nodes, self.next[item.id]
+        while k < len(nodes) and not nodes[k].addr:
+            k += 1
+        if k < len(nodes):
+            self.next[item.id] = k + 1
+            return item, k
+        self.next[item.id] = k
+        if not self.asked[item.id] and item.id not in self.done:
+            self.done.add(item.id)
+            self.failed.append(item)
+        return None
+
+    def _ask(self, pairs: list[tuple[LeasedItem, int]]) -> None:
+        """One Get per node and grant (items of one lease share theirs)."""
+        by_addr: dict[tuple[str, bytes], list[tuple[LeasedItem, int]]] = defaultdict(list)
+        for item, k in pairs:
+            mac = item.grant.mac if item.grant is not None else b""
+            by_addr[item.nodes[k].addr, mac].append((item, k))
+        pool = self.pool
+        for (addr, _), group in by_addr.items():
+            node_id = group[0][0].nodes[group[0][1]].node_id
+            for item, _ in group:
+                self.asked[item.id] += 1
+            ep = pool.endpoint(addr)
+            now = time.monotonic()
+            ask = _Ask(ep, 0, node_id, group, now,
+                       now + pool.delays.delay_s(node_id, sum(i.size for i, _ in group)),
+                       now + pool.node_timeout_s)
+            pool.gets += 1
+            try:
+                ask.rid = ep.send(p.Get(as_ids([i.id for i, _ in group]), group[0][0].grant))
+            except TimeoutError as exc:
+                self._ask(self._failed(ask, exc))
+                continue
+            self.asks.append(ask)
+
+    def _wait(self) -> None:
+        """Until a reply arrives, or the next ask is due a hedge or its timeout."""
+        if any(a.ep.has(a.rid) for a in self.asks):
+            return
+        due = min(a.until if a.hedged else a.hedge_at for a in self.asks)
+        Replies({a.ep for a in self.asks}).read(max(1, int((due - time.monotonic()) * 1000)))
+
+    def _answered(self, ask: _Ask, reply: Any, now: float) -> list[tuple[LeasedItem, int]]:
+        if not isinstance(reply, p.Blobs):
+            return self._failed(ask, reply)
+        self.pool.delays.observe(ask.node_id, now - ask.sent)
+        got: dict[int, bytes] = dict(zip(reply.ids, reply.blobs))
+        # a reply is capped by bytes: ids in neither list were not reached, ask again
+        unreached = {i.id for i, _ in ask.items} - set(reply.ids) - set(reply.missing) \
+            if reply.ids else set()
+        again = []
+        for item, k in ask.items:
+            self.asked[item.id] -= 1
+            if item.id in self.done:
+                continue
+            if item.id in unreached:  # asked again, of the same replica
+                again.append((item, k))
+                continue
+            blob = got.get(item.id)
+            if blob is not None and intact(blob, item.size, item.crc):
+                self.got[item.id] = blob
+                self.done.add(item.id)
+                continue
+            if blob is not None:
+                log.error("replica of item %d on %s fails its checksum", item.id, ask.ep.addr)
+            self.bad.append((item.id, item.nodes[k].node_id))
+            if (pair := self._next(item)) is not None:
+                again.append(pair)
+        return again
+
+    def _failed(self, ask: _Ask, reply: Any) -> list[tuple[LeasedItem, int]]:
+        """The ask got no answer (a timeout, a refusal, an error): its items go on to their
+        next replicas."""
+        log.warning("read from %s failed: %s", ask.ep.addr, reply)
+        if isinstance(reply, (TimeoutError, AuthenticationFailed)):
+            self.pool.suspect([ask.node_id])
+        if isinstance(reply, AuthenticationFailed) or \
+                (isinstance(reply, p.Error) and reply.code == Forbidden.code):
+            self.forbidden = str(reply) if isinstance(reply, AuthenticationFailed) \
+                else reply.message
+        again = []
+        for item, _ in ask.items:
+            self.asked[item.id] -= 1
+            if item.id not in self.done and (pair := self._next(item)) is not None:
+                again.append(pair)
+        return again

@@ -23,8 +23,10 @@ from blizzard.wire.queue_settings import check_queue_name
 class Leases:
     """Lease, ack, nack and extend through the master link."""
 
-    def __init__(self, master: MasterLink) -> None:
+    def __init__(self, master: MasterLink,
+                 heard: Callable[[list[str]], None] = lambda suspects: None) -> None:
         self.master = master
+        self.heard = heard  # told the master's suspect data nodes from each lease reply
         self.quiet_sent = False  # quiet acks sent since the last flush
 
     def lease(self, queue: str, n: int, *, lease_s: float | None = None, wait_s: float = 0.0,
@@ -54,6 +56,7 @@ class Leases:
                     [m.id for m in ack], [m.lease for m in ack], head),
             extra_s=float(wait_s) if wait_s > 0 else 0.0,
             since=None if timeout_s is None else time.monotonic() - self.master.timeout_s + timeout_s)
+        self.heard(leased.suspects)
         if leased.lost:
             if leased.ids:
                 self.master.call(p.Nack(leased.ids, leased.leases, 0.0, ""))

@@ -16,9 +16,13 @@ When a step goes wrong the chunk is helped along synchronously, then moves on as
 - a place not answered in ``ATTEMPT_S``, or answered "master starting", is sent again with
   back-off until ``timeout_s``; where avoiding suspected nodes leaves too few for a placement,
   it is asked for again without avoiding them (a suspect is better than no write at all);
-- an enqueue answered ``Unstored`` (a node refused the payloads or did not report them in
-  ``node_timeout_s``) makes those nodes suspected and goes again under fresh ids placed
-  without them, ``PUT_ATTEMPTS`` in all;
+- an enqueue answered ``PutAlso`` (some placed nodes had not reported the payloads within the
+  master's hedge delay) puts the payloads on the nodes it names as well, avoids the slow ones
+  for a while, and sends the same enqueue again: the copies already made still count, so a
+  write does not wait on one slow or dead node;
+- an enqueue answered ``Unstored`` (a node refused the payloads, or no node was left to hedge
+  with and the placed ones did not report in ``node_timeout_s``) makes those nodes suspected
+  and goes again under fresh ids placed without them, ``PUT_ATTEMPTS`` in all;
 - an enqueue not answered in time is sent again under its request id, so one that landed is
   applied once; one the master does not know (it restarted, so nothing of the chunk is
   visible) goes again under fresh ids, ``PUT_ATTEMPTS`` in all. Payloads stored under ids
@@ -35,7 +39,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from blizzard.client.datanodes import DatanodePool
+from blizzard.client.datanodes import SLOW_S, DatanodePool
 from blizzard.client.enqueue_options import EnqueueOptions, as_bytes
 from blizzard.client.master_link import MasterLink, is_retryable
 from blizzard.net.transport import Endpoint, Replies, raise_if_error
@@ -77,6 +81,7 @@ class Chunk:
     stored_on: list[str] = dataclasses.field(default_factory=list)
     place_msg: p.Place | None = None
     enqueue_msg: p.Enqueue | None = None
+    meta: p.ItemMeta | None = None  # what the data nodes keep beside the blobs
     failures: int = 0  # enqueues refused for want of stored payloads, or forgotten
     ep: Endpoint | None = None  # where the step's request went (None: it could not be sent)
     rid: int = 0
@@ -203,6 +208,7 @@ class EnqueuePipeline:
         """The next step after ``reply`` (None: none came in time)."""
         if c.step == PLACE:
             placement = reply if isinstance(reply, p.Placement) else self._place(c, reply)
+            self.nodes.heard(placement.suspects)
             self.placing.discard(c)
             n = len(c.blobs)
             if placement.n > n:  # the rest of the ids serve the next small chunks
@@ -216,6 +222,8 @@ class EnqueuePipeline:
                 c.stored_on, c.step = list(reply.nodes), DONE
             elif isinstance(reply, p.Unstored):
                 self._unstored(c, reply)
+            elif isinstance(reply, p.PutAlso):
+                self._put_also(c, reply)
             else:
                 self._enqueue_slowly(c, reply)
 
@@ -225,7 +233,9 @@ class EnqueuePipeline:
         o = c.opts
         meta = p.ItemMeta([], c.queue, o.priority, time.time() + o.delay_s if o.delay_s else 0.0,
                           o.key, 0, "")  # kept by the nodes beside the blobs (a rebuild's)
-        failed = self.nodes.put_reported(placement, ids, c.blobs, c.crcs, meta)
+        c.meta = meta
+        failed = self.nodes.put_reported(placement.nodes, placement.grant, ids, c.blobs, c.crcs,
+                                         meta)
         if failed:  # a node's send queue is full: do not wait for its report
             self._unstored(c, p.Unstored(failed, "cannot send to these data nodes"))
             return
@@ -235,8 +245,26 @@ class EnqueuePipeline:
                                   self.master.call_id(), not c.commit, self.nodes.node_timeout_s,
                                   placement.grant)
         c.since = time.monotonic()
+        self._send_enqueue(c)
+
+    def _send_enqueue(self, c: Chunk) -> None:
+        assert c.enqueue_msg is not None
         self._send_to(c, self.master.endpoint, c.enqueue_msg,
-                      c.since + self.master.enqueue_wait_s(self.nodes.node_timeout_s))
+                      time.monotonic() + self.master.enqueue_wait_s(self.nodes.node_timeout_s))
+
+    def _put_also(self, c: Chunk, reply: p.PutAlso) -> None:
+        """Some placed nodes were slow to store the chunk: put it on the nodes the master
+        added as well, then ask for the same enqueue again (see the module docstring)."""
+        assert c.meta is not None
+        log.info("data nodes %s are slow to store; putting on %s as well", reply.slow,
+                 [ref.node_id for ref in reply.nodes])
+        self.nodes.suspect(reply.slow, SLOW_S)
+        self.nodes.heard(reply.suspects)
+        failed = self.nodes.put_reported(reply.nodes, reply.grant, c.ids, c.blobs, c.crcs, c.meta)
+        if failed:
+            self._unstored(c, p.Unstored(failed, "cannot send to these data nodes"))
+            return
+        self._send_enqueue(c)
 
     def _ask_master(self, c: Chunk, msg: Any) -> None:
         c.since = time.monotonic()

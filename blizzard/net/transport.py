@@ -66,6 +66,7 @@ class Endpoint:
         self.watch: HandshakeWatch | None = None
         self._closer: weakref.finalize | None = None
         self._early: dict[int, Any] = {}
+        self._forgotten: dict[int, None] = {}  # requests whose replies are dropped on arrival
         self.closed = False  # by ``close``: no socket is opened again
         self.answered = False  # a reply came at some time (a ``reset`` keeps this)
 
@@ -142,6 +143,14 @@ class Endpoint:
     def discard_received(self) -> None:
         self._early.clear()
 
+    def forget(self, rid: int) -> None:
+        """Nobody waits for the reply to ``rid`` any more (a hedged read got its answer
+        elsewhere): dropped now if it is here, else when it arrives, unread by anyone."""
+        if self._early.pop(rid, None) is None:
+            if len(self._forgotten) >= MAX_UNCLAIMED:
+                self._forgotten.pop(next(iter(self._forgotten)))
+            self._forgotten[rid] = None
+
     def wait(self, timeout_ms: int) -> bool:
         """Wait up to ``timeout_ms`` for a reply to arrive; True if one is there to read.
 
@@ -174,6 +183,8 @@ class Endpoint:
             log.warning("undecodable reply from %s: %s", self.addr, exc)
             return
         self.answered = True
+        if self._forgotten and self._forgotten.pop(rid, 0) is None:
+            return  # a reply nobody waits for any more (``forget``)
         if len(self._early) >= MAX_UNCLAIMED:  # replies nobody waits for must not pile up
             self._early.pop(next(iter(self._early)))
         self._early[rid] = reply
@@ -184,6 +195,7 @@ class Endpoint:
             self._closer()  # closes the socket and its watch
             self._closer = self.sock = self.watch = self.poller = None
         self._early.clear()
+        self._forgotten.clear()
 
     def close(self) -> None:
         """Drop the socket for good: a later request raises ``ClientClosed`` rather than

@@ -7,7 +7,9 @@ Body: a msgpack array ``[VERSION, op, request_id, field_1, ..., field_n]``. ``op
 message's small integer code, ``request_id`` a non-negative integer the reply repeats so a
 client may keep many requests in flight. Fields follow the dataclass's field order; a nested
 message (e.g. ``NodeRef``) travels as a plain array of its fields. Every field is checked
-against its declared type on decode, so a handler only ever sees well-typed messages.
+against its declared type on decode, so a handler only ever sees well-typed messages. Fields
+added in a later release (``ADDED``) may be missing at the end, and are left off while they
+hold their defaults.
 
 This module and ``protocol`` (which defines every message with ``@message``) are the only
 places that know the bytes; nothing else calls msgpack.
@@ -26,6 +28,11 @@ import msgpack
 from blizzard.wire.errors import ProtocolError, UnknownOp, VersionMismatch
 
 VERSION = 1
+# A field added to a message after its first release, last in the message and with a default:
+# ``field(default=..., metadata=ADDED)``. It is left off the wire while it holds its default, and
+# a frame without it decodes to the default, so peers of the release before still understand
+# each other in the usual case (docs/operations.md, upgrades).
+ADDED = {"added": True}
 MAX_BATCH = 10_000  # items in one request
 # The largest legal frame: a put of a 16 MiB chunk plus one item of up to 16 MiB, with its
 # ids and checksums; also the largest reply (a data node caps a read's reply below it).
@@ -208,10 +215,12 @@ def _field_checkers(cls: type) -> Callable[[Any], Any]:
         names = [f.name for f in dataclasses.fields(cls)]
         checks = [_checker(hints[n]) for n in names]
         count = len(names)
+        least = count - len(_added(cls))
 
         def checker(values: Any) -> Any:
-            if type(values) is not list or len(values) != count:
-                raise ProtocolError(f"{cls.__name__} takes {count} fields")
+            if type(values) is not list or not least <= len(values) <= count:
+                raise ProtocolError(f"{cls.__name__} takes {count} fields" if least == count
+                                    else f"{cls.__name__} takes {least} to {count} fields")
             return cls(*[c(v) for c, v in zip(checks, values)])
 
         _CHECKERS[cls] = checker
@@ -225,12 +234,42 @@ def _from_fields(cls: type, values: Any) -> Any:
         raise ProtocolError(f"{cls.__name__}: {exc.message}") from None
 
 
+def _added(cls: type) -> list[tuple[int, Any]]:
+    """(position, default) of the fields at the end of ``cls`` marked ``ADDED``."""
+    fields = dataclasses.fields(cls)
+    tail: list[tuple[int, Any]] = []
+    for k in range(len(fields) - 1, -1, -1):
+        f = fields[k]
+        if not f.metadata.get("added"):
+            break
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING \
+            else f.default
+        tail.append((k, default))
+    return tail
+
+
 def _to_fields(msg: Any) -> list[Any]:
     cls = type(msg)
     flatten = _FIELDS.get(cls)
     if flatten is None:
-        flatten = _FIELDS[cls] = _flattener(cls)
+        flatten = _FIELDS[cls] = _trimmed(_flattener(cls), _added(cls))
     return flatten(msg)
+
+
+def _trimmed(flatten: Callable[[Any], list[Any]],
+             tail: list[tuple[int, Any]]) -> Callable[[Any], list[Any]]:
+    """``flatten``, leaving off the added fields at the end that hold their defaults."""
+    if not tail:
+        return flatten
+
+    def trim(msg: Any) -> list[Any]:
+        out = flatten(msg)
+        for k, default in tail:  # from the last field back
+            if len(out) != k + 1 or out[k] != default:
+                break
+            out.pop()
+        return out
+    return trim
 
 
 def _flattener(cls: type) -> Callable[[Any], list[Any]]:

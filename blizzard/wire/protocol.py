@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from dataclasses import field
 
-from blizzard.wire.codec import (MAX_BATCH, MAX_FRAME_BYTES, MAX_ID, MAX_ITEM_BYTES, VERSION, WIRE,
-                                 Id, decode, dumps, encode, iter_loads, loads, message, op_name,
-                                 op_of, pack, peek_request_id, unpack)
+from blizzard.wire.codec import (ADDED, MAX_BATCH, MAX_FRAME_BYTES, MAX_ID, MAX_ITEM_BYTES,
+                                 VERSION, WIRE, Id, decode, dumps, encode, iter_loads, loads,
+                                 message, op_name, op_of, pack, peek_request_id, unpack)
 from blizzard.wire.ha_messages import Follow, Promote, Promoted, SnapshotData, WalData
 from blizzard.wire.meta_messages import ItemMeta, ListMeta, MetaPage
 from blizzard.wire.node_messages import (BadReplica, Blobs, CapabilityKey, CopyOrder, Delete, Get,
@@ -35,8 +35,8 @@ from blizzard.wire.shard_messages import Head, QueueHead
 from blizzard.wire.task_messages import Bury, ItemStates, Lookup, TaskCounts, TaskStats
 
 # Re-exported from the codec and the other families (this module's own messages are public too).
-__all__ = ["MAX_BATCH", "MAX_FRAME_BYTES", "MAX_ID", "MAX_ITEM_BYTES", "VERSION", "WIRE", "Id",
-           "decode", "dumps", "encode", "iter_loads", "loads", "message", "op_name", "op_of",
+__all__ = ["ADDED", "MAX_BATCH", "MAX_FRAME_BYTES", "MAX_ID", "MAX_ITEM_BYTES", "VERSION", "WIRE",
+           "Id", "decode", "dumps", "encode", "iter_loads", "loads", "message", "op_name", "op_of",
            "pack", "peek_request_id", "unpack"]  # codec.py
 __all__ += ["BadReplica", "Blobs", "CapabilityKey", "CopyOrder", "Delete", "Get", "GetGrant",
             "Heartbeat", "HeartbeatReply", "Inventory", "NodeRef", "Put", "PutGrant", "PutReport",
@@ -93,6 +93,9 @@ class Placement:
     min_replicas: int  # W: the enqueue completes once this many of ``nodes`` hold every id
     deadline_s: float  # seconds the client has to enqueue before the ids are dropped
     grant: PutGrant
+    # data nodes the master suspects now (silent past a few heartbeats, slow to report puts,
+    # or dead): none of them is placed while others can be; a reader tries them last
+    suspects: list[str] = field(default_factory=list, metadata=ADDED)
 
     @property
     def ids(self) -> list[int]:
@@ -132,6 +135,19 @@ class Unstored:
 
     nodes: list[str]
     error: str
+
+
+@message(57)
+class PutAlso:
+    """Reply to Enqueue: ``slow`` placed nodes have not reported the payloads within the master's
+    hedge delay; put them on ``nodes`` as well (``grant`` covers the ids there), then send the
+    same ``Enqueue`` again. The copies already reported still count, so a write never waits
+    on one slow or dead node (docs/design.md, liveness)."""
+
+    nodes: list[NodeRef]
+    grant: PutGrant
+    slow: list[str]
+    suspects: list[str]  # as ``Placement.suspects``
 
 
 @message(12)
@@ -202,6 +218,7 @@ class Leased:
     head_priority: int = 0  # ``QueueHead``'s fields (-1: not asked)
     head_at: float = 0.0
     head_seq: int = 0
+    suspects: list[str] = field(default_factory=list, metadata=ADDED)  # as ``Placement``'s
 
 
 @message(17)
