@@ -12,7 +12,8 @@ another gets ``kill -9``. Each acked enqueue and each acked dequeue (once its ac
 timed. Printed: acked enqueues and dequeues per half second (a table on stderr), and for each
 window (fault-free: before the pause; pause: from it to 1 s after SIGCONT; kill: from it to the
 end) the longest stretch without an acked enqueue and without an acked dequeue, and the
-p50/p99 of one enqueue and of one dequeue + ack that completed in that window.
+p50/p99/max of one enqueue and of one dequeue + ack that completed in that window, and the
+fewest items ready in it (near 0: the backlog ran out and the consumer waited on the producer).
 
 The slow disk. The same layout twice: fault-free, then with one data node whose every synced
 write sleeps ``--slow-delay-s`` first (``BLIZZARD_FAULT_WRITE_DELAY_S``, a test and bench knob
@@ -82,6 +83,21 @@ def bins(times: Sequence[float], seconds: float, width: float = BIN_S) -> list[i
     return out
 
 
+def fewest_ready(enq_ends: Sequence[float], deq_ends: Sequence[float], backlog: int,
+                 start: float, end: float) -> int:
+    """The fewest items ready during ``[start, end]``, counted as the backlog plus the acked
+    enqueues minus the acked dequeues (both ascending) so far. Near 0, the consumer waited on
+    the producer: its stall there says nothing of reads."""
+    ready = backlog + bisect.bisect_right(enq_ends, start) - bisect.bisect_right(deq_ends, start)
+    fewest = ready
+    changes = sorted([(t, 1) for t in enq_ends if start < t <= end]
+                     + [(t, -1) for t in deq_ends if start < t <= end])
+    for _, change in changes:
+        ready += change
+        fewest = min(fewest, ready)
+    return fewest
+
+
 @dataclass(frozen=True)
 class Window:
     """A stretch of the timeline, in seconds from the start of the load."""
@@ -129,10 +145,12 @@ def latencies(calls: Sequence[tuple[float, float]], window: Window) -> dict[str,
             "max_ms": _ms(lats[-1] if lats else None)}
 
 
-def window_figures(window: Window, enq: Calls, deq: Calls) -> dict[str, Any]:
-    """A window's figures: counts, longest stretches without an acked enqueue or dequeue, and
-    the latencies of the calls that completed in it."""
-    out: dict[str, Any] = {"from_s": window.start_s, "to_s": window.end_s}
+def window_figures(window: Window, enq: Calls, deq: Calls, backlog: int) -> dict[str, Any]:
+    """A window's figures: counts, longest stretches without an acked enqueue or dequeue, the
+    latencies of the calls that completed in it, and the fewest items ready in it."""
+    out: dict[str, Any] = {"from_s": window.start_s, "to_s": window.end_s,
+                           "ready_min": fewest_ready(enq.ends(), deq.ends(), backlog,
+                                                     window.start_s, window.end_s)}
     for name, calls in (("enqueue", enq), ("dequeue", deq)):
         ends = calls.ends()
         gap, at = longest_gap(ends, window.start_s, window.end_s)
@@ -258,7 +276,7 @@ def timeline(cluster: LocalCluster, args: argparse.Namespace) -> dict[str, Any]:
         if not stuck:  # a client is closed in no thread but the one that used it last
             c.close()
     windows = windows_for(args.seconds, args.pause_at, args.pause_s, args.kill_at)
-    figures = {w.name: window_figures(w, enq, deq) for w in windows}
+    figures = {w.name: window_figures(w, enq, deq, args.backlog) for w in windows}
     enq_bins, deq_bins = bins(enq.ends(), args.seconds), bins(deq.ends(), args.seconds)
     marks = {int(args.pause_at // BIN_S): "P", int(args.kill_at // BIN_S): "K"}
     log.info("P: %s paused at %.1f s for %.1f s; K: %s killed at %.1f s\n%s", paused.name,
@@ -267,10 +285,13 @@ def timeline(cluster: LocalCluster, args: argparse.Namespace) -> dict[str, Any]:
     for w in windows:
         f = figures[w.name]
         log.info("%-10s [%4.1f, %4.1f] s: no acked enqueue for %.2f s (from %.2f), no acked "
-                 "dequeue for %.2f s (from %.2f); enqueue p99 %s ms, dequeue+ack p99 %s ms",
-                 w.name, w.start_s, w.end_s, f["no_enqueue_s"], f["no_enqueue_from_s"],
-                 f["no_dequeue_s"], f["no_dequeue_from_s"], f["enqueue_p99_ms"],
-                 f["dequeue_ack_p99_ms"])
+                 "dequeue for %.2f s (from %.2f); enqueue p99 %s ms, dequeue+ack p99 %s ms; "
+                 "fewest ready %d", w.name, w.start_s, w.end_s, f["no_enqueue_s"],
+                 f["no_enqueue_from_s"], f["no_dequeue_s"], f["no_dequeue_from_s"],
+                 f["enqueue_p99_ms"], f["dequeue_ack_p99_ms"], f["ready_min"])
+        if f["ready_min"] < 10:
+            log.warning("%s: the backlog ran out: the consumer also waited on the producer "
+                        "(a larger --backlog keeps the two apart)", w.name)
     faulty = [figures[name] for name in ("pause", "kill")]
     return {
         "pause": {"node": paused.name, "at_s": args.pause_at, "for_s": args.pause_s},

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.faults import Calls, Window, bin_table, bins, longest_gap, window_figures, windows_for
+from bench.faults import (Calls, Window, bin_table, bins, fewest_ready, longest_gap, window_figures,
+                          windows_for)
 
 pytestmark = pytest.mark.unit
 
@@ -35,11 +36,19 @@ def test_the_pause_window_ends_a_second_after_sigcont_but_not_past_the_kill():
 def test_a_window_reports_its_stalls_and_the_latencies_of_calls_done_in_it():
     enq = Calls(done=[(4.9, 5.0), (5.0, 9.5), (9.5, 9.6)], errors=[(6.0, "x")])
     deq = Calls(done=[(4.0, 4.1)])
-    f = window_figures(Window("pause", 5.0, 11.0), enq, deq)
+    f = window_figures(Window("pause", 5.0, 11.0), enq, deq, backlog=2)
     assert f["enqueues"] == 3 and f["enqueue_errors"] == 1
     assert (f["no_enqueue_s"], f["no_enqueue_from_s"]) == (4.5, 5.0)
     assert f["enqueue_max_ms"] == 4500.0
     assert (f["dequeues"], f["no_dequeue_s"], f["dequeue_ack_p99_ms"]) == (0, 6.0, None)
+    assert f["ready_min"] == 2 + 1 - 1  # one acked enqueue and one dequeue before the window
+
+
+def test_the_fewest_ready_follows_enqueues_and_dequeues_through_the_window():
+    enq, deq = [1.0, 2.0, 6.0], [1.5, 3.0, 4.0, 5.0]
+    assert fewest_ready(enq, deq, 2, 0.0, 10.0) == 0  # 2, 3, 2, 3, 2, 1, 0, 1
+    assert fewest_ready(enq, deq, 2, 2.5, 3.5) == 2
+    assert fewest_ready([], [], 7, 0.0, 1.0) == 7
 
 
 def test_the_table_marks_the_bins_where_faults_began():
