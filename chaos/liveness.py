@@ -31,6 +31,7 @@ plus ``TAIL_S`` (an effect can outlast the heal):
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, NamedTuple, Sequence
@@ -195,8 +196,10 @@ def charge(faults: Sequence[Mapping[str, Any]], found: Mapping[str, Sequence[Sta
     """Each fault's longest stall of each kind (see the module's docstring for the rules).
 
     ``faults``: ``kind``, ``target``, ``start`` and ``end`` (seconds), as the report's
-    timeline has them; ``found``: op -> its stalls (``stalls``)."""
+    timeline has them; ``found``: op -> its stalls in time order, as ``stalls`` gives them
+    (they do not overlap, so their ends are in order too)."""
     masters = [(f["start"], f["end"] + tail_s) for f in faults if f["kind"] in MASTER_TARGETED]
+    ends = {op: [s.ended_s for s in found.get(op, ())] for op in OPS}
     out = []
     for f in sorted(faults, key=lambda f: f["start"]):
         start, end = f["start"], f["end"]
@@ -208,9 +211,11 @@ def charge(faults: Sequence[Mapping[str, Any]], found: Mapping[str, Sequence[Sta
         excused = False
         for op in OPS:
             best = None
-            for s in found.get(op, ()):
-                if s.began_s >= window_end or s.ended_s <= start:
-                    continue
+            mine = found.get(op, ())
+            for i in range(bisect.bisect_right(ends[op], start), len(mine)):  # ending after it
+                s = mine[i]
+                if s.began_s >= window_end:
+                    break
                 began, ended = max(s.began_s, start), min(s.ended_s, cut)
                 for m_start, m_end in excuse:
                     if m_start < s.ended_s and m_end > s.began_s and m_start < ended:

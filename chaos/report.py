@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections import Counter
@@ -35,8 +36,10 @@ class Timeline:
         default_factory=lambda: {op: [] for op in liveness.OPS})
     end: float = 0.0
 
+    @functools.cached_property
     def liveness(self) -> Liveness:
-        """The run's stalls, overall and per fault (``chaos.liveness``)."""
+        """The run's stalls, overall and per fault (``chaos.liveness``), once the series are
+        complete."""
         return liveness.measure(self.calls, self.unseen, self.faults)
 
 
@@ -103,7 +106,7 @@ def plot(tl: Timeline, samples: list[dict[str, Any]], path: str, title: str, *,
     axes[0].plot(secs, [tl.enqueued.get(s, 0) for s in secs], label="enqueued (acked)")
     axes[0].plot(secs, [tl.dequeued.get(s, 0) for s in secs], label="dequeued (delivered)")
     axes[0].set_ylabel("items/s")
-    _mark_stalls(axes[0], tl.liveness(), max_stall_s)
+    _mark_stalls(axes[0], tl.liveness, max_stall_s)
     axes[0].legend(loc="upper right", fontsize="small")
     axes[1].step([s["time"] for s in samples],
                  [s["under_replicated"] if s["under_replicated"] is not None else float("nan")
@@ -140,7 +143,7 @@ def _mark_stalls(ax: Any, live: Liveness, max_stall_s: float | None) -> None:
         if w is None or w.seconds < 0.05:
             continue
         ax.hlines(0, w.began_s, w.ended_s, colors=FAULT_COLORS.get(f.kind, "black"), lw=5,
-                  label=None if marked else "worst stall of a fault")
+                  label=None if marked else "worst stall of each fault")
         marked = True
         if w.seconds >= 0.5 or id(f) in over:
             ax.annotate(f"{w.op[:3]} {w.seconds:.1f}s", ((w.began_s + w.ended_s) / 2, 0),
@@ -156,7 +159,7 @@ def figures(result: CheckResult, meta: dict[str, Any], tl: Timeline, *,
     faults = Counter(f["kind"] for f in tl.faults)
     partitions = [{"kind": f["kind"], "target": f["target"], "start_s": round(f["start"], 2),
                    "end_s": round(f["end"], 2)} for f in tl.faults if f["kind"] in PARTITIONS]
-    live = tl.liveness()
+    live = tl.liveness
     stalled = [f.to_json() for f in live.over(max_stall_s)]
     return {**meta, "valid": result.valid and not stalled, "checker": result.to_json(),
             "faults_applied": dict(sorted(faults.items())), "faults_not_applied": tl.not_applied,
