@@ -86,8 +86,9 @@ def bins(times: Sequence[float], seconds: float, width: float = BIN_S) -> list[i
 def fewest_ready(enq_ends: Sequence[float], deq_ends: Sequence[float], backlog: int,
                  start: float, end: float) -> int:
     """The fewest items ready during ``[start, end]``, counted as the backlog plus the acked
-    enqueues minus the acked dequeues (both ascending) so far. Near 0, the consumer waited on
-    the producer: its stall there says nothing of reads."""
+    enqueues minus the acked dequeues (both ascending) so far, not below 0 (an item can be
+    dequeued before its enqueue returns). Near 0, the consumer waited on the producer: its
+    stall there says nothing of reads."""
     ready = backlog + bisect.bisect_right(enq_ends, start) - bisect.bisect_right(deq_ends, start)
     fewest = ready
     changes = sorted([(t, 1) for t in enq_ends if start < t <= end]
@@ -95,7 +96,7 @@ def fewest_ready(enq_ends: Sequence[float], deq_ends: Sequence[float], backlog: 
     for _, change in changes:
         ready += change
         fewest = min(fewest, ready)
-    return fewest
+    return max(0, fewest)
 
 
 @dataclass(frozen=True)

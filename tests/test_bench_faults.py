@@ -49,6 +49,7 @@ def test_the_fewest_ready_follows_enqueues_and_dequeues_through_the_window():
     assert fewest_ready(enq, deq, 2, 0.0, 10.0) == 0  # 2, 3, 2, 3, 2, 1, 0, 1
     assert fewest_ready(enq, deq, 2, 2.5, 3.5) == 2
     assert fewest_ready([], [], 7, 0.0, 1.0) == 7
+    assert fewest_ready([2.0], [1.0], 0, 0.0, 3.0) == 0  # dequeued before its enqueue returned
 
 
 def test_the_table_marks_the_bins_where_faults_began():
