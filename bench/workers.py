@@ -7,7 +7,7 @@ then ``msg.ack()``, one ``Client`` per process, for ``--seconds``. This is the w
 
 Prints one JSON line: enqueued and acked items/s, the p50/p99 of one ``enqueue`` and of one
 ``dequeue`` + ``ack`` under that load, and the CPU microseconds per acked item of the master,
-each data node and all clients together.
+each data node and all clients together, and how many of the consumers' reads were hedged.
 """
 
 from __future__ import annotations
@@ -56,9 +56,10 @@ def worker(role: str, master: str, keys: str, size: int, seconds: float, barrier
                 lats.append(time.perf_counter_ns() - t0)
                 n += 1
             client.close()  # anything the client still holds is settled before the count
-            out.put((role, n, lats, own_cpu_s() - cpu0, None))
+            hedges = (client.datanodes.gets, client.datanodes.hedges)
+            out.put((role, n, lats, own_cpu_s() - cpu0, None, hedges))
     except Exception as exc:  # reported to the parent
-        out.put((role, 0, [], 0.0, repr(exc)))
+        out.put((role, 0, [], 0.0, repr(exc), (0, 0)))
 
 
 def run(cluster: LocalCluster, producers: int, consumers: int, size: int,
@@ -79,9 +80,12 @@ def run(cluster: LocalCluster, producers: int, consumers: int, size: int,
     counts = {"p": 0, "c": 0}
     lats: dict[str, list[int]] = {"p": [], "c": []}
     client_cpu, errors = 0.0, []
+    gets = hedges = 0
     try:
         for _ in procs:
-            role, n, role_lats, cpu, err = out.get(timeout=seconds + 120)
+            role, n, role_lats, cpu, err, (role_gets, role_hedges) = out.get(timeout=seconds + 120)
+            gets += role_gets
+            hedges += role_hedges
             counts[role] += n
             lats[role] += role_lats
             client_cpu += cpu
@@ -103,7 +107,9 @@ def run(cluster: LocalCluster, producers: int, consumers: int, size: int,
         "size": size, "replication": cluster.replication, "security": security_of(cluster),
         "metrics": metrics_of(cluster),
         "enqueued_per_s": round(counts["p"] / elapsed), "acked_per_s": round(acked / elapsed),
-        "seconds": round(elapsed, 1), "cpu_us_per_acked_item": cpu_us, "errors": errors[:3]}
+        "seconds": round(elapsed, 1), "cpu_us_per_acked_item": cpu_us,
+        # reads hedged (a second Get because the first node was slow), of all Gets sent
+        "hedged_reads": hedges, "gets": gets, "errors": errors[:3]}
     for role, name in (("p", "enqueue"), ("c", "dequeue_ack")):
         ordered = sorted(lats[role])
         for q in (0.5, 0.99):

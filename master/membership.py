@@ -19,7 +19,7 @@ from blizzard.wire.errors import InvalidArgument
 MAX_NODES = 1024  # distinct data node ids the master will know (each is kept in the WAL)
 MIN_FREE_BYTES = 64 * 1024 * 1024  # placement avoids nodes with less free disk than this
 SLOW_S = 5.0  # a node that held up a write is suspect this long (then placed, so measured, again)
-MAX_SUSPECTS = 64  # nodes named in one reply's ``suspects``: the most recently heard of first
+MAX_SUSPECTS = 32  # nodes named in one reply's ``suspects``: the most recently heard of first
 SUSPECTS_FRESH_S = 0.05  # the list is worked out at most this often
 
 
@@ -83,10 +83,11 @@ class Membership:
         if dead:
             del self.nodes[min(dead, key=lambda n: n.last_seen).node_id]
 
-    def refs(self, node_ids: tuple[str, ...], known: dict[str, str]) -> list[p.NodeRef]:
+    def refs(self, node_ids: tuple[str, ...], known: dict[str, str],
+             now: float | None = None) -> list[p.NodeRef]:
         """Replica addresses: healthy nodes first, then suspect ones, then dead or unknown ones
-        (``known``: last addresses of absent nodes)."""
-        now = time.monotonic()
+        (``known``: last addresses of absent nodes; ``now``: monotonic, default the clock's)."""
+        now = time.monotonic() if now is None else now
         refs = []
         for node_id in node_ids:
             node = self.nodes.get(node_id)

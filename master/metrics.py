@@ -198,11 +198,18 @@ class MasterMetrics(metrics.ServedCollector):
         members = server.membership
         nodes = _retrying(lambda: list(members.nodes.values())) or []
         alive = sum(1 for n in nodes if members.is_alive(n, mono))
-        family = GaugeMetricFamily("blizzard_datanodes", "Known data nodes, alive or dead.",
-                                   labels=["state"])
-        family.add_metric(["alive"], alive)
+        suspect = sum(1 for n in nodes if members.is_alive(n, mono) and members.is_suspect(n, mono))
+        family = GaugeMetricFamily("blizzard_datanodes", "Known data nodes: alive and healthy, "
+                                   "alive but suspect (silent a few heartbeats, or slow to store "
+                                   "a write), dead.", labels=["state"])
+        family.add_metric(["alive"], alive - suspect)
+        family.add_metric(["suspect"], suspect)
         family.add_metric(["dead"], len(nodes) - alive)
         yield family
+        yield CounterMetricFamily("blizzard_write_hedges",
+                                  "Enqueues whose placed data nodes had not all stored the items "
+                                  "within the hedge delay, so the master named other nodes to "
+                                  "put them on as well (PutAlso).", value=server.enqueues.hedged)
         under = _retrying(lambda: server.repair.under_replicated(mono))
         if under is not None:
             yield GaugeMetricFamily("blizzard_under_replicated_items",

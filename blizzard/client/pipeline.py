@@ -58,6 +58,7 @@ ENQUEUE_WINDOW = 8  # chunks in flight for one enqueue_many or stage call
 BLOCK_IDS = 64  # ids a client asks for at least, for small chunks
 BLOCK_CHUNKS = 4  # ... and enough for this many chunks of the size at hand
 BLOCK_MAX = 4000  # ... but no more than this
+MAX_EXCLUDE = 64  # nodes a place may ask to avoid (the master takes no more)
 
 PLACE, ENQUEUE, DONE = range(3)
 
@@ -183,7 +184,7 @@ class EnqueuePipeline:
             return
         want = n if self.placing else max(n, min(max(BLOCK_IDS, BLOCK_CHUNKS * n), BLOCK_MAX))
         self.placing.add(c)
-        c.place_msg = p.Place(want, self.nodes.suspected())
+        c.place_msg = p.Place(want, self.nodes.suspected()[:MAX_EXCLUDE])
         c.step = PLACE
         self._ask_master(c, c.place_msg)
 
