@@ -8,10 +8,9 @@ import pytest
 from support.wait import wait_for
 
 from blizzard import Client
-from blizzard.client import datanodes as nodes_module
 from blizzard.client.message import leased_items
 from blizzard.local.harness import LOOPBACK, free_port
-from blizzard.net.transport import call
+from blizzard.net.transport import Endpoint, call
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import (ClientClosed, InvalidArgument, LeaseExpired, MasterUnavailable,
                                   PayloadTooLarge, ProtocolError, UnknownOp)
@@ -321,13 +320,13 @@ def test_a_dead_replica_costs_a_consumer_one_timeout_not_one_per_read(cluster_fa
         victim = next(n for n in cluster.nodes if n.addr == head.nodes[0].addr)
         victim.kill()
         asked: list[str] = []
-        real = nodes_module.call_many
+        real = Endpoint.send
 
-        def recording(calls, timeout_s):
-            calls = list(calls)
-            asked.extend(ep.addr for ep, msg in calls if isinstance(msg, p.Get))
-            return real(calls, timeout_s)
-        monkeypatch.setattr(nodes_module, "call_many", recording)
+        def recording(ep, msg):
+            if isinstance(msg, p.Get):
+                asked.append(ep.addr)
+            return real(ep, msg)
+        monkeypatch.setattr(Endpoint, "send", recording)
         got = [m.data for _ in range(6) for m in c.dequeue_many("dr", 100)]
         assert len(got) == 600
         assert asked.count(victim.addr) == 1  # then its items are read elsewhere
