@@ -218,7 +218,7 @@ class Enqueues:
         while self.hedges and self.hedges[0][0] <= mono:
             parked = heapq.heappop(self.hedges)[2]
             if not parked.done:
-                hedge = self.blocks.hedge(parked.msg.ids, now, mono)
+                hedge = self.blocks.hedge(parked.msg.ids, now, mono, parked.peer)
                 if hedge is not None:
                     self.hedged += 1
                     replies.append(self._unpark(parked, hedge))

@@ -45,6 +45,7 @@ class Membership:
             else min(suspect_after_s, dead_after_s)
         self.nodes: dict[str, NodeInfo] = {}
         self.slow_until: dict[str, float] = {}  # node id -> when it stops being suspect
+        self.lagged: dict[str, dict[bytes, float]] = {}  # node id -> {peer: until} (note_slow)
         self._turn = 0
         self._suspects: tuple[float, list[str]] = (-1.0, [])  # (worked out at, node ids)
 
@@ -106,12 +107,23 @@ class Membership:
         return now - node.last_seen >= self.suspect_after_s or \
             self.slow_until.get(node.node_id, 0.0) > now
 
-    def note_slow(self, node_ids: list[str], now: float) -> None:
-        """These nodes held up a write past its hedge delay: suspect for ``SLOW_S``."""
+    def note_slow(self, node_ids: list[str], now: float, peer: bytes = b"") -> None:
+        """These nodes held up a write of ``peer``'s past its hedge delay.
+
+        A node is suspect for ``SLOW_S`` once the writes of two connections saw it lag within
+        that time: one client could frame a healthy node by not sending it the put (that
+        client avoids the node itself, told so in the ``PutAlso``).
+        """
         for node_id in node_ids:
-            if node_id in self.nodes:
+            if node_id not in self.nodes:
+                continue
+            seen = self.lagged.setdefault(node_id, {})
+            seen[peer] = now + SLOW_S
+            if len(seen) > 2:  # keep the two latest
+                del seen[min(seen, key=seen.__getitem__)]
+            if sum(1 for until in seen.values() if until > now) >= 2:
                 self.slow_until[node_id] = now + SLOW_S
-        self._suspects = (-1.0, [])
+                self._suspects = (-1.0, [])
 
     def suspects(self, now: float) -> list[str]:
         """Suspect and dead nodes, the most recently heard of first, at most ``MAX_SUSPECTS``
@@ -121,6 +133,8 @@ class Membership:
             return names
         if self.slow_until:
             self.slow_until = {n: t for n, t in self.slow_until.items() if t > now}
+        if len(self.lagged) > len(self.nodes):  # (nodes forgotten meanwhile)
+            self.lagged = {n: v for n, v in self.lagged.items() if n in self.nodes}
         bad = [n for n in self.nodes.values() if self.is_suspect(n, now)]
         if len(bad) > MAX_SUSPECTS:
             bad = sorted(bad, key=lambda n: -n.last_seen)[:MAX_SUSPECTS]

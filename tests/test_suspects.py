@@ -23,9 +23,27 @@ def test_a_node_silent_past_suspect_after_is_suspect_then_dead():
     assert m.suspects(6.0) == ["a", "b"]  # dead ones are named too (a: silent 4 s, suspect)
 
 
+def slow(m: Membership, node: str, now: float = 0.0) -> None:
+    """Two connections' writes saw ``node`` lag."""
+    m.note_slow([node], now, b"client-1")
+    m.note_slow([node], now, b"client-2")
+
+
+def test_one_connection_cannot_frame_a_node_as_slow():
+    m = members("a", "b")
+    for _ in range(5):  # a client that never puts to b, enqueue after enqueue
+        m.note_slow(["b"], 0.0, b"framer")
+    assert m.suspects(0.1) == []
+    m.note_slow(["b"], 0.2, b"another")  # a second connection's write saw it lag too
+    assert m.suspects(0.3) == ["b"]
+    for name in "ab":  # ... for SLOW_S
+        m.heartbeat(name, m.nodes[name].addr, 0, 0, ROOM, SLOW_S + 0.25)
+    assert m.suspects(SLOW_S + 0.3) == []
+
+
 def test_placement_leaves_suspects_out_while_enough_healthy_nodes_are_left():
     m = members("a", "b", "c", "d")
-    m.note_slow(["b"], 0.0)
+    slow(m, "b")
     for _ in range(8):  # whatever the rotation
         assert "b" not in {n.node_id for n in m.place(3, set(), 0.1)}
     # too few healthy nodes: the suspect makes up the shortfall (better than no write)
@@ -39,7 +57,7 @@ def test_placement_leaves_suspects_out_while_enough_healthy_nodes_are_left():
 
 def test_spares_for_a_hedge_are_healthy_and_outside_the_placement():
     m = members("a", "b", "c", "d", "e")
-    m.note_slow(["d"], 0.0)
+    slow(m, "d")
     spares = {n.node_id for n in m.spares(2, {"a", "b", "c"}, 0.1)}
     assert spares == {"e"}  # d is suspect: a hedge never waits on another slow node
     assert m.spares(1, {"a", "b", "c", "e"}, 0.1) == []
@@ -47,7 +65,7 @@ def test_spares_for_a_hedge_are_healthy_and_outside_the_placement():
 
 def test_replicas_are_listed_healthy_then_suspect_then_dead():
     m = members("a", "b", "c")
-    m.note_slow(["a"], 0.0)
+    slow(m, "a")
     refs = m.refs(("a", "gone", "b"), {"gone": "tcp://127.0.0.1:9"}, now=0.1)
     assert [r.node_id for r in refs] == ["b", "a", "gone"]
 
