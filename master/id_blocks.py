@@ -106,8 +106,10 @@ class Blocks:
         placement join it (their reports count from now on) and the nodes that have not
         reported are noted slow (``Membership.note_slow``). None when the ids are not all of one
         block (no client sends such an enqueue), the block already spans twice R nodes (a
-        client that puts nowhere must not spread its ids over the whole cluster), or no healthy
-        spare node is left: the write then waits for its placed nodes, as before.
+        client that puts nowhere must not spread its ids over the whole cluster), none of the
+        placed nodes reported any id yet (then the hold-up is not one node's: the put may not
+        have reached any, or the master itself is behind), or no spare node is left: the write
+        then waits for its placed nodes, as before.
         """
         block = self.by_id.get(ids[0]) if ids else None
         if block is None or any(self.by_id.get(i) is not block for i in ids):
@@ -115,8 +117,8 @@ class Blocks:
         need = self.config.min_replicas
         lacking = max(need - len(self.holders(i)) for i in ids)
         room = 2 * self.config.replication - len(block.nodes)
-        if lacking <= 0 or room <= 0:
-            return None
+        if lacking <= 0 or room <= 0 or not any(self.holders(i) for i in ids):
+            return None  # (no placed node reported anything: the delay is not one node's)
         spares = self.membership.spares(min(lacking, room), set(block.nodes), mono)
         if not spares:
             return None

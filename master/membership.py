@@ -168,14 +168,14 @@ class Membership:
         return chosen
 
     def spares(self, copies: int, exclude: set[str], now: float) -> list[NodeInfo]:
-        """Up to ``copies`` healthy live nodes outside ``exclude``, for a write's hedge (never a
-        suspect one: a hedge must not wait on another slow node)."""
-        healthy = [n for n in self.alive(now) if n.node_id not in exclude
-                   and not self.is_suspect(n, now)]
-        healthy.sort(key=lambda n: (n.free_bytes < MIN_FREE_BYTES, n.node_id))
+        """Up to ``copies`` live nodes outside ``exclude``, for a write's hedge: healthy ones
+        first, then ones suspect only of slowness (heartbeating: they answer, if late); never
+        one silent past ``suspect_after_s``, which a hedge would wait on again."""
+        heard = [n for n in self.alive(now) if n.node_id not in exclude
+                 and now - n.last_seen < self.suspect_after_s]
         self._turn += 1
-        if len(healthy) > copies:  # rotate among equals so hedges spread too
-            k = self._turn % len(healthy)
-            healthy = healthy[k:] + healthy[:k]
-            healthy.sort(key=lambda n: n.free_bytes < MIN_FREE_BYTES)
-        return healthy[:copies]
+        k = self._turn % len(heard) if heard else 0
+        heard = heard[k:] + heard[:k]  # rotate among equals so hedges spread too
+        heard.sort(key=lambda n: (self.slow_until.get(n.node_id, 0.0) > now,
+                                  n.free_bytes < MIN_FREE_BYTES))
+        return heard[:copies]
