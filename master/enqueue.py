@@ -228,6 +228,17 @@ class Enqueues:
                 replies.append(self._unpark(parked, self._unstored(parked.msg, "")))
         return replies
 
+    def next_wake(self) -> float | None:
+        """When the earliest parked enqueue is due its hedge or its timeout (None: none is
+        parked). Entries of enqueues settled meanwhile are dropped here: they wake nobody."""
+        soon = []
+        for heap in (self.hedges, self.timeouts):
+            while heap and heap[0][2].done:
+                heapq.heappop(heap)
+            if heap:
+                soon.append(heap[0][0])
+        return min(soon, default=None)
+
     def _unpark(self, parked: Waiting, reply: Any) -> tuple[bytes, int, Any]:
         """Answer a parked enqueue (a ``PutAlso`` leaves its ids held: it comes back)."""
         parked.done = True

@@ -39,12 +39,10 @@ class Wakes:
     def next_pass(self, now: float, mono: float) -> float:
         """The monotonic time by which the loop must pass again."""
         s = self.server
-        soon = [t for t in (s.leases.next_wake(), s.heads.wake(), s.heads.next_round())
-                if t is not None]
-        for heap in (s.enqueues.expiry, s.enqueues.timeouts, s.enqueues.hedges,
-                     s.id_blocks.expiry):
-            if heap:  # (monotonic deadline, ...): staged items, parked enqueues, their hedges,
-                # id blocks
+        soon = [t for t in (s.leases.next_wake(), s.heads.wake(), s.heads.next_round(),
+                            s.enqueues.next_wake()) if t is not None]
+        for heap in (s.enqueues.expiry, s.id_blocks.expiry):
+            if heap:  # (monotonic deadline, ...): staged items, id blocks
                 soon.append(heap[0][0])
         deadline = s.state.expiries.next_deadline()  # wall-clock time, as leases are given
         if deadline is not None:
