@@ -197,7 +197,9 @@ def test_metrics_of_a_cluster_after_a_known_workload_and_a_node_kill(cluster_fac
                  what="the WAL bytes counted to be the WAL's size (no checkpoint yet)")
         assert value(m, "blizzard_safe_mode") == 0
         assert value(m, "blizzard_datanodes", state="alive") == 2
+        assert value(m, "blizzard_datanodes", state="suspect") == 0
         assert value(m, "blizzard_datanodes", state="dead") == 0
+        assert value(m, "blizzard_write_hedges_total") == 0  # no node was slow
         assert value(m, "blizzard_under_replicated_items") == 0
         held.ack(wait=True)
 
