@@ -6,8 +6,11 @@ then ``msg.ack()``, one ``Client`` per process, for ``--seconds``. This is the w
 ``peerbench/workers.py``, so the two lines can be read side by side.
 
 Prints one JSON line: enqueued and acked items/s, the p50/p99 of one ``enqueue`` and of one
-``dequeue`` + ``ack`` under that load, and the CPU microseconds per acked item of the master,
-each data node and all clients together, and how many of the consumers' reads were hedged.
+``dequeue`` + ``ack`` under that load, and per acked item, for the master, each data node and
+all clients together: the CPU microseconds, the voluntary wake-ups (context switches of all
+the process's threads, ZeroMQ's I/O threads included, from ``/proc``) and, with
+``--metrics on``, the ZeroMQ messages received (every message is received once, so their sum
+is the messages an item costs). Also how many of the consumers' reads were hedged.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from bench.common import (client_keys, clusters_for, metrics_of, metrics_option,
 from bench.throughput import machine_cpu, own_cpu_s, percentile, proc_cpu_s
 from blizzard.client.core import Client
 from blizzard.local.harness import LocalCluster
+from blizzard.net.transport import FRAMES
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +45,7 @@ def worker(role: str, master: str, keys: str, size: int, seconds: float, barrier
         with Client(master, timeout_s=30.0, keys=keys) as client:
             client.stats(QUEUE)  # connected before the clock starts
             barrier.wait(60)
-            cpu0 = own_cpu_s()
+            cpu0, wakes0, frames0 = own_cpu_s(), wakeups(os.getpid()), FRAMES["received"]
             end = time.monotonic() + seconds
             n, lats = 0, []
             while time.monotonic() < end:
@@ -56,10 +60,43 @@ def worker(role: str, master: str, keys: str, size: int, seconds: float, barrier
                 lats.append(time.perf_counter_ns() - t0)
                 n += 1
             client.close()  # anything the client still holds is settled before the count
-            hedges = (client.datanodes.gets, client.datanodes.hedges)
-            out.put((role, n, lats, own_cpu_s() - cpu0, None, hedges))
+            counts = (client.datanodes.gets, client.datanodes.hedges,
+                      (wakeups(os.getpid()) or 0) - (wakes0 or 0), FRAMES["received"] - frames0)
+            out.put((role, n, lats, own_cpu_s() - cpu0, None, counts))
     except Exception as exc:  # reported to the parent
-        out.put((role, 0, [], 0.0, repr(exc), (0, 0)))
+        out.put((role, 0, [], 0.0, repr(exc), (0, 0, 0, 0)))
+
+
+def wakeups(pid: int) -> int | None:
+    """Voluntary context switches of all of a process's threads so far (Linux /proc): each is
+    a thread going to sleep to wait, so about one wake-up each; None where unreadable."""
+    total = 0
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/status") as f:
+                for line in f:
+                    if line.startswith("voluntary_ctxt_switches:"):
+                        total += int(line.split()[1])
+    except (OSError, ValueError):
+        return None
+    return total
+
+
+def received(cluster: LocalCluster) -> dict[str, float]:
+    """Messages each server process has received (its ``blizzard_messages_total``); empty
+    without ``--metrics on``."""
+    import urllib.request
+    out = {}
+    for name in cluster.metrics_ports:
+        try:
+            with urllib.request.urlopen(cluster.metrics_url(name), timeout=5) as r:
+                text = r.read().decode()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            if line.startswith('blizzard_messages_total{direction="received"}'):
+                out[name] = float(line.split()[-1])
+    return out
 
 
 def run(cluster: LocalCluster, producers: int, consumers: int, size: int,
@@ -77,15 +114,19 @@ def run(cluster: LocalCluster, producers: int, consumers: int, size: int,
     barrier.wait(120)
     t0, machine0 = time.monotonic(), machine_cpu()
     cpu0 = {name: proc_cpu_s(pid) for name, pid in pids.items()}
+    wakes0 = {name: wakeups(pid) for name, pid in pids.items()}
+    msgs0 = received(cluster)
     counts = {"p": 0, "c": 0}
     lats: dict[str, list[int]] = {"p": [], "c": []}
     client_cpu, errors = 0.0, []
-    gets = hedges = 0
+    gets = hedges = client_wakes = client_msgs = 0
     try:
         for _ in procs:
-            role, n, role_lats, cpu, err, (role_gets, role_hedges) = out.get(timeout=seconds + 120)
-            gets += role_gets
-            hedges += role_hedges
+            role, n, role_lats, cpu, err, counts_ = out.get(timeout=seconds + 120)
+            gets += counts_[0]
+            hedges += counts_[1]
+            client_wakes += counts_[2]
+            client_msgs += counts_[3]
             counts[role] += n
             lats[role] += role_lats
             client_cpu += cpu
@@ -102,12 +143,23 @@ def run(cluster: LocalCluster, producers: int, consumers: int, size: int,
     cpu_us = {name: round(((proc_cpu_s(pid) or 0.0) - (cpu0[name] or 0.0)) * 1e6 / max(1, acked), 1)
               for name, pid in pids.items()}
     cpu_us["clients"] = round(client_cpu * 1e6 / max(1, acked), 1)
+    per_item = max(1, acked)
+    wakes = {name: round(((wakeups(pid) or 0) - (wakes0[name] or 0)) / per_item, 1)
+             for name, pid in pids.items()}
+    wakes["clients"] = round(client_wakes / per_item, 1)
+    msgs1 = received(cluster)
+    msgs: dict[str, Any] = {name: round((msgs1[name] - msgs0.get(name, 0)) / per_item, 2)
+                            for name in msgs1 if name in pids}
+    if msgs:
+        msgs["clients"] = round(client_msgs / per_item, 2)
+        msgs["total"] = round(sum(msgs.values()), 2)
     line: dict[str, Any] = {
         "system": "blizzard", "op": "workers", "producers": producers, "consumers": consumers,
         "size": size, "replication": cluster.replication, "security": security_of(cluster),
         "metrics": metrics_of(cluster),
         "enqueued_per_s": round(counts["p"] / elapsed), "acked_per_s": round(acked / elapsed),
         "seconds": round(elapsed, 1), "cpu_us_per_acked_item": cpu_us,
+        "wakeups_per_acked_item": wakes, "messages_received_per_acked_item": msgs or None,
         # reads hedged (a second Get because the first node was slow), of all Gets sent
         "hedged_reads": hedges, "gets": gets, "errors": errors[:3]}
     for role, name in (("p", "enqueue"), ("c", "dequeue_ack")):

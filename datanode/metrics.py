@@ -54,6 +54,7 @@ class DatanodeMetrics(metrics.ServedCollector):
                                 "Time of one synced LevelDB WriteBatch (all puts of a pass).",
                                 [((), self.sync)])
         yield GaugeMetricFamily("blizzard_datanode_items", "Blobs stored.", value=store.count)
+        yield metrics.frames()
         yield GaugeMetricFamily("blizzard_datanode_stored_bytes", "Payload bytes stored.",
                                 value=store.bytes_used)
         yield GaugeMetricFamily("blizzard_datanode_free_disk_bytes",

@@ -23,7 +23,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from blizzard.net.hedge import HedgeDelays
@@ -77,6 +77,7 @@ class Waiting:
     until: float
     born: float = 0.0  # monotonic time it was parked
     done: bool = False
+    heard: set[str] = field(default_factory=set)  # nodes whose reports of it were timed
 
 
 class Enqueues:
@@ -98,7 +99,7 @@ class Enqueues:
         self.waiting_ids: dict[int, Waiting] = {}
         self.timeouts: list[tuple[float, int, Waiting]] = []
         self.hedges: list[tuple[float, int, Waiting]] = []  # (when to hedge, seq, enqueue)
-        self.delays = HedgeDelays()  # from how long enqueues waited for their reports
+        self.hedge_delays = HedgeDelays()  # from how long each node took to report a parked enqueue
         self.hedged = 0  # enqueues answered PutAlso (a metric)
         self.by_queue: dict[str, int] = {}  # staged items per queue (for stats, no scan)
         self.by_peer: dict[bytes, int] = {}
@@ -168,6 +169,7 @@ class Enqueues:
         not_befores = [now + d if d else 0.0 for d in msg.delays] if any(msg.delays) \
             else msg.delays
         parked = Waiting(msg, not_befores, peer, rid, mono + msg.wait_s, mono)
+        self._time_reports(parked, mono)
         reply = self._try(parked, now, mono)
         if reply is not None:
             self._forget_if_failed(msg, reply)
@@ -176,7 +178,7 @@ class Enqueues:
         self.waiting_ids.update(dict.fromkeys(msg.ids, parked))
         self._count(self.waiting_by_peer, peer, 1)
         heapq.heappush(self.timeouts, (parked.until, next(self._seq), parked))
-        hedge_at = mono + self.delays.delay_s(nbytes=sum(msg.sizes))
+        hedge_at = mono + self.hedge_delays.delay_s(nbytes=sum(msg.sizes))
         if hedge_at < parked.until:
             heapq.heappush(self.hedges, (hedge_at, next(self._seq), parked))
         return None
@@ -212,6 +214,7 @@ class Enqueues:
         if news:
             touched = {self.waiting_ids[i] for i in news if i in self.waiting_ids}
             for parked in touched:
+                self._time_reports(parked, mono)
                 reply = self._try(parked, now, mono)
                 if reply is not None:
                     replies.append(self._unpark(parked, reply))
@@ -239,6 +242,15 @@ class Enqueues:
                 soon.append(heap[0][0])
         return min(soon, default=None)
 
+    def _time_reports(self, parked: Waiting, mono: float) -> None:
+        """Time each node's report of a parked enqueue, from when it parked (0: the report came
+        first), for the hedge delay (a node's reports come whole: its first and last id tell)."""
+        ids, holders = parked.msg.ids, self.blocks.holders
+        for node in holders(ids[0]):
+            if node not in parked.heard and node in holders(ids[-1]):
+                parked.heard.add(node)
+                self.hedge_delays.observe(node, mono - parked.born)
+
     def _unpark(self, parked: Waiting, reply: Any) -> tuple[bytes, int, Any]:
         """Answer a parked enqueue (a ``PutAlso`` leaves its ids held: it comes back)."""
         parked.done = True
@@ -260,7 +272,6 @@ class Enqueues:
                 if blocks.possible(item_id) < min_replicas:
                     return self._unstored(msg, blocks.why_refused(item_id))
                 return None
-        self.delays.observe("", mono - parked.born)
         try:
             return self._settle_stored(parked, now, mono)
         except BlizzardError as exc:  # e.g. a record over the WAL's limit: nothing changed

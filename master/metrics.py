@@ -206,6 +206,7 @@ class MasterMetrics(metrics.ServedCollector):
         family.add_metric(["suspect"], suspect)
         family.add_metric(["dead"], len(nodes) - alive)
         yield family
+        yield metrics.frames()
         yield CounterMetricFamily("blizzard_write_hedges",
                                   "Enqueues whose placed data nodes had not all stored the items "
                                   "within the hedge delay, so the master named other nodes to "

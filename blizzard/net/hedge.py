@@ -4,8 +4,10 @@ A read or a write that waits on one data node is only as live as that node. Inst
 out a timeout, the reader (``blizzard/client/datanodes.py``) and the master, for a write's
 reports (``master/enqueue.py``), give a node about as long as its recent slow answers took,
 then ask another replica too; the first good answer wins. The delay is twice the recent p99 of
-what was measured (of that node, or of every node while it has few samples of its own), between
-a floor and a cap, plus a transfer allowance for large payloads:
+that node's answers, but never more than twice the p99 of the typical node (the median of the
+nodes' p99s): a node that turns slow must not teach the hedge to wait for it (its own samples
+would raise its delay to the cap). Between a floor and a cap, plus a transfer allowance for
+large payloads:
 
 - ``FLOOR_S`` (20 ms): a healthy answer on a LAN takes 0.2-5 ms (a loopback ``Get`` of one
   item about 0.3 ms, a synced put of a batch a few ms); below 20 ms a busy machine's scheduling
@@ -61,6 +63,8 @@ class HedgeDelays:
         self.cap_s = cap_s
         self.by_node: dict[str, Latencies] = {}
         self.all = Latencies()
+        self._typical: float | None = None  # the median node's p99 (None: too few samples)
+        self._stale = 0  # observations since ``_typical`` was worked out
 
     def observe(self, node: str, seconds: float) -> None:
         """One call to ``node`` was answered after ``seconds``."""
@@ -71,14 +75,25 @@ class HedgeDelays:
             lat = self.by_node[node] = Latencies()
         lat.add(seconds)
         self.all.add(seconds)
+        self._stale += 1
+
+    def typical_p99(self) -> float | None:
+        """The p99 of the median node, of those with ``OWN_SAMPLES`` or more (worked out again
+        every 32 observations); None while none has that many."""
+        if self._stale >= 32 or (self._typical is None and self._stale):
+            p99s = sorted(lat.p99() for lat in self.by_node.values() if len(lat) >= OWN_SAMPLES)
+            self._typical = p99s[(len(p99s) - 1) // 2] if p99s else None
+            self._stale = 0
+        return self._typical
 
     def delay_s(self, node: str = "", nbytes: int = 0) -> float:
-        """How long to wait on ``node`` for an answer of about ``nbytes`` before asking another.
-
-        With nothing measured yet the cap: a new client has no reason to hedge early.
-        """
+        """How long to wait on ``node`` (""; any) for an answer of about ``nbytes`` before
+        asking another. With nothing measured yet the cap: no reason to hedge early."""
+        typical = self.typical_p99()
+        if typical is None:
+            if not len(self.all):
+                return self.cap_s + nbytes / BYTES_PER_S
+            typical = self.all.p99()
         lat = self.by_node.get(node)
-        if lat is None or len(lat) < OWN_SAMPLES:
-            lat = self.all
-        base = self.cap_s if not len(lat) else min(self.cap_s, max(self.floor_s, 2 * lat.p99()))
-        return base + nbytes / BYTES_PER_S
+        p99 = typical if lat is None or len(lat) < OWN_SAMPLES else min(lat.p99(), typical)
+        return min(self.cap_s, max(self.floor_s, 2 * p99)) + nbytes / BYTES_PER_S

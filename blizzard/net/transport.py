@@ -23,6 +23,9 @@ from blizzard.wire.errors import (AuthenticationFailed, ClientClosed, InvalidArg
 log = logging.getLogger(__name__)
 
 _request_ids = itertools.count(1)
+# Frames this process sent and received, on every Endpoint and server socket (a server's ROUTER
+# adds its own): what a benchmark divides by the items moved (``bench/workers.py``).
+FRAMES = {"sent": 0, "received": 0}
 
 # ZMTP heartbeats: a peer that answers no PING within the timeout is disconnected, so idle or
 # half-open connections do not hold a server's memory forever; TCP keepalive as a backstop.
@@ -124,6 +127,7 @@ class Endpoint:
             # Copied into libzmq's own buffer: a zero-copy frame would leave libzmq's I/O thread
             # reading a Python object that the interpreter may free first (at exit, a segfault).
             self.open_socket().send(protocol.encode(rid, msg), zmq.NOBLOCK, copy=True)
+            FRAMES["sent"] += 1
         except zmq.Again:
             self.reset()
             raise TimeoutError(f"cannot send to {self.addr}: queue full") from None
@@ -177,6 +181,7 @@ class Endpoint:
             self._keep(sock.recv(zmq.NOBLOCK, copy=True))
 
     def _keep(self, body: bytes) -> None:
+        FRAMES["received"] += 1
         try:
             rid, reply = protocol.decode(body)
         except ProtocolError as exc:

@@ -31,9 +31,10 @@ from typing import Any, Iterable
 from urllib.parse import urlsplit
 
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
-from prometheus_client.metrics_core import HistogramMetricFamily
+from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from blizzard.net.transport import FRAMES
 from blizzard.server.http_guard import CONNECTION_S, IDLE_TIMEOUT_S, GuardedHTTPServer, respond
 
 log = logging.getLogger(__name__)
@@ -78,6 +79,16 @@ def histogram(name: str, doc: str, timings: Iterable[tuple[tuple[str, ...], Timi
     family = HistogramMetricFamily(name, doc, labels=list(labels))
     for values, timing in timings:
         family.add_metric(list(values), timing.cumulative(), timing.sum_s)
+    return family
+
+
+def frames() -> CounterMetricFamily:
+    """ZeroMQ messages this process sent and received (requests, replies, reports, heartbeats):
+    divided by the items moved, the messages each item costs."""
+    family = CounterMetricFamily("blizzard_messages", "ZeroMQ messages this process sent and "
+                                 "received, of every kind.", labels=["direction"])
+    for direction, count in FRAMES.items():
+        family.add_metric([direction], count)
     return family
 
 

@@ -13,7 +13,7 @@ import zmq
 
 from blizzard.net.keys import ServerKeys
 from blizzard.net.secure import guard, serve_curve
-from blizzard.net.transport import harden
+from blizzard.net.transport import FRAMES, harden
 from blizzard.server.conn_guard import ConnectionGuard, GuardDepartures, Limits
 from blizzard.server.departures import Departures, source_fd
 from blizzard.wire import protocol
@@ -121,6 +121,7 @@ class RouterServer:
                            protocol.Error("internal", f"internal error decoding: {type(exc).__name__}"))
                 continue
             out.append((peer, rid, msg))
+        FRAMES["received"] += len(out)
         if self.guard is not None:  # a message read proves its connection (conn_guard.py)
             self.guard.established(self.fds.values() if self.secure else self.proven)
             self.proven = set()
@@ -182,6 +183,7 @@ class RouterServer:
             return
         try:
             self.sock.send_multipart([peer, body], zmq.NOBLOCK, copy=True)  # see Endpoint.send
+            FRAMES["sent"] += 1
         except zmq.ZMQError as exc:  # peer gone or its queue full: it will time out and retry
             log.debug("reply to a departed peer dropped: %s", exc)
 
