@@ -154,7 +154,8 @@ class MasterServer:
         self.safe_mode = SafeMode(time.monotonic() + config.dead_after_s)
         self.deletes = Deletes()
         self.capabilities = CapabilityKeys(config.data_dir if wal.directory is not None else None,
-                                           config.capability_key_s, time.time())
+                                           config.capability_key_s, time.time(),
+                                           sign=config.keys is not None)
         self.counts = QueueCounts()  # live events per queue, for the metrics
         self.meta_sync = MetaSync(self.state)  # metadata changes for the nodes, on heartbeats
         self.ids = ItemIds(self.state, self.log_record, config.id_block)

@@ -176,3 +176,10 @@ def test_a_rotation_that_cannot_be_written_changes_nothing(tmp_path):
 def test_a_key_period_no_heartbeat_could_keep_up_with_is_refused():
     with pytest.raises(InvalidArgument, match="capability-key-s"):
         MasterConfig(data_dir="unused", heartbeat_s=1.0, capability_key_s=1.0).validate()
+
+
+def test_security_off_grants_carry_no_mac():
+    # No data node checks a grant without security: signing would cost HMACs for nothing
+    keys = CapabilityKeys(None, 600.0, NOW, sign=False)
+    assert keys.get_grant([1, 2], ["dn-a"], NOW).mac == b""
+    assert keys.put_grant(1, 10, ["dn-a", "dn-b"], NOW + 30).mac == b""

@@ -144,6 +144,8 @@ def test_an_insecure_cluster_says_so(cluster_factory, monkeypatch):
     with Client(cl.master_addr, timeout_s=5) as c:
         assert c.status().secure is False
         c.enqueue("plain", b"x")
+        msg = c.dequeue("plain")  # its read grant is unsigned: nothing checks it
+        assert msg.data == b"x" and msg.ack(wait=True) is None
     assert "SECURITY IS OFF" in cl.master.tail() and "SECURITY IS OFF" in cl.nodes[0].tail()
     out = subprocess.run([sys.executable, "-m", "blizzard.cli", "status", "--master",
                           cl.master_addr], capture_output=True, text=True, timeout=30,
