@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import operator
+import threading
 import types
 import typing
 from typing import Any, Callable, Iterator, TypeVar
@@ -305,10 +306,16 @@ def _flattener(cls: type) -> Callable[[Any], list[Any]]:
     return flatten
 
 
+_PACKERS = threading.local()  # one msgpack Packer per thread: half the cost of packb's new one
+
+
 def encode(request_id: int, msg: Any) -> bytes:
     """Serialise a message (reply or request) with its request id into one frame body."""
     op = _OP_OF[type(msg)]
-    body: bytes = msgpack.packb([VERSION, op, request_id, *_to_fields(msg)], use_bin_type=True)
+    packer = getattr(_PACKERS, "packer", None)
+    if packer is None:
+        packer = _PACKERS.packer = msgpack.Packer(use_bin_type=True)
+    body: bytes = packer.pack([VERSION, op, request_id, *_to_fields(msg)])
     return body
 
 
