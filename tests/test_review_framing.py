@@ -1,0 +1,86 @@
+"""Review of issue 34 (suspect nodes, ``master/membership.py`` ``note_slow``; the client's use of
+the master's suspects, ``blizzard/client/pipeline.py``): a client key must not be able to make
+healthy data nodes suspect, nor, through them, make other producers' enqueues costly.
+
+``note_slow`` needs "two connections' writes"; a connection is a ZeroMQ peer, so one client
+key with two ``Client``s is two connections. Both tests fail on purpose on the code reviewed.
+"""
+
+from __future__ import annotations
+
+import collections
+import zlib
+
+import pytest
+
+from blizzard.client.core import Client
+from blizzard.net import transport
+from blizzard.wire import protocol as p
+from blizzard.wire.codec import as_ids
+
+pytestmark = pytest.mark.cluster
+
+BLOB = b"x"
+
+
+def put_on_one(c: Client, pick: int) -> p.PutAlso | object:
+    """An enqueue of one id whose payload goes to one placed node only (the ``pick``-th), not
+    the others: what a framing client sends. The master's reply (a PutAlso naming the others)."""
+    placement = c.master.call(p.Place(1, []))
+    honest = placement.nodes[pick % len(placement.nodes)]
+    c.datanodes.put_reported([honest], placement.grant, [placement.first], [BLOB],
+                             [zlib.crc32(BLOB)], p.ItemMeta([], "q", 0, 0.0, "", 0, ""))
+    return c.master.call(p.Enqueue("q", as_ids([placement.first]), [1], [zlib.crc32(BLOB)], [0],
+                                   [0.0], [""], False, c.master.call_id(), False, 5.0,
+                                   placement.grant), extra_s=5.0)
+
+
+def frame_all(addr: str, rounds: int = 4) -> set[str]:
+    """One client key, two connections, each leaving nodes out of its puts; the nodes named
+    slow."""
+    named: set[str] = set()
+    with Client(addr) as one, Client(addr) as two:
+        for k in range(rounds):
+            for c in (one, two):
+                reply = put_on_one(c, k)
+                if isinstance(reply, p.PutAlso):
+                    named.update(reply.slow)
+    return named
+
+
+def suspects(addr: str) -> list[str]:
+    with Client(addr) as c:
+        return c.master.call(p.Lease("probe", 1, 10.0, 0.0, c.master.call_id(), [], [])).suspects
+
+
+def test_one_client_key_cannot_frame_healthy_nodes_as_slow(cluster_factory):
+    # Given five healthy data nodes, R = W = 3
+    cluster = cluster_factory(datanodes=5, replication=3, heartbeat_s=0.2, dead_after_s=5)
+    # When one client key, over two connections, enqueues without putting to most placed nodes
+    named = frame_all(cluster.master_addr)
+    assert named  # (the master hedged those enqueues, naming the nodes left out)
+    # Then the master suspects none of those healthy nodes
+    assert suspects(cluster.master_addr) == [], "a client key framed healthy nodes as slow"
+
+
+def test_a_producer_holding_ids_asks_no_placement_per_enqueue_while_nodes_are_suspect(
+        cluster_factory, monkeypatch):
+    # Given five data nodes, R = W = 3, that the master suspects while they all answer (framed
+    # as above; anything that leaves fewer than R healthy nodes will do)
+    cluster = cluster_factory(datanodes=5, replication=3, heartbeat_s=0.2, dead_after_s=5)
+    frame_all(cluster.master_addr)
+    sent: collections.Counter[str] = collections.Counter()
+    send = transport.Endpoint.send
+
+    def counting(self, msg, *args, **kw):
+        sent[type(msg).__name__] += 1
+        return send(self, msg, *args, **kw)
+    monkeypatch.setattr(transport.Endpoint, "send", counting)
+    # When a producer enqueues one item per call
+    with Client(cluster.master_addr) as c:
+        for i in range(50):
+            c.enqueue("jobs", b"item-%d" % i)
+    # Then it takes its ids from the block it holds (64 ids a place), not two places (and a
+    # block of 64 ids left held at the master for pending-timeout-s) per enqueue: that hits the
+    # master's cap of ids held per connection within seconds (TooManyItems)
+    assert sent["Place"] <= 5, f"{sent['Place']} places for 50 enqueues"
