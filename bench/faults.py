@@ -19,7 +19,7 @@ The slow disk. The same layout twice: fault-free, then with one data node whose 
 write sleeps ``--slow-delay-s`` first (``BLIZZARD_FAULT_WRITE_DELAY_S``, a test and bench knob
 of ``datanode/store.py``). One producer thread enqueues ``--slow-enqueues`` items one per call,
 or for ``--slow-max-s``, whichever ends first; printed: the p99 of one enqueue with the slow node
-over the fault-free p99 (issue 34's goal: at most 2).
+over the fault-free p99 (the goal: at most 2, docs/benchmarks.md).
 
 One JSON line with all of it on stdout; progress on stderr. Exit 1 if a call raised something
 other than a Blizzard error or a thread did not stop.

@@ -39,7 +39,8 @@ def _run_options(f: Callable[..., None]) -> Callable[..., None]:
                      type=Seconds(10), help="Workload time under faults; healing, "
                      "draining and checking come after."),
         click.option("--datanodes", default=5, show_default=True, type=click.IntRange(4, 32),
-                     help="Data nodes to start (R=3; the faults keep three alive)."),
+                     help="Data nodes to start (at most two are down at once: one by a fault, one "
+                     "by churn)."),
         click.option("--consumers", default=2, show_default=True, type=click.IntRange(1, 16),
                      help="Consumer threads."),
         click.option("--node-kills", default=2, show_default=True, type=click.IntRange(0),

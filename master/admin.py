@@ -131,9 +131,11 @@ class QueueAdmin:
         return p.Acked(done=len(ids), lost=[])
 
     def status(self, msg: p.Status, now: float, mono: float, *_: Any) -> p.ClusterStatus:
-        nodes = [p.NodeStatus(n.node_id, n.addr, self.membership.is_alive(n, mono),
-                              mono - n.last_seen, n.items, n.bytes_used, n.free_bytes)
-                 for n in sorted(self.membership.nodes.values(), key=lambda n: n.node_id)]
+        members = self.membership
+        nodes = [p.NodeStatus(n.node_id, n.addr, members.is_alive(n, mono),
+                              mono - n.last_seen, n.items, n.bytes_used, n.free_bytes,
+                              members.is_alive(n, mono) and members.is_suspect(n, mono))
+                 for n in sorted(members.nodes.values(), key=lambda n: n.node_id)]
         names = sorted(self.state.queues)
         queues = [self.queue_stats(name, now) for name in names[:p.MAX_QUEUE_PAGE]]
         under = self.repair.under_replicated(mono)

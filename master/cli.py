@@ -43,8 +43,10 @@ class MasterCommand(click.Command):
               type=Seconds(0.05), help="A data node silent this long is dead.")
 @click.option("--suspect-after-s", default=None, type=Seconds(0.01),
               help="A data node silent this long is suspect: placed only if too few others "
-                   "are healthy, read from last, named to clients so they skip it. Default: "
-                   "the shorter of 2.5 heartbeats and half of --dead-after-s.")
+                   "are healthy, read from last, named to clients so they skip it (a node "
+                   "slow to store a write is hedged around, not suspected). Between "
+                   "--heartbeat-s and --dead-after-s; default the shorter of 2.5 heartbeats "
+                   "and half of --dead-after-s.")
 @click.option("--pending-timeout-s", default=_DEFAULT["pending_timeout_s"], show_default=True,
               type=Seconds(0.1),
               help="Ids handed out and not enqueued, or items staged and not committed, "

@@ -46,6 +46,7 @@ class DatanodeReports:
         self.capabilities = capabilities
         self.role_of = role_of  # a peer's key's role (None: security off)
         self.live: set[str] = set()
+        self.silent: set[str] = set()  # live nodes silent past suspect_after_s (logged once)
 
     def heartbeat(self, msg: p.Heartbeat, now: float, mono: float, peer: bytes = b"",
                   *_: Any) -> p.HeartbeatReply:
@@ -107,8 +108,15 @@ class DatanodeReports:
         return p.Ok()
 
     def watch(self, mono: float) -> None:
-        """Notice nodes dying; plan re-replication once out of safe mode."""
-        live = {n.node_id for n in self.membership.alive(mono)}
+        """Notice nodes going silent and dying; plan re-replication once out of safe mode."""
+        alive = self.membership.alive(mono)
+        live = {n.node_id for n in alive}
+        silent = {n.node_id for n in alive
+                  if mono - n.last_seen >= self.membership.suspect_after_s}
+        for node_id in silent - self.silent:
+            log.warning("data node %s is suspect (silent for %.1fs): placed only if need be, "
+                        "read from last", node_id, self.membership.suspect_after_s)
+        self.silent = silent
         for node_id in self.live - live:
             log.warning("data node %s is dead (silent for %.1fs)", node_id, self.config.dead_after_s)
             self.deletes.forget(node_id)

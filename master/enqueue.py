@@ -7,12 +7,15 @@ reply goes out after the pass's fsync (P1). An ``Enqueue`` with ``hold`` keeps i
 pending instead, in memory only, until a ``Commit`` (``Client.stage``/``commit``); a restart
 forgets them and the producer stages them again.
 
-A write never waits on one node: an enqueue still short of reports after the hedge delay
-(``blizzard/net/hedge.py``, from recent enqueues' waits) is answered ``PutAlso``, naming
-healthy nodes that join the placement; the client, which still holds the payloads, puts them
-there too and sends the enqueue again. Reports already in still count, and "committed" still
-means W fsynced copies (P1). A late copy on the slow node is a stray once the item is
-committed elsewhere, and is deleted when reported (``Blocks.report``).
+A write never waits on one node: an enqueue still short of reports a hedge delay after its
+first node reported (``blizzard/net/hedge.py``; the delay from how far each node's reports
+lagged the first of recent enqueues, at least ``WRITE_FLOOR_S``) is answered ``PutAlso``,
+naming healthy nodes that join the placement; the client, which still holds the payloads,
+puts them there too and sends the enqueue again. Reports already in still count, and
+"committed" still means W fsynced copies (P1). A late copy on the slow node is a stray once
+the item is committed elsewhere, and is deleted when reported (``Blocks.report``). Timing
+from the first report, not from the enqueue, leaves a client that sends its puts late no way
+to teach the master long delays; an enqueue not yet hedgeable is looked at again later.
 
 A handler validates fully before it logs anything, and logs before it changes anything in
 memory, so a refused request changes nothing.
@@ -47,6 +50,9 @@ MAX_PENDING_PER_PEER = 200_000  # ... one connection's share
 MAX_WAITING = 10_000  # enqueues waiting for put reports, all clients together
 MAX_WAITING_PER_PEER = 256
 MAX_WAIT_S = 60.0
+# The least a write waits on its slowest placed node past its first before hedging: a synced
+# write on a busy host can lag another's by 20-40 ms, and a write's hedge costs a whole copy
+WRITE_FLOOR_S = 0.05
 
 
 @dataclass(slots=True)
@@ -75,9 +81,9 @@ class Waiting:
     peer: bytes
     rid: int
     until: float
-    born: float = 0.0  # monotonic time it was parked
     done: bool = False
     heard: set[str] = field(default_factory=set)  # nodes whose reports of it were timed
+    first_report: float | None = None  # monotonic time its first node had reported it all
 
 
 class Enqueues:
@@ -99,7 +105,8 @@ class Enqueues:
         self.waiting_ids: dict[int, Waiting] = {}
         self.timeouts: list[tuple[float, int, Waiting]] = []
         self.hedges: list[tuple[float, int, Waiting]] = []  # (when to hedge, seq, enqueue)
-        self.hedge_delays = HedgeDelays()  # from how long each node took to report a parked enqueue
+        # from how far each node's reports of a parked enqueue lagged its first node's
+        self.hedge_delays = HedgeDelays(floor_s=WRITE_FLOOR_S)
         self.hedged = 0  # enqueues answered PutAlso (a metric)
         self.by_queue: dict[str, int] = {}  # staged items per queue (for stats, no scan)
         self.by_peer: dict[bytes, int] = {}
@@ -168,7 +175,7 @@ class Enqueues:
             raise TooManyItems("too many enqueues are waiting for their data nodes; retry later")
         not_befores = [now + d if d else 0.0 for d in msg.delays] if any(msg.delays) \
             else msg.delays
-        parked = Waiting(msg, not_befores, peer, rid, mono + msg.wait_s, mono)
+        parked = Waiting(msg, not_befores, peer, rid, mono + msg.wait_s)
         self._time_reports(parked, mono)
         reply = self._try(parked, now, mono)
         if reply is not None:
@@ -178,9 +185,7 @@ class Enqueues:
         self.waiting_ids.update(dict.fromkeys(msg.ids, parked))
         self._count(self.waiting_by_peer, peer, 1)
         heapq.heappush(self.timeouts, (parked.until, next(self._seq), parked))
-        hedge_at = mono + self.hedge_delays.delay_s(nbytes=sum(msg.sizes))
-        if hedge_at < parked.until:
-            heapq.heappush(self.hedges, (hedge_at, next(self._seq), parked))
+        self._hedge_later(parked, mono + self._hedge_delay(parked))
         return None
 
     def _landed(self, msg: p.Enqueue) -> p.Committed | p.Stored | None:
@@ -220,11 +225,20 @@ class Enqueues:
                     replies.append(self._unpark(parked, reply))
         while self.hedges and self.hedges[0][0] <= mono:
             parked = heapq.heappop(self.hedges)[2]
-            if not parked.done:
-                hedge = self.blocks.hedge(parked.msg.ids, now, mono, parked.peer)
-                if hedge is not None:
-                    self.hedged += 1
-                    replies.append(self._unpark(parked, hedge))
+            if parked.done:
+                continue
+            delay = self._hedge_delay(parked)
+            if parked.first_report is None or mono < parked.first_report + delay:
+                # no node reported yet, or the first one only just: look again later
+                first = parked.first_report
+                self._hedge_later(parked, mono + delay if first is None else first + delay)
+                continue
+            hedge = self.blocks.hedge(parked.msg.ids, now, mono)
+            if hedge is None:  # no healthy spare now (or nothing lacking): look again later
+                self._hedge_later(parked, mono + delay)
+                continue
+            self.hedged += 1
+            replies.append(self._unpark(parked, hedge))
         while self.timeouts and self.timeouts[0][0] <= mono:
             parked = heapq.heappop(self.timeouts)[2]
             if not parked.done:
@@ -242,14 +256,24 @@ class Enqueues:
                 soon.append(heap[0][0])
         return min(soon, default=None)
 
+    def _hedge_delay(self, parked: Waiting) -> float:
+        return self.hedge_delays.delay_s(nbytes=sum(parked.msg.sizes))
+
+    def _hedge_later(self, parked: Waiting, when: float) -> None:
+        """Look at ``parked`` again at ``when`` (monotonic), if before its time runs out."""
+        if when < parked.until:
+            heapq.heappush(self.hedges, (when, next(self._seq), parked))
+
     def _time_reports(self, parked: Waiting, mono: float) -> None:
-        """Time each node's report of a parked enqueue, from when it parked (0: the report came
-        first), for the hedge delay (a node's reports come whole: its first and last id tell)."""
+        """Time each node's report of a parked enqueue, by how far it lagged the first node's
+        (a node's reports come whole: its first and last id tell), for the hedge delay."""
         ids, holders = parked.msg.ids, self.blocks.holders
         for node in holders(ids[0]):
             if node not in parked.heard and node in holders(ids[-1]):
                 parked.heard.add(node)
-                self.hedge_delays.observe(node, mono - parked.born)
+                if parked.first_report is None:
+                    parked.first_report = mono
+                self.hedge_delays.observe(node, mono - parked.first_report)
 
     def _unpark(self, parked: Waiting, reply: Any) -> tuple[bytes, int, Any]:
         """Answer a parked enqueue (a ``PutAlso`` leaves its ids held: it comes back)."""

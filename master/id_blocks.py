@@ -98,18 +98,17 @@ class Blocks:
 
     # -- hedging a write -----------------------------------------------------------------------
 
-    def hedge(self, ids: list[int], now: float, mono: float,
-              peer: bytes = b"") -> p.PutAlso | None:
+    def hedge(self, ids: list[int], now: float, mono: float) -> p.PutAlso | None:
         """More nodes for ``ids``, whose placed nodes have not all reported them in time.
 
         For as many copies as the worst-off id still lacks, healthy live nodes outside the
-        placement join it (their reports count from now on) and the nodes that have not
-        reported are noted slow (``Membership.note_slow``). None when the ids are not all of one
-        block (no client sends such an enqueue), the block already spans twice R nodes (a
-        client that puts nowhere must not spread its ids over the whole cluster), none of the
-        placed nodes reported any id yet (then the hold-up is not one node's: the put may not
-        have reached any, or the master itself is behind), or no spare node is left: the write
-        then waits for its placed nodes, as before.
+        placement join it (their reports count from now on); the reply names the nodes that
+        have not reported (``slow``: the client avoids them for a while, the master does not:
+        a client could name any node so). None when the ids are not all of one block (no client
+        sends such an enqueue), the block already spans twice R nodes (a client that puts
+        nowhere must not spread its ids over the whole cluster), none of the placed nodes
+        reported any id yet (then the hold-up is not one node's), or no healthy spare is left:
+        the write waits for its placed nodes meanwhile, and the master asks again later.
         """
         block = self.by_id.get(ids[0]) if ids else None
         if block is None or any(self.by_id.get(i) is not block for i in ids):
@@ -118,13 +117,12 @@ class Blocks:
         lacking = max(need - len(self.holders(i)) for i in ids)
         room = 2 * self.config.replication - len(block.nodes)
         if lacking <= 0 or room <= 0 or not any(self.holders(i) for i in ids):
-            return None  # (no placed node reported anything: the delay is not one node's)
+            return None
         spares = self.membership.spares(min(lacking, room), set(block.nodes), mono)
         if not spares:
             return None
         slow = sorted({n for i in ids for n in block.nodes
                        if n not in self.holders(i) and n not in self.refused.get(i, {})})
-        self.membership.note_slow(slow, mono, peer)
         added = [node.node_id for node in spares]
         block.nodes = block.nodes + tuple(added)
         grant = self.capabilities.put_grant(block.first, block.n, sorted(added),

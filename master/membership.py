@@ -1,11 +1,13 @@
 """Which data nodes exist, which are alive or suspect, and where new items go (time is passed in).
 
 A node is dead once silent for ``dead_after_s``; long before that it is *suspect*: silent for
-``suspect_after_s`` (a few missed heartbeats), or slow to report the puts of a write, so the
-master hedged the write onto another node (``note_slow``, for ``SLOW_S``). A suspect node is
-placed only when too few healthy ones are left, is listed last among an item's replicas, and
-is named to clients in placements and leases (``suspects``), so they skip it at once instead
-of timing out on it (docs/design.md, liveness).
+``suspect_after_s`` (a few missed heartbeats). A suspect node is placed only when too few
+healthy ones are left, is listed last among an item's replicas, and is named to clients in
+placements and leases (``suspects``), so they skip it at once instead of timing out on it
+(docs/design.md, liveness). Only the node's own silence makes it suspect: a write that a node
+was slow to store is hedged (``master/enqueue.py``), and the client that wrote it avoids the
+node for a while, but nothing a client does or leaves undone can make the master suspect a
+healthy node for everyone.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ from blizzard.wire.errors import InvalidArgument
 
 MAX_NODES = 1024  # distinct data node ids the master will know (each is kept in the WAL)
 MIN_FREE_BYTES = 64 * 1024 * 1024  # placement avoids nodes with less free disk than this
-SLOW_S = 5.0  # a node that held up a write is suspect this long (then placed, so measured, again)
 MAX_SUSPECTS = 32  # nodes named in one reply's ``suspects``: the most recently heard of first
 SUSPECTS_FRESH_S = 0.05  # the list is worked out at most this often
 
@@ -44,8 +45,6 @@ class Membership:
         self.suspect_after_s = dead_after_s / 2 if suspect_after_s is None \
             else min(suspect_after_s, dead_after_s)
         self.nodes: dict[str, NodeInfo] = {}
-        self.slow_until: dict[str, float] = {}  # node id -> when it stops being suspect
-        self.lagged: dict[str, dict[bytes, float]] = {}  # node id -> {peer: until} (note_slow)
         self._turn = 0
         self._suspects: tuple[float, list[str]] = (-1.0, [])  # (worked out at, node ids)
 
@@ -103,27 +102,8 @@ class Membership:
         return now - node.last_seen < self.dead_after_s
 
     def is_suspect(self, node: NodeInfo, now: float) -> bool:
-        """Missed a few heartbeats, or held up a write lately (dead nodes are suspect too)."""
-        return now - node.last_seen >= self.suspect_after_s or \
-            self.slow_until.get(node.node_id, 0.0) > now
-
-    def note_slow(self, node_ids: list[str], now: float, peer: bytes = b"") -> None:
-        """These nodes held up a write of ``peer``'s past its hedge delay.
-
-        A node is suspect for ``SLOW_S`` once the writes of two connections saw it lag within
-        that time: one client could frame a healthy node by not sending it the put (that
-        client avoids the node itself, told so in the ``PutAlso``).
-        """
-        for node_id in node_ids:
-            if node_id not in self.nodes:
-                continue
-            seen = self.lagged.setdefault(node_id, {})
-            seen[peer] = now + SLOW_S
-            if len(seen) > 2:  # keep the two latest
-                del seen[min(seen, key=seen.__getitem__)]
-            if sum(1 for until in seen.values() if until > now) >= 2:
-                self.slow_until[node_id] = now + SLOW_S
-                self._suspects = (-1.0, [])
+        """Silent past ``suspect_after_s`` (dead nodes are suspect too)."""
+        return now - node.last_seen >= self.suspect_after_s
 
     def suspects(self, now: float) -> list[str]:
         """Suspect and dead nodes, the most recently heard of first, at most ``MAX_SUSPECTS``
@@ -131,10 +111,6 @@ class Membership:
         at, names = self._suspects
         if now - at < SUSPECTS_FRESH_S:
             return names
-        if self.slow_until:
-            self.slow_until = {n: t for n, t in self.slow_until.items() if t > now}
-        if len(self.lagged) > len(self.nodes):  # (nodes forgotten meanwhile)
-            self.lagged = {n: v for n, v in self.lagged.items() if n in self.nodes}
         bad = [n for n in self.nodes.values() if self.is_suspect(n, now)]
         if len(bad) > MAX_SUSPECTS:
             bad = sorted(bad, key=lambda n: -n.last_seen)[:MAX_SUSPECTS]
@@ -168,14 +144,12 @@ class Membership:
         return chosen
 
     def spares(self, copies: int, exclude: set[str], now: float) -> list[NodeInfo]:
-        """Up to ``copies`` live nodes outside ``exclude``, for a write's hedge: healthy ones
-        first, then ones suspect only of slowness (heartbeating: they answer, if late); never
-        one silent past ``suspect_after_s``, which a hedge would wait on again."""
-        heard = [n for n in self.alive(now) if n.node_id not in exclude
-                 and now - n.last_seen < self.suspect_after_s]
+        """Up to ``copies`` healthy live nodes outside ``exclude``, for a write's hedge (never a
+        suspect one, which the hedge would wait on again); those with room first."""
+        healthy = [n for n in self.alive(now) if n.node_id not in exclude
+                   and not self.is_suspect(n, now)]
         self._turn += 1
-        k = self._turn % len(heard) if heard else 0
-        heard = heard[k:] + heard[:k]  # rotate among equals so hedges spread too
-        heard.sort(key=lambda n: (self.slow_until.get(n.node_id, 0.0) > now,
-                                  n.free_bytes < MIN_FREE_BYTES))
-        return heard[:copies]
+        k = self._turn % len(healthy) if healthy else 0
+        healthy = healthy[k:] + healthy[:k]  # rotate among equals so hedges spread too
+        healthy.sort(key=lambda n: n.free_bytes < MIN_FREE_BYTES)
+        return healthy[:copies]

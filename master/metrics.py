@@ -200,8 +200,8 @@ class MasterMetrics(metrics.ServedCollector):
         alive = sum(1 for n in nodes if members.is_alive(n, mono))
         suspect = sum(1 for n in nodes if members.is_alive(n, mono) and members.is_suspect(n, mono))
         family = GaugeMetricFamily("blizzard_datanodes", "Known data nodes: alive and healthy, "
-                                   "alive but suspect (silent a few heartbeats, or slow to store "
-                                   "a write), dead.", labels=["state"])
+                                   "alive but suspect (silent a few heartbeats: placed only if need "
+                                   "be, read from last), dead.", labels=["state"])
         family.add_metric(["alive"], alive - suspect)
         family.add_metric(["suspect"], suspect)
         family.add_metric(["dead"], len(nodes) - alive)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import signal
 import subprocess
 import sys
@@ -82,26 +83,46 @@ def test_help_explains_every_entry_point(module):
     assert out.returncode == 0 and "--help" in out.stdout and "Usage" in out.stdout
 
 
-def test_cluster_command_runs_everything_and_stops_on_ctrl_c(tmp_path):
+def pid_of(data_dir: pathlib.Path) -> int:
+    """The process started with ``--data-dir data_dir`` (from /proc)."""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    argv = f.read().split(b"\0")
+            except OSError:
+                continue
+            if str(data_dir).encode() in argv:
+                return int(entry)
+    raise AssertionError(f"no process runs with --data-dir {data_dir}")
+
+
+def test_cluster_command_runs_everything_survives_a_dead_node_and_stops_on_ctrl_c(tmp_path):
     port = free_port()
-    proc = subprocess.Popen([*BLIZZARD, "cluster", "--data-dir", str(tmp_path), "--datanodes", "2",
-                             "--port", str(port), "--node-port", str(free_port())], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+    proc = subprocess.Popen([*BLIZZARD, "cluster", "--data-dir", str(tmp_path), "--datanodes", "3",
+                             "--port", str(port), "--node-port", str(free_port())],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         addr = f"tcp://127.0.0.1:{port}"
         keys = tmp_path / "keys"  # made by the command: secure without extra steps
         wait_for(lambda: (keys / "client.key_secret").exists(), what="the cluster's keys")
-        with Client(addr, timeout_s=2, keys=str(keys)) as c:
-            def ready():
+        with Client(addr, timeout_s=10, keys=str(keys)) as c:
+            def alive():
                 try:
-                    return sum(n.alive for n in c.status().nodes) == 2
+                    return sum(n.alive for n in c.status().nodes)
                 except Exception:
-                    return False
-            wait_for(ready, timeout_s=30, what="the cluster to come up")
+                    return 0
+            wait_for(lambda: alive() == 3, timeout_s=30, what="the cluster to come up")
             c.enqueue("q", b"x")
+            # a data node killed: the cluster goes on with the others, as a real one would
+            os.kill(pid_of(tmp_path / "datanode1"), signal.SIGKILL)
+            wait_for(lambda: alive() == 2, timeout_s=30, what="the killed node seen dead")
+            c.enqueue("q", b"y")
+            assert sorted(m.data for m in c.dequeue_many("q", 2)) == [b"x", b"y"]
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=30)
         assert proc.returncode == 0, out
+        assert "datanode1 (" in out and "exited; the cluster goes on" in out
         assert "stopped" in out and f"export BLIZZARD_KEYS={keys}" in out
     finally:
         if proc.poll() is None:

@@ -18,8 +18,9 @@ def test_status_and_queue_json_documents(cluster):
     assert isinstance(status["safe_mode"], bool)
     (queued,) = status["queues"]
     assert (queued["queue"], queued["enqueued_total"], queued["acked_total"]) == ("jobs", 2, 0)
-    assert set(status["nodes"][0]) == {"node_id", "addr", "alive", "heartbeat_age_s", "items",
-                                       "bytes_used", "free_bytes"}
+    assert set(status["nodes"][0]) == {"node_id", "addr", "alive", "suspect", "heartbeat_age_s",
+                                       "items", "bytes_used", "free_bytes"}
+    assert status["nodes"][0]["suspect"] is False
     jobs = json.loads(run("queue", "stats", "jobs", "--json", master=m).stdout)
     assert {k: jobs[k] for k in ("queue", "ready", "leased", "dead")} == \
         {"queue": "jobs", "ready": 2, "leased": 0, "dead": 0}

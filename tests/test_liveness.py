@@ -96,3 +96,16 @@ def test_a_hedged_write_leaves_no_orphan_blob_and_loses_nothing(cluster_factory)
         c.ack_many(msgs)
         wait_for(lambda: all(n.items == 0 for n in cluster.status().nodes), timeout_s=20,
                    what="every blob deleted after the acks")
+
+
+def test_a_silent_node_is_suspect_in_status_and_log_before_it_is_dead(cluster_factory):
+    cluster = cluster_factory(datanodes=3, replication=2, heartbeat_s=0.2, dead_after_s=5)
+    node = cluster.nodes[1]
+    with stopped(node):
+        shown = wait_for(lambda: [n for n in cluster.status().nodes
+                                  if n.addr == node.addr and n.alive and n.suspect],
+                         timeout_s=10, what="the stopped node shown suspect")
+        assert "is suspect (silent for" in cluster.master.tail()
+    wait_for(lambda: not any(n.suspect for n in cluster.status().nodes), timeout_s=10,
+             what="the node healthy again once it heartbeats")
+    assert shown

@@ -81,6 +81,10 @@ def cluster(data_dir: str, datanodes: int, replication: int | None, port: int, n
             insecure: bool, metrics: bool, log_format: str, standby: bool, masters: int) -> None:
     """Run a master and data nodes on 127.0.0.1 in the foreground; Ctrl-C stops them all.
 
+    A data node that exits (or is killed) is left out: the others serve its items (see the
+    liveness promise, docs/design.md); a master that exits stops the cluster, unless the
+    standby takes over.
+
     Secure by default: the key pairs are made in DATA_DIR/keys on first start. Once it
     serves, `blizzard dashboard` (in another shell, with the exports it prints) serves a
     status page.
@@ -107,6 +111,7 @@ def cluster(data_dir: str, datanodes: int, replication: int | None, port: int, n
                          log_format=log_format, standby=standby)
     stopping = stop_on_signals()
     _start(local, data_dir)
+    gone: set[str] = set()  # data nodes that exited (announced once)
     try:
         click.echo(f"master {local.masters}, {datanodes} data node{'s' * (datanodes != 1)}, "
                    f"data in {data_dir}; "
@@ -124,8 +129,13 @@ def cluster(data_dir: str, datanodes: int, replication: int | None, port: int, n
                 click.echo(f"the master {master.addr} stopped; the standby "
                            f"{second.addr} takes over, and it comes back as its standby")
                 local.follow_new_primary()
-            dead = [p.name for p in [local.master, local.second, *local.nodes]
-                    if p is not None and not p.alive]
+            for node in local.nodes:  # the cluster goes on without it, as a real one would
+                if not node.alive and node.name not in gone:
+                    gone.add(node.name)
+                    click.echo(f"{node.name} ({node.addr}) exited; the cluster goes on with the "
+                               f"other data nodes, which re-make its replicas (its log: "
+                               f"{data_dir}/{node.name}.log)")
+            dead = [p.name for p in [local.master, local.second] if p is not None and not p.alive]
             if dead:
                 raise click.ClickException(f"{', '.join(dead)} exited; see logs in {data_dir}")
     finally:

@@ -33,8 +33,9 @@ def status(master: str, timeout_s: float, as_json: bool, watch_s: float | None) 
     Epoch: how many times a standby took over; standby: the one every confirmation waits for.
     --json: {"cluster_id", "epoch", "standby", "secure", "safe_mode", "replication",
     "under_replicated",
-    "nodes": [{"node_id", "addr", "alive", "heartbeat_age_s" (age of items, bytes_used and
-    free_bytes), "items", "bytes_used", "free_bytes"}], "queues": [{queue, ready, delayed, leased, pending, dead,
+    "nodes": [{"node_id", "addr", "alive", "suspect" (alive, but silent a few heartbeats:
+    placed only if need be, read from last), "heartbeat_age_s" (age of items,
+    bytes_used and free_bytes), "items", "bytes_used", "free_bytes"}], "queues": [{queue, ready, delayed, leased, pending, dead,
     oldest_age_s, enqueued_total, acked_total (both since the master started)}] (the first
     1,000 by name), "queues_more" (how many more: `blizzard queue list` shows all)}. With
     --watch, one such document a line ({"error", "error_class"} while the master does not
@@ -66,7 +67,8 @@ def _status_doc(st: Any) -> dict[str, Any]:
             "replication": st.replication,
             "under_replicated": st.under_replicated,
             "nodes": [{"node_id": n.node_id, "addr": n.addr, "alive": n.alive,
-                       "heartbeat_age_s": round(n.heartbeat_age_s, 3), "items": n.items,
+                       "suspect": n.suspect, "heartbeat_age_s": round(n.heartbeat_age_s, 3),
+                       "items": n.items,
                        "bytes_used": n.bytes_used, "free_bytes": n.free_bytes}
                       for n in st.nodes],
             "queues": [{**shown_stats(stats_dict(q)), "enqueued_total": q.enqueued_total,
@@ -89,10 +91,11 @@ def _status_lines(st: Any, doc: dict[str, Any] | None = None) -> list[str]:
               "the data nodes report)" if st.safe_mode else "safe mode: off",
               f"data nodes (replication {st.replication}, under-replicated items "
               f"{st.under_replicated}; items and bytes as of heartbeats):",
-              f"  {'node':<16} {'address':<24} {'state':<6} {'as of':>10} {'items':>9} "
+              f"  {'node':<16} {'address':<24} {'state':<7} {'as of':>10} {'items':>9} "
               f"{'used':>10} {'free':>10}"]
     for n in st.nodes:
-        lines.append(f"  {n.node_id:<16} {n.addr:<24} {'alive' if n.alive else 'DEAD':<6} "
+        state = "DEAD" if not n.alive else "suspect" if n.suspect else "alive"
+        lines.append(f"  {n.node_id:<16} {n.addr:<24} {state:<7} "
                      f"{seconds(n.heartbeat_age_s) + ' ago':>10} {n.items:>9} "
                      f"{size(n.bytes_used):>10} {size(n.free_bytes):>10}")
     dead_letters = {q.queue: q.settings.dead_letter or q.queue + DEAD_SUFFIX

@@ -306,7 +306,8 @@ class Client:
         self.leases.nack_ids(ids, leases, delay_s=delay_s, error=error)
 
     def suspected(self) -> list[str]:
-        """Data nodes this client avoids for now: they failed a put or timed out on a read."""
+        """Data nodes this client asks last and places nothing on for now: they failed a call
+        (10 s), were slow to answer a read or store a write (5 s), or the master suspects them."""
         return self.datanodes.suspected()
 
     # -- queues and the cluster --------------------------------------------------------------

@@ -157,13 +157,16 @@ class DatanodePool:
         replaces the last one it gave."""
         self.told = frozenset(suspects)
 
+    def own_suspects(self) -> list[str]:
+        """The nodes this client itself found failing or slow (``suspect``), still avoided."""
+        if self._suspects:
+            now = time.monotonic()
+            self._suspects = {n: t for n, t in self._suspects.items() if t > now}
+        return sorted(self._suspects)
+
     def suspected(self) -> list[str]:
-        """Data nodes avoided for now: this client's suspects (``suspect``) and the master's."""
-        if not self._suspects:
-            return sorted(self.told)
-        now = time.monotonic()
-        self._suspects = {n: t for n, t in self._suspects.items() if t > now}
-        return sorted(self.told.union(self._suspects))
+        """Data nodes asked last for now: this client's own suspects and the master's."""
+        return sorted(self.told.union(self.own_suspects()))
 
     # -- puts --------------------------------------------------------------------------------
 

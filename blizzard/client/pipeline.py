@@ -46,7 +46,7 @@ from blizzard.net.transport import Endpoint, Replies, raise_if_error
 from blizzard.wire import protocol as p
 from blizzard.wire.codec import as_ids
 from blizzard.wire.errors import (DatanodeUnavailable, NotEnoughDatanodes, PayloadTooLarge,
-                                  UnknownItem)
+                                  ProtocolError, UnknownItem)
 from blizzard.wire.queue_settings import check_queue_name
 
 log = logging.getLogger(__name__)
@@ -178,13 +178,15 @@ class EnqueuePipeline:
         """Ids and a placement for the chunk: from the block in hand, else from the master."""
         n = len(c.blobs)
         block = self.block
-        ids = block.take(n, time.monotonic(), self.nodes.suspected()) if block else None
+        ids = block.take(n, time.monotonic(), self.nodes.own_suspects()) if block else None
         if block is not None and ids is not None:
             self._send(c, block.placement, ids)
             return
         want = n if self.placing else max(n, min(max(BLOCK_IDS, BLOCK_CHUNKS * n), BLOCK_MAX))
         self.placing.add(c)
-        c.place_msg = p.Place(want, self.nodes.suspected()[:MAX_EXCLUDE])
+        # only this client's own suspects: the master leaves its own out of placements (or
+        # places them only when too few others are healthy, and then so must we)
+        c.place_msg = p.Place(want, self.nodes.own_suspects()[:MAX_EXCLUDE])
         c.step = PLACE
         self._ask_master(c, c.place_msg)
 
@@ -321,9 +323,14 @@ class EnqueuePipeline:
             if isinstance(reply, p.Unstored):
                 self._unstored(c, reply)
                 return
+            if isinstance(reply, p.PutAlso):  # not done: the copies asked for, then again
+                self._put_also(c, reply)
+                return
             raise_if_error(reply)
             if isinstance(reply, p.Stored):
                 c.stored_on = list(reply.nodes)
+            elif not isinstance(reply, p.Committed):
+                raise ProtocolError(f"an enqueue was answered {p.op_name(reply)}")
             c.step = DONE
         except UnknownItem as exc:
             log.warning("the master forgot the ids of a chunk of %d items (restarted?); "

@@ -1,8 +1,6 @@
-"""Review of issue 34 (write hedges, ``master/enqueue.py`` and ``master/id_blocks.py``): a
-parked enqueue must not wait on one silent placed node past the hedge delay (docs/design.md, L1).
-
-These tests fail on purpose on the code reviewed; the lead fixes the code, not the tests.
-"""
+"""Write hedges (``master/enqueue.py``, ``master/id_blocks.py``): a parked enqueue does not
+wait on one silent placed node past the hedge delay, also when no node had reported at the
+first hedge time (it was tried once only, found in review; now it is looked at again)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,8 @@
-"""Review of issue 34 (suspect nodes, ``master/membership.py`` ``note_slow``; the client's use of
-the master's suspects, ``blizzard/client/pipeline.py``): a client key must not be able to make
-healthy data nodes suspect, nor, through them, make other producers' enqueues costly.
-
-``note_slow`` needs "two connections' writes"; a connection is a ZeroMQ peer, so one client
-key with two ``Client``s is two connections. Both tests fail on purpose on the code reviewed.
-"""
+"""Write hedges cannot be turned against others: a client that leaves nodes out of its puts
+(one key, two connections) makes no healthy data node suspect for everyone, and a producer
+holding ids places no new block per enqueue while the master names suspects. The master once
+noted nodes slow from two connections' hedges, which one key could fake (found in review);
+now only a node's own silence makes it suspect (``master/membership.py``)."""
 
 from __future__ import annotations
 

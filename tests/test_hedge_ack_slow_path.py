@@ -1,9 +1,7 @@
-"""Review of issue 34 (write hedges): an enqueue is acknowledged to the caller only once it is
-committed (P1), also when the master's ``PutAlso`` reaches the client on its slow path
-(``EnqueuePipeline._enqueue_slowly``, the resend after the enqueue's reply was overdue).
-
-Fails on purpose on the code reviewed: ``_enqueue_slowly`` takes a ``PutAlso`` for success.
-"""
+"""Write hedges: an enqueue is acknowledged to the caller only once it is committed (P1), also
+when the master's ``PutAlso`` reaches the client on its slow path
+(``EnqueuePipeline._enqueue_slowly``, the resend after the enqueue's reply was overdue), which
+once took a ``PutAlso`` for success (found in review)."""
 
 from __future__ import annotations
 
