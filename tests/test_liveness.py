@@ -109,3 +109,25 @@ def test_a_silent_node_is_suspect_in_status_and_log_before_it_is_dead(cluster_fa
     wait_for(lambda: not any(n.suspect for n in cluster.status().nodes), timeout_s=10,
              what="the node healthy again once it heartbeats")
     assert shown
+
+
+def test_a_spark_executors_planned_node_paused_costs_a_hedge_not_a_timeout(cluster_factory):
+    # Given items on every node of three, planned for Spark's executors by node
+    from blizzard.spark.fetch import _RunReader
+    from blizzard.spark.plan import Batch, plan_partitions
+
+    cluster = cluster_factory(datanodes=3, replication=3, heartbeat_s=0.2, dead_after_s=5,
+                              master_args=LATE)
+    with Client(cluster.master_addr, timeout_s=30) as c:
+        ids = c.enqueue_many("rows", [b"row-%d" % i for i in range(300)])
+        leased = c.lease_columns("rows", 300)
+        parts = plan_partitions(Batch([leased]), {n.node_id for n in cluster.status().nodes})
+        part = parts[0]
+        # When the node a partition was planned on is stopped and its executor reads the runs
+        with stopped(next(n for n in cluster.nodes if n.addr == part.value)):
+            reader = _RunReader(c)
+            got, took = timed(lambda: {i: b for run in part.runs
+                                       for i, b in reader.read(run, 0, len(run)).items()})
+        # Then the other replicas serve them, after one hedge delay, not a node timeout
+        assert took < BOUND_S, f"the partition took {took:.2f}s"
+        assert got == {i: b"row-%d" % ids.index(i) for run in part.runs for i in run.ids}
