@@ -22,6 +22,8 @@ MAX_NODES = 1024  # distinct data node ids the master will know (each is kept in
 MIN_FREE_BYTES = 64 * 1024 * 1024  # placement avoids nodes with less free disk than this
 MAX_SUSPECTS = 32  # nodes named in one reply's ``suspects``: the most recently heard of first
 SUSPECTS_FRESH_S = 0.05  # the list is worked out at most this often
+NAMED_DEAD_S = 60.0  # a dead node is named this long after it died, then left out (its
+# replicas are listed last anyway, and a wiped node's old id would be named for ever)
 
 
 @dataclass
@@ -106,12 +108,15 @@ class Membership:
         return now - node.last_seen >= self.suspect_after_s
 
     def suspects(self, now: float) -> list[str]:
-        """Suspect and dead nodes, the most recently heard of first, at most ``MAX_SUSPECTS``
-        (told to clients in every placement and lease reply, so worked out once a moment)."""
+        """Suspect nodes and those dead for less than ``NAMED_DEAD_S``, the most recently heard
+        of first, at most ``MAX_SUSPECTS`` (told to clients in every placement and lease reply,
+        so worked out once a moment)."""
         at, names = self._suspects
         if now - at < SUSPECTS_FRESH_S:
             return names
-        bad = [n for n in self.nodes.values() if self.is_suspect(n, now)]
+        forgotten = self.dead_after_s + NAMED_DEAD_S
+        bad = [n for n in self.nodes.values()
+               if self.is_suspect(n, now) and now - n.last_seen < forgotten]
         if len(bad) > MAX_SUSPECTS:
             bad = sorted(bad, key=lambda n: -n.last_seen)[:MAX_SUSPECTS]
         names = sorted(n.node_id for n in bad)

@@ -5,12 +5,13 @@ from __future__ import annotations
 import time
 
 import pytest
+from support.sends import watch_sends
 from support.wait import wait_for
 
 from blizzard import Client
 from blizzard.client.message import leased_items
 from blizzard.local.harness import LOOPBACK, free_port
-from blizzard.net.transport import Endpoint, call
+from blizzard.net.transport import call
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import (ClientClosed, InvalidArgument, LeaseExpired, MasterUnavailable,
                                   PayloadTooLarge, ProtocolError, UnknownOp)
@@ -319,14 +320,8 @@ def test_a_dead_replica_costs_a_consumer_one_timeout_not_one_per_read(cluster_fa
         admin.close()
         victim = next(n for n in cluster.nodes if n.addr == head.nodes[0].addr)
         victim.kill()
-        asked: list[str] = []
-        real = Endpoint.send
-
-        def recording(ep, msg):
-            if isinstance(msg, p.Get):
-                asked.append(ep.addr)
-            return real(ep, msg)
-        monkeypatch.setattr(Endpoint, "send", recording)
+        sent = watch_sends(monkeypatch)
         got = [m.data for _ in range(6) for m in c.dequeue_many("dr", 100)]
         assert len(got) == 600
+        asked = [addr for addr, msg in sent if isinstance(msg, p.Get)]
         assert asked.count(victim.addr) == 1  # then its items are read elsewhere

@@ -5,16 +5,15 @@ once took a ``PutAlso`` for success (found in review)."""
 
 from __future__ import annotations
 
-import collections
 import signal
 import threading
 
 import pytest
 
 from blizzard.client.core import Client
-from blizzard.net import transport
 from blizzard.wire import protocol as p
-from tests.support.wait import wait_for
+from support.wait import wait_for
+from support.sends import kinds, watch_sends
 
 pytestmark = pytest.mark.cluster
 
@@ -24,13 +23,7 @@ def test_an_enqueue_answered_put_also_on_its_retry_is_not_acknowledged(cluster_f
     # Given four nodes, R = W = 3, and a producer holding a block of ids on three of them
     cluster = cluster_factory(datanodes=4, replication=3, heartbeat_s=0.2, dead_after_s=8,
                               master_args=["--suspect-after-s", "7"])
-    sent: collections.Counter[str] = collections.Counter()
-    send = transport.Endpoint.send
-
-    def counting(self, msg, *args, **kw):
-        sent[type(msg).__name__] += 1
-        return send(self, msg, *args, **kw)
-    monkeypatch.setattr(transport.Endpoint, "send", counting)
+    sent = watch_sends(monkeypatch)
     with Client(cluster.master_addr, node_timeout_s=0.3, timeout_s=30) as c:
         c.enqueue("jobs", b"warm-up")
         assert c.pipeline.block is not None
@@ -40,7 +33,7 @@ def test_an_enqueue_answered_put_also_on_its_retry_is_not_acknowledged(cluster_f
         # client resends it the slow way; the master then answers that resend PutAlso)
         slow.signal(signal.SIGSTOP)
         cluster.master.signal(signal.SIGSTOP)
-        before, out = sent["Enqueue"], {}
+        before, out = kinds(sent)["Enqueue"], {}
 
         def produce():
             try:
@@ -50,7 +43,7 @@ def test_an_enqueue_answered_put_also_on_its_retry_is_not_acknowledged(cluster_f
         producer = threading.Thread(target=produce)
         producer.start()
         try:
-            wait_for(lambda: sent["Enqueue"] >= before + 2, timeout_s=15,
+            wait_for(lambda: kinds(sent)["Enqueue"] >= before + 2, timeout_s=15,
                      what="the enqueue resent the slow way")
         finally:
             cluster.master.signal(signal.SIGCONT)

@@ -6,15 +6,14 @@ now only a node's own silence makes it suspect (``master/membership.py``)."""
 
 from __future__ import annotations
 
-import collections
 import zlib
 
 import pytest
 
 from blizzard.client.core import Client
-from blizzard.net import transport
 from blizzard.wire import protocol as p
 from blizzard.wire.codec import as_ids
+from support.sends import kinds, watch_sends
 
 pytestmark = pytest.mark.cluster
 
@@ -67,13 +66,7 @@ def test_a_producer_holding_ids_asks_no_placement_per_enqueue_while_nodes_are_su
     # as above; anything that leaves fewer than R healthy nodes will do)
     cluster = cluster_factory(datanodes=5, replication=3, heartbeat_s=0.2, dead_after_s=5)
     frame_all(cluster.master_addr)
-    sent: collections.Counter[str] = collections.Counter()
-    send = transport.Endpoint.send
-
-    def counting(self, msg, *args, **kw):
-        sent[type(msg).__name__] += 1
-        return send(self, msg, *args, **kw)
-    monkeypatch.setattr(transport.Endpoint, "send", counting)
+    sent = watch_sends(monkeypatch)
     # When a producer enqueues one item per call
     with Client(cluster.master_addr) as c:
         for i in range(50):
@@ -81,4 +74,5 @@ def test_a_producer_holding_ids_asks_no_placement_per_enqueue_while_nodes_are_su
     # Then it takes its ids from the block it holds (64 ids a place), not two places (and a
     # block of 64 ids left held at the master for pending-timeout-s) per enqueue: that hits the
     # master's cap of ids held per connection within seconds (TooManyItems)
-    assert sent["Place"] <= 5, f"{sent['Place']} places for 50 enqueues"
+    places = kinds(sent)["Place"]
+    assert places <= 5, f"{places} places for 50 enqueues"

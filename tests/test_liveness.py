@@ -18,7 +18,7 @@ from blizzard.client.core import Client
 from blizzard.client.message import leased_items
 from blizzard.wire import protocol as p
 from blizzard.net.hedge import CAP_S
-from tests.support.wait import wait_for
+from support.wait import wait_for
 
 pytestmark = pytest.mark.cluster
 

@@ -4,7 +4,7 @@ clients; nothing a client does makes a healthy node suspect. The time is passed 
 
 from __future__ import annotations
 
-from master.membership import MAX_SUSPECTS, MIN_FREE_BYTES, Membership
+from master.membership import MAX_SUSPECTS, MIN_FREE_BYTES, NAMED_DEAD_S, Membership
 
 ROOM = MIN_FREE_BYTES * 2
 
@@ -28,6 +28,7 @@ def test_a_node_silent_past_suspect_after_is_suspect_then_dead():
     assert m.suspects(6.0) == ["a", "b"]  # dead ones are named too (a: silent 4 s, suspect)
     beat(m, 6.0, "a", "b")  # a heartbeat makes a node healthy again
     assert m.suspects(6.1) == []
+    assert m.suspects(6.1 + 5.0 + NAMED_DEAD_S) == []  # long dead: no longer named
 
 
 def test_placement_leaves_suspects_out_while_enough_healthy_nodes_are_left():

@@ -275,7 +275,8 @@ class _HedgedRead:
                         self.pool.suspect([ask.node_id], SLOW_S)
                         again += [pair for item, _ in ask.items if item.id not in self.done
                                   and (pair := self._next(item)) is not None]
-                self._ask(again)
+                if again:
+                    self._ask(again)
         finally:
             for ask in self.asks:  # answered elsewhere: their replies are dropped on arrival
                 ask.ep.forget(ask.rid)
