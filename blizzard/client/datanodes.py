@@ -153,7 +153,7 @@ class DatanodePool:
             self._suspects[node_id] = max(until, self._suspects.get(node_id, 0.0))
 
     def heard(self, suspects: Iterable[str]) -> None:
-        """The master's suspect (and dead) nodes, from a placement or lease reply: its view
+        """The master's suspect (and lately dead) nodes, from a placement or lease reply: its view
         replaces the last one it gave."""
         self.told = frozenset(suspects)
 
