@@ -108,7 +108,19 @@ def _pack_with_nested(fields: list, k: int, depth: int) -> bytes:
 
 
 def _body_fields(msg: Any) -> list:
-    return msgpack.unpackb(p.encode(1, msg), raw=False, strict_map_key=False)
+    """A frame's parts flat, ``[version, op, request_id, field_1, ...]``, to mutate one by one
+    (``_pack_flat`` puts them back in the frame's layout)."""
+    version, rid, (op, *fields) = msgpack.unpackb(p.encode(1, msg), raw=False,
+                                                  strict_map_key=False)
+    return [version, op, rid, *fields]
+
+
+def _pack_flat(flat: list) -> bytes:
+    """``flat`` (as ``_body_fields`` gives it) in the frame layout ``[version, rid, [op, ...]]``;
+    fewer than three parts are packed as they are."""
+    if len(flat) < 3:
+        return _pack(flat)
+    return _pack([flat[0], flat[2], [flat[1], *flat[3:]]])
 
 
 def one_frame(rng: random.Random, category: str, base: list[Any]) -> list[bytes]:
@@ -137,7 +149,7 @@ def one_frame(rng: random.Random, category: str, base: list[Any]) -> list[bytes]
     if category == "confusion":
         k = rng.randrange(len(fields))
         fields[k] = _random_value(rng)
-        return [_pack(fields)]
+        return [_pack_flat(fields)]
     if category == "extreme":
         k = rng.randrange(2, len(fields)) if len(fields) > 2 else 2
         if k >= len(fields):
@@ -151,29 +163,31 @@ def one_frame(rng: random.Random, category: str, base: list[Any]) -> list[bytes]
             fields[k] = rng.choice(["", " ", "\x00", "tcp://x", "x" * 100_000, "tcp://[::1", "é" * 300])
         else:
             fields[k] = rng.choice(EXTREME_INTS)
-        return [_pack(fields)]
+        return [_pack_flat(fields)]
     # structure: nesting, wide arrays, maps, frame counts, wrong version
     shape = rng.randrange(8)
     if shape == 0:
         depth = rng.choice([10, 500, 1010, 1030, 5000])
         if rng.random() < 0.1:
             return [b"\x91" * depth + b"\x01"]
-        return [_pack_with_nested(fields, rng.randrange(len(fields)), depth)]
+        message = [fields[1], *fields[3:]]
+        nested = _pack_with_nested(message, rng.randrange(len(message)), depth)
+        return [b"\x93" + _pack(fields[0]) + _pack(fields[2]) + nested]
     if shape == 1:
-        return [_pack([p.VERSION, fields[1], 1, [[]] * rng.choice([1000, 40_000, 60_000])])]
+        return [_pack([p.VERSION, 1, [fields[1], [[]] * rng.choice([1000, 40_000, 60_000])]])]
     if shape == 2:
         return [_pack({"version": 1, "op": fields[1]})]
     if shape == 3:
-        return [_pack(fields)] * rng.randrange(2, 4)
+        return [_pack_flat(fields)] * rng.randrange(2, 4)
     if shape == 4:
         return [b""]
     if shape == 5:
-        fields[0] = rng.choice([0, 2, -1, "1", None, 1.0])
-        return [_pack(fields)]
+        fields[0] = rng.choice([0, 1, 3, -1, "1", None, 1.0])
+        return [_pack_flat(fields)]
     if shape == 6:
         fields[2] = rng.choice([-1, -2**63, 2**64 - 1, "id", None, 1.5])
-        return [_pack(fields)]
-    return [_pack(fields + [_random_value(rng) for _ in range(rng.randrange(1, 4))])]
+        return [_pack_flat(fields)]
+    return [_pack_flat(fields + [_random_value(rng) for _ in range(rng.randrange(1, 4))])]
 
 
 def frames(rng: random.Random, protect: Protected | None = None

@@ -12,19 +12,18 @@ them as ``spared``. What the fuzz probes is parsing and validation, not authoris
 
 from __future__ import annotations
 
-import dataclasses
-import re
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from blizzard.wire import codec
 from blizzard.wire import protocol as p
+
+MESSAGES = frozenset(p.WIRE.by_op.values())
 
 
 def _id_fields(cls: type) -> tuple[frozenset[str], tuple[str, ...]]:
     """(fields typed as item ids, every field) of a message class."""
-    fields = dataclasses.fields(cls)
-    ids = frozenset(f.name for f in fields if "Id" in re.findall(r"\w+", str(f.type)))
-    return ids, tuple(f.name for f in fields)
+    return codec.id_fields(cls), codec.fields_of(cls)
 
 
 @dataclass(frozen=True)
@@ -58,7 +57,7 @@ class Protected:
             return is_id and value in self.ids
         if isinstance(value, (list, tuple)):
             return any(self._names_one(v, is_id) for v in value)
-        if dataclasses.is_dataclass(value):
+        if type(value) in MESSAGES:
             ids, names = _id_fields(type(value))
             return any(self._names_one(getattr(value, n), n in ids) for n in names)
         return False

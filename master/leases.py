@@ -13,7 +13,7 @@ import os
 import struct
 import time
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from blizzard.net.log_limit import Throttled
@@ -133,7 +133,7 @@ class Leases:
         if ids or msg.wait_s == 0 or lost:  # lost acks are news the caller must get now
             return self._described(msg, ids, lost, now)
         # parked without its acks (settled above): a waiter holds only what it needs later
-        self.waiters.append(Waiter(peer, rid, replace(msg, ack_ids=[], ack_leases=[]),
+        self.waiters.append(Waiter(peer, rid, p.replace(msg, ack_ids=[], ack_leases=[]),
                                    mono + msg.wait_s, key, fd))
         self.waiting_by_peer[peer] = self.waiting_by_peer.get(peer, 0) + 1
         if key:

@@ -16,7 +16,6 @@ heartbeat is answered, so several changes to one item send it once. Bounded per 
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from itertools import islice
 from typing import Any
@@ -91,4 +90,4 @@ class MetaSync:
     def add_to(self, reply: p.HeartbeatReply, node: str) -> p.HeartbeatReply:
         """``reply`` (to ``node``'s heartbeat) with the node's waiting changes."""
         changes = self.take(node)
-        return dataclasses.replace(reply, meta=changes) if changes else reply
+        return p.replace(reply, meta=changes) if changes else reply

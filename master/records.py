@@ -8,12 +8,13 @@ On disk a record is the msgpack array ``[code, field_1, ..., field_n]``.
 
 from __future__ import annotations
 
-from blizzard.wire.codec import Registry, pack
+from blizzard.wire.checked import Registry
 from blizzard.wire.queue_settings import with_settings
 
 RECORDS = Registry("WAL record")
 message = RECORDS.message
-unpack = RECORDS.unpack  # the record in a WAL body (``pack`` gives a record's bytes)
+pack = RECORDS.pack  # a record's bytes
+unpack = RECORDS.unpack  # the record in a WAL body
 
 
 @message(100)

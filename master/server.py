@@ -16,7 +16,6 @@ to change durable state.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import time
@@ -277,7 +276,7 @@ class MasterServer:
         self.replication.fence_by(msg)
         self.identity.admit(msg)
         reply = self.datanodes.heartbeat(msg, now, mono, peer, rid)
-        reply = dataclasses.replace(reply, cluster_id=self.identity.cluster_id)
+        reply = p.replace(reply, cluster_id=self.identity.cluster_id)
         return self.replication.stamp(self.meta_sync.add_to(reply, msg.node_id))
 
     def put_report(self, msg: p.PutReport, now: float, mono: float, peer: bytes,

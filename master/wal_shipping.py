@@ -22,7 +22,6 @@ it comes back as a standby, which starts over from a snapshot.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import time
@@ -132,7 +131,7 @@ class Replication:
     def stamp(self, reply: p.HeartbeatReply) -> p.HeartbeatReply:
         """``reply`` telling the data node this master's epoch, with its proof."""
         state = self.server.state
-        return dataclasses.replace(reply, epoch=state.epoch,
+        return p.replace(reply, epoch=state.epoch,
                                    epoch_proof=self.proof.make(state.cluster_id, state.epoch))
 
     def _unproven(self, msg: p.Heartbeat) -> None:

@@ -26,12 +26,14 @@ from support.in_process_master import (alloc, call, enqueue_msg, in_process_mast
 
 
 def test_the_decoder_refuses_shapes_no_message_has():
-    many_empty = b"\x94\x01\x16\x01\xdd" + (200_000).to_bytes(4, "big") + b"\x90" * 200_000
-    wide = b"\x94\x01\x16\x01" + b"\xdc\xff\xff" + b"\x90" * 0xFFFF
-    for frame in (many_empty, wide, b"\x81\xa1k\x01", b"\x94\x01\x16\x01\xc7\x01\x05x"):
+    head = bytes([0x93, p.VERSION, 1, 0x92, 22])  # [VERSION, 1, [Status, <one more field>]]
+    many_empty = head + b"\xdd" + (200_000).to_bytes(4, "big") + b"\x90" * 200_000
+    wide = bytes([0x93, p.VERSION, 1, 0x94, 12]) + b"\xdc\xff\xff" + b"\x90" * 0xFFFF  # Commit
+    ext = bytes([0x93, p.VERSION, 1, 0x92, 20]) + b"\xc7\x01\x05x"  # a Stats of an ext value
+    for frame in (many_empty, wide, b"\x81\xa1k\x01", ext):
         with pytest.raises(ProtocolError):
             p.decode(frame)
-    with pytest.raises(ProtocolError, match="item id"):
+    with pytest.raises(ProtocolError, match=f"Get: Expected `int` <= {p.MAX_ID} - at field ids"):
         p.decode(p.encode(1, p.Get([p.MAX_ID + 1], None)))
     assert p.peek_request_id(p.encode(2**63, p.Status())) is None
 

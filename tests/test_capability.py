@@ -6,7 +6,6 @@ Grants come from the master's ``CapabilityKeys`` (in memory), are checked by a n
 
 from __future__ import annotations
 
-import dataclasses
 import time
 
 import pytest
@@ -52,7 +51,7 @@ def test_a_get_grant_covers_its_ids_on_its_nodes(keys):
     {"expiry": NOW + 3600}, {"key_id": 3},
 ], ids=lambda c: next(iter(c)))
 def test_a_forged_put_grant_is_refused(keys, change):
-    grant = dataclasses.replace(keys.put_grant(100, 10, ["dn-a", "dn-b"], NOW + 30), **change)
+    grant = p.replace(keys.put_grant(100, 10, ["dn-a", "dn-b"], NOW + 30), **change)
     with pytest.raises(Forbidden):
         ring_of(keys).check_put(grant, [100], "dn-a", NOW)
 
@@ -62,7 +61,7 @@ def test_a_forged_put_grant_is_refused(keys, change):
     {"expiry": NOW + 3600},
 ], ids=lambda c: next(iter(c)))
 def test_a_forged_get_grant_is_refused(keys, change):
-    grant = dataclasses.replace(keys.get_grant([1, 2, 3], ["dn-a"], NOW), **change)
+    grant = p.replace(keys.get_grant([1, 2, 3], ["dn-a"], NOW), **change)
     with pytest.raises(Forbidden):
         ring_of(keys).check_get(grant, [1], "dn-a", NOW)
 

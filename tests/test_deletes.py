@@ -191,7 +191,7 @@ def test_a_node_with_an_items_only_replica_is_not_removed_and_replay_agrees():
                                             time.monotonic()).code == MasterStarting.code
 
 
-UNSET = dict.fromkeys(p.Configure.__dataclass_fields__)
+UNSET = dict.fromkeys(p.fields_of(p.Configure))
 
 
 def test_a_queue_with_enqueues_on_their_way_in_is_deleted_only_when_forced():

@@ -7,7 +7,6 @@ sockets while the capability keys rotate every second.
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
 import zlib
@@ -260,7 +259,7 @@ def test_a_client_with_a_bad_grant_hears_why(secure_cluster):
     master, nodes, client = secure_cluster
     # A put under a forged grant: the nodes refuse it to the master, the enqueue is unstored
     placement = call(client.master.endpoint, p.Place(1, []), 5)
-    forged = dataclasses.replace(placement.grant, mac=bytes(16))
+    forged = p.replace(placement.grant, mac=bytes(16))
     client.datanodes.put_reported(placement.nodes, forged, placement.ids,
                                   [BLOB], [CRC], p.ItemMeta([], "bad", 0, 0.0, "", 0, ""))
     reply = call(client.master.endpoint, p.Enqueue("bad", placement.ids, [len(BLOB)], [CRC], [0],
@@ -270,7 +269,7 @@ def test_a_client_with_a_bad_grant_hears_why(secure_cluster):
     # A read under a forged grant: every replica refuses it, and the client says so
     client.enqueue("bad", BLOB)
     (item,) = client.lease("bad", 1)
-    item.grant = dataclasses.replace(item.grant, mac=bytes(16))
+    item.grant = p.replace(item.grant, mac=bytes(16))
     reads = client.datanodes.read([item])
     assert reads.failed == [item] and not reads.bad
     error = reads.unreadable()

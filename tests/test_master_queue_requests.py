@@ -25,7 +25,7 @@ def master():
 
 def test_a_configure_out_of_bounds_is_refused_and_logs_nothing(master):
     """The client checks settings first, but the master must not rely on it (P7)."""
-    unset = dict.fromkeys(p.Configure.__dataclass_fields__) | {"queue": "q", "create": False}
+    unset = dict.fromkeys(p.fields_of(p.Configure)) | {"queue": "q", "create": False}
     call(master, p.Configure(**unset | {"max_attempts": 2}))
     logged = len(master.wal.records)
     before = master.state.config("q")

@@ -3,7 +3,6 @@ scraped after a known workload (depths, totals, latencies, under-replication aft
 
 from __future__ import annotations
 
-import dataclasses
 import pathlib
 import signal
 import socket
@@ -126,7 +125,7 @@ def test_a_checkpoint_is_timed_from_fork_to_reaped(tmp_path):
     master = MasterServer(MasterConfig(data_dir=str(tmp_path), replication=1,
                                        checkpoint_records=1), router=NoRouter())
     try:
-        settings = [None] * (len(dataclasses.fields(p.Configure)) - 2)
+        settings = [None] * (len(p.fields_of(p.Configure)) - 2)
         call(master, p.Configure("q", True, *settings))  # one WAL record
         wait_for(lambda: master.run_once(0) or master.metrics.checkpoints,
                  what="the checkpoint's child to be reaped")

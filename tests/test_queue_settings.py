@@ -6,12 +6,13 @@ import dataclasses
 import math
 
 import click
+import msgpack
 import pytest
 
 from blizzard.cli.queue import queue_config, queue_create
 from blizzard.wire import protocol as p
 from blizzard.wire import queue_settings
-from blizzard.wire.errors import InvalidArgument
+from blizzard.wire.errors import InvalidArgument, VersionMismatch
 from blizzard.wire.queue_settings import NAMES, SETTINGS, Settings, check_changes
 from master import records
 from master.queues import QueueConfig
@@ -32,7 +33,9 @@ JOBS = dict(lease_s=2.5, max_attempts=3, dead_letter="jobs.failed", backoff_base
 
 def test_every_shape_that_holds_the_settings_takes_them_from_the_one_definition():
     def names(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in dataclasses.fields(cls))
+        if dataclasses.is_dataclass(cls):
+            return tuple(f.name for f in dataclasses.fields(cls))
+        return p.fields_of(cls)
 
     assert NAMES == ("lease_s", "max_attempts", "dead_letter", "backoff_base_s", "backoff_cap_s",
                      "rate_per_s", "burst")  # the on-disk order: append only
@@ -61,11 +64,20 @@ def test_an_old_wal_record_still_loads_and_configures_the_queue():
     assert state.config("jobs") == QueueConfig(**JOBS)
 
 
-def test_old_wire_frames_still_decode():
-    assert p.decode(OLD_CONFIGURE_FRAME) == (5, p.Configure(
+def _as_version_2(frame: bytes) -> bytes:
+    version, op, rid, *fields = msgpack.unpackb(frame)
+    assert version == 1
+    return msgpack.packb([p.VERSION, rid, [op, *fields]])
+
+
+def test_version_1_frames_are_refused_and_their_fields_keep_their_order_in_version_2():
+    for frame in (OLD_CONFIGURE_FRAME, OLD_SETTINGS_FRAME):
+        with pytest.raises(VersionMismatch, match="version 1"):
+            p.decode(frame)
+    assert p.decode(_as_version_2(OLD_CONFIGURE_FRAME)) == (5, p.Configure(
         "jobs", True, lease_s=2.5, max_attempts=None, dead_letter="jobs.failed",
         backoff_base_s=None, backoff_cap_s=60.0, rate_per_s=None, burst=7))
-    assert p.decode(OLD_SETTINGS_FRAME) == (6, p.QueueSettings(**JOBS))
+    assert p.decode(_as_version_2(OLD_SETTINGS_FRAME)) == (6, p.QueueSettings(**JOBS))
 
 
 def test_a_checkpoint_with_positional_queue_settings_still_restores():

@@ -3,7 +3,6 @@ metadata changes a master sends the nodes (``master/meta_sync.py``)."""
 
 from __future__ import annotations
 
-import dataclasses
 
 import pytest
 
@@ -168,4 +167,4 @@ def test_heartbeat_replies_carry_the_changes_of_the_node_that_asked():
     plain = p.HeartbeatReply([], [], False, [], "c1")
     reply = sync.add_to(plain, "dn-a")
     assert [(m.ids, m.attempts) for m in reply.meta] == [([1], 1)]
-    assert sync.add_to(plain, "dn-a") == dataclasses.replace(reply, meta=[])
+    assert sync.add_to(plain, "dn-a") == p.replace(reply, meta=[])

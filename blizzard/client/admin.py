@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from blizzard.client.master_link import MasterLink
@@ -21,7 +20,7 @@ class QueueAdmin:
         return stats_dict(self.master.call(p.Stats(check_queue_name(queue))))
 
     def queue_config(self, queue: str) -> dict[str, Any]:
-        return dataclasses.asdict(self.master.call(p.Stats(check_queue_name(queue))).settings)
+        return p.as_dict(self.master.call(p.Stats(check_queue_name(queue))).settings)
 
     def configure(self, queue: str, create: bool, options: dict[str, Any]) -> dict[str, Any]:
         """Create (``create``) or change a queue with ``options``; all its settings after.
@@ -32,7 +31,7 @@ class QueueAdmin:
         changes = queue_settings.check_changes(options)
         reply = self.master.call(p.Configure(check_queue_name(queue), create, **{name: changes.get(name)
                                                                for name in queue_settings.NAMES}))
-        return dataclasses.asdict(reply.settings)
+        return p.as_dict(reply.settings)
 
     def queues(self) -> list[dict[str, Any]]:
         """Every queue's counters, by name, a page (``MAX_QUEUE_PAGE`` queues) a round trip."""

@@ -22,7 +22,6 @@ after the hedge delay (the reader then falls back on ``read``).
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 import zlib
@@ -240,7 +239,7 @@ class _HedgedRead:
         self.pool = pool
         avoid = set(pool.suspected())
         if avoid:  # replicas not avoided first (the list is the master's: healthy nodes first)
-            items = [dataclasses.replace(i, nodes=sorted(i.nodes, key=lambda n: n.node_id in avoid))
+            items = [p.replace(i, nodes=sorted(i.nodes, key=lambda n: n.node_id in avoid))
                      for i in items]
         self.items = items
         self.got: dict[int, bytes] = {}

@@ -289,7 +289,7 @@ class EnqueuePipeline:
             reply = self.master.call_many([c.place_msg], raise_errors=False, since=c.since)[0]
         if c.place_msg.exclude and isinstance(reply, p.Error) \
                 and reply.code == NotEnoughDatanodes.code:
-            reply = self.master.call_many([dataclasses.replace(c.place_msg, exclude=[])],
+            reply = self.master.call_many([p.replace(c.place_msg, exclude=[])],
                                           raise_errors=False)[0]
         placement: p.Placement = raise_if_error(reply)
         return placement

@@ -188,6 +188,9 @@ class Endpoint:
             log.warning("undecodable reply from %s: %s", self.addr, exc)
             return
         self.answered = True
+        if not rid and isinstance(reply, protocol.Error):  # a refusal it could not address:
+            log.warning("%s refused a request: %s", self.addr, reply.message)  # a wire version
+            return  # of its own, say (request ids start at 1)
         if self._forgotten and self._forgotten.pop(rid, 0) is None:
             return  # a reply nobody waits for any more (``forget``)
         if len(self._early) >= MAX_UNCLAIMED:  # replies nobody waits for must not pile up

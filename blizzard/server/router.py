@@ -17,7 +17,8 @@ from blizzard.net.transport import FRAMES, harden
 from blizzard.server.conn_guard import ConnectionGuard, GuardDepartures, Limits
 from blizzard.server.departures import Departures, source_fd
 from blizzard.wire import protocol
-from blizzard.wire.errors import AuthenticationFailed, BlizzardError, ProtocolError
+from blizzard.wire.errors import (AuthenticationFailed, BlizzardError, ProtocolError,
+                                  VersionMismatch)
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +113,9 @@ class RouterServer:
                 continue
             try:
                 rid, msg = protocol.decode(body)
+            except VersionMismatch as exc:  # answered in the layout that peer's version reads
+                self._send(peer, protocol.refusal(body, exc))
+                continue
             except ProtocolError as exc:
                 self.reply(peer, protocol.peek_request_id(body) or 0, error_reply(exc))
                 continue
@@ -181,6 +185,9 @@ class RouterServer:
         except Exception:  # a reply we cannot encode is a bug; the client times out and retries
             log.exception("cannot encode a %s reply", protocol.op_name(msg))
             return
+        self._send(peer, body)
+
+    def _send(self, peer: bytes, body: bytes) -> None:
         try:
             self.sock.send_multipart([peer, body], zmq.NOBLOCK, copy=True)  # see Endpoint.send
             FRAMES["sent"] += 1

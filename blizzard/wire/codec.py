@@ -1,39 +1,48 @@
-"""The codec behind ``blizzard.wire.protocol``: the message registry, type-checked decode, msgpack.
+"""The codec behind ``blizzard.wire.protocol``: message classes, frames, compiled msgpack.
 
 Frame layout (ZeroMQ): a client's DEALER socket sends one frame, the body; a server's ROUTER
 socket sees ``[peer identity, body]`` and replies on the same identity with one body.
 
-Body: a msgpack array ``[VERSION, op, request_id, field_1, ..., field_n]``. ``op`` is the
-message's small integer code, ``request_id`` a non-negative integer the reply repeats so a
-client may keep many requests in flight. Fields follow the dataclass's field order; a nested
-message (e.g. ``NodeRef``) travels as a plain array of its fields. Every field is checked
-against its declared type on decode, so a handler only ever sees well-typed messages. Fields
-added in a later release (``ADDED``) may be missing at the end, and are left off while they
-hold their defaults.
+Body (wire version 2): the msgpack array ``[VERSION, request_id, message]``; ``request_id`` is
+a non-negative 64-bit integer the reply repeats, so a client may keep many requests in flight;
+``message`` is the array ``[op, field_1, ..., field_n]``: the message's small integer code,
+then its fields in declaration order. A nested message (``NodeRef`` in a ``Placement``) is
+such an array too. Version 1 (the release of 2026-11) put ``op`` and the request id side by
+side, ``[1, op, request_id, field_1, ...]``, and nested messages without their op; a frame of
+the other version is refused with an error naming both and the upgrade order, in the layout
+that peer reads (``refusal``).
+
+Every message class is a frozen msgspec ``Struct`` (``@message(op)``): one typed decoder per
+process checks every field against its declared type while it decodes, in C, so a handler
+only ever sees well-typed messages. Item ids are 0..2**63-1, every array holds at most
+``MAX_ARRAY`` elements, maps are refused, and a frame decodes to at most ``MAX_ELEMENTS``
+Python objects (a bound each message class meets by its shape, or counted before decoding).
+A field added in a later release goes last, with a default: an older peer ignores it and a
+frame without it decodes to the default.
 
 This module and ``protocol`` (which defines every message with ``@message``) are the only
-places that know the bytes; nothing else calls msgpack.
+places that know the bytes; nothing else calls msgpack. The WAL's records are dataclasses with
+a codec of their own (``checked.py``), so that what an older release wrote reads unchanged.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import operator
-import threading
+import re
 import types
 import typing
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Annotated, Any, Callable, Iterator, TypeVar
 
 import msgpack
+import msgspec
+from msgspec import Meta
 
 from blizzard.wire.errors import ProtocolError, UnknownOp, VersionMismatch
 
-VERSION = 1
-# A field added to a message after its first release, last in the message and with a default:
-# ``field(default=..., metadata=ADDED)``. It is left off the wire while it holds its default, and
-# a frame without it decodes to the default, so peers of the release before still understand
-# each other in the usual case (docs/operations.md, upgrades).
-ADDED = {"added": True}
+VERSION = 2
+UPGRADE_ORDER = ("wire versions 1 and 2 do not mix: stop the cluster, start its data nodes, "
+                 "standby and master on the new release (they keep their data), then upgrade "
+                 "every client (docs/operations.md, Upgrades)")
 MAX_BATCH = 10_000  # items in one request
 # The largest legal frame: a put of a 16 MiB chunk plus one item of up to 16 MiB, with its
 # ids and checksums; also the largest reply (a data node caps a read's reply below it).
@@ -42,73 +51,130 @@ MAX_FRAME_BYTES = 40 * 1024 * 1024
 MAX_ITEM_BYTES = 16 * 1024 * 1024  # the largest item any configuration may allow
 MAX_ID = 2**63 - 1  # item ids are non-negative and fit a signed 64-bit integer
 MAX_ARRAY = MAX_BATCH * 4 + 16  # elements in any one array
-# Python objects one frame may unpack into: a legal frame needs a few columns of MAX_BATCH
+# Python objects one frame may decode into: a legal frame needs a few columns of MAX_BATCH
 # elements; a hostile one of tiny nested arrays would otherwise cost ~70 bytes per byte.
 MAX_ELEMENTS = MAX_BATCH * 16
 
 M = TypeVar("M")  # a message class
 
-Id = typing.NewType("Id", int)  # an item id on the wire: 0 <= id <= MAX_ID
+Id = Annotated[int, Meta(ge=0, le=MAX_ID)]  # an item id on the wire
+field = msgspec.field  # a message field's default: ``field(default_factory=list)``
 
-_OP_OF: dict[type, int] = {}  # every registered class, of any registry -> its op code
-_CHECKERS: dict[type, Callable[[Any], Any]] = {}
-_FIELDS: dict[type, Callable[[Any], list[Any]]] = {}  # message class -> its fields as a plain list
-_NUMBER = {int, float}
+_ALL_OPS: dict[int, type] = {}  # every registered class, of any family, by op code
+_BY_OP: dict[int, type] = {}  # wire messages by op code
+_TYPED: set[type] = set()  # message classes whose field types are final (``_finish``)
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
 
 
-class Registry:
-    """A family of message classes by op code: the wire protocol's, or the WAL's records.
+def claim_op(op: int, cls: type) -> None:
+    """Reserve ``op`` for ``cls``: codes are unique across the wire and the WAL's records."""
+    if op in _ALL_OPS:
+        raise RuntimeError(f"op {op} used twice ({cls.__name__}, {_ALL_OPS[op].__name__})")
+    _ALL_OPS[op] = cls
 
-    Each family decodes only its own: a network frame can never be taken for a WAL record.
-    Op codes are unique across families, so a record's bytes name what it is.
+
+class _Wire:
+    """The wire family: ``by_op`` (code -> class), as the WAL's ``Registry`` has it."""
+
+    what = "message"
+    by_op = _BY_OP
+
+
+WIRE = _Wire()
+
+
+def _bounded(tp: Any) -> Any:
+    """``tp`` with every array limited to ``MAX_ARRAY`` elements (checked before decoding)."""
+    origin = typing.get_origin(tp)
+    if origin is list:
+        (inner,) = typing.get_args(tp)
+        return Annotated[list[_bounded(inner)], Meta(max_length=MAX_ARRAY)]  # type: ignore[misc]
+    if origin in (typing.Union, types.UnionType):
+        return typing.Union[tuple(_bounded(a) for a in typing.get_args(tp))]
+    return tp
+
+
+@typing.dataclass_transform(frozen_default=True, field_specifiers=(msgspec.field,))
+def message(op: int) -> Callable[[type[M]], type[M]]:
+    """Class decorator: make a class with annotated fields a wire message with code ``op``.
+
+    The class becomes a frozen, array-like msgspec ``Struct`` tagged ``op``, with the same
+    name, fields (in order), defaults, methods and properties.
     """
 
-    def __init__(self, what: str) -> None:
-        self.what = what
-        self.by_op: dict[int, type] = {}
+    def wrap(cls: type[M]) -> type[M]:
+        own = list(cls.__dict__.get("__annotations__", {}))
+        body = {k: v for k, v in cls.__dict__.items() if k not in ("__dict__", "__weakref__")}
+        for name in own:
+            if isinstance(body.get(name), dataclasses.Field):
+                raise TypeError(f"{cls.__name__}.{name}: use codec.field, not dataclasses.field")
+        struct = types.new_class(cls.__name__, (msgspec.Struct,),
+                                 dict(frozen=True, array_like=True, tag=op, gc=False),
+                                 lambda ns: ns.update(body))
+        claim_op(op, struct)
+        _BY_OP[op] = struct
+        _FIELD_NAMES[struct] = tuple(own)
+        _DECODERS.clear()
+        return typing.cast("type[M]", struct)
 
-    def message(self, op: int) -> Callable[[type[M]], type[M]]:
-        """Class decorator: make a frozen dataclass a member with code ``op``."""
-
-        def wrap(cls: type[M]) -> type[M]:
-            cls = dataclasses.dataclass(frozen=True, slots=True)(cls)
-            if op in _OP_OF.values():
-                raise RuntimeError(f"op {op} used twice ({cls.__name__})")
-            self.by_op[op] = cls
-            _OP_OF[cls] = op
-            return cls
-
-        return wrap
-
-    def unpack(self, body: bytes) -> Any:
-        """Inverse of ``pack`` for this family; raises ``ProtocolError`` on anything malformed."""
-        try:
-            raw = msgpack.unpackb(body, raw=False, strict_map_key=True, use_list=True)
-        except Exception as exc:
-            raise ProtocolError(f"{self.what} is not valid msgpack: {exc}") from None
-        if type(raw) is not list or not raw or type(raw[0]) is not int or raw[0] not in self.by_op:
-            raise ProtocolError(f"{self.what} has no known type")
-        return _from_fields(self.by_op[raw[0]], raw[1:])
+    return wrap
 
 
-WIRE = Registry("message")  # every wire message, of every family (``protocol`` is their namespace)
-_BY_OP = WIRE.by_op
+def _finish() -> None:
+    """Give every message class its checked field types (arrays bounded) and its bound.
+
+    Run before a decoder is built, when every message module has loaded: a message may name
+    a class defined after it. msgspec reads a class's types when a decoder first needs them.
+    """
+    for cls in _BY_OP.values():
+        if cls not in _TYPED:
+            hints = typing.get_type_hints(cls, include_extras=True)
+            names = _FIELD_NAMES[cls]
+            type.__setattr__(cls, "__annotations__", {n: _bounded(hints[n]) for n in names})
+            _TYPED.add(cls)
 
 
-@typing.dataclass_transform(frozen_default=True)  # type checkers see each message's fields
-def message(op: int) -> Callable[[type[M]], type[M]]:
-    """Class decorator: make a frozen dataclass a wire message with code ``op``."""
-    return WIRE.message(op)
-
-
-def as_ids(values: list[int]) -> list[Id]:
-    """``values`` (the same list) typed as item ids for a message; the receiver checks each."""
-    return typing.cast("list[Id]", values)
+def as_ids(values: list[int]) -> list[int]:
+    """``values`` (the same list) as item ids for a message; the receiver checks each."""
+    return values
 
 
 def op_of(cls: type) -> int:
     """The op code a message or WAL record class was registered with."""
-    return _OP_OF[cls]
+    for op, known in _ALL_OPS.items():
+        if known is cls:
+            return op
+    raise KeyError(cls.__name__)
+
+
+def op_name(msg: Any) -> str:
+    return type(msg).__name__
+
+
+def fields_of(cls: type) -> tuple[str, ...]:
+    """A message class's field names, in wire order."""
+    return _FIELD_NAMES[cls]
+
+
+def id_fields(cls: type) -> frozenset[str]:
+    """The fields of a message class that hold item ids (``Id``, or arrays of them)."""
+    _finish()
+    hints = typing.get_type_hints(cls, include_extras=True)
+
+    def holds_id(tp: Any) -> bool:
+        return tp == Id or any(holds_id(a) for a in typing.get_args(tp) if not isinstance(a, Meta))
+
+    return frozenset(n for n in _FIELD_NAMES[cls] if holds_id(hints[n]))
+
+
+def replace(msg: M, **changes: Any) -> M:
+    """A copy of message ``msg`` with ``changes`` (messages are frozen)."""
+    return typing.cast(M, msgspec.structs.replace(typing.cast(msgspec.Struct, msg), **changes))
+
+
+def as_dict(msg: Any) -> dict[str, Any]:
+    """A message's fields by name (nested messages stay messages)."""
+    return msgspec.structs.asdict(msg)
 
 
 def brief(v: Any) -> str:
@@ -125,233 +191,203 @@ def brief(v: Any) -> str:
     return f"a value of type {type(v).__name__}"
 
 
-def _checker(tp: Any) -> Callable[[Any], Any]:
-    """Build a function that validates (and normalises) a decoded value of type ``tp``."""
-    origin = typing.get_origin(tp)
-    if tp is Id:
-        def check_id(v: Any) -> int:
-            if type(v) is not int or not 0 <= v <= MAX_ID:
-                raise ProtocolError(f"expected an item id (0..2**63-1), got {brief(v)}")
-            return v
-        return check_id
-    if tp is int:
-        def check_int(v: Any) -> int:
-            if type(v) is not int:
-                raise ProtocolError(f"expected an integer, got {type(v).__name__}")
-            return v
-        return check_int
-    if tp is float:
-        def check_float(v: Any) -> float:
-            if type(v) is float or type(v) is int:
-                return float(v)
-            raise ProtocolError(f"expected a number, got {type(v).__name__}")
-        return check_float
-    if tp is bool:
-        def check_bool(v: Any) -> bool:
-            if type(v) is not bool:
-                raise ProtocolError(f"expected a boolean, got {type(v).__name__}")
-            return v
-        return check_bool
-    if tp is str or tp is bytes:  # lengths: bounded by the frame; handlers set tighter limits
-        def check_plain(v: Any) -> Any:
-            if type(v) is not tp:
-                raise ProtocolError(f"expected {tp.__name__}, got {type(v).__name__}")
-            return v
-        return check_plain
-    if origin is list:
-        (inner,) = typing.get_args(tp)
-        check_inner = _checker(inner)
-        if inner is float:
-            def check_float_list(v: Any) -> list[Any]:
-                if type(v) is not list:
-                    raise ProtocolError(f"expected an array, got {type(v).__name__}")
-                kinds = set(map(type, v))  # one pass in C; the loop below only names the culprit
-                if not kinds <= _NUMBER:
-                    bad = next(x for x in v if type(x) not in _NUMBER)
-                    raise ProtocolError(f"expected number elements, got {type(bad).__name__}")
-                return v
-            return check_float_list
-        if inner in (int, str, bytes, Id):
-            base = int if inner is Id else inner
-            allowed = {base}
+# ---------------------------------------------------------------------------------------------
+# Frames
 
-            def check_plain_list(v: Any) -> list[Any]:
-                if type(v) is not list:
-                    raise ProtocolError(f"expected an array, got {type(v).__name__}")
-                if len(v) > MAX_BATCH * 4:
-                    raise ProtocolError(f"array of {len(v)} elements is too long")
-                kinds = set(map(type, v))  # one pass in C; the loops below only name a culprit
-                if not kinds <= allowed:
-                    bad = next(x for x in v if type(x) is not base)
-                    raise ProtocolError(f"expected {base.__name__} elements, got {type(bad).__name__}")
-                if not v:
-                    return v
-                if inner is Id and (min(v) < 0 or max(v) > MAX_ID):
-                    bad = next(x for x in v if not 0 <= x <= MAX_ID)
-                    raise ProtocolError(f"expected item ids (0..2**63-1), got {brief(bad)}")
-                return v
-            return check_plain_list
-
-        def check_list(v: Any) -> list[Any]:
-            if type(v) is not list:
-                raise ProtocolError(f"expected an array, got {type(v).__name__}")
-            if len(v) > MAX_BATCH * 4:
-                raise ProtocolError(f"array of {len(v)} elements is too long")
-            return [check_inner(x) for x in v]
-        return check_list
-    if origin in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        (inner,) = args
-        check_inner = _checker(inner)
-        return lambda v: None if v is None else check_inner(v)
-    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-        return lambda v: _from_fields(tp, v)
-    raise TypeError(f"unsupported wire type {tp!r}")
+_ENCODER = msgspec.msgpack.Encoder()  # holds no state between calls: shared by every thread
+_DECODERS: dict[str, msgspec.msgpack.Decoder[Any]] = {}  # rebuilt when a message is added
+_RID = Annotated[int, Meta(ge=0, le=MAX_ID)]
 
 
-def _field_checkers(cls: type) -> Callable[[Any], Any]:
-    checker = _CHECKERS.get(cls)
-    if checker is None:
-        hints = typing.get_type_hints(cls)
-        names = [f.name for f in dataclasses.fields(cls)]
-        checks = [_checker(hints[n]) for n in names]
-        count = len(names)
-        least = count - len(_added(cls))
-
-        def checker(values: Any) -> Any:
-            if type(values) is not list or not least <= len(values) <= count:
-                raise ProtocolError(f"{cls.__name__} takes {count} fields" if least == count
-                                    else f"{cls.__name__} takes {least} to {count} fields")
-            return cls(*[c(v) for c, v in zip(checks, values)])
-
-        _CHECKERS[cls] = checker
-    return checker
-
-
-def _from_fields(cls: type, values: Any) -> Any:
-    try:
-        return _field_checkers(cls)(values)
-    except ProtocolError as exc:
-        raise ProtocolError(f"{cls.__name__}: {exc.message}") from None
-
-
-def _added(cls: type) -> list[tuple[int, Any]]:
-    """(position, default) of the fields at the end of ``cls`` marked ``ADDED``."""
-    fields = dataclasses.fields(cls)
-    tail: list[tuple[int, Any]] = []
-    for k in range(len(fields) - 1, -1, -1):
-        f = fields[k]
-        if not f.metadata.get("added"):
-            break
-        default = f.default_factory() if f.default_factory is not dataclasses.MISSING \
-            else f.default
-        tail.append((k, default))
-    return tail
-
-
-def _to_fields(msg: Any) -> list[Any]:
-    cls = type(msg)
-    flatten = _FIELDS.get(cls)
-    if flatten is None:
-        flatten = _FIELDS[cls] = _trimmed(_flattener(cls), _added(cls))
-    return flatten(msg)
-
-
-def _trimmed(flatten: Callable[[Any], list[Any]],
-             tail: list[tuple[int, Any]]) -> Callable[[Any], list[Any]]:
-    """``flatten``, leaving off the added fields at the end that hold their defaults."""
-    if not tail:
-        return flatten
-
-    def trim(msg: Any) -> list[Any]:
-        out = flatten(msg)
-        for k, default in tail:  # from the last field back
-            if len(out) != k + 1 or out[k] != default:
-                break
-            out.pop()
-        return out
-    return trim
-
-
-def _flattener(cls: type) -> Callable[[Any], list[Any]]:
-    """A function listing a message's fields, nested messages as plain arrays (built once)."""
-    hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
-    nested = {}
-    for i, name in enumerate(names):
-        tp = hints[name]
-        if typing.get_origin(tp) in (typing.Union, types.UnionType):  # X | None
-            tp = next(a for a in typing.get_args(tp) if a is not type(None))
-        inner = typing.get_args(tp)[0] if typing.get_origin(tp) is list else tp
-        if dataclasses.is_dataclass(inner):
-            nested[i] = inner is not tp  # True: a list of messages
-    if not nested:
-        if not names:
-            return lambda msg: []
-        if len(names) == 1:
-            name = names[0]
-            return lambda msg: [getattr(msg, name)]
-        get_all = operator.attrgetter(*names)
-        return lambda msg: list(get_all(msg))
-
-    def flatten(msg: Any) -> list[Any]:
-        out = [getattr(msg, name) for name in names]
-        for i, many in nested.items():
-            v = out[i]
-            if many:
-                out[i] = [_to_fields(x) for x in v]
-            elif v is not None:
-                out[i] = _to_fields(v)
-        return out
-    return flatten
-
-
-_PACKERS = threading.local()  # one msgpack Packer per thread: half the cost of packb's new one
+def _decoder(kind: str) -> msgspec.msgpack.Decoder[Any]:
+    _finish()
+    messages: Any = typing.Union[tuple(_BY_OP.values())]
+    if kind == "frame":
+        decoder = msgspec.msgpack.Decoder(tuple[int, _RID, messages])
+    else:
+        decoder = msgspec.msgpack.Decoder(messages)
+    _DECODERS[kind] = decoder
+    return decoder
 
 
 def encode(request_id: int, msg: Any) -> bytes:
     """Serialise a message (reply or request) with its request id into one frame body."""
-    op = _OP_OF[type(msg)]
-    packer = getattr(_PACKERS, "packer", None)
-    if packer is None:
-        packer = _PACKERS.packer = msgpack.Packer(use_bin_type=True)
-    body: bytes = packer.pack([VERSION, op, request_id, *_to_fields(msg)])
-    return body
+    return _ENCODER.encode((VERSION, request_id, msg))
+
+
+def decode(body: bytes) -> tuple[int, Any]:
+    """Parse and type-check one frame body; raise ``ProtocolError`` (or a subclass) if it is bad."""
+    decoder = _DECODERS.get("frame") or _decoder("frame")
+    if len(body) > MAX_ELEMENTS:
+        _count_elements(body)
+    try:
+        version, rid, msg = decoder.decode(body)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        return _undecodable(body, exc)
+    if version != VERSION:
+        raise VersionMismatch(_mismatch(version), peer_version=version)
+    return rid, msg
+
+
+def pack(msg: Any) -> bytes:
+    """Serialise a message without a request id: ``[op, field_1, ...]`` (stored metadata, a
+    published head)."""
+    return _ENCODER.encode(msg)
+
+
+def unpack(body: bytes) -> Any:
+    """Inverse of ``pack``; raises ``ProtocolError`` on anything malformed."""
+    decoder = _DECODERS.get("message") or _decoder("message")
+    try:
+        return decoder.decode(body)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise ProtocolError(f"message is not valid: {_readable(exc, None)}") from None
+
+
+def _mismatch(version: int) -> str:
+    return f"the peer speaks wire version {version} and this process {VERSION}: {UPGRADE_ORDER}"
+
+
+def _readable(exc: Exception, cls: type | None) -> str:
+    """msgspec's error with a field's name for its position (``$[2][3]`` -> ``ids``)."""
+    text = str(exc)[:300]
+    if cls is None:
+        return text
+    names = _FIELD_NAMES[cls]
+
+    def name(match: re.Match[str]) -> str:
+        k = int(match.group(1)) - 1
+        rest = match.group(2) or ""
+        return f"field {names[k]}{rest}" if 0 <= k < len(names) else match.group(0)
+
+    return re.sub(r"`\$\[2\]\[(\d+)\]((?:\[\d+\])*)`", name, text)
+
+
+def _undecodable(body: bytes, exc: Exception) -> tuple[int, Any]:
+    """Why ``body`` did not decode, as the right ``ProtocolError``; a version 1 peer's refusal
+    decodes, so that the call it answers fails with it rather than waiting."""
+    head = _Prefix(body)
+    if head.count is None:
+        raise ProtocolError(f"body is not a msgpack array [version, request_id, message]: "
+                            f"{_readable(exc, None)}") from None
+    if head.version is None:
+        raise ProtocolError("body must start with a protocol version") from None
+    if head.version != VERSION:
+        refused = head.v1_refusal()
+        if refused is not None:
+            rid, text = refused
+            return rid, _BY_OP[1](code=VersionMismatch.code, message=f"{_mismatch(1)}; it said: {text}")
+        raise VersionMismatch(_mismatch(head.version), peer_version=head.version) from None
+    if head.count != 3 or head.rid is None:
+        raise ProtocolError("body must be [version, request_id, message] with a request id "
+                            "of 0..2**63-1") from None
+    cls = _BY_OP.get(head.op) if head.op is not None else None
+    if cls is None:
+        raise UnknownOp(f"unknown op {brief(head.op)}" if head.op is not None
+                        else "message must be an array [op, field_1, ...]") from None
+    raise ProtocolError(f"{cls.__name__}: {_readable(exc, cls)}") from None
 
 
 def peek_request_id(body: bytes) -> int | None:
     """Best-effort request id of a body that failed to decode, so the error can be routed.
 
     Only a request id a client could have sent (non-negative, 64-bit) is returned: echoing
-    anything else would make a reply the client cannot decode.
+    anything else would make a reply the client cannot decode. A version 1 body has it third.
     """
-    try:
-        unpacker = msgpack.Unpacker(max_buffer_size=len(body) + 1, max_array_len=MAX_ARRAY,
-                                    max_map_len=0)
-        unpacker.feed(body)
-        if unpacker.read_array_header() < 3:
+    head = _Prefix(body)
+    return head.rid
+
+
+def refusal(body: bytes, exc: VersionMismatch) -> bytes:
+    """The reply to a request of another wire version, in the layout that version reads."""
+    head = _Prefix(body)
+    if head.version == 1:  # [1, op, rid, fields...]: Error is op 1 with (code, message)
+        reply: bytes = msgpack.packb([1, 1, head.rid or 0, exc.code, exc.message])
+        return reply
+    return encode(head.rid or 0, _BY_OP[1](code=exc.code, message=exc.message))
+
+
+class _Prefix:
+    """The leading integers of a body, read by hand: no hostile value is ever decoded whole.
+
+    ``count``: elements of the outer array (None: not an array); ``version``; ``rid`` (a
+    valid request id, else None) and ``op`` of a current body, or of a version 1 body
+    ``[1, op, rid, ...]``.
+    """
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+        self.version: int | None = None
+        self.rid: int | None = None
+        self.op: int | None = None
+        self._fields_at = 0
+        self.count, at = _array_header(body, 0)
+        if self.count is None or self.count < 1:
+            return
+        self.version, at = _int_at(body, at)
+        if self.version == 1 and self.count >= 3:  # [1, op, rid, ...]
+            self.op, at = _int_at(body, at)
+            rid, self._fields_at = _int_at(body, at)
+            self.rid = rid if rid is not None and 0 <= rid <= MAX_ID else None
+            return
+        if self.count >= 2:
+            rid, at = _int_at(body, at)
+            self.rid = rid if rid is not None and 0 <= rid <= MAX_ID else None
+            if self.count >= 3 and rid is not None:
+                n, at = _array_header(body, at)
+                if n:
+                    self.op, _ = _int_at(body, at)
+
+    def v1_refusal(self) -> tuple[int, str] | None:
+        """(request id, text) if this is a version 1 peer's ``Error`` reply."""
+        if self.version != 1 or self.op != 1 or self.rid is None or self.count != 5:
             return None
-        unpacker.skip()
-        unpacker.skip()
-        rid = unpacker.unpack()
-    except Exception:
-        return None
-    return rid if type(rid) is int and 0 <= rid <= MAX_ID else None
+        try:
+            unpacker = msgpack.Unpacker(max_buffer_size=len(self.body) + 1, max_array_len=8,
+                                        max_map_len=0, max_str_len=4096)
+            unpacker.feed(self.body[self._fields_at:])
+            code, text = unpacker.unpack(), unpacker.unpack()
+        except Exception:
+            return None
+        if type(code) is not str or type(text) is not str:
+            return None
+        return self.rid, f"{brief(code)}: {text[:300]}"
 
 
-def _unpack_bounded(body: bytes) -> Any:
-    """msgpack-decode one frame, refusing shapes no message has before they cost memory.
+def _array_header(body: bytes, at: int) -> tuple[int | None, int]:
+    if at >= len(body):
+        return None, at
+    b = body[at]
+    if 0x90 <= b <= 0x9F:
+        return b & 0x0F, at + 1
+    if b == 0xDC and at + 3 <= len(body):
+        return int.from_bytes(body[at + 1:at + 3], "big"), at + 3
+    if b == 0xDD and at + 5 <= len(body):
+        return int.from_bytes(body[at + 1:at + 5], "big"), at + 5
+    return None, at
 
-    Lengths are bounded per array and string. Every element takes at least a byte, so a frame
-    of ``MAX_ELEMENTS`` bytes or less cannot hold more; a larger one has its array elements
-    counted as each array completes (``list_hook``), so a frame of millions of tiny arrays
-    stops after ``MAX_ELEMENTS`` instead of growing 70-fold.
-    """
-    limits = dict(raw=False, strict_map_key=True, use_list=True, max_array_len=MAX_ARRAY,
-                  max_map_len=0, max_str_len=MAX_FRAME_BYTES, max_bin_len=MAX_FRAME_BYTES,
-                  max_ext_len=0)
-    if len(body) <= MAX_ELEMENTS:  # the usual frame: no Python call per array
-        return msgpack.unpackb(body, **limits)
+
+_UINT_WIDTH = {0xCC: 1, 0xCD: 2, 0xCE: 4, 0xCF: 8}
+
+
+def _int_at(body: bytes, at: int) -> tuple[int | None, int]:
+    """A non-negative msgpack integer at ``at`` and the position after it (None: not one)."""
+    if at >= len(body):
+        return None, at
+    b = body[at]
+    if b <= 0x7F:
+        return b, at + 1
+    width = _UINT_WIDTH.get(b)
+    if width is None or at + 1 + width > len(body):
+        return None, at
+    return int.from_bytes(body[at + 1:at + 1 + width], "big"), at + 1 + width
+
+
+def _count_elements(body: bytes) -> None:
+    """Count a large frame's array elements before decoding it: ``ProtocolError`` past
+    ``MAX_ELEMENTS``. Typed decoding bounds each array, but a frame of many small nested
+    messages could still cost ~20 bytes of memory per byte; a legal large frame is large for
+    its payload bytes, and counts in about the time of a copy of them."""
     budget = [MAX_ELEMENTS]
 
     def count(items: list[Any]) -> list[Any]:
@@ -360,38 +396,18 @@ def _unpack_bounded(body: bytes) -> Any:
             raise ProtocolError(f"more than {MAX_ELEMENTS} array elements in one frame")
         return items
 
-    return msgpack.unpackb(body, list_hook=count, **limits)
-
-
-def decode(body: bytes) -> tuple[int, Any]:
-    """Parse and type-check one frame body; raise ``ProtocolError`` (or a subclass) if it is bad."""
     try:
-        raw = _unpack_bounded(body)
+        msgpack.unpackb(body, list_hook=count, raw=False, max_array_len=MAX_ARRAY, max_map_len=0,
+                        max_str_len=MAX_FRAME_BYTES, max_bin_len=MAX_FRAME_BYTES, max_ext_len=0)
     except ProtocolError:
         raise
-    except Exception as exc:  # msgpack's own errors, and its limits (ValueError, StackError)
-        raise ProtocolError(f"body is not valid msgpack: {type(exc).__name__}: "
-                            f"{str(exc)[:200]}") from None
-    if type(raw) is not list or len(raw) < 3:
-        raise ProtocolError("body must be an array [version, op, request_id, ...]")
-    version, op, rid = raw[0], raw[1], raw[2]
-    if type(version) is not int or version != VERSION:
-        raise VersionMismatch(f"protocol version {brief(version)} is not {VERSION}")
-    if type(rid) is not int or not 0 <= rid <= MAX_ID:
-        raise ProtocolError("request id must be a non-negative 64-bit integer")
-    cls = _BY_OP.get(op) if type(op) is int else None
-    if cls is None:
-        raise UnknownOp(f"unknown op {brief(op)}")
-    return rid, _from_fields(cls, raw[3:])
+    except Exception as exc:  # msgpack's limits (ValueError, StackError) and malformed bytes
+        raise ProtocolError(f"body is not valid msgpack within the limits: "
+                            f"{type(exc).__name__}: {str(exc)[:200]}") from None
 
 
-def pack(msg: Any) -> bytes:
-    """Serialise a registered message without a request id (a WAL record, say)."""
-    body: bytes = msgpack.packb([_OP_OF[type(msg)], *_to_fields(msg)], use_bin_type=True)
-    return body
-
-
-unpack = WIRE.unpack
+# ---------------------------------------------------------------------------------------------
+# Plain data (checkpoints, task calls)
 
 
 def dumps(obj: Any) -> bytes:
@@ -417,7 +433,3 @@ def iter_loads(body: bytes) -> Iterator[Any]:
         yield from unpacker
     except Exception as exc:
         raise ProtocolError(f"not valid msgpack: {exc}") from None
-
-
-def op_name(msg: Any) -> str:
-    return type(msg).__name__

@@ -37,6 +37,10 @@ class VersionMismatch(ProtocolError):
 
     code = "version"
 
+    def __init__(self, message: str = "", peer_version: int | None = None) -> None:
+        super().__init__(message)
+        self.peer_version = peer_version  # the version the peer's frame named, if known
+
 
 # -- cluster: a part of the cluster is missing or unreachable -------------------------------
 

@@ -7,7 +7,6 @@ metadata a master would refuse, and a rebuild never takes a damaged entry on tru
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 from blizzard.wire import protocol as p
@@ -38,7 +37,7 @@ def check(meta: p.ItemMeta) -> p.ItemMeta:
 
 def encode(meta: p.ItemMeta) -> bytes:
     """The bytes stored per item (the same for every id of a group: made once per group)."""
-    return p.pack(dataclasses.replace(meta, ids=[]) if meta.ids else meta)
+    return p.pack(p.replace(meta, ids=[]) if meta.ids else meta)
 
 
 def decode(raw: bytes) -> p.ItemMeta:

@@ -8,9 +8,8 @@ and leases, data nodes check them (``blizzard/server/capability.py``).
 
 from __future__ import annotations
 
-from dataclasses import field
 
-from blizzard.wire.codec import Id, message
+from blizzard.wire.codec import Id, field, message
 from blizzard.wire.meta_messages import ItemMeta
 
 

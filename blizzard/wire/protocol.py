@@ -19,11 +19,11 @@ registry of every message, ``op_of`` a class's op code). The master's WAL record
 
 from __future__ import annotations
 
-from dataclasses import field
 
-from blizzard.wire.codec import (ADDED, MAX_BATCH, MAX_FRAME_BYTES, MAX_ID, MAX_ITEM_BYTES,
-                                 VERSION, WIRE, Id, decode, dumps, encode, iter_loads, loads,
-                                 message, op_name, op_of, pack, peek_request_id, unpack)
+from blizzard.wire.codec import (MAX_BATCH, MAX_FRAME_BYTES, MAX_ID, MAX_ITEM_BYTES, VERSION, WIRE,
+                                 Id, as_dict, decode, dumps, encode, field, fields_of, iter_loads, loads,
+                                 message, op_name, op_of, pack, peek_request_id, refusal, replace,
+                                 unpack)
 from blizzard.wire.ha_messages import Follow, Promote, Promoted, SnapshotData, WalData
 from blizzard.wire.meta_messages import ItemMeta, ListMeta, MetaPage
 from blizzard.wire.node_messages import (BadReplica, Blobs, CapabilityKey, CopyOrder, Delete, Get,
@@ -35,9 +35,9 @@ from blizzard.wire.shard_messages import Head, QueueHead
 from blizzard.wire.task_messages import Bury, ItemStates, Lookup, TaskCounts, TaskStats
 
 # Re-exported from the codec and the other families (this module's own messages are public too).
-__all__ = ["ADDED", "MAX_BATCH", "MAX_FRAME_BYTES", "MAX_ID", "MAX_ITEM_BYTES", "VERSION", "WIRE",
-           "Id", "decode", "dumps", "encode", "iter_loads", "loads", "message", "op_name", "op_of",
-           "pack", "peek_request_id", "unpack"]  # codec.py
+__all__ = ["MAX_BATCH", "MAX_FRAME_BYTES", "MAX_ID", "MAX_ITEM_BYTES", "VERSION", "WIRE", "Id",
+           "as_dict", "decode", "dumps", "encode", "fields_of", "iter_loads", "loads", "message", "op_name",
+           "op_of", "pack", "peek_request_id", "refusal", "replace", "unpack"]  # codec.py
 __all__ += ["BadReplica", "Blobs", "CapabilityKey", "CopyOrder", "Delete", "Get", "GetGrant",
             "Heartbeat", "HeartbeatReply", "Inventory", "NodeRef", "Put", "PutGrant", "PutReport",
             "Regrant", "Regranted", "Replicated", "Stored"]  # node_messages.py
@@ -94,7 +94,7 @@ class Placement:
     deadline_s: float  # seconds the client has to enqueue before the ids are dropped
     grant: PutGrant
     # data nodes the master suspects now (silent past a few heartbeats, or dead): none of them is placed while others can be; a reader tries them last
-    suspects: list[str] = field(default_factory=list, metadata=ADDED)
+    suspects: list[str] = field(default_factory=list)
 
     @property
     def ids(self) -> list[int]:
@@ -217,7 +217,7 @@ class Leased:
     head_priority: int = 0  # ``QueueHead``'s fields (-1: not asked)
     head_at: float = 0.0
     head_seq: int = 0
-    suspects: list[str] = field(default_factory=list, metadata=ADDED)  # as ``Placement``'s
+    suspects: list[str] = field(default_factory=list)  # as ``Placement``'s
 
 
 @message(17)
@@ -384,7 +384,7 @@ class NodeStatus:
     bytes_used: int
     free_bytes: int
     # alive but suspect: silent a few heartbeats (docs/design.md, L1)
-    suspect: bool = field(default=False, metadata=ADDED)
+    suspect: bool = field(default=False)
 
 
 @message(24)

@@ -8,7 +8,6 @@ spread over the shards.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import Any, Iterable, Sequence
 
@@ -39,7 +38,7 @@ def _merge_queue_stats(parts: list[p.QueueStats]) -> p.QueueStats:
     first = parts[0]
     sums = {key: sum(getattr(part, key) for part in parts)
             for key in (*SUMMED, "enqueued_total", "acked_total")}
-    return dataclasses.replace(first, oldest_age_s=max(part.oldest_age_s for part in parts), **sums)
+    return p.replace(first, oldest_age_s=max(part.oldest_age_s for part in parts), **sums)
 
 
 def merge_status(statuses: Sequence[p.ClusterStatus]) -> p.ClusterStatus:
