@@ -118,7 +118,7 @@ def run(cluster: LocalCluster, producers: int, consumers: int, size: int,
     msgs0 = received(cluster)
     counts = {"p": 0, "c": 0}
     lats: dict[str, list[int]] = {"p": [], "c": []}
-    client_cpu, errors = 0.0, []
+    client_cpu, errors = {"p": 0.0, "c": 0.0}, []
     gets = hedges = client_wakes = client_msgs = 0
     try:
         for _ in procs:
@@ -129,7 +129,7 @@ def run(cluster: LocalCluster, producers: int, consumers: int, size: int,
             client_msgs += counts_[3]
             counts[role] += n
             lats[role] += role_lats
-            client_cpu += cpu
+            client_cpu[role] += cpu
             if err:
                 errors.append(err)
     finally:
@@ -142,7 +142,10 @@ def run(cluster: LocalCluster, producers: int, consumers: int, size: int,
     acked = counts["c"]
     cpu_us = {name: round(((proc_cpu_s(pid) or 0.0) - (cpu0[name] or 0.0)) * 1e6 / max(1, acked), 1)
               for name, pid in pids.items()}
-    cpu_us["clients"] = round(client_cpu * 1e6 / max(1, acked), 1)
+    cpu_us["producers"] = round(client_cpu["p"] * 1e6 / max(1, acked), 1)
+    cpu_us["consumers"] = round(client_cpu["c"] * 1e6 / max(1, acked), 1)
+    cpu_us["clients"] = round(cpu_us["producers"] + cpu_us["consumers"], 1)
+    cpu_us["total"] = round(sum(v for k, v in cpu_us.items() if k != "clients"), 1)
     per_item = max(1, acked)
     wakes = {name: round(((wakeups(pid) or 0) - (wakes0[name] or 0)) / per_item, 1)
              for name, pid in pids.items()}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import msgpack
 import pytest
 from support.sends import watch_sends
 from support.wait import wait_for
@@ -174,11 +175,15 @@ def test_malformed_frames_get_error_replies_and_the_server_keeps_serving(cluster
     addr = cluster.master_addr if target == "master" else cluster.nodes[0].addr
     raw = cluster.dealer(addr)
     try:
-        for body in [b"\xc1not msgpack", b"\x93\x01\xcd\x27\x0f\x05", b"\x91\x01"]:
+        unknown_op = bytes([0x93, p.VERSION, 5, 0x91, 0xCD, 0x27, 0x0F])  # [VERSION, 5, [9999]]
+        for body in [b"\xc1not msgpack", unknown_op, bytes([0x91, p.VERSION])]:
             raw.send(body)
             assert raw.poll(5000), "no reply to a malformed frame"
             rid, reply = p.decode(raw.recv())
             assert isinstance(reply, p.Error) and reply.code in (ProtocolError.code, UnknownOp.code)
+        raw.send(msgpack.packb([1, 22, 7]))  # a Status from a client of wire version 1
+        assert raw.poll(5000)
+        assert msgpack.unpackb(raw.recv())[:4] == [1, 1, 7, "version"]  # in the layout it reads
         raw.send_multipart([b"two", b"frames"])
         assert raw.poll(5000)
         assert isinstance(p.decode(raw.recv())[1], p.Error)

@@ -75,6 +75,11 @@ def body(*fields) -> bytes:
     return msgpack.packb(list(fields), use_bin_type=True)
 
 
+def frame(op: int, *fields, rid: int = 1) -> bytes:
+    """A frame of message ``op`` with ``fields`` as given, checked by nobody on the way."""
+    return body(p.VERSION, rid, [op, *fields])
+
+
 def nodes(cluster: LocalCluster) -> list[p.NodeStatus]:
     return sorted(cluster.status().nodes, key=lambda n: n.addr)
 
@@ -103,25 +108,29 @@ def error_code(reply) -> str:
 
 @pytest.mark.parametrize("position", [0, 1, 2, 3])
 def test_a_deeply_nested_field_gets_an_error_from_every_server(hostile, client, position):
-    fields = [msgpack.packb(v) for v in (p.VERSION, 22, 5, [])]
-    fields[position] = b"\x91" * 1010 + b"\x01"
-    frame = b"\x94" + b"".join(fields)
+    nested = b"\x91" * 1010 + b"\x01"
+    parts = [msgpack.packb(p.VERSION), msgpack.packb(5), b"\x92\x14" + msgpack.packb("q")]  # Stats
+    if position == 3:  # the message's one field
+        parts[2] = b"\x92\x14" + nested
+    else:
+        parts[position] = nested
+    hostile_frame = b"\x93" + b"".join(parts)
     for addr in [hostile.master_addr, *(n.addr for n in hostile.nodes)]:
-        rid, reply = send(addr, frame)
+        rid, reply = send(addr, hostile_frame)
         assert error_code(reply) in ("protocol", "version", "unknown_op")
         assert rid in (0, 5)
     assert_healthy(hostile, client)
 
 
-@pytest.mark.parametrize("frame", [
-    body(p.VERSION, 42, 1, [-1], None),  # Get([-1])
-    body(p.VERSION, 44, 1, [-1], None),  # Delete([-1])
-    body(p.VERSION, 42, 1, [2**64 - 1] * 9, None),  # Get past the key format
-    body(p.VERSION, 40, 1, [-1], [b"x"], [0x8CDC1683], [], 1, "", False, None, []),  # Put([-1])
+@pytest.mark.parametrize("bad", [
+    frame(42, [-1], None),  # Get([-1])
+    frame(44, [-1], None),  # Delete([-1])
+    frame(42, [2**64 - 1] * 9, None),  # Get past the key format
+    frame(40, [-1], [b"x"], [0x8CDC1683], [], 1, "", False, None, []),  # Put([-1])
 ], ids=["get-negative", "delete-negative", "get-2**64-1", "put-negative"])
-def test_out_of_range_ids_are_refused_by_data_nodes(hostile, client, frame):
+def test_out_of_range_ids_are_refused_by_data_nodes(hostile, client, bad):
     for node in hostile.nodes:
-        _, reply = send(node.addr, frame)
+        _, reply = send(node.addr, bad)
         assert error_code(reply) == "protocol"
         assert "item id" in reply.message
     assert_healthy(hostile, client)
@@ -143,7 +152,7 @@ def test_a_put_forwarding_to_a_bad_address_kills_nothing(hostile, client, addr):
 
 def test_an_inventory_with_negative_ids_is_refused_and_no_delete_order_follows(hostile, client):
     node = nodes(hostile)[0]
-    reply = send(hostile.master_addr, body(p.VERSION, 33, 1, node.node_id, [-7], True),
+    reply = send(hostile.master_addr, frame(33, node.node_id, [-7], True),
                  name="datanode")[1]
     assert error_code(reply) == "protocol"
     probe_at = time.monotonic()
@@ -167,7 +176,7 @@ def test_a_heartbeat_cannot_move_a_live_node(hostile, client, addr):
 
 def test_a_negative_request_id_is_not_echoed(hostile, client):
     for addr in [hostile.master_addr, hostile.nodes[0].addr]:
-        rid, reply = send(addr, body(p.VERSION, 22, -5))
+        rid, reply = send(addr, body(p.VERSION, -5, [22]))
         assert rid == 0 and error_code(reply) == "protocol"
     assert_healthy(hostile, client)
 
@@ -244,12 +253,12 @@ MiB = 1024 * 1024
 
 
 def test_a_frame_of_empty_arrays_is_refused_cheaply(hostile, client):
-    frame = b"\x94" + msgpack.packb(p.VERSION) + b"\x16\x01" + b"\xdd" + \
-        (4 * MiB).to_bytes(4, "big") + b"\x90" * (4 * MiB)
+    flood = b"\x93" + msgpack.packb(p.VERSION) + b"\x01\x92\x16" + b"\xdd" + \
+        (4 * MiB).to_bytes(4, "big") + b"\x90" * (4 * MiB)  # a Status with 4 Mi arrays more
     for proc, addr in [(hostile.master, hostile.master_addr), (hostile.nodes[0], hostile.nodes[0].addr)]:
         before = rss_bytes(proc.popen.pid)
         started = time.monotonic()
-        _, reply = send(addr, frame)
+        _, reply = send(addr, flood)
         assert error_code(reply) == "protocol"
         assert time.monotonic() - started < 1.0
         assert rss_bytes(proc.popen.pid) - before < 32 * MiB

@@ -26,7 +26,7 @@ import logging
 import time
 import zlib
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, Sequence
 
 import zmq
@@ -239,7 +239,7 @@ class _HedgedRead:
         self.pool = pool
         avoid = set(pool.suspected())
         if avoid:  # replicas not avoided first (the list is the master's: healthy nodes first)
-            items = [p.replace(i, nodes=sorted(i.nodes, key=lambda n: n.node_id in avoid))
+            items = [replace(i, nodes=sorted(i.nodes, key=lambda n: n.node_id in avoid))
                      for i in items]
         self.items = items
         self.got: dict[int, bytes] = {}

@@ -255,12 +255,20 @@ def _readable(exc: Exception, cls: type | None) -> str:
         return text
     names = _FIELD_NAMES[cls]
 
+    ids = id_fields(cls)
+    named: list[str] = []
+
     def name(match: re.Match[str]) -> str:
         k = int(match.group(1)) - 1
-        rest = match.group(2) or ""
-        return f"field {names[k]}{rest}" if 0 <= k < len(names) else match.group(0)
+        if not 0 <= k < len(names):
+            return match.group(0)
+        named.append(names[k])
+        return f"field {names[k]}{match.group(2) or ''}"
 
-    return re.sub(r"`\$\[2\]\[(\d+)\]((?:\[\d+\])*)`", name, text)
+    text = re.sub(r"`\$\[2\]\[(\d+)\]((?:\[\d+\])*)`", name, text)
+    if named and named[0] in ids:
+        text += f" (an item id is 0..{MAX_ID})"
+    return text
 
 
 def _undecodable(body: bytes, exc: Exception) -> tuple[int, Any]:
