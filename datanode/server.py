@@ -32,6 +32,7 @@ from blizzard.net.transport import Endpoint
 from blizzard.server.fd_limits import is_fd_pressure
 from blizzard.server.registry import ROLES, Route, Routes
 from blizzard.server.router import RouterServer, error_reply
+from blizzard.server.sync_hold import SyncHold
 from blizzard.server.wake_pipe import WakePipe
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import (BlizzardError, InvalidArgument, PayloadTooLarge, StorageError,
@@ -101,6 +102,7 @@ class DatanodeServer:
         self.peers: dict[str, Endpoint] = {}
         self._polled: tuple[zmq.Poller, dict[zmq.Socket, Endpoint]] = (zmq.Poller(), {})
         self.jobs: dict[int, PutJob] = {}  # forward request id -> job
+        self.hold = SyncHold()  # group commit across producers (``blizzard/server/sync_hold.py``)
         self.next_heartbeat = 0.0
         self.heartbeat_rid: int | None = None
         self._stopping = False
@@ -203,8 +205,30 @@ class DatanodeServer:
     # -- requests ----------------------------------------------------------------------------
 
     def _handle(self, requests: list[tuple[bytes, int, Any]]) -> None:
-        """Each request to its handler, which replies (a put: after the pass's write)."""
+        """Each request to its handler, which replies (a put: after the pass's write). While
+        many producers are busy, what comes within the hold window joins the pass's write
+        (``SyncHold``): one sync and one report to the master for all of it."""
         batch = Pass(time.perf_counter())
+        self._dispatch(requests, batch)
+        producers = {peer for peer, _, _ in batch.puts}
+        if producers:
+            now = time.monotonic()
+            self.hold.saw(producers, now)
+            if self.hold.should_hold(producers, now):
+                deadline = now + self.hold.window_s
+                while (left := deadline - time.monotonic()) > 0:
+                    more = self.router.receive(max(1, int(left * 1000)))
+                    if not more:
+                        break
+                    seen = len(batch.puts)
+                    self._dispatch(more, batch)
+                    self.hold.saw({peer for peer, _, _ in batch.puts[seen:]}, time.monotonic())
+        if batch.puts:  # reports the pass's puts, refused ones too
+            self._write(batch.puts, batch.refused, batch.started, batch.again)
+        else:
+            self._send_report(batch.again, batch.refused)
+
+    def _dispatch(self, requests: list[tuple[bytes, int, Any]], batch: Pass) -> None:
         for peer, rid, msg in requests:
             handler = self.handlers.get(type(msg))
             try:
@@ -217,10 +241,6 @@ class DatanodeServer:
                 log.exception("internal error handling %s", p.op_name(msg))
                 self.router.reply(peer, rid, p.Error("internal", f"internal error: "
                                                      f"{type(exc).__name__}: {str(exc)[:200]}"))
-        if batch.puts:  # reports the pass's puts, refused ones too
-            self._write(batch.puts, batch.refused, batch.started, batch.again)
-        else:
-            self._send_report(batch.again, batch.refused)
 
     def put(self, msg: p.Put, peer: bytes, rid: int, batch: Pass) -> None:
         """Checked now, written with the pass's other puts; a put with ``report`` that fails

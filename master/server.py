@@ -30,6 +30,7 @@ from blizzard.net.file_modes import private_dir
 from blizzard.server import ready_file
 from blizzard.server.registry import ADMIN, CLIENT, NODE, ROLES, STANDBY, Route, Routes
 from blizzard.server.router import RouterServer, error_reply
+from blizzard.server.sync_hold import SyncHold
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import BlizzardError, Forbidden, InvalidArgument
 from master import records
@@ -190,6 +191,7 @@ class MasterServer:
         self._replies: list[tuple[bytes, int, Any]] = []
         self._stopping = False
         self.wakes = Wakes(self)  # when the loop must pass again; ``stop`` wakes it
+        self.hold = SyncHold()  # group commit across callers (``blizzard/server/sync_hold.py``)
         # collected always (about a µs a request), served only with a metrics port
         self.metrics = MasterMetrics(self)
         self.checkpoints = Checkpointer(wal, config.checkpoint_records, replayed,
@@ -367,6 +369,25 @@ class MasterServer:
         if self.departures is not None:  # after the batch came, before it is handled: see there
             self.leases.drop_departed(self.departures.read())
         now, mono = time.time(), time.monotonic()
+        self._handle_all(requests, now, mono)
+        if requests:
+            callers = self._callers(requests)
+            self.hold.saw(callers, mono)
+            if self.wal.dirty and self.hold.should_hold(callers, mono):
+                now, mono = self._hold(now, mono)
+        try:
+            self.tick(now, mono)
+        except Exception:  # a bug in a timer must not stop the server; it is retried next pass
+            log.exception("internal error in the master's timers")
+        self.wal.flush()  # group commit: one fsync for the whole pass, before any reply
+        replies, self._replies = self._replies, []
+        # heads first: a producer told its item is in should find subscribers told too
+        self.heads.publish(bool(requests or replies), mono)
+        self.replication.release(replies)  # at once, or when a sync standby holds the pass
+        self.replication.serve_parked(mono)
+        self._maybe_checkpoint()
+
+    def _handle_all(self, requests: list[tuple[bytes, int, Any]], now: float, mono: float) -> None:
         timed = self.metrics.request
         for peer, rid, msg in requests:
             logged = self.wal.records_appended
@@ -379,17 +400,27 @@ class MasterServer:
                 self.router.reply(peer, rid, reply)
             else:
                 self._replies.append((peer, rid, reply))
-        try:
-            self.tick(now, mono)
-        except Exception:  # a bug in a timer must not stop the server; it is retried next pass
-            log.exception("internal error in the master's timers")
-        self.wal.flush()  # group commit: one fsync for the whole pass, before any reply
-        replies, self._replies = self._replies, []
-        # heads first: a producer told its item is in should find subscribers told too
-        self.heads.publish(bool(requests or replies), mono)
-        self.replication.release(replies)  # at once, or when a sync standby holds the pass
-        self.replication.serve_parked(mono)
-        self._maybe_checkpoint()
+
+    @staticmethod
+    def _callers(requests: list[tuple[bytes, int, Any]]) -> set[bytes]:
+        """The clients among the peers of ``requests`` (a data node's reports follow the
+        clients' puts: the clients' number is what says whether more is on its way)."""
+        return {peer for peer, _, msg in requests if type(msg) not in NODE_OPS}
+
+    def _hold(self, now: float, mono: float) -> tuple[float, float]:
+        """Take what comes within the hold window into this pass, before its fsync, while many
+        callers are busy (``SyncHold``); the pass's (wall, monotonic) time after it."""
+        deadline = mono + self.hold.window_s
+        while (left := deadline - time.monotonic()) > 0:
+            more = self.router.receive(max(1, int(left * 1000)))
+            if not more:
+                break
+            now, mono = time.time(), time.monotonic()
+            if self.departures is not None:
+                self.leases.drop_departed(self.departures.read())
+            self.hold.saw(self._callers(more), mono)
+            self._handle_all(more, now, mono)
+        return now, mono
 
     def _answer_now(self, msg: Any, reply: Any, logged: int) -> bool:
         """Whether a reply may go out before the pass's fsync (and the sync standby's).

@@ -147,7 +147,7 @@ def test_a_version_1_request_is_refused_naming_both_versions_and_the_upgrade_ord
     with pytest.raises(VersionMismatch) as caught:
         p.decode(old)
     assert caught.value.peer_version == 1
-    assert "version 1" in caught.value.message and f"this process {p.VERSION}" in caught.value.message
+    assert f"wire version 1 met one of wire version {p.VERSION}" in caught.value.message
     assert "upgrade" in caught.value.message and "client" in caught.value.message
     assert p.peek_request_id(old) == 17
     # the refusal is in the layout a version 1 peer reads: its Error (op 1), its request id

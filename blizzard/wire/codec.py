@@ -245,7 +245,7 @@ def unpack(body: bytes) -> Any:
 
 
 def _mismatch(version: int) -> str:
-    return f"the peer speaks wire version {version} and this process {VERSION}: {UPGRADE_ORDER}"
+    return f"a process of wire version {version} met one of wire version {VERSION}: {UPGRADE_ORDER}"
 
 
 def _readable(exc: Exception, cls: type | None) -> str:
