@@ -1,0 +1,138 @@
+"""Group commit across callers: a busy server holds a pass's sync for what is on its way."""
+
+from __future__ import annotations
+
+import time
+import zlib
+
+from blizzard.local.harness import free_port
+from blizzard.server.sync_hold import MAX_PEERS, SyncHold
+from blizzard.wire import protocol as p
+from datanode.config import DatanodeConfig
+from datanode.server import DatanodeServer
+from datanode.store import MemoryStore
+from support.in_process_master import call, enqueue_msg, in_process_master, place, report
+
+
+
+def test_a_pass_holds_only_while_enough_other_callers_were_busy_lately():
+    hold = SyncHold(window_s=0.001, min_others=2, recent_s=0.02)
+    hold.saw([b"a"], 10.0)
+    assert not hold.should_hold({b"a"}, 10.0)  # nobody else
+    hold.saw([b"b"], 10.001)
+    assert not hold.should_hold({b"a"}, 10.002)  # one other
+    hold.saw([b"c"], 10.002)
+    assert hold.should_hold({b"a"}, 10.003)  # b and c
+    assert not hold.should_hold({b"a", b"b"}, 10.003)  # the pass's own callers do not count
+    assert not hold.should_hold({b"a"}, 10.0215)  # b and c have gone quiet
+    assert hold.holds == 1
+    assert SyncHold(window_s=0).should_hold(set(), 0.0) is False  # off
+
+
+def test_the_callers_remembered_are_bounded():
+    hold = SyncHold()
+    hold.saw([str(k).encode() for k in range(MAX_PEERS + 100)], 1.0)
+    assert len(hold.last) == MAX_PEERS and b"0" not in hold.last
+
+
+class ScriptedRouter:
+    """The master's socket, with batches of requests arriving one ``receive`` after another."""
+
+    def __init__(self, batches: list[list]) -> None:
+        self.batches = batches
+        self.sent: list = []
+        self.roles = None
+        self.waits: list[int] = []
+
+    def role_of(self, peer: bytes) -> None:
+        return None
+
+    def receive(self, timeout_ms: int) -> list:
+        self.waits.append(timeout_ms)
+        return self.batches.pop(0) if self.batches else []
+
+    def reply(self, peer: bytes, rid: int, msg: object) -> None:
+        self.sent.append((peer, rid, msg))
+
+
+def _master_with_two_ready_items():
+    master = in_process_master(replication=1)
+    placement = place(master, 2)
+    report(master, placement.ids)
+    assert isinstance(call(master, enqueue_msg(placement.ids, request="e1")), p.Committed)
+    return master
+
+
+def _lease(request: str) -> p.Lease:
+    return p.Lease("q", 1, 30.0, 0.0, request, [], [])
+
+
+def _flushes(master) -> list[int]:
+    """How many records each WAL flush made durable, from now on."""
+    flushes, flush = [], master.wal.flush
+
+    def counting() -> None:
+        before = master.wal.records_written
+        flush()
+        if master.wal.records_written > before:
+            flushes.append(master.wal.records_written - before)
+
+    master.wal.flush = counting
+    return flushes
+
+
+def test_a_busy_master_takes_the_next_callers_request_into_the_same_fsync():
+    master = _master_with_two_ready_items()
+    master.router = router = ScriptedRouter([[(b"c1", 1, _lease("l1"))], [(b"c2", 2, _lease("l2"))]])
+    master.hold.saw([b"c2", b"c3"], time.monotonic())  # two other clients busy just now
+    flushes = _flushes(master)
+    master.run_once(timeout_ms=50)
+    assert [type(msg) for _, _, msg in router.sent] == [p.Leased, p.Leased]
+    assert flushes == [2]  # both leases' records, one fsync
+    assert router.waits[1] <= 1  # held for at most the window
+
+
+def test_a_master_with_few_callers_does_not_hold():
+    master = _master_with_two_ready_items()
+    master.router = router = ScriptedRouter([[(b"c1", 1, _lease("l1"))], [(b"c2", 2, _lease("l2"))]])
+    flushes = _flushes(master)
+    master.run_once(timeout_ms=50)
+    assert [(peer, type(msg)) for peer, _, msg in router.sent] == [(b"c1", p.Leased)]
+    assert flushes == [1] and len(router.batches) == 1  # the second is the next pass's
+
+
+class CountingStore(MemoryStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[list[int]] = []
+
+    def put_many(self, ids, blobs, crcs, metas=None) -> None:
+        self.writes.append(list(ids))
+        super().put_many(ids, blobs, crcs, metas)
+
+
+def _put(item_id: int) -> p.Put:
+    blob = f"blob-{item_id}".encode()
+    return p.Put([item_id], [blob], [zlib.crc32(blob)], [], 1, "", False, None)
+
+
+def test_a_busy_data_node_writes_the_puts_on_their_way_in_one_synced_batch(tmp_path, monkeypatch):
+    store = CountingStore()
+    server = DatanodeServer(DatanodeConfig(data_dir=str(tmp_path),
+                                           bind=f"tcp://127.0.0.1:{free_port()}"), store=store)
+    replies = []
+    monkeypatch.setattr(server.router, "reply", lambda peer, rid, msg: replies.append((peer, msg)))
+    arriving = [[(b"p2", 2, _put(2))]]
+    monkeypatch.setattr(server.router, "receive",
+                        lambda timeout_ms: arriving.pop(0) if arriving else [])
+    try:
+        server.hold.saw([b"p2", b"p3"], time.monotonic())  # other producers busy just now
+        server._handle([(b"p1", 1, _put(1))])
+        assert store.writes == [[1, 2]]
+        assert replies == [(b"p1", p.Stored([server.node_id])), (b"p2", p.Stored([server.node_id]))]
+        server.hold.last.clear()  # quiet: the next pass writes at once
+        arriving.append([(b"p2", 4, _put(4))])
+        server._handle([(b"p1", 3, _put(3))])
+        assert store.writes[-1] == [3] and arriving  # not taken in
+    finally:
+        server.close()
