@@ -25,6 +25,9 @@ _DEFAULT = config_defaults(DatanodeConfig)
               type=Seconds(0.01), help="Seconds between heartbeats to the master.")
 @click.option("--max-item-bytes", default=_DEFAULT["max_item_bytes"], show_default=True,
               type=click.IntRange(1, MAX_ITEM_BYTES), help="Largest blob accepted.")
+@click.option("--sync-hold-ms", default=_DEFAULT["sync_hold_ms"], show_default=True,
+              type=click.FloatRange(0, 100),
+              help="While other producers were busy in the last 20 ms, hold a pass's synced write open this long for the requests on their way, so one synced write serves them too (group commit across callers); 0: never hold. Adds at most this much latency, and only under load.")
 @click.option("--join-cluster", default="", metavar="ID",
               help="Attach a node that holds blobs but no cluster id (from before cluster ids) "
                    "to cluster ID; its master refuses it otherwise. Blobs no item of that "
@@ -36,7 +39,8 @@ _DEFAULT = config_defaults(DatanodeConfig)
               help="This node's own key in --keys (`blizzard keys add-node DIR NAME`); "
                    "default: the only data node key there.")
 def datanode_command(data_dir: str, bind: str, advertise: str | None, master: str,
-                     heartbeat_s: float, max_item_bytes: int, join_cluster: str,
+                     heartbeat_s: float, max_item_bytes: int, sync_hold_ms: float,
+                     join_cluster: str,
                      copy_confirm_s: float, node_key: str | None,
                      keys: str | None, insecure: bool,
                      metrics_port: int | None, metrics_addr: str,
@@ -58,7 +62,7 @@ def datanode_command(data_dir: str, bind: str, advertise: str | None, master: st
                             keys=security(keys, insecure), metrics_port=metrics_port,
                             metrics_addr=metrics_addr, metrics_allow_hosts=metrics_allow_hosts,
                             join_cluster=join_cluster, copy_confirm_s=copy_confirm_s,
-                            node_key=node_key)
+                            node_key=node_key, sync_hold_ms=sync_hold_ms)
     server = start(lambda: DatanodeServer(config), "data node", bind)
     fields.node_id = server.node_id
     serve(server, "data node")

@@ -32,10 +32,13 @@ class DatanodeConfig:
     # a copy a peer sent is reported to the master this long after (it deletes what it did
     # not order): longer than a copy's source takes to report it
     copy_confirm_s: float = 30.0
+    sync_hold_ms: float = 1.0  # group commit across producers (``blizzard/server/sync_hold.py``)
 
     def validate(self) -> "DatanodeConfig":
         if self.heartbeat_s <= 0:
             raise InvalidArgument("heartbeat-s must be positive")
+        if not 0 <= self.sync_hold_ms <= 100:
+            raise ValueError("sync_hold_ms must be in [0, 100]")
         if self.copy_confirm_s <= 0:
             raise InvalidArgument("copy-confirm-s must be positive")
         if not 0 < self.max_item_bytes <= p.MAX_ITEM_BYTES:

@@ -102,7 +102,7 @@ class DatanodeServer:
         self.peers: dict[str, Endpoint] = {}
         self._polled: tuple[zmq.Poller, dict[zmq.Socket, Endpoint]] = (zmq.Poller(), {})
         self.jobs: dict[int, PutJob] = {}  # forward request id -> job
-        self.hold = SyncHold()  # group commit across producers (``blizzard/server/sync_hold.py``)
+        self.hold = SyncHold(config.sync_hold_ms / 1000)  # group commit across producers (``blizzard/server/sync_hold.py``)
         self.next_heartbeat = 0.0
         self.heartbeat_rid: int | None = None
         self._stopping = False

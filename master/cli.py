@@ -51,6 +51,9 @@ class MasterCommand(click.Command):
               type=Seconds(0.1),
               help="Ids handed out and not enqueued, or items staged and not committed, "
                    "within this are dropped and their blobs deleted.")
+@click.option("--sync-hold-ms", default=_DEFAULT["sync_hold_ms"], show_default=True,
+              type=click.FloatRange(0, 100),
+              help="While other clients were busy in the last 20 ms, hold a pass's WAL fsync open this long for the requests on their way, so one WAL fsync serves them too (group commit across callers); 0: never hold. Adds at most this much latency, and only under load.")
 @click.option("--max-item-bytes", default=_DEFAULT["max_item_bytes"], show_default=True,
               type=click.IntRange(1, MAX_ITEM_BYTES), help="Largest payload accepted.")
 @click.option("--checkpoint-records", default=_DEFAULT["checkpoint_records"], show_default=True,
@@ -103,7 +106,7 @@ class MasterCommand(click.Command):
               "however many queues there are.")
 def master_command(data_dir: str, bind: str, replication: int, min_replicas: int | None,
                    heartbeat_s: float, dead_after_s: float, suspect_after_s: float | None,
-                   pending_timeout_s: float, max_item_bytes: int, checkpoint_records: int, keys: str | None,
+                   pending_timeout_s: float, sync_hold_ms: float, max_item_bytes: int, checkpoint_records: int, keys: str | None,
                    insecure: bool, metrics_port: int | None, metrics_addr: str,
                    metrics_allow_hosts: tuple[str, ...], metrics_queues: int,
                    log_level: str, log_format: str, standby_of: str | None,
@@ -126,7 +129,7 @@ def master_command(data_dir: str, bind: str, replication: int, min_replicas: int
     config = MasterConfig(data_dir=data_dir, bind=bind, replication=replication,
                           min_replicas=min_replicas, heartbeat_s=heartbeat_s,
                           dead_after_s=dead_after_s, suspect_after_s=suspect_after_s,
-                          pending_timeout_s=pending_timeout_s,
+                          pending_timeout_s=pending_timeout_s, sync_hold_ms=sync_hold_ms,
                           max_item_bytes=max_item_bytes, checkpoint_records=checkpoint_records,
                           keys=security(keys, insecure), metrics_port=metrics_port,
                           metrics_addr=metrics_addr, metrics_allow_hosts=metrics_allow_hosts,

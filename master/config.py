@@ -28,6 +28,7 @@ class MasterConfig:
     # ... and this long, suspect: placed only if need be, read from last (None: the shorter of
     # 2.5 heartbeats and half of dead_after_s)
     suspect_after_s: float | None = None
+    sync_hold_ms: float = 1.0  # group commit across callers (``blizzard/server/sync_hold.py``)
     pending_timeout_s: float = 30.0  # ids handed out, or items staged, past this are dropped
     max_item_bytes: int = 8 * MiB
     max_lease_s: float = 12 * 3600.0
@@ -76,6 +77,8 @@ class MasterConfig:
             raise InvalidArgument("need 0 < heartbeat-s < dead-after-s")
         if not self.heartbeat_s <= self.suspect_after_s <= self.dead_after_s:
             raise InvalidArgument("need heartbeat-s <= suspect-after-s <= dead-after-s")
+        if not 0 <= self.sync_hold_ms <= 100:
+            raise ValueError("sync_hold_ms must be in [0, 100]")
         if self.pending_timeout_s <= 0:
             raise InvalidArgument("pending-timeout-s must be positive")
         if self.capability_key_s <= self.heartbeat_s:  # nodes must hear of a key before it signs

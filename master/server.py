@@ -191,7 +191,7 @@ class MasterServer:
         self._replies: list[tuple[bytes, int, Any]] = []
         self._stopping = False
         self.wakes = Wakes(self)  # when the loop must pass again; ``stop`` wakes it
-        self.hold = SyncHold()  # group commit across callers (``blizzard/server/sync_hold.py``)
+        self.hold = SyncHold(config.sync_hold_ms / 1000)  # group commit across callers (``blizzard/server/sync_hold.py``)
         # collected always (about a µs a request), served only with a metrics port
         self.metrics = MasterMetrics(self)
         self.checkpoints = Checkpointer(wal, config.checkpoint_records, replayed,

@@ -14,7 +14,6 @@ from datanode.store import MemoryStore
 from support.in_process_master import call, enqueue_msg, in_process_master, place, report
 
 
-
 def test_a_pass_holds_only_while_enough_other_callers_were_busy_lately():
     hold = SyncHold(window_s=0.001, min_others=2, recent_s=0.02)
     hold.saw([b"a"], 10.0)
