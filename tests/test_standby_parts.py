@@ -168,3 +168,17 @@ def test_a_client_leaves_a_master_of_an_older_epoch_at_once():
         link.close()
         new.close()
         old.close()
+
+
+def test_a_links_call_ids_are_one_random_prefix_and_a_counter():
+    ctx = zmq.Context()
+    try:
+        link, other = (MasterLink(ctx, "tcp://127.0.0.1:1", timeout_s=1) for _ in range(2))
+        ids = [link.call_id() for _ in range(3)]
+        prefix = ids[0].rsplit("-", 1)[0]
+        assert ids == [f"{prefix}-{n}" for n in range(3)]  # no random draw per call
+        assert not other.call_id().startswith(prefix)  # unique to the link
+        link.close()
+        other.close()
+    finally:
+        ctx.term()

@@ -62,7 +62,8 @@ class MasterLink:
         self._found = len(self.choice.addrs) == 1  # which master is primary: asked at first use
         self._node_key = keys.datanode if keys else None
         self.timeout_s = timeout_s
-        self._call_ids = (f"{uuid.uuid4().hex[:16]}-{n}" for n in itertools.count())
+        prefix = uuid.uuid4().hex[:16]  # once: unique to this link; a counter after it
+        self._call_ids = (f"{prefix}-{n}" for n in itertools.count())
 
     @property
     def addr(self) -> str:
