@@ -102,7 +102,7 @@ class DatanodeServer:
         self.peers: dict[str, Endpoint] = {}
         self._polled: tuple[zmq.Poller, dict[zmq.Socket, Endpoint]] = (zmq.Poller(), {})
         self.jobs: dict[int, PutJob] = {}  # forward request id -> job
-        self.hold = SyncHold(config.sync_hold_ms / 1000)  # group commit across producers (``blizzard/server/sync_hold.py``)
+        self.hold = SyncHold(config.sync_hold_ms / 1000)  # group commit across producers
         self.next_heartbeat = 0.0
         self.heartbeat_rid: int | None = None
         self._stopping = False
@@ -174,7 +174,7 @@ class DatanodeServer:
         ready = dict(poller.poll(self.wait_ms(timeout_ms)))
         for sock, ep in dealers.items():
             if sock in ready and ep.sock is sock:  # not a peer evicted earlier in this pass
-                ep.read_ready()
+                self._guarded(ep.read_ready)
                 self._guarded(self._collect, ep)
         if self.router.sock in ready:
             self._handle(self.router.receive(0))

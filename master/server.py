@@ -191,7 +191,7 @@ class MasterServer:
         self._replies: list[tuple[bytes, int, Any]] = []
         self._stopping = False
         self.wakes = Wakes(self)  # when the loop must pass again; ``stop`` wakes it
-        self.hold = SyncHold(config.sync_hold_ms / 1000)  # group commit across callers (``blizzard/server/sync_hold.py``)
+        self.hold = SyncHold(config.sync_hold_ms / 1000)  # group commit across callers
         # collected always (about a µs a request), served only with a metrics port
         self.metrics = MasterMetrics(self)
         self.checkpoints = Checkpointer(wal, config.checkpoint_records, replayed,
@@ -369,9 +369,8 @@ class MasterServer:
         if self.departures is not None:  # after the batch came, before it is handled: see there
             self.leases.drop_departed(self.departures.read())
         now, mono = time.time(), time.monotonic()
-        self._handle_all(requests, now, mono)
-        if requests:
-            callers = self._callers(requests)
+        callers = self._handle_all(requests, now, mono)
+        if callers:
             self.hold.saw(callers, mono)
             if self.wal.dirty and self.hold.should_hold(callers, mono):
                 now, mono = self._hold(now, mono)
@@ -387,25 +386,28 @@ class MasterServer:
         self.replication.serve_parked(mono)
         self._maybe_checkpoint()
 
-    def _handle_all(self, requests: list[tuple[bytes, int, Any]], now: float, mono: float) -> None:
+    def _handle_all(self, requests: list[tuple[bytes, int, Any]], now: float,
+                    mono: float) -> set[bytes]:
+        """Handle ``requests``; the clients among them that wait on this pass's fsync (their
+        request logged something, or is an enqueue: what ``SyncHold`` counts)."""
         timed = self.metrics.request
+        callers: set[bytes] = set()
         for peer, rid, msg in requests:
             logged = self.wal.records_appended
             started = perf_counter()
             reply = self.handle(peer, rid, msg, now, mono)
-            timed(type(msg), perf_counter() - started)
+            kind = type(msg)
+            timed(kind, perf_counter() - started)
+            if (self.wal.records_appended > logged or kind is p.Enqueue) and \
+                    kind not in NODE_OPS:
+                callers.add(peer)
             if reply is None:
                 continue
             if self._answer_now(msg, reply, logged):
                 self.router.reply(peer, rid, reply)
             else:
                 self._replies.append((peer, rid, reply))
-
-    @staticmethod
-    def _callers(requests: list[tuple[bytes, int, Any]]) -> set[bytes]:
-        """The clients among the peers of ``requests`` (a data node's reports follow the
-        clients' puts: the clients' number is what says whether more is on its way)."""
-        return {peer for peer, _, msg in requests if type(msg) not in NODE_OPS}
+        return callers
 
     def _hold(self, now: float, mono: float) -> tuple[float, float]:
         """Take what comes within the hold window into this pass, before its fsync, while many
@@ -418,8 +420,7 @@ class MasterServer:
             now, mono = time.time(), time.monotonic()
             if self.departures is not None:
                 self.leases.drop_departed(self.departures.read())
-            self.hold.saw(self._callers(more), mono)
-            self._handle_all(more, now, mono)
+            self.hold.saw(self._handle_all(more, now, mono), mono)
         return now, mono
 
     def _answer_now(self, msg: Any, reply: Any, logged: int) -> bool:

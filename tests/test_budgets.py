@@ -26,7 +26,7 @@ from support.in_process_master import (alloc, call, enqueue_msg, in_process_mast
 
 
 def test_the_decoder_refuses_shapes_no_message_has():
-    head = bytes([0x93, p.VERSION, 1, 0x92, 22])  # [VERSION, 1, [Status, <one more field>]]
+    head = bytes([0x93, p.VERSION, 1, 0x92, 12])  # [VERSION, 1, [Commit, ids...]]
     many_empty = head + b"\xdd" + (200_000).to_bytes(4, "big") + b"\x90" * 200_000
     wide = bytes([0x93, p.VERSION, 1, 0x94, 12]) + b"\xdc\xff\xff" + b"\x90" * 0xFFFF  # Commit
     ext = bytes([0x93, p.VERSION, 1, 0x92, 20]) + b"\xc7\x01\x05x"  # a Stats of an ext value

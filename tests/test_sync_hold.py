@@ -135,3 +135,14 @@ def test_a_busy_data_node_writes_the_puts_on_their_way_in_one_synced_batch(tmp_p
         assert store.writes[-1] == [3] and arriving  # not taken in
     finally:
         server.close()
+
+
+def test_callers_that_only_ping_or_wait_do_not_make_a_master_hold():
+    master = _master_with_two_ready_items()
+    master.router = router = ScriptedRouter([
+        [(b"c2", 1, p.Ping()), (b"c3", 2, p.Ping()), (b"c4", 3, p.Hello())],
+        [(b"c1", 4, _lease("l1"))], [(b"c5", 5, _lease("l2"))]])
+    flushes = _flushes(master)
+    master.run_once(timeout_ms=50)  # the pings: nothing to sync
+    master.run_once(timeout_ms=50)  # a lease: three callers seen, none of them waits on a sync
+    assert flushes == [1] and len(router.batches) == 1 and master.hold.holds == 0

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import random
 import time
-import uuid
 from typing import Any, Sequence
 
 import zmq
@@ -62,8 +62,9 @@ class MasterLink:
         self._found = len(self.choice.addrs) == 1  # which master is primary: asked at first use
         self._node_key = keys.datanode if keys else None
         self.timeout_s = timeout_s
-        prefix = uuid.uuid4().hex[:16]  # once: unique to this link; a counter after it
-        self._call_ids = (f"{prefix}-{n}" for n in itertools.count())
+        # 64 random bits per call (the master remembers a lease's call id: none may guess the
+        # next), drawn without building a uuid; a counter after them, for logs
+        self._call_ids = (f"{os.urandom(8).hex()}-{n}" for n in itertools.count())
 
     @property
     def addr(self) -> str:

@@ -14,13 +14,15 @@ import zmq
 
 from blizzard.net.addrs import check_addr
 from blizzard.net.keys import ClientKeys
+from blizzard.net.log_limit import Throttled
 from blizzard.net.probes import Probes
 from blizzard.net.secure import HandshakeWatch, connect_curve
 from blizzard.wire import protocol
 from blizzard.wire.errors import (AuthenticationFailed, ClientClosed, InvalidArgument,
-                                  ProtocolError, from_code)
+                                  VersionMismatch, from_code)
 
 log = logging.getLogger(__name__)
+undecodable = Throttled(log)  # a peer's garbage makes a line per 10 s, not one per frame
 
 _request_ids = itertools.count(1)
 # Frames this process sent and received, on every Endpoint and server socket (a server's ROUTER
@@ -72,6 +74,9 @@ class Endpoint:
         self._forgotten: dict[int, None] = {}  # requests whose replies are dropped on arrival
         self.closed = False  # by ``close``: no socket is opened again
         self.answered = False  # a reply came at some time (a ``reset`` keeps this)
+        # a server of another wire version refused a request it could not address (request
+        # id 0): the answer to every request in flight, until the next ``reset``
+        self.version_refused: Any | None = None
 
     def open_socket(self) -> zmq.Socket[bytes]:
         """The DEALER socket, opened and connected if it is not: what a caller polls in a poller
@@ -134,11 +139,12 @@ class Endpoint:
         return rid
 
     def take(self, rid: int) -> Any | None:
-        return self._early.pop(rid, None)
+        reply = self._early.pop(rid, None)
+        return reply if reply is not None else self.version_refused
 
     def has(self, rid: int) -> bool:
         """The reply to ``rid`` has arrived and not been taken."""
-        return rid in self._early
+        return rid in self._early or self.version_refused is not None
 
     def received(self) -> list[int]:
         """Request ids whose replies have arrived and not been taken."""
@@ -184,13 +190,16 @@ class Endpoint:
         FRAMES["received"] += 1
         try:
             rid, reply = protocol.decode(body)
-        except ProtocolError as exc:
-            log.warning("undecodable reply from %s: %s", self.addr, exc)
+        except Exception as exc:  # ProtocolError; anything else is a codec bug: never the caller's
+            undecodable("reply", "undecodable reply from %s: %s: %s", self.addr,
+                        type(exc).__name__, str(exc)[:300])
             return
         self.answered = True
-        if not rid and isinstance(reply, protocol.Error):  # a refusal it could not address:
-            log.warning("%s refused a request: %s", self.addr, reply.message)  # a wire version
-            return  # of its own, say (request ids start at 1)
+        if not rid and isinstance(reply, protocol.Error):  # a refusal it could not address
+            if reply.code == VersionMismatch.code:  # (request ids start at 1): a server of
+                self.version_refused = reply  # another wire version; fails every call now
+            log.warning("%s refused a request: %s", self.addr, reply.message)
+            return
         if self._forgotten and self._forgotten.pop(rid, 0) is None:
             return  # a reply nobody waits for any more (``forget``)
         if len(self._early) >= MAX_UNCLAIMED:  # replies nobody waits for must not pile up
@@ -204,6 +213,7 @@ class Endpoint:
             self._closer = self.sock = self.watch = self.poller = None
         self._early.clear()
         self._forgotten.clear()
+        self.version_refused = None
 
     def close(self) -> None:
         """Drop the socket for good: a later request raises ``ClientClosed`` rather than

@@ -12,6 +12,7 @@ from typing import Any, cast
 import zmq
 
 from blizzard.net.keys import ServerKeys
+from blizzard.net.log_limit import Throttled
 from blizzard.net.secure import guard, serve_curve
 from blizzard.net.transport import FRAMES, harden
 from blizzard.server.conn_guard import ConnectionGuard, GuardDepartures, Limits
@@ -21,6 +22,7 @@ from blizzard.wire.errors import (AuthenticationFailed, BlizzardError, ProtocolE
                                   VersionMismatch)
 
 log = logging.getLogger(__name__)
+decode_bugs = Throttled(log, level=logging.ERROR)  # anyone can send the frame: a line per 10 s
 
 REVOKED = "revoked:"  # the User-Id noted for a connection whose key is no longer admitted
 # A server cuts sooner: a connection still greeting holds one of its descriptors (and, while
@@ -120,7 +122,8 @@ class RouterServer:
                 self.reply(peer, protocol.peek_request_id(body) or 0, error_reply(exc))
                 continue
             except Exception as exc:  # a decoder bug must cost one request, never the server
-                log.exception("internal error decoding a request")
+                decode_bugs("decode", "internal error decoding a request: %s: %s",
+                            type(exc).__name__, str(exc)[:300])
                 self.reply(peer, protocol.peek_request_id(body) or 0,
                            protocol.Error("internal", f"internal error decoding: {type(exc).__name__}"))
                 continue

@@ -15,10 +15,12 @@ that peer reads (``refusal``).
 Every message class is a frozen msgspec ``Struct`` (``@message(op)``): one typed decoder per
 process checks every field against its declared type while it decodes, in C, so a handler
 only ever sees well-typed messages. Item ids are 0..2**63-1, every array holds at most
-``MAX_ARRAY`` elements, maps are refused, and a frame decodes to at most ``MAX_ELEMENTS``
-Python objects (a bound each message class meets by its shape, or counted before decoding).
-A field added in a later release goes last, with a default: an older peer ignores it and a
-frame without it decodes to the default.
+``MAX_ARRAY`` elements (checked at its header, before anything is allocated), a map or an ext
+value in a field is refused, and a frame holds at most ``MAX_ELEMENTS`` array elements (a
+large frame of a message whose arrays hold messages holding arrays is walked and counted
+first, its blobs skipped). Whatever msgspec raises on a bad body is a ``ProtocolError``.
+A field added in a later release goes last, with a default: an older peer skips the element
+unread, and a frame without it decodes to the default.
 
 This module and ``protocol`` (which defines every message with ``@message``) are the only
 places that know the bytes; nothing else calls msgpack. The WAL's records are dataclasses with
@@ -28,6 +30,7 @@ a codec of their own (``checked.py``), so that what an older release wrote reads
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 import types
 import typing
@@ -63,6 +66,9 @@ field = msgspec.field  # a message field's default: ``field(default_factory=list
 _ALL_OPS: dict[int, type] = {}  # every registered class, of any family, by op code
 _BY_OP: dict[int, type] = {}  # wire messages by op code
 _TYPED: set[type] = set()  # message classes whose field types are final (``_finish``)
+# ops whose shape nests arrays in messages in arrays (a Put's metadata groups, say): a large
+# frame of one has its elements counted before it is decoded (``_count_elements``)
+_DEEP: set[int] = set()
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
 
 
@@ -132,6 +138,23 @@ def _finish() -> None:
             names = _FIELD_NAMES[cls]
             type.__setattr__(cls, "__annotations__", {n: _bounded(hints[n]) for n in names})
             _TYPED.add(cls)
+    _DEEP.clear()
+    _DEEP.update(op for op, cls in _BY_OP.items() if _nests(cls, 0) >= 2)
+
+
+def _nests(tp: Any, depth: int) -> int:
+    """How many arrays deep a value of type ``tp`` may hold arrays (0: none)."""
+    origin = typing.get_origin(tp)
+    if origin is Annotated:
+        return _nests(typing.get_args(tp)[0], depth)
+    if origin is list:
+        return _nests(typing.get_args(tp)[0], depth + 1)
+    if origin in (typing.Union, types.UnionType):
+        return max(_nests(a, depth) for a in typing.get_args(tp))
+    if tp in _FIELD_NAMES:
+        hints = typing.get_type_hints(tp, include_extras=True)
+        return max([depth] + [_nests(hints[n], depth) for n in _FIELD_NAMES[tp]])
+    return depth
 
 
 def as_ids(values: list[int]) -> list[int]:
@@ -156,6 +179,7 @@ def fields_of(cls: type) -> tuple[str, ...]:
     return _FIELD_NAMES[cls]
 
 
+@functools.cache
 def id_fields(cls: type) -> frozenset[str]:
     """The fields of a message class that hold item ids (``Id``, or arrays of them)."""
     _finish()
@@ -195,6 +219,10 @@ def brief(v: Any) -> str:
 # Frames
 
 _ENCODER = msgspec.msgpack.Encoder()  # holds no state between calls: shared by every thread
+# What a hostile body can make msgspec raise besides its own errors: bad UTF-8 in a string,
+# nesting past the recursion limit in an element it skips (a field from a later release)
+_UNDECODABLE = (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError, RecursionError,
+                ValueError, OverflowError)
 _DECODERS: dict[str, msgspec.msgpack.Decoder[Any]] = {}  # rebuilt when a message is added
 _RID = Annotated[int, Meta(ge=0, le=MAX_ID)]
 
@@ -219,10 +247,14 @@ def decode(body: bytes) -> tuple[int, Any]:
     """Parse and type-check one frame body; raise ``ProtocolError`` (or a subclass) if it is bad."""
     decoder = _DECODERS.get("frame") or _decoder("frame")
     if len(body) > MAX_ELEMENTS:
-        _count_elements(body)
+        head = _Prefix(body)
+        if head.version != VERSION:
+            return _undecodable(body, ProtocolError("not this version"))
+        if head.op in _DEEP:
+            _count_elements(body)
     try:
         version, rid, msg = decoder.decode(body)
-    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+    except _UNDECODABLE as exc:
         return _undecodable(body, exc)
     if version != VERSION:
         raise VersionMismatch(_mismatch(version), peer_version=version)
@@ -240,7 +272,7 @@ def unpack(body: bytes) -> Any:
     decoder = _DECODERS.get("message") or _decoder("message")
     try:
         return decoder.decode(body)
-    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+    except _UNDECODABLE as exc:
         raise ProtocolError(f"message is not valid: {_readable(exc, None)}") from None
 
 
@@ -392,26 +424,52 @@ def _int_at(body: bytes, at: int) -> tuple[int | None, int]:
 
 
 def _count_elements(body: bytes) -> None:
-    """Count a large frame's array elements before decoding it: ``ProtocolError`` past
-    ``MAX_ELEMENTS``. Typed decoding bounds each array, but a frame of many small nested
-    messages could still cost ~20 bytes of memory per byte; a legal large frame is large for
-    its payload bytes, and counts in about the time of a copy of them."""
-    budget = [MAX_ELEMENTS]
+    """``ProtocolError`` if a large frame holds more than ``MAX_ELEMENTS`` array elements.
 
-    def count(items: list[Any]) -> list[Any]:
-        budget[0] -= len(items) + 1
-        if budget[0] < 0:
-            raise ProtocolError(f"more than {MAX_ELEMENTS} array elements in one frame")
-        return items
+    Typed decoding bounds each array (``MAX_ARRAY``), but a message whose arrays hold messages
+    holding arrays (a ``Put``'s metadata groups) could still decode into some 20 bytes of
+    memory per byte. The frame is walked first, its strings and blobs skipped by their lengths
+    and never copied, so a legal large frame, large for its payload bytes, costs little.
+    """
+    budget, at, pending, end = MAX_ELEMENTS, 0, 1, len(body)
+    while pending:  # the values still to read; each array adds its elements
+        if at >= end:
+            return  # truncated: the typed decode says how
+        b = body[at]
+        pending -= 1
+        if 0x90 <= b <= 0x9F or b in (0xDC, 0xDD):
+            n, at = _array_header(body, at)
+            if n is None:
+                return
+            budget -= n + 1
+            if budget < 0:
+                raise ProtocolError(f"more than {MAX_ELEMENTS} array elements in one frame")
+            pending += n
+            continue
+        skip = _skip_of(body, at)
+        if skip is None:
+            return  # a map, an ext or a reserved byte: the typed decode refuses it
+        at = skip
 
-    try:
-        msgpack.unpackb(body, list_hook=count, raw=False, max_array_len=MAX_ARRAY, max_map_len=0,
-                        max_str_len=MAX_FRAME_BYTES, max_bin_len=MAX_FRAME_BYTES, max_ext_len=0)
-    except ProtocolError:
-        raise
-    except Exception as exc:  # msgpack's limits (ValueError, StackError) and malformed bytes
-        raise ProtocolError(f"body is not valid msgpack within the limits: "
-                            f"{type(exc).__name__}: {str(exc)[:200]}") from None
+
+_FIXED = {0xC0: 1, 0xC2: 1, 0xC3: 1, 0xCA: 5, 0xCB: 9, 0xCC: 2, 0xCD: 3, 0xCE: 5, 0xCF: 9,
+          0xD0: 2, 0xD1: 3, 0xD2: 5, 0xD3: 9}
+_SIZED = {0xC4: 1, 0xC5: 2, 0xC6: 4, 0xD9: 1, 0xDA: 2, 0xDB: 4}  # bin 8/16/32, str 8/16/32
+
+
+def _skip_of(body: bytes, at: int) -> int | None:
+    """Where the scalar at ``at`` ends (None: not a scalar this codec reads)."""
+    b = body[at]
+    if b <= 0x7F or b >= 0xE0:
+        return at + 1
+    if 0xA0 <= b <= 0xBF:
+        return at + 1 + (b & 0x1F)
+    if b in _FIXED:
+        return at + _FIXED[b]
+    width = _SIZED.get(b)
+    if width is None:
+        return None
+    return at + 1 + width + int.from_bytes(body[at + 1:at + 1 + width], "big")
 
 
 # ---------------------------------------------------------------------------------------------
