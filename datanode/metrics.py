@@ -63,6 +63,10 @@ class DatanodeMetrics(metrics.ServedCollector):
         yield GaugeMetricFamily("blizzard_datanode_replication_copies_in_flight",
                                 "Copies sent to other data nodes (relays of puts, copies the "
                                 "master ordered) not yet confirmed.", value=len(server.jobs))
+        yield CounterMetricFamily("blizzard_datanode_sync_holds",
+                                  "Passes whose synced write was held for the puts on their "
+                                  "way (--sync-hold-ms), while other producers were busy.",
+                                  value=server.hold.holds)
         yield CounterMetricFamily("blizzard_datanode_checksum_failures",
                                   "Reads that found a stored blob failing its checksum.",
                                   value=getattr(store, "checksum_failures", 0))

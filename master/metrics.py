@@ -207,6 +207,10 @@ class MasterMetrics(metrics.ServedCollector):
         family.add_metric(["dead"], len(nodes) - alive)
         yield family
         yield metrics.frames()
+        yield CounterMetricFamily("blizzard_master_sync_holds",
+                                  "Passes whose WAL fsync was held for the requests on their "
+                                  "way (--sync-hold-ms), while other clients were busy.",
+                                  value=server.hold.holds)
         yield CounterMetricFamily("blizzard_write_hedges",
                                   "Enqueues whose placed data nodes had not all stored the items "
                                   "within the hedge delay, so the master named other nodes to "

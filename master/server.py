@@ -370,14 +370,15 @@ class MasterServer:
             self.leases.drop_departed(self.departures.read())
         now, mono = time.time(), time.monotonic()
         callers = self._handle_all(requests, now, mono)
-        if callers:
-            self.hold.saw(callers, mono)
-            if self.wal.dirty and self.hold.should_hold(callers, mono):
+        self._tick(now, mono)
+        if requests and self.wal.dirty:
+            # the clients waiting on this pass's fsync: their requests logged something, or
+            # their answers wait (an enqueue the pass's reports completed, say)
+            waiting = callers | {peer for peer, _, _ in self._replies}
+            self.hold.saw(waiting, mono)
+            if self.hold.should_hold(waiting, mono):
                 now, mono = self._hold(now, mono)
-        try:
-            self.tick(now, mono)
-        except Exception:  # a bug in a timer must not stop the server; it is retried next pass
-            log.exception("internal error in the master's timers")
+                self._tick(now, mono)
         self.wal.flush()  # group commit: one fsync for the whole pass, before any reply
         replies, self._replies = self._replies, []
         # heads first: a producer told its item is in should find subscribers told too
@@ -388,8 +389,8 @@ class MasterServer:
 
     def _handle_all(self, requests: list[tuple[bytes, int, Any]], now: float,
                     mono: float) -> set[bytes]:
-        """Handle ``requests``; the clients among them that wait on this pass's fsync (their
-        request logged something, or is an enqueue: what ``SyncHold`` counts)."""
+        """Handle ``requests``; the clients among them whose requests logged something (a
+        data node's reports not counted: ``SyncHold`` counts the clients)."""
         timed = self.metrics.request
         callers: set[bytes] = set()
         for peer, rid, msg in requests:
@@ -398,8 +399,7 @@ class MasterServer:
             reply = self.handle(peer, rid, msg, now, mono)
             kind = type(msg)
             timed(kind, perf_counter() - started)
-            if (self.wal.records_appended > logged or kind is p.Enqueue) and \
-                    kind not in NODE_OPS:
+            if self.wal.records_appended > logged and kind not in NODE_OPS:
                 callers.add(peer)
             if reply is None:
                 continue
@@ -408,6 +408,12 @@ class MasterServer:
             else:
                 self._replies.append((peer, rid, reply))
         return callers
+
+    def _tick(self, now: float, mono: float) -> None:
+        try:
+            self.tick(now, mono)
+        except Exception:  # a bug in a timer must not stop the server; it is retried next pass
+            log.exception("internal error in the master's timers")
 
     def _hold(self, now: float, mono: float) -> tuple[float, float]:
         """Take what comes within the hold window into this pass, before its fsync, while many

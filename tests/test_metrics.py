@@ -199,6 +199,7 @@ def test_metrics_of_a_cluster_after_a_known_workload_and_a_node_kill(cluster_fac
         assert value(m, "blizzard_datanodes", state="suspect") == 0
         assert value(m, "blizzard_datanodes", state="dead") == 0
         assert value(m, "blizzard_write_hedges_total") == 0  # no node was slow
+        assert value(m, "blizzard_master_sync_holds_total") == 0  # one client: never held
         assert value(m, "blizzard_under_replicated_items") == 0
         held.ack(wait=True)
 
@@ -213,6 +214,7 @@ def test_metrics_of_a_cluster_after_a_known_workload_and_a_node_kill(cluster_fac
         assert value(d, "blizzard_datanode_request_duration_seconds_count", op="put") >= 2
         assert value(d, "blizzard_datanode_leveldb_sync_duration_seconds_count") >= 1
         assert value(d, "blizzard_datanode_replication_copies_in_flight") == 0
+        assert value(d, "blizzard_datanode_sync_holds_total") == 0
         assert value(d, "blizzard_datanode_checksum_failures_total") == 0
     reads = sum(value(scrape(cluster.metrics_url(n)), "blizzard_datanode_request_duration_seconds_count",
                       op="get") for n in ("datanode0", "datanode1"))

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import threading
 import time
 import zlib
 
+import pytest
+from support.wait import wait_for
+from test_metrics import scrape, value
+
+from blizzard import Client
 from blizzard.local.harness import free_port
+from blizzard.net import keys as k
 from blizzard.server.sync_hold import MAX_PEERS, SyncHold
 from blizzard.wire import protocol as p
 from datanode.config import DatanodeConfig
@@ -146,3 +153,43 @@ def test_callers_that_only_ping_or_wait_do_not_make_a_master_hold():
     master.run_once(timeout_ms=50)  # the pings: nothing to sync
     master.run_once(timeout_ms=50)  # a lease: three callers seen, none of them waits on a sync
     assert flushes == [1] and len(router.batches) == 1 and master.hold.holds == 0
+
+
+@pytest.mark.cluster
+def test_busy_producers_share_syncs_and_lose_nothing(cluster_factory, monkeypatch):
+    monkeypatch.delenv(k.ENV, raising=False)
+    cluster = cluster_factory(datanodes=2, replication=2, keys=None, metrics=True)
+    stop, acked, errors = threading.Event(), [], []
+
+    def produce(n: int) -> None:
+        try:
+            with Client(cluster.master_addr, timeout_s=30) as c:
+                for i in range(300):  # bounded: stops at the first holds seen, or after 300
+                    if stop.is_set():
+                        return
+                    acked.append(c.enqueue("busy", b"p%d-%d" % (n, i)))
+        except Exception as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=produce, args=(n,)) for n in range(6)]
+    for t in threads:
+        t.start()
+    try:
+        wait_for(lambda: _holds(cluster) > 0 or not any(t.is_alive() for t in threads),
+                 timeout_s=60, what="a held pass on the master and on a data node")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(60)
+    assert not errors
+    assert _holds(cluster) > 0
+    with Client(cluster.master_addr, timeout_s=30) as c:  # every acknowledged enqueue is there
+        assert c.stats("busy")["ready"] == len(acked) == len(set(acked))
+
+
+def _holds(cluster) -> float:
+    """The fewer of the master's and the busier data node's held passes."""
+    master = value(scrape(cluster.metrics_url("master")), "blizzard_master_sync_holds_total")
+    nodes = [value(scrape(cluster.metrics_url(name)), "blizzard_datanode_sync_holds_total")
+             for name in ("datanode0", "datanode1")]
+    return min(master or 0, max(n or 0 for n in nodes))
