@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from blizzard.cli import dispatch as cli_dispatch
+from blizzard.cli import gateways as cli_gateways
 from blizzard.cli import items as cli_items
 from blizzard.cli import queue as cli_queue
 from blizzard.cli import removal as cli_removal
@@ -257,6 +258,7 @@ cli.add_command(dashboard)
 cli.add_command(cli_dispatch.dispatch)
 cli.add_command(cli_dispatch.task)
 cli.add_command(worker_command)
+cli.add_command(cli_gateways.beanstalkd)
 
 
 def main() -> None:

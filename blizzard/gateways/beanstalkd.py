@@ -1,0 +1,396 @@
+"""``blizzard beanstalkd``: beanstalkd's protocol in front of a replicated Blizzard cluster.
+
+Each TCP connection is a ``Session`` in a thread of its own, with its own ``Client``: a tube is
+a queue; ``put`` is an enqueue (``INSERTED`` once the master's WAL and W data nodes hold it);
+``reserve`` a dequeue, the job leased in the cluster and owned by this connection; ``delete``
+an ack, ``release`` a nack, ``bury`` a move to the dead-letter queue, ``touch`` a lease
+extension, ``kick`` a redrive. What a connection reserved and did not settle is given back
+when it closes. Job ids are Blizzard's item ids.
+
+Bounds: at most ``max_connections`` connections (more are closed at once), a command line of
+at most 224 bytes (longer: ``BAD_FORMAT`` and the connection is closed), a job body of at most
+``max_job_bytes`` (``JOB_TOO_BIG``; the body is read and dropped a piece at a time), and a line
+or body started and not finished within ``LINE_TIMEOUT_S`` closes the connection.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from blizzard.client.core import Client
+from blizzard.client.http_task import bury, lookup
+from blizzard.gateways.beanstalk_lines import (MAX_LINE, Command, LineError, line, parse,
+                                               pri_of, priority_of, with_body, yaml_dict,
+                                               yaml_list)
+from blizzard.net.log_limit import Throttled
+from blizzard.wire.errors import BlizzardError, InUse, LeaseExpired, UnknownItem
+
+log = logging.getLogger(__name__)
+trouble = Throttled(log)  # what clients cause, one line per 10 s per kind
+
+LINE_TIMEOUT_S = 30.0  # a command line or job body begun must be finished within this
+POLL_S = 0.5  # how often a blocked read or reserve looks whether the gateway stops
+MAX_CONNECTIONS = 1024
+MAX_JOB_BYTES = 65_535  # beanstalkd's default (-z)
+DEFAULT_TUBE = "default"
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    master: str
+    listen_host: str = "127.0.0.1"
+    listen_port: int = 11300
+    max_connections: int = MAX_CONNECTIONS
+    max_job_bytes: int = MAX_JOB_BYTES
+    timeout_s: float = 30.0  # each cluster call's
+
+
+class Closed(Exception):
+    """The connection ended (the peer closed it, it broke a bound, or the gateway stops)."""
+
+
+class BeanstalkdGateway:
+    """Accepts connections and runs a ``Session`` for each, in a thread."""
+
+    def __init__(self, config: GatewayConfig,
+                 client_factory: Callable[[], Client] | None = None) -> None:
+        self.config = config
+        self.client_factory = client_factory or (
+            lambda: Client(config.master, timeout_s=config.timeout_s))
+        self.listener = socket.create_server((config.listen_host, config.listen_port),
+                                             backlog=128)
+        self.listener.settimeout(POLL_S)
+        self.port = self.listener.getsockname()[1]
+        self.stopping = threading.Event()
+        self.sessions: set[Session] = set()
+        self.lock = threading.Lock()
+        self.started = time.time()
+
+    def serve_forever(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                conn, _ = self.listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                if self.stopping.is_set():
+                    return
+                raise
+            with self.lock:
+                full = len(self.sessions) >= self.config.max_connections
+                session = None if full else Session(self, conn)
+                if session is not None:
+                    self.sessions.add(session)
+            if session is None:
+                trouble("full", "connection refused: %d connections, the most this gateway "
+                        "takes (--max-connections)", self.config.max_connections)
+                conn.close()
+                continue
+            threading.Thread(target=session.run, name="beanstalkd-session", daemon=True).start()
+
+    def ended(self, session: "Session") -> None:
+        with self.lock:
+            self.sessions.discard(session)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.listener.close()
+
+
+class Session:
+    """One client connection: its tubes, the jobs it reserved, its command loop."""
+
+    def __init__(self, gateway: BeanstalkdGateway, conn: socket.socket) -> None:
+        self.gateway = gateway
+        self.conn = conn
+        self.buf = bytearray()
+        self.used = DEFAULT_TUBE
+        self.watched = [DEFAULT_TUBE]
+        self.reserved: dict[int, Any] = {}  # job id -> its leased Message
+        self._client: Client | None = None
+        self._leases: dict[str, float] = {}  # tube -> its lease (the queue's lease_s)
+
+    @property
+    def client(self) -> Client:
+        if self._client is None:
+            self._client = self.gateway.client_factory()
+        return self._client
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        self.conn.settimeout(POLL_S)
+        try:
+            while True:
+                raw = self._read_line()
+                try:
+                    cmd = parse(raw)
+                except LineError as exc:
+                    self._send(line(exc.word))
+                    continue
+                if cmd.name == "quit":
+                    return
+                reply = self.handle(cmd)
+                if reply:
+                    self._send(reply)
+        except Closed:
+            pass
+        except Exception:  # a bug costs this connection, never the gateway
+            log.exception("internal error in a beanstalkd session")
+        finally:
+            self._close()
+
+    def _close(self) -> None:
+        try:
+            if self.reserved and self._client is not None:
+                for msg in list(self.reserved.values()):
+                    try:
+                        msg.nack(delay_s=0.0)  # given back: as beanstalkd does at a close
+                    except BlizzardError:
+                        pass  # its lease had run out: the cluster gives it back anyway
+            if self._client is not None:
+                self._client.close()
+        except Exception:
+            log.exception("closing a beanstalkd session")
+        finally:
+            self.conn.close()
+            self.gateway.ended(self)
+
+    def _recv(self, started: float | None) -> bytes:
+        """Some bytes; ``Closed`` at the peer's end, a stop, or a line begun too long ago."""
+        while True:
+            if self.gateway.stopping.is_set():
+                raise Closed()
+            try:
+                data = self.conn.recv(65536)
+            except TimeoutError:
+                if started is not None and time.monotonic() - started > LINE_TIMEOUT_S:
+                    raise Closed() from None
+                continue
+            except OSError:
+                raise Closed() from None
+            if not data:
+                raise Closed()
+            return data
+
+    def _read_line(self) -> bytes:
+        started = time.monotonic() if self.buf else None
+        while True:
+            end = self.buf.find(b"\r\n")
+            if 0 <= end <= MAX_LINE - 2:
+                raw = bytes(self.buf[:end])
+                del self.buf[:end + 2]
+                return raw
+            if end > MAX_LINE - 2 or len(self.buf) > MAX_LINE:
+                self._send(line("BAD_FORMAT"))
+                trouble("line", "a command line over %d bytes: connection closed", MAX_LINE)
+                raise Closed()
+            self.buf += self._recv(started)
+            if started is None:
+                started = time.monotonic()
+
+    def _read_body(self, n: int) -> bytes | None:
+        """The ``n`` bytes of a job and their CRLF; None if they are not followed by CRLF."""
+        started = time.monotonic()
+        while len(self.buf) < n + 2:
+            self.buf += self._recv(started)
+        body, tail = bytes(self.buf[:n]), bytes(self.buf[n:n + 2])
+        del self.buf[:n + 2]
+        return body if tail == b"\r\n" else None
+
+    def _skip_body(self, n: int) -> None:
+        """Read and drop a body too big to take (bounded: a piece at a time)."""
+        started, left = time.monotonic(), n + 2
+        while left > 0:
+            if not self.buf:
+                self.buf += self._recv(started)
+            take = min(left, len(self.buf))
+            del self.buf[:take]
+            left -= take
+
+    def _send(self, data: bytes) -> None:
+        try:
+            self.conn.sendall(data)
+        except OSError:
+            raise Closed() from None
+
+    # -- commands ------------------------------------------------------------------------------
+
+    def handle(self, cmd: Command) -> bytes:
+        handler = getattr(self, "cmd_" + cmd.name.replace("-", "_"), None)
+        if handler is None:
+            return line("UNKNOWN_COMMAND")  # in the protocol, not served here yet
+        try:
+            reply: bytes = handler(*cmd.args)
+            return reply
+        except Closed:
+            raise
+        except BlizzardError as exc:
+            trouble(type(exc).__name__, "%s failed: %s: %s", cmd.name, type(exc).__name__,
+                    exc.message)
+            return line("INTERNAL_ERROR")
+        except TimeoutError as exc:
+            trouble("timeout", "%s failed: the cluster did not answer: %s", cmd.name, exc)
+            return line("INTERNAL_ERROR")
+
+    def cmd_put(self, pri: int, delay: int, ttr: int, n: int) -> bytes:
+        if n > self.gateway.config.max_job_bytes:
+            self._send(line("JOB_TOO_BIG"))  # at once, as beanstalkd; then the body is dropped
+            self._skip_body(n)
+            return b""
+        body = self._read_body(n)
+        if body is None:
+            return line("EXPECTED_CRLF")
+        if pri > 2**32 - 1 or delay > 2**32 - 1 or ttr > 2**32 - 1:
+            return line("BAD_FORMAT")
+        item_id = self.client.enqueue(self.used, body, priority=priority_of(pri),
+                                      delay_s=float(delay))
+        return line("INSERTED", item_id)
+
+    def cmd_use(self, tube: str) -> bytes:
+        self.used = tube
+        return line("USING", tube)
+
+    def cmd_watch(self, tube: str) -> bytes:
+        if tube not in self.watched:
+            self.watched.append(tube)
+        return line("WATCHING", len(self.watched))
+
+    def cmd_ignore(self, tube: str) -> bytes:
+        if tube in self.watched:
+            if len(self.watched) == 1:
+                return line("NOT_IGNORED")
+            self.watched.remove(tube)
+        return line("WATCHING", len(self.watched))
+
+    def cmd_list_tube_used(self) -> bytes:
+        return line("USING", self.used)
+
+    def cmd_list_tubes_watched(self) -> bytes:
+        return with_body("OK", body=yaml_list(self.watched))
+
+    def cmd_list_tubes(self) -> bytes:
+        names = sorted({q["name"] for q in self.client.queues()} | {DEFAULT_TUBE})
+        return with_body("OK", body=yaml_list(names))
+
+    def cmd_reserve(self) -> bytes:
+        return self._reserve(None)
+
+    def cmd_reserve_with_timeout(self, seconds: int) -> bytes:
+        return self._reserve(time.monotonic() + seconds)
+
+    def _reserve(self, deadline: float | None) -> bytes:
+        while True:
+            for tube in self.watched:  # every watched tube once, without waiting
+                msg = self.client.dequeue(tube, lease_s=self._lease_s(tube))
+                if msg is not None:
+                    return self._reserved(msg)
+            left = POLL_S if deadline is None else min(POLL_S, deadline - time.monotonic())
+            if left <= 0:
+                return line("TIMED_OUT")
+            if self.gateway.stopping.is_set():
+                raise Closed()
+            tube = self.watched[0]  # then a long poll on the first, a short while
+            msg = self.client.dequeue(tube, lease_s=self._lease_s(tube), wait_s=left)
+            if msg is not None:
+                return self._reserved(msg)
+
+    def _reserved(self, msg: Any) -> bytes:
+        self.reserved[msg.id] = msg
+        return with_body("RESERVED", msg.id, body=msg.data)
+
+    def _lease_s(self, tube: str) -> float:
+        """A reserved job's time to run: its tube's lease (the queue's ``lease_s``)."""
+        lease = self._leases.get(tube)
+        if lease is None:
+            lease = self._leases[tube] = float(self.client.queue_config(tube)["lease_s"])
+        return lease
+
+    def cmd_delete(self, job: int) -> bytes:
+        msg = self.reserved.pop(job, None)
+        if msg is not None:
+            try:
+                msg.ack(wait=True)
+            except LeaseExpired:
+                return line("NOT_FOUND")
+            return line("DELETED")
+        found = lookup(self.client, [job]) if 0 <= job < 2**63 else []
+        if not found or not found[0]["queue"]:
+            return line("NOT_FOUND")
+        try:
+            self.client.delete(found[0]["queue"], job)
+        except (UnknownItem, InUse):  # in another connection's hands: as beanstalkd says
+            return line("NOT_FOUND")
+        return line("DELETED")
+
+    def cmd_release(self, job: int, pri: int, delay: int) -> bytes:
+        msg = self.reserved.pop(job, None)
+        if msg is None:
+            return line("NOT_FOUND")
+        try:
+            msg.nack(delay_s=float(delay))
+        except LeaseExpired:
+            return line("NOT_FOUND")
+        return line("RELEASED")
+
+    def cmd_bury(self, job: int, pri: int) -> bytes:
+        msg = self.reserved.pop(job, None)
+        if msg is None:
+            return line("NOT_FOUND")
+        try:
+            bury(self.client, [msg], "buried (beanstalkd)")
+        except LeaseExpired:
+            return line("NOT_FOUND")
+        return line("BURIED")
+
+    def cmd_touch(self, job: int) -> bytes:
+        msg = self.reserved.get(job)
+        if msg is None:
+            return line("NOT_FOUND")
+        try:
+            msg.extend(self._lease_s(msg.queue))
+        except LeaseExpired:
+            self.reserved.pop(job, None)
+            return line("NOT_FOUND")
+        return line("TOUCHED")
+
+    def cmd_kick(self, bound: int) -> bytes:
+        return line("KICKED", self.client.redrive(self.used, min(bound, 10_000)))
+
+    def cmd_peek_ready(self) -> bytes:
+        head = self.client.peek(self.used, 1)
+        if not head:
+            return line("NOT_FOUND")
+        return with_body("FOUND", head[0].id, body=head[0].data)
+
+    def cmd_stats_tube(self, tube: str) -> bytes:
+        try:
+            stats = self.client.stats(tube)
+        except BlizzardError:
+            return line("NOT_FOUND")
+        fields = {"name": tube, "current-jobs-urgent": 0,
+                  "current-jobs-ready": stats["ready"],
+                  "current-jobs-reserved": stats["leased"],
+                  "current-jobs-delayed": stats["delayed"],
+                  "current-jobs-buried": stats["dead"], "total-jobs": 0,
+                  "current-using": 0, "current-watching": 0, "current-waiting": 0,
+                  "cmd-delete": 0, "cmd-pause-tube": 0, "pause": 0, "pause-time-left": 0}
+        return with_body("OK", body=yaml_dict(fields))
+
+    def cmd_stats_job(self, job: int) -> bytes:
+        found = lookup(self.client, [job]) if 0 <= job < 2**63 else []
+        if not found or not found[0]["queue"]:
+            return line("NOT_FOUND")
+        item = found[0]
+        state = {"queued": "ready", "scheduled": "delayed", "in_flight": "reserved",
+                 "failed": "buried"}.get(item["state"], item["state"])
+        msg = self.reserved.get(job)
+        fields = {"id": job, "tube": item["queue"], "state": state,
+                  "pri": pri_of(msg.priority) if msg is not None else 0,
+                  "reserves": item["attempts"], "releases": 0, "buries": 0, "kicks": 0}
+        return with_body("OK", body=yaml_dict(fields))

@@ -1,0 +1,195 @@
+"""``blizzard beanstalkd``: a real beanstalkd client (greenstalk) against the gateway in front
+of a real cluster; the protocol's errors; hostile connections cost bounded memory."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import threading
+
+import greenstalk
+import pytest
+from support.cli import BLIZZARD
+from support.wait import wait_for
+
+from blizzard import Client
+from blizzard.gateways.beanstalkd import BeanstalkdGateway, GatewayConfig
+from blizzard.local.harness import free_port
+from blizzard.net import keys as k
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture
+def gateway(cluster_factory, monkeypatch):
+    monkeypatch.delenv(k.ENV, raising=False)
+    cluster = cluster_factory(datanodes=2, replication=2, keys=None)
+    gw = BeanstalkdGateway(GatewayConfig(cluster.master_addr, "127.0.0.1", 0,
+                                         max_connections=8, max_job_bytes=1024))
+    thread = threading.Thread(target=gw.serve_forever, daemon=True)
+    thread.start()
+    gw.cluster = cluster
+    yield gw
+    gw.stop()
+    thread.join(10)
+
+
+def connect(gw, **kw) -> greenstalk.Client:
+    return greenstalk.Client(("127.0.0.1", gw.port), encoding=None, **kw)
+
+
+def raw(gw) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", gw.port), timeout=10)
+    return sock
+
+
+def ask(sock: socket.socket, data: bytes) -> bytes:
+    sock.sendall(data)
+    return sock.recv(4096)
+
+
+def test_put_reserve_delete_round_trip_with_greenstalk(gateway):
+    with connect(gateway, use="emails", watch="emails") as c:
+        job_id = c.put(b"hello", priority=7, delay=0)
+        job = c.reserve(timeout=10)
+        assert (job.id, job.body) == (job_id, b"hello")
+        assert c.stats_job(job)["state"] == "reserved"
+        c.delete(job)
+        with pytest.raises(greenstalk.TimedOutError):
+            c.reserve(timeout=0)
+    with Client(gateway.cluster.master_addr, timeout_s=10) as native:
+        assert native.stats("emails")["ready"] == 0 and native.stats("emails")["leased"] == 0
+
+
+def test_release_bury_kick_and_touch(gateway):
+    with connect(gateway, use="jobs", watch="jobs") as c:
+        c.put(b"one")
+        job = c.reserve(timeout=10)
+        c.touch(job)
+        c.release(job)
+        again = c.reserve(timeout=10)
+        assert again.id == job.id
+        c.bury(again)
+        with pytest.raises(greenstalk.TimedOutError):
+            c.reserve(timeout=0)
+        assert c.stats_tube("jobs")["current-jobs-buried"] == 1
+        with pytest.raises(greenstalk.NotFoundError):
+            c.touch(again)  # no longer reserved
+        c.kick(10)
+        kicked = c.reserve(timeout=10)
+        assert kicked.body == b"one"
+        c.delete(kicked)
+
+
+def test_priorities_order_jobs_as_beanstalkd_does(gateway):
+    with connect(gateway, use="p", watch="p") as c:
+        for pri, body in ((2**32 - 1, b"last"), (0, b"first"), (1000, b"middle")):
+            c.put(body, priority=pri)
+        got = []
+        for _ in range(3):
+            job = c.reserve(timeout=10)
+            got.append(job.body)
+            c.delete(job)
+        assert got == [b"first", b"middle", b"last"]
+
+
+def test_watch_and_ignore_tubes(gateway):
+    with connect(gateway) as c:
+        assert c.watch("a") == 2 and c.watch("b") == 3
+        assert c.ignore("default") == 2
+        c.use("b")
+        c.put(b"in b")
+        assert c.reserve(timeout=10).body == b"in b"
+        assert c.ignore("a") == 1
+        with pytest.raises(greenstalk.NotIgnoredError):
+            c.ignore("b")  # the last tube watched
+        assert c.using() == "b" and c.watching() == ["b"]
+
+
+def test_a_job_reserved_by_one_connection_is_not_anothers_and_returns_when_it_closes(gateway):
+    first, second = connect(gateway, use="x", watch="x"), connect(gateway, use="x", watch="x")
+    try:
+        job_id = first.put(b"mine")
+        job = first.reserve(timeout=10)
+        with pytest.raises(greenstalk.NotFoundError):
+            second.delete(job_id)
+        with pytest.raises(greenstalk.NotFoundError):
+            second.release(job)
+        with pytest.raises(greenstalk.TimedOutError):
+            second.reserve(timeout=0)
+        first.close()  # what it reserved goes back
+        assert second.reserve(timeout=10).id == job_id
+    finally:
+        second.close()
+
+
+def test_protocol_errors_change_nothing(gateway):
+    sock = raw(gateway)
+    try:
+        assert ask(sock, b"frobnicate\r\n") == b"UNKNOWN_COMMAND\r\n"
+        assert ask(sock, b"put 1 2\r\n") == b"BAD_FORMAT\r\n"
+        assert ask(sock, b"put -1 0 10 1\r\n") == b"BAD_FORMAT\r\n"
+        assert ask(sock, b"use bad tube\r\n") == b"BAD_FORMAT\r\n"
+        assert ask(sock, b"put 0 0 10 5\r\nhelloXX") == b"EXPECTED_CRLF\r\n"
+        assert ask(sock, b"put 0 0 10 2000\r\n" + b"x" * 2000 + b"\r\n") == b"JOB_TOO_BIG\r\n"
+        assert ask(sock, b"delete 123456789\r\n") == b"NOT_FOUND\r\n"
+        assert ask(sock, b"reserve-with-timeout 0\r\n") == b"TIMED_OUT\r\n"  # nothing was put
+    finally:
+        sock.close()
+
+
+def test_hostile_connections_are_cut_off_and_bounded(gateway):
+    long_line = raw(gateway)
+    long_line.sendall(b"use " + b"a" * 10_000)  # a line that never ends
+    assert long_line.recv(100) == b"BAD_FORMAT\r\n"
+    assert long_line.recv(100) == b""  # and closed
+    big = raw(gateway)  # a 2 GiB job: refused at once, its bytes dropped as they come
+    assert ask(big, b"put 0 0 10 2147483648\r\n") == b"JOB_TOO_BIG\r\n"  # its bytes dropped
+    socks = [raw(gateway) for _ in range(12)]  # over --max-connections (8, big's among them)
+
+    def closed() -> int:  # connections the gateway closed at once
+        n = 0
+        for sock in socks:
+            sock.setblocking(False)
+            try:
+                n += sock.recv(1) == b""
+            except BlockingIOError:
+                pass
+        return n
+
+    wait_for(lambda: closed() >= 12 - 7, what="the connections over the cap closed")
+    assert len(gateway.sessions) <= 8
+    for s in [long_line, big, *socks]:
+        s.close()
+    with connect(gateway, use="after", watch="after") as c:  # and it still serves
+        wait_for(lambda: len(gateway.sessions) <= 1, what="closed connections to end")
+        c.put(b"ok")
+        assert c.reserve(timeout=10).body == b"ok"
+
+
+def test_the_cli_serves_until_ctrl_c(cluster_factory, monkeypatch):
+    monkeypatch.delenv(k.ENV, raising=False)
+    cluster = cluster_factory(datanodes=1, replication=1, keys=None)
+    port = free_port()
+    env = dict(os.environ, BLIZZARD_MASTER=cluster.master_addr)
+    env.pop(k.ENV, None)
+    proc = subprocess.Popen([*BLIZZARD, "beanstalkd", "--listen", f"127.0.0.1:{port}"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        def served() -> bool:
+            try:
+                with greenstalk.Client(("127.0.0.1", port), encoding=None, use="cli") as c:
+                    return c.put(b"via the cli") > 0
+            except ConnectionError:
+                return False
+        wait_for(served, what="the gateway to accept a put")
+        with greenstalk.Client(("127.0.0.1", port), encoding=None, watch="cli") as c:
+            assert c.reserve(timeout=10).body == b"via the cli"
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)
