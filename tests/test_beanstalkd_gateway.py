@@ -193,3 +193,18 @@ def test_the_cli_serves_until_ctrl_c(cluster_factory, monkeypatch):
         if proc.poll() is None:
             proc.kill()
         proc.wait(10)
+
+
+def test_deadline_soon_peek_buried_and_stats(gateway):
+    with Client(gateway.cluster.master_addr, timeout_s=10) as native:
+        native.create_queue("soon", lease_s=1.0)  # at the margin from the start
+    with connect(gateway, use="soon", watch="soon") as c:
+        c.put(b"a")
+        c.put(b"b")
+        job = c.reserve(timeout=10)
+        with pytest.raises(greenstalk.DeadlineSoonError):
+            c.reserve(timeout=0)
+        c.bury(job)
+        assert c.peek_buried().body == b"a"
+        stats = c.stats()
+        assert stats["current-connections"] == 1 and stats["version"].startswith("blizzard-")

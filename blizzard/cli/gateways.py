@@ -45,8 +45,8 @@ def beanstalkd(master: str, listen: tuple[str, int], max_connections: int, max_j
     release gives it back (after DELAY), bury moves it to the dead-letter queue, touch extends
     its lease, kick redrives buried jobs (the admin key), and a closed connection gives back
     what it reserved. Served so far: put, use, reserve, reserve-with-timeout, delete, release,
-    bury, touch, watch, ignore, kick, peek-ready, stats-job, stats-tube, list-tubes,
-    list-tube-used, list-tubes-watched, quit; the others answer UNKNOWN_COMMAND.
+    bury, touch, watch, ignore, kick, peek-ready, peek-buried, stats-job, stats-tube, stats,
+    list-tubes, list-tube-used, list-tubes-watched, quit; the others answer UNKNOWN_COMMAND.
     """
     from blizzard.gateways.beanstalkd import BeanstalkdGateway, GatewayConfig
 

@@ -16,12 +16,14 @@ or body started and not finished within ``LINE_TIMEOUT_S`` closes the connection
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from blizzard import __version__
 from blizzard.client.core import Client
 from blizzard.client.http_task import bury, lookup
 from blizzard.gateways.beanstalk_lines import (MAX_LINE, Command, LineError, line, parse,
@@ -29,6 +31,7 @@ from blizzard.gateways.beanstalk_lines import (MAX_LINE, Command, LineError, lin
                                                yaml_list)
 from blizzard.net.log_limit import Throttled
 from blizzard.wire.errors import BlizzardError, InUse, LeaseExpired, UnknownItem
+from blizzard.wire.queue_settings import DEAD_SUFFIX
 
 log = logging.getLogger(__name__)
 trouble = Throttled(log)  # what clients cause, one line per 10 s per kind
@@ -38,6 +41,7 @@ POLL_S = 0.5  # how often a blocked read or reserve looks whether the gateway st
 MAX_CONNECTIONS = 1024
 MAX_JOB_BYTES = 65_535  # beanstalkd's default (-z)
 DEFAULT_TUBE = "default"
+DEADLINE_SOON_S = 1.0  # beanstalkd's safety margin: a reserve then says DEADLINE_SOON
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,7 @@ class BeanstalkdGateway:
         self.port = self.listener.getsockname()[1]
         self.stopping = threading.Event()
         self.sessions: set[Session] = set()
+        self.connections = 0  # ever accepted
         self.lock = threading.Lock()
         self.started = time.time()
 
@@ -86,6 +91,7 @@ class BeanstalkdGateway:
                 session = None if full else Session(self, conn)
                 if session is not None:
                     self.sessions.add(session)
+                    self.connections += 1
             if session is None:
                 trouble("full", "connection refused: %d connections, the most this gateway "
                         "takes (--max-connections)", self.config.max_connections)
@@ -112,6 +118,7 @@ class Session:
         self.used = DEFAULT_TUBE
         self.watched = [DEFAULT_TUBE]
         self.reserved: dict[int, Any] = {}  # job id -> its leased Message
+        self.deadlines: dict[int, float] = {}  # job id -> when its lease ends (monotonic)
         self._client: Client | None = None
         self._leases: dict[str, float] = {}  # tube -> its lease (the queue's lease_s)
 
@@ -285,6 +292,8 @@ class Session:
         return self._reserve(time.monotonic() + seconds)
 
     def _reserve(self, deadline: float | None) -> bytes:
+        if self._deadline_soon():
+            return line("DEADLINE_SOON")
         while True:
             for tube in self.watched:  # every watched tube once, without waiting
                 msg = self.client.dequeue(tube, lease_s=self._lease_s(tube))
@@ -300,8 +309,14 @@ class Session:
             if msg is not None:
                 return self._reserved(msg)
 
+    def _deadline_soon(self) -> bool:
+        """A job this connection holds runs out of time within the safety margin."""
+        now = time.monotonic()
+        return any(end - now < DEADLINE_SOON_S for end in self.deadlines.values())
+
     def _reserved(self, msg: Any) -> bytes:
         self.reserved[msg.id] = msg
+        self.deadlines[msg.id] = time.monotonic() + self._lease_s(msg.queue)
         return with_body("RESERVED", msg.id, body=msg.data)
 
     def _lease_s(self, tube: str) -> float:
@@ -311,8 +326,13 @@ class Session:
             lease = self._leases[tube] = float(self.client.queue_config(tube)["lease_s"])
         return lease
 
+    def _settled(self, job: int) -> Any | None:
+        """The message of a job this connection reserved, no longer held (None: not one)."""
+        self.deadlines.pop(job, None)
+        return self.reserved.pop(job, None)
+
     def cmd_delete(self, job: int) -> bytes:
-        msg = self.reserved.pop(job, None)
+        msg = self._settled(job)
         if msg is not None:
             try:
                 msg.ack(wait=True)
@@ -329,7 +349,7 @@ class Session:
         return line("DELETED")
 
     def cmd_release(self, job: int, pri: int, delay: int) -> bytes:
-        msg = self.reserved.pop(job, None)
+        msg = self._settled(job)
         if msg is None:
             return line("NOT_FOUND")
         try:
@@ -339,7 +359,7 @@ class Session:
         return line("RELEASED")
 
     def cmd_bury(self, job: int, pri: int) -> bytes:
-        msg = self.reserved.pop(job, None)
+        msg = self._settled(job)
         if msg is None:
             return line("NOT_FOUND")
         try:
@@ -355,8 +375,9 @@ class Session:
         try:
             msg.extend(self._lease_s(msg.queue))
         except LeaseExpired:
-            self.reserved.pop(job, None)
+            self._settled(job)
             return line("NOT_FOUND")
+        self.deadlines[job] = time.monotonic() + self._lease_s(msg.queue)
         return line("TOUCHED")
 
     def cmd_kick(self, bound: int) -> bytes:
@@ -367,6 +388,25 @@ class Session:
         if not head:
             return line("NOT_FOUND")
         return with_body("FOUND", head[0].id, body=head[0].data)
+
+    def cmd_peek_buried(self) -> bytes:
+        dead = self.client.queue_config(self.used)["dead_letter"] or self.used + DEAD_SUFFIX
+        head = self.client.peek(dead, 1)
+        if not head:
+            return line("NOT_FOUND")
+        return with_body("FOUND", head[0].id, body=head[0].data)
+
+    def cmd_stats(self) -> bytes:
+        """The gateway's own figures; what has no meaning here (binlog, ...) is 0."""
+        gw = self.gateway
+        fields = {"current-jobs-urgent": 0, "current-jobs-ready": 0, "current-jobs-reserved":
+                  sum(len(s.reserved) for s in list(gw.sessions)), "current-jobs-delayed": 0,
+                  "current-jobs-buried": 0, "current-connections": len(gw.sessions),
+                  "total-connections": gw.connections, "pid": os.getpid(),
+                  "version": f"blizzard-{__version__}", "uptime": int(time.time() - gw.started),
+                  "max-job-size": gw.config.max_job_bytes, "binlog-records-written": 0,
+                  "binlog-records-migrated": 0, "draining": "false"}
+        return with_body("OK", body=yaml_dict(fields))
 
     def cmd_stats_tube(self, tube: str) -> bytes:
         try:
