@@ -32,10 +32,14 @@ def _listen(ctx: Any, param: Any, value: str) -> tuple[str, int]:
 @click.option("--max-job-bytes", default=65_535, show_default=True,
               type=click.IntRange(0, 16 * 1024 * 1024),
               help="Largest job body a put may carry (beanstalkd's -z); larger: JOB_TOO_BIG.")
+@click.option("--admin", is_flag=True,
+              help="Speak to the cluster with the admin key of --keys: kick (a redrive) and "
+                   "deleting a job no connection reserved need it. Every client of the "
+                   "gateway then has those powers.")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"]))
 def beanstalkd(master: str, listen: tuple[str, int], max_connections: int, max_job_bytes: int,
-               log_level: str) -> None:
+               admin: bool, log_level: str) -> None:
     """Speak beanstalkd's protocol to its clients (greenstalk, Pheanstalk, ...) in front of the
     cluster, until Ctrl-C.
 
@@ -53,7 +57,7 @@ def beanstalkd(master: str, listen: tuple[str, int], max_connections: int, max_j
     logs.setup(log_level, "text", "beanstalkd", f"{listen[0]}:{listen[1]}")
     gateway = BeanstalkdGateway(GatewayConfig(master, listen[0], listen[1],
                                               max_connections=max_connections,
-                                              max_job_bytes=max_job_bytes))
+                                              max_job_bytes=max_job_bytes, admin=admin))
     click.echo(f"beanstalkd gateway on {listen[0]}:{gateway.port} for {master}", err=True)
     stop = stop_on_signals()
     def stop_when_told() -> None:

@@ -15,33 +15,58 @@ or body started and not finished within ``LINE_TIMEOUT_S`` closes the connection
 
 from __future__ import annotations
 
+import errno
+import importlib.metadata
 import logging
 import os
+import resource
 import socket
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from blizzard import __version__
+import zmq
+
 from blizzard.client.core import Client
 from blizzard.client.http_task import bury, lookup
 from blizzard.gateways.beanstalk_lines import (MAX_LINE, Command, LineError, line, parse,
                                                pri_of, priority_of, with_body, yaml_dict,
                                                yaml_list)
 from blizzard.net.log_limit import Throttled
-from blizzard.wire.errors import BlizzardError, InUse, LeaseExpired, UnknownItem
+from blizzard.wire.errors import (BlizzardError, Forbidden, InUse, LeaseExpired, NotInQueue,
+                                  UnknownItem)
 from blizzard.wire.queue_settings import DEAD_SUFFIX
 
 log = logging.getLogger(__name__)
+# accept() failures that pass: out of descriptors or buffers, a connection reset while queued
+_ACCEPT_AGAIN = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM, errno.ECONNABORTED}
 trouble = Throttled(log)  # what clients cause, one line per 10 s per kind
 
 LINE_TIMEOUT_S = 30.0  # a command line or job body begun must be finished within this
+SEND_TIMEOUT_S = 60.0  # a reply the client does not read for this long ends the connection
 POLL_S = 0.5  # how often a blocked read or reserve looks whether the gateway stops
 MAX_CONNECTIONS = 1024
 MAX_JOB_BYTES = 65_535  # beanstalkd's default (-z)
 DEFAULT_TUBE = "default"
 DEADLINE_SOON_S = 1.0  # beanstalkd's safety margin: a reserve then says DEADLINE_SOON
+
+
+def _raise_fd_limit() -> None:
+    """Descriptors up to the hard limit: each connection costs about a dozen."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError):
+            pass
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("blizzard")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
 
 
 @dataclass(frozen=True)
@@ -52,6 +77,16 @@ class GatewayConfig:
     max_connections: int = MAX_CONNECTIONS
     max_job_bytes: int = MAX_JOB_BYTES
     timeout_s: float = 30.0  # each cluster call's
+    admin: bool = False  # speak with the admin key: kick and deleting jobs not reserved need it
+
+
+GONE = (LeaseExpired, UnknownItem, NotInQueue)  # the job is not this connection's any more
+MAX_DELAY_S = 365 * 86400.0  # the cluster's longest delay; longer ones are cut to it
+
+
+def _delay_s(delay: int) -> float:
+    """A beanstalkd delay (up to 2**32-1 s) as the cluster takes it: at most a year."""
+    return min(float(delay), MAX_DELAY_S)
 
 
 class Closed(Exception):
@@ -64,8 +99,14 @@ class BeanstalkdGateway:
     def __init__(self, config: GatewayConfig,
                  client_factory: Callable[[], Client] | None = None) -> None:
         self.config = config
+        # a ZeroMQ context of its own, with room for every session's sockets (about 8 each:
+        # the master's and the data nodes' connections and their handshake watches)
+        self.ctx = zmq.Context()
+        self.ctx.set(zmq.MAX_SOCKETS, 64 + 16 * config.max_connections)
+        _raise_fd_limit()
         self.client_factory = client_factory or (
-            lambda: Client(config.master, timeout_s=config.timeout_s))
+            lambda: Client(config.master, timeout_s=config.timeout_s, admin=config.admin,
+                           ctx=self.ctx))
         self.listener = socket.create_server((config.listen_host, config.listen_port),
                                              backlog=128)
         self.listener.settimeout(POLL_S)
@@ -82,10 +123,14 @@ class BeanstalkdGateway:
                 conn, _ = self.listener.accept()
             except TimeoutError:
                 continue
-            except OSError:
+            except OSError as exc:
                 if self.stopping.is_set():
                     return
-                raise
+                if exc.errno not in _ACCEPT_AGAIN:
+                    raise
+                trouble("accept", "cannot accept a connection now: %s", exc)
+                time.sleep(0.1)  # (the descriptors free up as connections end)
+                continue
             with self.lock:
                 full = len(self.sessions) >= self.config.max_connections
                 session = None if full else Session(self, conn)
@@ -169,21 +214,39 @@ class Session:
             self.gateway.ended(self)
 
     def _recv(self, started: float | None) -> bytes:
-        """Some bytes; ``Closed`` at the peer's end, a stop, or a line begun too long ago."""
+        """Some bytes; ``Closed`` at the peer's end, a stop, or a line or body begun more than
+        ``LINE_TIMEOUT_S`` ago (however its bytes trickle in)."""
         while True:
             if self.gateway.stopping.is_set():
                 raise Closed()
+            wait = POLL_S
+            if started is not None:
+                left = started + LINE_TIMEOUT_S - time.monotonic()
+                if left <= 0:
+                    trouble("slow", "a command line or job body unfinished after %gs: "
+                            "connection closed", LINE_TIMEOUT_S)
+                    raise Closed()
+                wait = min(wait, left)
+            self.conn.settimeout(wait)
             try:
                 data = self.conn.recv(65536)
             except TimeoutError:
-                if started is not None and time.monotonic() - started > LINE_TIMEOUT_S:
-                    raise Closed() from None
                 continue
             except OSError:
                 raise Closed() from None
             if not data:
                 raise Closed()
             return data
+
+    def _gone(self) -> bool:
+        """The peer closed its end (checked while a reserve waits; bytes it sent stay)."""
+        try:
+            self.conn.settimeout(0)
+            return self.conn.recv(1, socket.MSG_PEEK) == b""
+        except (BlockingIOError, TimeoutError):
+            return False
+        except OSError:
+            return True
 
     def _read_line(self) -> bytes:
         started = time.monotonic() if self.buf else None
@@ -221,7 +284,9 @@ class Session:
             left -= take
 
     def _send(self, data: bytes) -> None:
+        """All of ``data``; a reader that takes none of it for ``SEND_TIMEOUT_S`` is cut."""
         try:
+            self.conn.settimeout(SEND_TIMEOUT_S)
             self.conn.sendall(data)
         except OSError:
             raise Closed() from None
@@ -244,6 +309,9 @@ class Session:
         except TimeoutError as exc:
             trouble("timeout", "%s failed: the cluster did not answer: %s", cmd.name, exc)
             return line("INTERNAL_ERROR")
+        except Exception as exc:  # e.g. out of sockets: this command fails, not the session
+            trouble("internal", "%s failed: %s: %s", cmd.name, type(exc).__name__, exc)
+            return line("INTERNAL_ERROR")
 
     def cmd_put(self, pri: int, delay: int, ttr: int, n: int) -> bytes:
         if n > self.gateway.config.max_job_bytes:
@@ -256,7 +324,7 @@ class Session:
         if pri > 2**32 - 1 or delay > 2**32 - 1 or ttr > 2**32 - 1:
             return line("BAD_FORMAT")
         item_id = self.client.enqueue(self.used, body, priority=priority_of(pri),
-                                      delay_s=float(delay))
+                                      delay_s=_delay_s(delay))
         return line("INSERTED", item_id)
 
     def cmd_use(self, tube: str) -> bytes:
@@ -302,7 +370,7 @@ class Session:
             left = POLL_S if deadline is None else min(POLL_S, deadline - time.monotonic())
             if left <= 0:
                 return line("TIMED_OUT")
-            if self.gateway.stopping.is_set():
+            if self.gateway.stopping.is_set() or self._gone():
                 raise Closed()
             tube = self.watched[0]  # then a long poll on the first, a short while
             msg = self.client.dequeue(tube, lease_s=self._lease_s(tube), wait_s=left)
@@ -331,42 +399,42 @@ class Session:
         self.deadlines.pop(job, None)
         return self.reserved.pop(job, None)
 
+    def _settle(self, job: int, how: Callable[[Any], None], done: str) -> bytes:
+        """Settle a job this connection reserved: forgotten once the cluster has it (or says
+        the lease is gone); on any other failure it stays this connection's."""
+        msg = self.reserved.get(job)
+        if msg is None:
+            return line("NOT_FOUND")
+        try:
+            how(msg)
+        except GONE:
+            self._settled(job)
+            return line("NOT_FOUND")
+        self._settled(job)
+        return line(done)
+
     def cmd_delete(self, job: int) -> bytes:
-        msg = self._settled(job)
-        if msg is not None:
-            try:
-                msg.ack(wait=True)
-            except LeaseExpired:
-                return line("NOT_FOUND")
-            return line("DELETED")
+        if job in self.reserved:
+            return self._settle(job, lambda msg: msg.ack(wait=True), "DELETED")
         found = lookup(self.client, [job]) if 0 <= job < 2**63 else []
         if not found or not found[0]["queue"]:
             return line("NOT_FOUND")
         try:
             self.client.delete(found[0]["queue"], job)
-        except (UnknownItem, InUse):  # in another connection's hands: as beanstalkd says
+        except (UnknownItem, InUse, NotInQueue):  # another connection holds it: as beanstalkd
             return line("NOT_FOUND")
+        except Forbidden:
+            trouble("admin", "delete of a job not reserved here needs the admin key "
+                    "(blizzard beanstalkd --admin)")
+            return line("INTERNAL_ERROR")
         return line("DELETED")
 
     def cmd_release(self, job: int, pri: int, delay: int) -> bytes:
-        msg = self._settled(job)
-        if msg is None:
-            return line("NOT_FOUND")
-        try:
-            msg.nack(delay_s=float(delay))
-        except LeaseExpired:
-            return line("NOT_FOUND")
-        return line("RELEASED")
+        return self._settle(job, lambda msg: msg.nack(delay_s=_delay_s(delay)), "RELEASED")
 
     def cmd_bury(self, job: int, pri: int) -> bytes:
-        msg = self._settled(job)
-        if msg is None:
-            return line("NOT_FOUND")
-        try:
-            bury(self.client, [msg], "buried (beanstalkd)")
-        except LeaseExpired:
-            return line("NOT_FOUND")
-        return line("BURIED")
+        return self._settle(job, lambda msg: bury(self.client, [msg], "buried (beanstalkd)"),
+                            "BURIED")
 
     def cmd_touch(self, job: int) -> bytes:
         msg = self.reserved.get(job)
@@ -374,14 +442,20 @@ class Session:
             return line("NOT_FOUND")
         try:
             msg.extend(self._lease_s(msg.queue))
-        except LeaseExpired:
+        except GONE:
             self._settled(job)
             return line("NOT_FOUND")
         self.deadlines[job] = time.monotonic() + self._lease_s(msg.queue)
         return line("TOUCHED")
 
     def cmd_kick(self, bound: int) -> bytes:
-        return line("KICKED", self.client.redrive(self.used, min(bound, 10_000)))
+        if bound == 0:
+            return line("KICKED", 0)
+        try:
+            return line("KICKED", self.client.redrive(self.used, min(bound, 10_000)))
+        except Forbidden:
+            trouble("admin", "kick needs the admin key (blizzard beanstalkd --admin)")
+            return line("INTERNAL_ERROR")
 
     def cmd_peek_ready(self) -> bytes:
         head = self.client.peek(self.used, 1)
@@ -403,7 +477,7 @@ class Session:
                   sum(len(s.reserved) for s in list(gw.sessions)), "current-jobs-delayed": 0,
                   "current-jobs-buried": 0, "current-connections": len(gw.sessions),
                   "total-connections": gw.connections, "pid": os.getpid(),
-                  "version": f"blizzard-{__version__}", "uptime": int(time.time() - gw.started),
+                  "version": f"blizzard-{_version()}", "uptime": int(time.time() - gw.started),
                   "max-job-size": gw.config.max_job_bytes, "binlog-records-written": 0,
                   "binlog-records-migrated": 0, "draining": "false"}
         return with_body("OK", body=yaml_dict(fields))
