@@ -208,3 +208,35 @@ def test_deadline_soon_peek_buried_and_stats(gateway):
         assert c.peek_buried().body == b"a"
         stats = c.stats()
         assert stats["current-connections"] == 1 and stats["version"].startswith("blizzard-")
+
+
+def test_blizzard_cluster_serves_beanstalkd_with_the_admin_key(tmp_path):
+    port, beans = free_port(), free_port()
+    env = dict(os.environ)
+    env.pop(k.ENV, None)
+    proc = subprocess.Popen([*BLIZZARD, "cluster", "--data-dir", str(tmp_path), "--datanodes",
+                             "1", "--port", str(port), "--node-port", str(free_port()),
+                             "--beanstalkd", str(beans)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        def put() -> int | None:
+            try:
+                with greenstalk.Client(("127.0.0.1", beans), encoding=None, use="t") as c:
+                    return c.put(b"via blizzard cluster")
+            except (ConnectionError, greenstalk.Error):
+                return None
+        wait_for(lambda: put() is not None, timeout_s=60, what="the cluster's beanstalkd port")
+        with greenstalk.Client(("127.0.0.1", beans), encoding=None, use="t", watch="t") as c:
+            job = c.reserve(timeout=10)
+            c.bury(job)
+            assert c.kick(1) == 1  # the admin key: kick is a redrive
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+        assert proc.returncode == 0, out
+        assert f"beanstalkd protocol on 127.0.0.1:{beans}" in out and "stopped" in out
+        with pytest.raises(ConnectionError):
+            socket.create_connection(("127.0.0.1", beans), timeout=2)  # the gateway stopped too
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=30)

@@ -7,6 +7,8 @@ and exit code 1 in one place (``main``).
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
 from typing import Any
 
@@ -74,12 +76,16 @@ def cli() -> None:
               help="Format of the processes' logs in DATA_DIR/*.log (json: one object a line).")
 @click.option("--standby", is_flag=True, help="Also run a hot standby master (on a free port): "
               "it takes over when the master dies, which then comes back as its standby.")
+@click.option("--beanstalkd", "beanstalkd_port", default=None, type=click.IntRange(1, 65535),
+              metavar="PORT", help="Also serve beanstalkd's protocol on 127.0.0.1:PORT "
+              "(`blizzard beanstalkd`, with the admin key, so kick works; docs/gateways.md).")
 @click.option("--masters", default=1, show_default=True, type=click.IntRange(1, 64),
               help="Shards: masters each with --datanodes data nodes of their own (ports "
                    "PORT, PORT+1, ...; heads published on the ports after them). Queues spread "
                    "over them; a dead shard master is restarted on its WAL.")
 def cluster(data_dir: str, datanodes: int, replication: int | None, port: int, node_port: int,
-            insecure: bool, metrics: bool, log_format: str, standby: bool, masters: int) -> None:
+            insecure: bool, metrics: bool, log_format: str, standby: bool,
+            beanstalkd_port: int | None, masters: int) -> None:
     """Run a master and data nodes on 127.0.0.1 in the foreground; Ctrl-C stops them all.
 
     A data node that exits (or is killed) is left out: the others serve its items (see the
@@ -101,6 +107,8 @@ def cluster(data_dir: str, datanodes: int, replication: int | None, port: int, n
                                  param_hint="'--replication'")
     keys = None if insecure else os.path.join(os.path.abspath(data_dir), "keys")
     if masters > 1:
+        if beanstalkd_port is not None:
+            raise click.UsageError("--beanstalkd runs with one master; drop it or --masters")
         if standby:
             raise click.UsageError("--standby runs with one master; drop it or --masters")
         from blizzard.cli.shards import run_sharded
@@ -113,7 +121,12 @@ def cluster(data_dir: str, datanodes: int, replication: int | None, port: int, n
     stopping = stop_on_signals()
     _start(local, data_dir)
     gone: set[str] = set()  # data nodes that exited (announced once)
+    gateway = None
     try:
+        if beanstalkd_port is not None:
+            gateway = _start_beanstalkd(local.masters, beanstalkd_port, keys, data_dir)
+            click.echo(f"beanstalkd protocol on 127.0.0.1:{beanstalkd_port} (log: "
+                       f"{data_dir}/beanstalkd.log)")
         click.echo(f"master {local.masters}, {datanodes} data node{'s' * (datanodes != 1)}, "
                    f"data in {data_dir}; "
                    "Ctrl-C stops")
@@ -137,11 +150,33 @@ def cluster(data_dir: str, datanodes: int, replication: int | None, port: int, n
                                f"other data nodes, which re-make its replicas (its log: "
                                f"{data_dir}/{node.name}.log)")
             dead = [p.name for p in [local.master, local.second] if p is not None and not p.alive]
+            if gateway is not None and gateway.poll() is not None:
+                dead.append("the beanstalkd gateway")
             if dead:
                 raise click.ClickException(f"{', '.join(dead)} exited; see logs in {data_dir}")
     finally:
+        if gateway is not None and gateway.poll() is None:
+            gateway.send_signal(signal.SIGINT)
+            try:
+                gateway.wait(10)
+            except subprocess.TimeoutExpired:
+                gateway.kill()
         local.stop()
         click.echo("stopped")
+
+
+def _start_beanstalkd(master: str, port: int, keys: str | None,
+                      data_dir: str) -> subprocess.Popen[bytes]:
+    """``blizzard beanstalkd`` for the local cluster, its output in DATA_DIR/beanstalkd.log."""
+    env = dict(os.environ, BLIZZARD_MASTER=master)
+    env.pop("BLIZZARD_KEYS", None)
+    args = [sys.executable, "-m", "blizzard.cli", "beanstalkd", "--listen", f"127.0.0.1:{port}"]
+    if keys is not None:
+        env["BLIZZARD_KEYS"] = keys
+        args.append("--admin")
+    with open(os.path.join(data_dir, "beanstalkd.log"), "ab") as log_file:
+        return subprocess.Popen(args, env=env, stdout=log_file, stderr=subprocess.STDOUT,
+                                start_new_session=True)
 
 
 def _start(local: Any, data_dir: str) -> None:
