@@ -123,10 +123,6 @@ def cluster(data_dir: str, datanodes: int, replication: int | None, port: int, n
     gone: set[str] = set()  # data nodes that exited (announced once)
     gateway = None
     try:
-        if beanstalkd_port is not None:
-            gateway = _start_beanstalkd(local.masters, beanstalkd_port, keys, data_dir)
-            click.echo(f"beanstalkd protocol on 127.0.0.1:{beanstalkd_port} (log: "
-                       f"{data_dir}/beanstalkd.log)")
         click.echo(f"master {local.masters}, {datanodes} data node{'s' * (datanodes != 1)}, "
                    f"data in {data_dir}; "
                    "Ctrl-C stops")
@@ -135,6 +131,10 @@ def cluster(data_dir: str, datanodes: int, replication: int | None, port: int, n
             click.echo(f"export BLIZZARD_KEYS={keys}")
         for name in local.metrics_ports:
             click.echo(f"metrics of {name}: {local.metrics_url(name)}")
+        if beanstalkd_port is not None:
+            gateway = _start_beanstalkd(local.masters, beanstalkd_port, keys, data_dir)
+            click.echo(f"beanstalkd protocol on 127.0.0.1:{beanstalkd_port} (log: "
+                       f"{data_dir}/beanstalkd.log)")
         click.echo(STATUS_PAGE_HINT)
         while not stopping.wait(0.2):
             master, second = local.master, local.second
