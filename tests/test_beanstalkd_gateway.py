@@ -12,6 +12,7 @@ import threading
 import greenstalk
 import pytest
 from support.cli import BLIZZARD
+from support.gateway import gateway_process
 from support.wait import wait_for
 
 from blizzard import Client
@@ -173,10 +174,7 @@ def test_the_cli_serves_until_ctrl_c(cluster_factory, monkeypatch):
     monkeypatch.delenv(k.ENV, raising=False)
     cluster = cluster_factory(datanodes=1, replication=1, keys=None)
     port = free_port()
-    env = dict(os.environ, BLIZZARD_MASTER=cluster.master_addr)
-    env.pop(k.ENV, None)
-    proc = subprocess.Popen([*BLIZZARD, "beanstalkd", "--listen", f"127.0.0.1:{port}"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = gateway_process(cluster.master_addr, port)
     try:
         def served() -> bool:
             try:

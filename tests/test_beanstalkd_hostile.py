@@ -15,7 +15,7 @@ import threading
 import time
 
 import pytest
-from support.cli import BLIZZARD
+from support.gateway import gateway_process, listening
 from support.wait import wait_for
 
 from blizzard import Client
@@ -48,7 +48,11 @@ def make_gw(cluster_factory, monkeypatch):
 
 
 def raw(gw) -> socket.socket:
-    return socket.create_connection(("127.0.0.1", gw.port), timeout=10)
+    return raw_port(gw.port)
+
+
+def raw_port(port: int) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", port), timeout=10)
 
 
 def reply(sock: socket.socket, data: bytes) -> bytes:
@@ -72,15 +76,15 @@ def reply(sock: socket.socket, data: bytes) -> bytes:
 # -- leaks ---------------------------------------------------------------------------------------
 
 def test_a_reserve_whose_connection_closed_ends_its_session(make_gw):
-    """beanstalkd drops a waiting reserve when its connection closes; here the session thread
-    waits forever (a job arriving is the only way out), holding a --max-connections slot."""
+    """beanstalkd drops a waiting reserve when its connection closes: so does the gateway, and
+    its --max-connections slot is free again."""
     gw = make_gw(max_connections=4)
     for _ in range(4):
         s = raw(gw)
         s.sendall(b"reserve\r\n")
         s.close()
-    time.sleep(3)
-    assert len(gw.sessions) == 0, f"{len(gw.sessions)} sessions outlive their closed connections"
+    wait_for(lambda: not gw.sessions, timeout_s=10,
+             what="the sessions of closed connections to end")
     s = raw(gw)  # and the gateway still takes connections
     try:
         assert reply(s, b"list-tube-used\r\n") == b"USING default\r\n"
@@ -116,38 +120,35 @@ def test_a_body_trickled_forever_is_cut_off(make_gw, monkeypatch):
 
 
 def test_running_out_of_file_descriptors_does_not_stop_the_gateway(cluster_factory, monkeypatch):
-    """accept() failing with EMFILE is re-raised by serve_forever: the whole gateway exits."""
+    """accept() failing with EMFILE (a process limited to 64 descriptors, 100 connections) is
+    waited out: once the connections close, the gateway serves again."""
     monkeypatch.delenv(k.ENV, raising=False)
     cluster = cluster_factory(datanodes=1, replication=1, keys=None)
     port = free_port()
-    env = dict(os.environ, BLIZZARD_MASTER=cluster.master_addr)
-    env.pop(k.ENV, None)
 
     def low_fd_limit() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
 
-    proc = subprocess.Popen([*BLIZZARD, "beanstalkd", "--listen", f"127.0.0.1:{port}"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            preexec_fn=low_fd_limit)
+    proc = gateway_process(cluster.master_addr, port, preexec_fn=low_fd_limit)
     socks: list[socket.socket] = []
     try:
-        def up() -> bool:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                return True
-            except OSError:
-                return False
-        wait_for(up, what="the gateway to listen")
+        wait_for(lambda: listening(port), what="the gateway to listen")
         for _ in range(100):  # under --max-connections (1024), over the process's 64 fds
             try:
                 socks.append(socket.create_connection(("127.0.0.1", port), timeout=2))
             except OSError:
                 break
-        time.sleep(2)
         for s in socks:
             s.close()
-        time.sleep(1)
-        assert proc.poll() is None, "the gateway exited: " + proc.stderr.read().decode()[-600:]
+
+        def serves() -> bool:
+            assert proc.poll() is None, "the gateway exited: " + proc.stderr.read().decode()[-600:]
+            try:
+                with raw_port(port) as s:
+                    return reply(s, b"put 0 0 10 2\r\nok\r\n").startswith(b"INSERTED")
+            except OSError:
+                return False
+        wait_for(serves, what="the gateway to serve again")
     finally:
         for s in socks:
             s.close()
@@ -158,7 +159,6 @@ def test_running_out_of_file_descriptors_does_not_stop_the_gateway(cluster_facto
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(10)
-
 
 def test_a_slow_reader_still_gets_its_job(make_gw):
     """sendall under the 0.5 s socket timeout: a reply that takes longer than 0.5 s to drain
@@ -253,8 +253,9 @@ def test_delete_after_the_lease_ran_out_and_another_deleted_it(make_gw):
         reply(b, b"watch short\r\n")
         job = int(reply(a, b"put 0 0 10 1\r\nx\r\n").split()[1])
         assert reply(a, b"reserve-with-timeout 5\r\n").startswith(b"RESERVED")
-        time.sleep(1.5)
-        assert reply(b, b"delete %d\r\n" % job) == b"DELETED\r\n"
+        # NOT_FOUND while a holds it; DELETED once its lease ran out
+        wait_for(lambda: reply(b, b"delete %d\r\n" % job) == b"DELETED\r\n", timeout_s=10,
+                 what="the job free to delete once a's lease ran out")
         assert reply(a, b"delete %d\r\n" % job) == b"NOT_FOUND\r\n"
     finally:
         a.close()
