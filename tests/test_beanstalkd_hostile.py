@@ -83,8 +83,8 @@ def test_a_reserve_whose_connection_closed_ends_its_session(make_gw):
         s = raw(gw)
         s.sendall(b"reserve\r\n")
         s.close()
-    wait_for(lambda: not gw.sessions, timeout_s=10,
-             what="the sessions of closed connections to end")
+    wait_for(lambda: gw.connections == 4 and not gw.sessions, timeout_s=10,
+             what="the four sessions taken up, then ended with their connections")
     s = raw(gw)  # and the gateway still takes connections
     try:
         assert reply(s, b"list-tube-used\r\n") == b"USING default\r\n"
