@@ -49,7 +49,8 @@ class QueueAdmin:
         enqueued, acked = counts.get("enqueued", name), counts.get("acked", name)
         dead = dead_q.n_ready + dead_q.n_delayed + dead_q.n_leased if dead_q is not None else 0
         if q is None:
-            return p.QueueStats(name, 0, 0, 0, pending, dead, 0.0, enqueued, acked, settings)
+            return p.QueueStats(name, 0, 0, 0, pending, dead, 0.0, enqueued, acked, settings,
+                                exists=False)
         top = self._first_ready(q, now)
         oldest = max(0.0, now - top.enqueued_at) if top is not None else 0.0
         return p.QueueStats(name, q.n_ready, q.n_delayed, q.n_leased, pending, dead, oldest,

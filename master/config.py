@@ -53,9 +53,9 @@ class MasterConfig:
     # who may create queues (master/queue_policy.py)
     max_queues: int = 10_000  # queues the master holds at most; admin keys may fill it
     client_queues: int = 1_000  # a client key creates a queue only while fewer than this exist
-    client_settings: str = "lease_s max_attempts backoff_base_s backoff_cap_s"  # a client key
-    # may set these when it creates a queue (space-separated; "all", or "" for none); the
-    # rest (a dead-letter queue elsewhere, a rate limit) need an admin key
+    # a client key may set these when it creates a queue (space-separated; "all", or "" for
+    # none); the rest (a dead-letter queue elsewhere, a rate limit) need an admin key
+    client_settings: str = "lease_s max_attempts backoff_base_s backoff_cap_s attributes"
 
     @property
     def addr(self) -> str:

@@ -38,7 +38,7 @@ def test_every_shape_that_holds_the_settings_takes_them_from_the_one_definition(
         return p.fields_of(cls)
 
     assert NAMES == ("lease_s", "max_attempts", "dead_letter", "backoff_base_s", "backoff_cap_s",
-                     "rate_per_s", "burst")  # the on-disk order: append only
+                     "rate_per_s", "burst", "attributes")  # the on-disk order: append only
     assert names(p.QueueSettings) == NAMES
     assert names(p.Configure) == ("queue", "create", *NAMES)
     assert names(records.ConfigureQueue) == ("queue", *NAMES)
@@ -56,9 +56,12 @@ def test_the_defaults_lie_within_their_bounds():
 
 
 def test_an_old_wal_record_still_loads_and_configures_the_queue():
-    rec = records.unpack(OLD_CONFIGURE_RECORD)
+    rec = records.unpack(OLD_CONFIGURE_RECORD)  # written before `attributes` existed
     assert rec == records.ConfigureQueue("jobs", **JOBS)
-    assert records.pack(rec) == OLD_CONFIGURE_RECORD
+    assert rec.attributes == ""
+    again = records.pack(rec)  # written now: the old fields in their places, the new one after
+    assert again[1:len(OLD_CONFIGURE_RECORD)] == OLD_CONFIGURE_RECORD[1:]
+    assert records.unpack(again) == rec
     state = State()
     state.apply(rec)
     assert state.config("jobs") == QueueConfig(**JOBS)

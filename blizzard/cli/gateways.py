@@ -1,7 +1,8 @@
-"""``blizzard beanstalkd``: serve beanstalkd's protocol in front of the cluster."""
+"""``blizzard beanstalkd`` and ``blizzard sqs``: other queues' protocols in front of the cluster."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Any
 
@@ -66,3 +67,66 @@ def beanstalkd(master: str, listen: tuple[str, int], max_connections: int, max_j
 
     threading.Thread(target=stop_when_told, daemon=True).start()
     gateway.serve_forever()
+
+
+@click.command()
+@master_opt
+@keys_opt
+@click.option("--listen", default="127.0.0.1:9324", show_default=True, callback=_listen,
+              help="HOST:PORT the gateway serves SQS's API on (port 0: a free one).")
+@click.option("--credentials", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="File of access keys, one a line: ACCESS_KEY_ID SECRET_ACCESS_KEY ROLE "
+                   "(client or admin), readable by its owner only. Requests must be signed "
+                   "(AWS Signature Version 4) with one of them. Without it the gateway takes "
+                   "unsigned requests from anyone, and says so.")
+@click.option("--admin", is_flag=True,
+              help="Hold the admin key of --keys too, for callers of the admin role: "
+                   "SetQueueAttributes, DeleteQueue, PurgeQueue, tags, a RedrivePolicy and "
+                   "StartMessageMoveTask need it.")
+@click.option("--region", default="us-east-1", show_default=True,
+              help="The region named in queue ARNs.")
+@click.option("--max-connections", default=256, show_default=True,
+              type=click.IntRange(1, 100_000),
+              help="Connections served at once (each a thread); more are closed unanswered.")
+@click.option("--allow-host", "allow_hosts", multiple=True, metavar="NAME",
+              help="A host name clients reach the gateway by (besides its address, localhost "
+                   "and IP addresses); requests for other names are refused. Repeatable.")
+@click.option("--log-level", default="info", show_default=True,
+              type=click.Choice(["debug", "info", "warning", "error"]))
+def sqs(master: str, listen: tuple[str, int], credentials: str | None, admin: bool,
+        region: str, max_connections: int, allow_hosts: tuple[str, ...],
+        log_level: str) -> None:
+    """Serve Amazon SQS's API (boto3 and every AWS SDK, with endpoint_url set to this
+    gateway) in front of the cluster, until Ctrl-C.
+
+    Both of SQS's wire forms are taken on one port: the JSON protocol current SDKs send and
+    the older query protocol (XML replies). A queue is the Blizzard queue of the same name;
+    SendMessage is answered once the master's WAL and W data nodes hold the message;
+    ReceiveMessage leases for the visibility timeout; DeleteMessage acks. A FIFO queue's
+    MessageGroupId is the item's key: one message of a group in flight at a time, in order.
+    docs/gateways.md has the whole mapping and what differs from SQS.
+    """
+    from blizzard.gateways.sqs import SqsConfig, SqsServer
+
+    logs.setup(log_level, "text", "sqs", f"{listen[0]}:{listen[1]}")
+    try:
+        server = SqsServer(SqsConfig(master, listen[0], listen[1], credentials=credentials,
+                                     admin=admin, region=region,
+                                     max_connections=max_connections,
+                                     allow_hosts=allow_hosts))
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    if credentials is None:
+        logging.getLogger(__name__).warning("no --credentials: this gateway takes unsigned requests "
+                                   "from anyone who reaches %s:%d", listen[0], server.server_port)
+    click.echo(f"SQS gateway on http://{listen[0]}:{server.server_port} for {master}"
+               f"{'' if credentials else ' (no --credentials: anyone may use it)'}", err=True)
+    stop = stop_on_signals()
+
+    def stop_when_told() -> None:
+        stop.wait()
+        server.shutdown()
+
+    threading.Thread(target=stop_when_told, daemon=True).start()
+    server.serve_forever()
+    server.server_close()

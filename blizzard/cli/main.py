@@ -294,6 +294,7 @@ cli.add_command(cli_dispatch.dispatch)
 cli.add_command(cli_dispatch.task)
 cli.add_command(worker_command)
 cli.add_command(cli_gateways.beanstalkd)
+cli.add_command(cli_gateways.sqs)
 
 
 def main() -> None:

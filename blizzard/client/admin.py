@@ -19,6 +19,11 @@ class QueueAdmin:
     def stats(self, queue: str) -> dict[str, Any]:
         return stats_dict(self.master.call(p.Stats(check_queue_name(queue))))
 
+    def describe(self, queue: str) -> p.QueueStats:
+        """A queue's counters, settings and whether the master holds it, in one reply."""
+        reply: p.QueueStats = self.master.call(p.Stats(check_queue_name(queue)))
+        return reply
+
     def queue_config(self, queue: str) -> dict[str, Any]:
         return p.as_dict(self.master.call(p.Stats(check_queue_name(queue))).settings)
 

@@ -75,12 +75,15 @@ class Registry:
         checker = self._checkers.get(cls)
         if checker is None:
             hints = typing.get_type_hints(cls)
-            names = [f.name for f in dataclasses.fields(cls)]
-            checks = [self._checker(hints[n]) for n in names]
-            count = len(names)
+            fields = dataclasses.fields(cls)
+            checks = [self._checker(hints[f.name]) for f in fields]
+            count = len(fields)
+            # trailing fields with defaults were added later: older records lack them
+            least = sum(1 for f in fields if f.default is dataclasses.MISSING
+                        and f.default_factory is dataclasses.MISSING)
 
             def checker(values: Any) -> Any:
-                if type(values) is not list or len(values) != count:
+                if type(values) is not list or not least <= len(values) <= count:
                     raise ProtocolError(f"{cls.__name__} takes {count} fields")
                 return cls(*[c(v) for c, v in zip(checks, values)])
 

@@ -309,6 +309,7 @@ class QueueStats:
     enqueued_total: int  # items enqueued since the master started (a restart starts from 0)
     acked_total: int  # items acked since the master started: with the above, rates over time
     settings: QueueSettings
+    exists: bool = True  # the master holds the queue (False: never made, or deleted)
 
 
 @message(27)

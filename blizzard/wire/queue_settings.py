@@ -30,6 +30,8 @@ MAX_QUEUE_NAME = 200  # characters in a queue name (a dead-letter queue's may ad
 QUEUE_NAME_CHARS = "A-Z a-z 0-9 . _ : -"
 _QUEUE_NAME = re.compile(r"[A-Za-z0-9._:-]+")
 DEAD_SUFFIX = ".dead"  # a queue's dead-letter queue by default: its name plus this
+MAX_ATTRIBUTES = 4096  # characters of a queue's ``attributes`` text
+FIRST_SETTINGS = 7  # settings every record and frame has had; later ones have defaults there
 
 
 def check_queue_name(name: Any, what: str = "queue name") -> str:
@@ -71,6 +73,10 @@ class Settings:
                                  "0: unlimited.")
     burst: int = _setting(0, 0, MAX_COUNT,
                           "Leases that may be granted at once after idling; 0: max(1, rate).")
+    attributes: str = _setting("", 0, MAX_ATTRIBUTES,
+                               "Text a front end keeps with the queue (the SQS gateway: the "
+                               "queue's SQS attributes and tags, as JSON); the master only "
+                               "stores it.")
 
     @classmethod
     def option_names(cls) -> list[str]:
@@ -147,6 +153,9 @@ def with_settings(*, optional: bool = False) -> Callable[[type], type]:
 
     ``optional``: each field may be None (a ``Configure`` names only what it changes). Apply it
     below the registry's ``@message``, which makes the class a dataclass.
+
+    The settings added after the first ``FIRST_SETTINGS`` get a default (None where optional),
+    so records and frames written before they existed, which lack them, still decode.
     """
 
     def add(cls: type) -> type:
@@ -156,6 +165,8 @@ def with_settings(*, optional: bool = False) -> Callable[[type], type]:
             raise TypeError(f"{cls.__name__} declares queue settings itself: {sorted(clash)}")
         cls.__annotations__ = own | {s.name: s.kind | None if optional else s.kind
                                      for s in SETTINGS}
+        for s in SETTINGS[FIRST_SETTINGS:]:
+            setattr(cls, s.name, None if optional else s.default)
         return cls
 
     return add
