@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 from blizzard import Client
 from blizzard.local.harness import LocalCluster
-from blizzard.server.fd_limits import raise_fd_limit
+from blizzard.net.fd_limits import raise_fd_limit
 
 Emit = Callable[[dict[str, Any]], None]
 BASELINE_TRIPS = 50  # round trips timed before the flood, to compare with those during it

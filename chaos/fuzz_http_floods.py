@@ -43,7 +43,7 @@ from blizzard.local.harness import LocalCluster, free_port
 from blizzard.net.keys import ENV as KEYS_ENV
 from blizzard.net.secure import connect_curve
 from blizzard.net.transport import Endpoint, call
-from blizzard.server.http_guard import IDLE_TIMEOUT_S
+from blizzard.net.http_guard import IDLE_TIMEOUT_S
 from blizzard.server.metrics import MAX_SCRAPES
 from blizzard.wire import protocol as p
 from blizzard.wire.shard_messages import topic

@@ -29,7 +29,7 @@ from blizzard.net.addrs import check_addr
 from blizzard.net.file_modes import private_dir
 from blizzard.net.log_limit import Throttled
 from blizzard.net.transport import Endpoint
-from blizzard.server.fd_limits import is_fd_pressure
+from blizzard.net.fd_limits import is_fd_pressure
 from blizzard.server.registry import ROLES, Route, Routes
 from blizzard.server.router import RouterServer, error_reply
 from blizzard.server.sync_hold import SyncHold

@@ -14,7 +14,7 @@ import time
 from typing import Callable
 
 from blizzard.net.log_limit import Throttled
-from blizzard.server.fd_limits import is_fd_pressure
+from blizzard.net.fd_limits import is_fd_pressure
 from master import checkpoint, records
 from master.state import State
 from master.wal import MemoryWal, Wal

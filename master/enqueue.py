@@ -27,11 +27,12 @@ import heapq
 import itertools
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from blizzard.net.hedge import HedgeDelays
 from blizzard.server.router import error_reply
 from blizzard.wire import protocol as p
+from blizzard.wire.codec import as_ids
 from blizzard.wire.errors import (BlizzardError, Forbidden, InvalidArgument, NotEnoughDatanodes,
                                   PayloadTooLarge, TooManyItems, UnknownItem)
 from master import checks
@@ -42,6 +43,7 @@ from master.deletes import Deletes
 from master.queue_policy import QueuePolicy
 from master.records import CommitItems
 from master.state import State
+from master.uniques import MAX_UNIQUE_S, MAX_UNIQUES
 
 MAX_DELAY_S = 365 * 86400.0
 MAX_KEY = 256
@@ -149,6 +151,8 @@ class Enqueues:
         self._check_items(msg)
         if msg.coalesce and not all(msg.keys):
             raise InvalidArgument("coalescing needs a key on every item")
+        if msg.uniques:
+            self._check_uniques(msg, n, now)
         if msg.request in self.state.recent_commits:
             return p.Committed(count=n)  # a retry of an enqueue that landed
         parked = self.waiting.get(msg.request)
@@ -322,14 +326,63 @@ class Enqueues:
                 self._stage(msg, parked.not_befores, at, nodes, parked.peer, mono)
             self.blocks.release(msg.ids)
             return p.Stored(sorted({n for nodes in groups for n in nodes}))
-        whole = len(groups) == 1
+        firsts: list[int] = []
+        if any(msg.uniques):
+            firsts = self._firsts(msg, now)
+            if firsts != msg.ids:  # some are not made: their copies go, the rest are logged
+                for k, item_id in enumerate(msg.ids):
+                    if firsts[k] != item_id:
+                        self.deletes.drop_blobs(item_id, self.blocks.holders(item_id))
+                groups = {nodes: [k for k in at if firsts[k] == msg.ids[k]]
+                          for nodes, at in groups.items()}
+                groups = {nodes: at for nodes, at in groups.items() if at}
+        whole = len(groups) == 1 and not firsts
+        until = now + msg.unique_for_s
         for nodes, at in groups.items():
             cols = [msg.ids, msg.sizes, msg.crcs, msg.priorities, parked.not_befores, msg.keys]
+            uniques = msg.uniques
             if not whole:
                 cols = [[col[k] for k in at] for col in cols]
-            self._log_items(msg.queue, nodes, msg.coalesce, msg.request, now, *cols)
+                uniques = [uniques[k] for k in at] if uniques else uniques
+            self._log_items(msg.queue, nodes, msg.coalesce, msg.request, now, *cols,
+                            uniques=uniques, unique_until=until)
         self.blocks.release(msg.ids)
-        return p.Committed(count=len(msg.ids))
+        if firsts == msg.ids:
+            firsts = []
+        return p.Committed(count=len(msg.ids), firsts=as_ids(firsts))
+
+    def _check_uniques(self, msg: p.Enqueue, n: int, now: float) -> None:
+        if msg.hold:
+            raise InvalidArgument("unique keys are for enqueues, not staged items")
+        if len(msg.uniques) != n:
+            raise InvalidArgument(f"{len(msg.uniques)} unique keys for {n} items: give one per "
+                                  "item (\"\" for none)")
+        checks.seconds(msg.unique_for_s, "unique_for_s", low=0, high=MAX_UNIQUE_S,
+                       low_ok=False)
+        if max(map(len, msg.uniques)) > MAX_KEY:
+            raise InvalidArgument(f"a unique key is at most {MAX_KEY} characters")
+        uniques = self.state.uniques
+        if len(uniques) + n > MAX_UNIQUES and uniques.live(now) + n > MAX_UNIQUES:
+            raise TooManyItems(f"the master holds {MAX_UNIQUES} unique keys, its most; retry "
+                               "when some have run out (each lasts its unique_for_s)")
+
+    def _firsts(self, msg: p.Enqueue, now: float) -> list[int]:
+        """Per item, the id that stands for it: an earlier holder of its unique key (still
+        queued or leased, with ``unique_live``), an earlier item of this enqueue with the
+        same key, or its own."""
+        uniques, items = self.state.uniques, self.state.items
+        seen: dict[str, int] = {}
+        out = []
+        for item_id, key in zip(msg.ids, msg.uniques):
+            first = seen.get(key) if key else None
+            if key and first is None:
+                first = uniques.holder(msg.queue, key, now)
+                if first is not None and msg.unique_live and first not in items:
+                    first = None
+            if key and first is None:
+                seen[key] = item_id
+            out.append(item_id if first is None else first)
+        return out
 
     def _stage(self, msg: p.Enqueue, not_befores: list[float], at: list[int],
                nodes: tuple[str, ...], peer: bytes, mono: float) -> None:
@@ -354,13 +407,16 @@ class Enqueues:
 
     def _log_items(self, queue: str, nodes: tuple[str, ...], coalesce: bool, request: str,
                    now: float, ids: list[int], sizes: list[int], crcs: list[int],
-                   priorities: list[int], not_befores: list[float], keys: list[str]) -> None:
+                   priorities: list[int], not_befores: list[float], keys: list[str], *,
+                   uniques: Sequence[str] = (), unique_until: float = 0.0) -> None:
         """Log one ``CommitItems`` record, then drop the blobs coalescing made obsolete."""
         replaced = [old for key in (set(keys) if coalesce else ()) if key
                     for old in self.state.waiting_with_key(queue, key)]
         self.log(CommitItems(queue=queue, ids=ids, sizes=sizes, crcs=crcs, priorities=priorities,
                              not_befores=not_befores, keys=keys, coalesce=coalesce,
-                             nodes=list(nodes), at=now, request=request))
+                             nodes=list(nodes), at=now, request=request,
+                             uniques=list(uniques) if any(uniques) else [],
+                             unique_until=unique_until if any(uniques) else 0.0))
         # coalescing dropped older waiting items (and all but the last of a burst)
         items = self.state.items
         gone = [(old.id, old.nodes) for old in replaced]

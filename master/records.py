@@ -8,6 +8,8 @@ On disk a record is the msgpack array ``[code, field_1, ..., field_n]``.
 
 from __future__ import annotations
 
+import dataclasses
+
 from blizzard.wire.checked import Registry
 from blizzard.wire.queue_settings import with_settings
 
@@ -43,6 +45,10 @@ class CommitItems:
     nodes: list[str]
     at: float
     request: str  # the client's commit id, remembered so a retried commit is answered once
+    # per item, a unique key it takes in its queue until ``unique_until`` ("": none; [] none
+    # at all); records written before unique keys lack both (master/uniques.py)
+    uniques: list[str] = dataclasses.field(default_factory=list)
+    unique_until: float = 0.0
 
 
 @message(102)

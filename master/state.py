@@ -27,6 +27,7 @@ from master.records import (AckItems, AddReplicas, BuryItems, ClusterCreated, Co
                             ConfigureQueue, DeleteItems, DeleteQueue, DropReplicas, EpochBegun,
                             ForgetNode, LeaseItems, NodeKeyBound, NodeSeen, RebuildItems,
                             RedriveItems, ReleaseItems, Reserve, StandbySynced)
+from master.uniques import Uniques
 
 RECENT_LEASES = 4096  # lease calls remembered for retries
 RECENT_COMMITS = 16384  # commit calls remembered for retries
@@ -53,6 +54,7 @@ class State:
         self.recent_leases: OrderedDict[str, tuple[list[int], list[int]]] = OrderedDict()
         self.recent_commits: OrderedDict[str, None] = OrderedDict()
         self.recent_acks: OrderedDict[int, int] = OrderedDict()  # id -> lease it was acked under
+        self.uniques = Uniques()  # unique keys taken (master/uniques.py)
         self._replica_sets: dict[tuple[str, ...], tuple[str, ...]] = {}
 
     # -- applying records -------------------------------------------------------------------
@@ -84,6 +86,11 @@ class State:
                                nodes, rec.at, 0, DELAYED if rec.not_befores[i] > 0 else READY))
             self._enter(q, item, rec.not_befores[i])
             self.id_hi = max(self.id_hi, item_id + 1)
+        if rec.uniques:
+            self.uniques.expire(rec.at)
+            for item_id, key in zip(rec.ids, rec.uniques):
+                if key:
+                    self.uniques.take(rec.queue, key, item_id, rec.unique_until)
 
     def _apply_lease(self, rec: LeaseItems) -> None:
         """Lease ready items, or extend leased ones. It runs for every item a consumer takes,
@@ -251,6 +258,7 @@ class State:
         for item in [i for i in self.items.values() if i.queue == rec.queue]:
             self.forget(item)
         self.queues.pop(rec.queue, None)
+        self.uniques.drop_queue(rec.queue)
 
     _APPLY = {
         Reserve: _apply_reserve, CommitItems: _apply_commit, LeaseItems: _apply_lease,
@@ -392,6 +400,7 @@ class State:
                "recent_commits": list(self.recent_commits),
                "queues": [{"name": q.name, **asdict(q.config)} for q in self.queues.values()],
                "recent_acks": list(self.recent_acks.items()), "items": len(self.items),
+               "uniques": self.uniques.export(),
                "item_fields": list(schema.ITEM_FIELDS)}
         for item in self.items.values():
             yield self._row(item)
@@ -418,6 +427,7 @@ class State:
         s.recent_acks = OrderedDict((i, lease) for i, lease in head["recent_acks"])
         s.recent_leases = OrderedDict((k, (ids, leases)) for k, ids, leases in head["recent_leases"])
         s.recent_commits = OrderedDict.fromkeys(head["recent_commits"])
+        s.uniques = Uniques.restore(head.get("uniques", ()))  # none before unique keys
         names = QueueConfig.option_names()
         for settings in head["queues"]:
             s.queue(settings["name"]).config = QueueConfig(
@@ -465,7 +475,7 @@ class State:
         return (self.cluster_id, self.epoch, self.standby, self.id_hi, self.lease_seq,
                 sorted(self.node_addrs.items()), sorted(self.node_keys.items()),
                 list(self.recent_leases.items()), list(self.recent_commits),
-                list(self.recent_acks.items()),
+                list(self.recent_acks.items()), sorted(self.uniques.export()),
                 sorted(self._row(i) for i in self.items.values()),
                 sorted((q.name, q.config, q.n_ready, q.n_delayed, q.n_leased, sorted(q.active),
                         sorted((k, sorted(v)) for k, v in q.keyed.items()))

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from blizzard.net.log_limit import Throttled
-from blizzard.server.fd_limits import is_fd_pressure
+from blizzard.net.fd_limits import is_fd_pressure
 from blizzard.wire.errors import InvalidArgument
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ import zmq
 
 from blizzard.local.harness import free_port
 from blizzard.server.conn_guard import EVICT_AGE_S, Admission, Limits
-from blizzard.server.fd_limits import ConnectionBudget
+from blizzard.net.fd_limits import ConnectionBudget
 from blizzard.server.router import RouterServer
 from blizzard.wire import protocol as p
 from support.wait import wait_for

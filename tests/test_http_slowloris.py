@@ -1,4 +1,4 @@
-"""Slowloris on a master's ``/metrics`` (blizzard/server/http_guard.py): connections that send
+"""Slowloris on a master's ``/metrics`` (blizzard/net/http_guard.py): connections that send
 their request a byte at a time hold no place for long, and one address cannot take them all.
 
 Sixteen such connections (the endpoint's cap) once locked every scrape out for as long as
@@ -15,7 +15,7 @@ import time
 
 from support.http_get import cut
 
-from blizzard.server.http_guard import HEAD_S
+from blizzard.net.http_guard import HEAD_S
 from blizzard.server.metrics import MAX_SCRAPES
 
 REQUEST = b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n" + b"X-a: b\r\n" * 1000

@@ -16,7 +16,7 @@ from support.wait import wait_for
 
 from blizzard import Client
 from blizzard.net.transport import call
-from blizzard.server.http_guard import IDLE_TIMEOUT_S
+from blizzard.net.http_guard import IDLE_TIMEOUT_S
 from blizzard.server.metrics import MAX_SCRAPES
 from blizzard.wire import protocol as p
 from master.metrics import OTHER

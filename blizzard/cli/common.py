@@ -22,7 +22,7 @@ from blizzard.net.defaults import DEFAULT_MASTER, LOOPBACK
 from blizzard.net.file_modes import private_process
 from blizzard.net.keys import missing_advice
 from blizzard.server import logs
-from blizzard.server.fd_limits import log_fd_limits, raise_fd_limit
+from blizzard.net.fd_limits import log_fd_limits, raise_fd_limit
 from blizzard.wire.errors import BlizzardError, InvalidArgument, MasterUnavailable, MissingKeys
 from blizzard.wire.queue_settings import MAX_QUEUE_NAME, QUEUE_NAME_CHARS, check_queue_name
 

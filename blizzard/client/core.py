@@ -127,16 +127,25 @@ class Client:
     # -- enqueue -----------------------------------------------------------------------------
 
     def enqueue(self, queue: str, data: bytes, *, priority: int = 0, delay_s: float = 0.0,
-                not_before: Any = None, key: str | None = None, coalesce: bool = False) -> int:
+                not_before: Any = None, key: str | None = None, coalesce: bool = False,
+                unique_key: str | None = None, unique_for_s: float | None = None,
+                unique_until_done: bool = False) -> int:
         """Add one item; returns its id once the item is durably stored and committed.
 
         ``priority``: lower is served first (equal priorities FIFO). ``delay_s`` or
         ``not_before`` (datetime or unix time): invisible until then. ``key``: items sharing
         a key are never leased at the same time. ``coalesce``: this item replaces the waiting
         items with its key (latest data, best priority and earliest place in line kept).
+
+        ``unique_key`` with ``unique_for_s``: if an item of this queue took the same unique
+        key less than ``unique_for_s`` seconds ago (at most 30 days), no item is made and
+        that item's id is returned (SQS's deduplication). ``unique_until_done``: only while
+        that item is still queued or leased. The master keeps the keys in its WAL, so they
+        hold across restarts and a standby's takeover.
         """
-        return self.enqueue_many(queue, [data], priority=priority, delay_s=delay_s,
-                                 not_before=not_before, key=key, coalesce=coalesce)[0]
+        opts = EnqueueOptions.make(priority, delay_s, not_before, key, coalesce, unique_key,
+                                   unique_for_s, unique_until_done)
+        return self.pipeline.enqueue(queue, [data], opts)[0]
 
     def enqueue_many(self, queue: str, items: Iterable[bytes], *, priority: int = 0,
                      delay_s: float = 0.0, not_before: Any = None, key: str | None = None,

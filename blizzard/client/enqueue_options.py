@@ -8,6 +8,8 @@ from typing import Any
 
 from blizzard.wire.errors import InvalidArgument
 
+MAX_UNIQUE_S = 30 * 86400.0  # the master's longest unique window (master/uniques.py)
+
 
 @dataclass(frozen=True)
 class EnqueueOptions:
@@ -17,10 +19,14 @@ class EnqueueOptions:
     delay_s: float = 0.0
     key: str = ""
     coalesce: bool = False
+    unique_key: str = ""  # "": none (see Client.enqueue)
+    unique_for_s: float = 0.0
+    unique_until_done: bool = False
 
     @classmethod
     def make(cls, priority: Any = 0, delay_s: Any = 0.0, not_before: Any = None, key: Any = None,
-             coalesce: Any = False) -> "EnqueueOptions":
+             coalesce: Any = False, unique_key: Any = None, unique_for_s: Any = None,
+             unique_until_done: Any = False) -> "EnqueueOptions":
         if type(priority) is not int:
             raise InvalidArgument(f"priority must be an integer, got {type(priority).__name__}")
         if isinstance(delay_s, bool) or not isinstance(delay_s, (int, float)) or delay_s < 0:
@@ -36,7 +42,15 @@ class EnqueueOptions:
             raise InvalidArgument(f"key must be a string, got {type(key).__name__}")
         if coalesce and not key:
             raise InvalidArgument("coalesce=True needs a key")
-        return cls(priority, float(delay_s), key or "", bool(coalesce))
+        if unique_key is not None or unique_for_s is not None:
+            if not isinstance(unique_key, str) or not unique_key:
+                raise InvalidArgument("unique_key must be a non-empty string")
+            if isinstance(unique_for_s, bool) or not isinstance(unique_for_s, (int, float)) \
+                    or not 0 < unique_for_s <= MAX_UNIQUE_S:
+                raise InvalidArgument(f"unique_for_s must be a number of seconds in (0, "
+                                      f"{MAX_UNIQUE_S:g}], got {unique_for_s!r}")
+        return cls(priority, float(delay_s), key or "", bool(coalesce), unique_key or "",
+                   float(unique_for_s or 0.0), bool(unique_until_done))
 
 
 def as_bytes(data: Any) -> bytes:

@@ -220,7 +220,7 @@ class EnqueuePipeline:
             self._send(c, placement, list(range(placement.first, placement.first + n)))
         elif c.step == ENQUEUE:
             if isinstance(reply, p.Committed) and c.commit:
-                c.step = DONE
+                self._committed(c, reply)
             elif isinstance(reply, p.Stored) and not c.commit:
                 c.stored_on, c.step = list(reply.nodes), DONE
             elif isinstance(reply, p.Unstored):
@@ -229,6 +229,13 @@ class EnqueuePipeline:
                 self._put_also(c, reply)
             else:
                 self._enqueue_slowly(c, reply)
+
+    @staticmethod
+    def _committed(c: Chunk, reply: p.Committed) -> None:
+        """Done; an item an earlier one's unique key stands for has that one's id."""
+        if len(reply.firsts) == len(c.ids):
+            c.ids = list(reply.firsts)
+        c.step = DONE
 
     def _send(self, c: Chunk, placement: p.Placement, ids: list[int]) -> None:
         """The payloads to every placed node and the enqueue to the master, all at once."""
@@ -246,7 +253,8 @@ class EnqueuePipeline:
         c.enqueue_msg = p.Enqueue(c.queue, as_ids(ids), [len(b) for b in c.blobs], c.crcs,
                                   [o.priority] * n, [o.delay_s] * n, [o.key] * n, o.coalesce,
                                   self.master.call_id(), not c.commit, self.nodes.node_timeout_s,
-                                  placement.grant)
+                                  placement.grant, [o.unique_key] * n if o.unique_key else [],
+                                  o.unique_for_s, o.unique_until_done)
         c.since = time.monotonic()
         self._send_enqueue(c)
 
@@ -329,7 +337,9 @@ class EnqueuePipeline:
             raise_if_error(reply)
             if isinstance(reply, p.Stored):
                 c.stored_on = list(reply.nodes)
-            elif not isinstance(reply, p.Committed):
+            elif isinstance(reply, p.Committed):
+                self._committed(c, reply)
+            else:
                 raise ProtocolError(f"an enqueue was answered {p.op_name(reply)}")
             c.step = DONE
         except UnknownItem as exc:

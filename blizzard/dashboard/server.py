@@ -12,7 +12,7 @@ rebinding) cannot read ``/api/state``; a connection that sends nothing for
 ``IDLE_TIMEOUT_S``, or is still open after ``CONNECTION_S`` (one trickling a byte at a
 time), is closed; and at most ``MAX_CONNECTIONS`` are served at once (a thread each), those
 above it are closed at once, so slow or idle connections cannot pile up threads. The server
-that does this is ``blizzard/server/http_guard.py``'s, which the servers' ``/metrics`` use too.
+that does this is ``blizzard/net/http_guard.py``'s, which the servers' ``/metrics`` use too.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterable
 from urllib.parse import urlsplit
 
 from blizzard.dashboard.sampler import History, StateCache
-from blizzard.server.http_guard import (CONNECTION_S, IDLE_TIMEOUT_S,  # noqa: F401 (tests)
+from blizzard.net.http_guard import (CONNECTION_S, IDLE_TIMEOUT_S,  # noqa: F401 (tests)
                                         MAX_CONNECTIONS, GuardedHTTPServer, host_and_port,
                                         respond)
 
@@ -48,7 +48,7 @@ def load_assets() -> dict[str, tuple[bytes, str]]:
 
 
 class PageServer(GuardedHTTPServer):
-    """The status page's server: ``GuardedHTTPServer``'s bounds (``blizzard/server/http_guard.py``)."""
+    """The status page's server: ``GuardedHTTPServer``'s bounds (``blizzard/net/http_guard.py``)."""
 
 
 def make_handler(state: Callable[[], bytes], assets: dict[str, tuple[bytes, str]],

@@ -24,7 +24,7 @@ import time
 import urllib.parse
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Mapping
+from typing import Any, Mapping
 
 ALGORITHM = "AWS4-HMAC-SHA256"
 MAX_SKEW_S = 15 * 60  # as AWS: a request signed more than this before or after now is refused
@@ -99,7 +99,7 @@ def _signing_key(secret: str, date: str, region: str, service: str) -> bytes:
     return key
 
 
-def verify(method: str, target: str, headers: Mapping[str, str], body: bytes,
+def verify(method: str, target: str, headers: Any, body: bytes,
            keys: Mapping[str, Credential], now: float | None = None) -> Credential:
     """The credential that signed this request, or ``SignatureError``.
 

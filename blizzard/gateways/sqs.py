@@ -37,8 +37,8 @@ from blizzard.gateways.sqs_messages import Receipts
 from blizzard.gateways.sqs_wire import SqsError
 from blizzard.net import keys
 from blizzard.net.log_limit import Throttled
-from blizzard.server import fd_limits
-from blizzard.server.http_guard import IDLE_TIMEOUT_S, GuardedHTTPServer
+from blizzard.net import fd_limits
+from blizzard.net.http_guard import IDLE_TIMEOUT_S, GuardedHTTPServer
 from blizzard.wire.errors import BlizzardError, ClusterError, TooManyQueues
 
 log = logging.getLogger(__name__)

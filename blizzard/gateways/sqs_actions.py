@@ -34,6 +34,7 @@ from blizzard.wire.errors import (Forbidden, InvalidArgument, LeaseExpired, NotI
 CACHE_S = 2.0  # how long a queue's attributes are taken as read (other gateways may change them)
 MAX_BATCH = 10
 MAX_WAIT_S = 20
+DEDUP_S = 300.0  # SQS's deduplication interval: five minutes
 _BATCH_ID = re.compile(r"[A-Za-z0-9_-]{1,80}")
 _GROUP_ID = re.compile(r"[!-~]{1,128}")  # printable ASCII, as SQS takes
 GONE = (LeaseExpired, WrongLease, UnknownItem, NotInQueue)  # a handle whose delivery is over
@@ -161,7 +162,7 @@ class Actions:
             info = self.cache.get(caller.client, name, fresh=True)
         current = queues.reported(info, self.arn(name))
         for key, value in attrs.items():
-            if current.get(key, "") != value:
+            if not queues.same_value(key, current.get(key, ""), value):
                 raise SqsError("QueueAlreadyExists",
                                f"A queue already exists with the same name and a different "
                                f"value for attribute {key}")
@@ -304,9 +305,24 @@ class Actions:
 
     # -- messages --------------------------------------------------------------------------
 
+    def _enqueue(self, caller: Caller, info: QueueInfo, entry: dict[str, Any]
+                 ) -> tuple[int, dict[str, Any]]:
+        """Send one message: its id (on a FIFO queue, the first's for a duplicate within
+        SQS's five minutes) and the reply's fields."""
+        payload, delay, group, dedup, reply = self._message(entry, info, caller)
+        if not info.fifo:
+            return caller.client.enqueue(info.name, payload, delay_s=delay), reply
+        unique = dedup
+        if info.attrs.get("DeduplicationScope") == "messageGroup":
+            unique = hashlib.sha256(f"{group}\n{dedup}".encode()).hexdigest()
+        item_id = caller.client.enqueue(info.name, payload, delay_s=delay, key=group,
+                                        unique_key=unique, unique_for_s=DEDUP_S)
+        reply["SequenceNumber"] = str(item_id)
+        return item_id, reply
+
     def _message(self, entry: dict[str, Any], info: QueueInfo, caller: Caller
-                 ) -> tuple[bytes, float, str, dict[str, Any]]:
-        """An entry of a send checked: (payload, delay, group, the reply's fields)."""
+                 ) -> tuple[bytes, float, str, str, dict[str, Any]]:
+        """An entry of a send checked: (payload, delay, group, dedup id, the reply's fields)."""
         body = msgs.check_body(entry.get("MessageBody"))
         attrs, attr_size = msgs.check_attributes(entry.get("MessageAttributes"),
                                                  caller.binary_base64)
@@ -353,15 +369,12 @@ class Actions:
             reply["MD5OfMessageAttributes"] = msgs.md5_of_attributes(
                 {n: {"DataType": k, ("BinaryValue" if k.startswith("Binary") else
                                      "StringValue"): v} for n, (k, v) in attrs.items()})
-        return payload, float(delay), group if info.fifo else "", reply
+        return payload, float(delay), group if info.fifo else "", dedup, reply
 
     def send_message(self, params: dict[str, Any], caller: Caller) -> dict[str, Any]:
         info = self._queue(params, caller)
-        payload, delay, group, reply = self._message(params, info, caller)
-        item_id = caller.client.enqueue(info.name, payload, delay_s=delay, key=group or None)
+        item_id, reply = self._enqueue(caller, info, params)
         reply["MessageId"] = str(item_id)
-        if info.fifo:
-            reply["SequenceNumber"] = str(item_id)
         return reply
 
     def send_message_batch(self, params: dict[str, Any], caller: Caller) -> dict[str, Any]:
@@ -375,15 +388,11 @@ class Actions:
         ok, failed = [], []
         for entry in entries:
             try:
-                payload, delay, group, reply = self._message(entry, info, caller)
-                item_id = caller.client.enqueue(info.name, payload, delay_s=delay,
-                                                key=group or None)
+                item_id, reply = self._enqueue(caller, info, entry)
             except SqsError as exc:
                 failed.append(_failure(entry["Id"], exc))
                 continue
             reply.update(Id=entry["Id"], MessageId=str(item_id))
-            if info.fifo:
-                reply["SequenceNumber"] = str(item_id)
             ok.append(reply)
         return {"Successful": ok, "Failed": failed}
 

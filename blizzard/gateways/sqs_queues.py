@@ -122,7 +122,7 @@ class QueueInfo:
 
 
 def info_of(stats: p.QueueStats) -> QueueInfo:
-    s = stats.settings
+    s: Any = stats.settings  # with_settings adds the fields, which mypy cannot see
     kept: dict[str, Any] = {}
     if s.attributes:
         try:
@@ -214,6 +214,19 @@ def _check_policy_json(name: str, value: str) -> dict[str, Any]:
                            "deadLetterTargetArn and maxReceiveCount from 1 to 1000.")
         name_of_arn(policy["deadLetterTargetArn"], "RedrivePolicy.deadLetterTargetArn")
     return policy
+
+
+def same_value(name: str, current: str, given: str) -> bool:
+    """Whether a queue's attribute already has the value a CreateQueue gives it (policies
+    compared as JSON, however spaced)."""
+    if name in ("RedrivePolicy", "RedriveAllowPolicy") and current and given:
+        def norm(text: str) -> Any:
+            policy = json.loads(text)
+            if "maxReceiveCount" in policy:
+                policy["maxReceiveCount"] = int(policy["maxReceiveCount"])
+            return policy
+        return bool(norm(current) == norm(given))
+    return current == given
 
 
 def settings_of(attrs: dict[str, str]) -> dict[str, Any]:

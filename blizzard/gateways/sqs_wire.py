@@ -138,20 +138,20 @@ def _fold(flat: dict[str, str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     maps: dict[str, dict[int, dict[str, str]]] = {}
     lists: dict[str, dict[int, str]] = {}
-    for name, value in flat.items():
+    for name, text in flat.items():
         m = _INDEXED.fullmatch(name)
         if m and m[1] in _MAPS and m[3]:
-            maps.setdefault(m[1], {}).setdefault(int(m[2]), {})[m[3]] = value
+            maps.setdefault(m[1], {}).setdefault(int(m[2]), {})[m[3]] = text
         elif m and m[1] in _LISTS and not m[3]:
-            lists.setdefault(m[1], {})[int(m[2])] = value
+            lists.setdefault(m[1], {})[int(m[2])] = text
         elif name in _INTS:
             try:
-                out[name] = int(value)
+                out[name] = int(text)
             except ValueError:
-                raise invalid(f"Value {value!r} for parameter {name} is invalid: not an "
+                raise invalid(f"Value {text!r} for parameter {name} is invalid: not an "
                               "integer") from None
         else:
-            out[name] = value
+            out[name] = text
     for kind, items in maps.items():
         folded: dict[str, Any] = {}
         for _, parts in sorted(items.items()):

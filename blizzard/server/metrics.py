@@ -10,7 +10,7 @@ Each process has its own ``CollectorRegistry`` (not the global one) and serves i
 ``--metrics-port`` is given.
 
 The endpoint runs in the server's own process, so it must never cost the server its loop:
-it is a ``GuardedHTTPServer`` (``blizzard/server/http_guard.py``, as the status page: at most
+it is a ``GuardedHTTPServer`` (``blizzard/net/http_guard.py``, as the status page: at most
 ``MAX_SCRAPES`` connections at once, each closed after ``IDLE_TIMEOUT_S`` of silence or
 ``CONNECTION_S`` in all, and only requests whose Host is the bind address, localhost, an IP
 address or a name given with ``--metrics-allow-host``), and the text is rendered at most every
@@ -35,7 +35,7 @@ from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricF
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from blizzard.net.transport import FRAMES
-from blizzard.server.http_guard import CONNECTION_S, IDLE_TIMEOUT_S, GuardedHTTPServer, respond
+from blizzard.net.http_guard import CONNECTION_S, IDLE_TIMEOUT_S, GuardedHTTPServer, respond
 
 log = logging.getLogger(__name__)
 

@@ -123,6 +123,12 @@ class Enqueue:
     hold: bool
     wait_s: float
     grant: PutGrant | None  # the placement's: with security on, the ids must be the caller's
+    # per item, a unique key in its queue ("": none; []: none at all): an item whose key an
+    # earlier item took less than ``unique_for_s`` ago is not made, and ``Committed.firsts``
+    # names the earlier one; ``unique_live``: only while that one is queued or leased
+    uniques: list[str] = field(default_factory=list)
+    unique_for_s: float = 0.0
+    unique_live: bool = False
 
 
 @message(46)
@@ -166,6 +172,9 @@ class Committed:
     """Reply to Commit: how many of the ids are now committed (repeats count as committed)."""
 
     count: int
+    # [] when every item was made; else per item of the enqueue, the id that stands for it:
+    # its own, or the earlier item that holds its unique key
+    firsts: list[Id] = field(default_factory=list)
 
 
 @message(14)

@@ -186,9 +186,20 @@ class ShardedClient:
     # -- enqueue -----------------------------------------------------------------------------
 
     def enqueue(self, queue: str, data: bytes, *, priority: int = 0, delay_s: float = 0.0,
-                not_before: Any = None, key: str | None = None, coalesce: bool = False) -> int:
-        return self.enqueue_many(queue, [data], priority=priority, delay_s=delay_s,
-                                 not_before=not_before, key=key, coalesce=coalesce)[0]
+                not_before: Any = None, key: str | None = None, coalesce: bool = False,
+                unique_key: str | None = None, unique_for_s: float | None = None,
+                unique_until_done: bool = False) -> int:
+        if unique_key is None and unique_for_s is None:
+            return self.enqueue_many(queue, [data], priority=priority, delay_s=delay_s,
+                                     not_before=not_before, key=key, coalesce=coalesce)[0]
+        # a unique key is one shard's to hold: the shard of the key (or of the unique key)
+        k = self.shard_for(key or (unique_key if isinstance(unique_key, str) else None))
+        item_id: int = self._shard(k).enqueue(
+            queue, data, priority=priority, delay_s=delay_s, not_before=not_before, key=key,
+            coalesce=coalesce, unique_key=unique_key, unique_for_s=unique_for_s,
+            unique_until_done=unique_until_done)
+        self.heard[k] = time.monotonic()
+        return item_id
 
     def enqueue_many(self, queue: str, items: Iterable[bytes], *, priority: int = 0,
                      delay_s: float = 0.0, not_before: Any = None, key: str | None = None,

@@ -7,7 +7,7 @@ reserve (``connection_fds``), so the files always find descriptors. That cap is 
 process's, not a socket's: every socket that accepts connections (a master's requests port,
 its heads feed, its metrics endpoint) takes from one ``ConnectionBudget``
 (``process_connections``); ``blizzard/server/conn_guard.py`` and
-``blizzard/server/http_guard.py`` enforce it. (Per socket, two sockets of a master under a
+``blizzard/net/http_guard.py`` enforce it. (Per socket, two sockets of a master under a
 limit of 600 could take 344 each, more than the process had, and the reserve was gone.)
 Should they run out all the same (another part of the process, a limit lowered under a
 running server), ``is_fd_pressure`` says so: the caller retries later instead of stopping
