@@ -13,6 +13,7 @@ import greenstalk
 import pytest
 from support.cli import BLIZZARD
 from support.gateway import gateway_process
+from support.sqs import boto
 from support.wait import wait_for
 
 from blizzard import Client
@@ -208,13 +209,13 @@ def test_deadline_soon_peek_buried_and_stats(gateway):
         assert stats["current-connections"] == 1 and stats["version"].startswith("blizzard-")
 
 
-def test_blizzard_cluster_serves_beanstalkd_with_the_admin_key(tmp_path):
-    port, beans = free_port(), free_port()
+def test_blizzard_cluster_serves_beanstalkd_and_sqs_with_the_admin_key(tmp_path):
+    port, beans, sqs_port = free_port(), free_port(), free_port()
     env = dict(os.environ)
     env.pop(k.ENV, None)
     proc = subprocess.Popen([*BLIZZARD, "cluster", "--data-dir", str(tmp_path), "--datanodes",
                              "1", "--port", str(port), "--node-port", str(free_port()),
-                             "--beanstalkd", str(beans)],
+                             "--beanstalkd", str(beans), "--sqs", str(sqs_port)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     try:
         def put() -> int | None:
@@ -228,12 +229,19 @@ def test_blizzard_cluster_serves_beanstalkd_with_the_admin_key(tmp_path):
             job = c.reserve(timeout=10)
             c.bury(job)
             assert c.kick(1) == 1  # the admin key: kick is a redrive
+        sqs = boto(f"http://127.0.0.1:{sqs_port}")  # any access key: no --credentials here
+        url = sqs.get_queue_url(QueueName="t")["QueueUrl"]  # the tube is the queue
+        assert sqs.receive_message(QueueUrl=url, WaitTimeSeconds=5)["Messages"][0]["Body"] \
+            == "via blizzard cluster"
+        sqs.purge_queue(QueueUrl=url)  # the admin key
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=60)
         assert proc.returncode == 0, out
         assert f"beanstalkd protocol on 127.0.0.1:{beans}" in out and "stopped" in out
-        with pytest.raises(ConnectionError):
-            socket.create_connection(("127.0.0.1", beans), timeout=2)  # the gateway stopped too
+        assert f"SQS API on http://127.0.0.1:{sqs_port}" in out
+        for gateway_port in (beans, sqs_port):  # the gateways stopped too
+            with pytest.raises(ConnectionError):
+                socket.create_connection(("127.0.0.1", gateway_port), timeout=2)
     finally:
         if proc.poll() is None:
             proc.kill()

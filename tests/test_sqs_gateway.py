@@ -6,17 +6,23 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import signal
 import struct
+import subprocess
 import threading
 import time
 
 import pytest
 from botocore.exceptions import ClientError
+from support.cli import BLIZZARD
+from support.gateway import gateway_process, listening
 from support.sqs import RunningGateway, boto, credentials_file
 from support.wait import wait_for
 
 from blizzard import Client
 from blizzard.gateways.sqs import SqsConfig
+from blizzard.local.harness import free_port
 
 pytestmark = pytest.mark.cluster
 
@@ -343,3 +349,37 @@ def test_dead_letters_and_their_move_back(sqs):
     with pytest.raises(ClientError) as e:
         sqs.start_message_move_task(SourceArn="arn:aws:sqs:us-east-1:000000000000:work")
     assert code(e.value) == "InvalidParameterValue"  # not a dead-letter queue
+
+
+def test_blizzard_sqs_serves_signed_requests_until_ctrl_c(cluster_factory, tmp_path):
+    cluster = cluster_factory(datanodes=2, replication=2)
+    port = free_port()
+    proc = gateway_process(cluster.master_addr, port, "--credentials",
+                           credentials_file(str(tmp_path)), "--admin", kind="sqs", secure=True)
+    try:
+        wait_for(lambda: listening(port), timeout_s=30, what="blizzard sqs listening")
+        sqs = boto(f"http://127.0.0.1:{port}")
+        url = sqs.create_queue(QueueName="cli")["QueueUrl"]
+        sqs.send_message(QueueUrl=url, MessageBody="from the command")
+        assert sqs.receive_message(QueueUrl=url, WaitTimeSeconds=5)["Messages"][0]["Body"] \
+            == "from the command"
+        with pytest.raises(ClientError) as e:
+            boto(f"http://127.0.0.1:{port}", key=("AKIDADMIN", "wrong-secret")).list_queues()
+        assert code(e.value) == "SignatureDoesNotMatch"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 0, err
+        assert f"SQS gateway on http://127.0.0.1:{port}".encode() in err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=30)
+
+
+def test_blizzard_sqs_refuses_a_credentials_file_others_can_read(tmp_path):
+    path = credentials_file(str(tmp_path))
+    os.chmod(path, 0o644)
+    out = subprocess.run([*BLIZZARD, "sqs", "--master", "tcp://127.0.0.1:1", "--listen",
+                          f"127.0.0.1:{free_port()}", "--credentials", path],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "chmod 600" in out.stderr

@@ -79,13 +79,17 @@ def cli() -> None:
 @click.option("--beanstalkd", "beanstalkd_port", default=None, type=click.IntRange(1, 65535),
               metavar="PORT", help="Also serve beanstalkd's protocol on 127.0.0.1:PORT "
               "(`blizzard beanstalkd`, with the admin key, so kick works; docs/gateways.md).")
+@click.option("--sqs", "sqs_port", default=None, type=click.IntRange(1, 65535),
+              metavar="PORT", help="Also serve Amazon SQS's API on http://127.0.0.1:PORT "
+              "(`blizzard sqs`, with the admin key and no --credentials: anyone on this "
+              "machine may use it; docs/gateways.md).")
 @click.option("--masters", default=1, show_default=True, type=click.IntRange(1, 64),
               help="Shards: masters each with --datanodes data nodes of their own (ports "
                    "PORT, PORT+1, ...; heads published on the ports after them). Queues spread "
                    "over them; a dead shard master is restarted on its WAL.")
 def cluster(data_dir: str, datanodes: int, replication: int | None, port: int, node_port: int,
             insecure: bool, metrics: bool, log_format: str, standby: bool,
-            beanstalkd_port: int | None, masters: int) -> None:
+            beanstalkd_port: int | None, sqs_port: int | None, masters: int) -> None:
     """Run a master and data nodes on 127.0.0.1 in the foreground; Ctrl-C stops them all.
 
     A data node that exits (or is killed) is left out: the others serve its items (see the
@@ -107,8 +111,9 @@ def cluster(data_dir: str, datanodes: int, replication: int | None, port: int, n
                                  param_hint="'--replication'")
     keys = None if insecure else os.path.join(os.path.abspath(data_dir), "keys")
     if masters > 1:
-        if beanstalkd_port is not None:
-            raise click.UsageError("--beanstalkd runs with one master; drop it or --masters")
+        if beanstalkd_port is not None or sqs_port is not None:
+            raise click.UsageError("--beanstalkd and --sqs run with one master; drop them or "
+                                   "--masters")
         if standby:
             raise click.UsageError("--standby runs with one master; drop it or --masters")
         from blizzard.cli.shards import run_sharded
@@ -121,7 +126,7 @@ def cluster(data_dir: str, datanodes: int, replication: int | None, port: int, n
     stopping = stop_on_signals()
     _start(local, data_dir)
     gone: set[str] = set()  # data nodes that exited (announced once)
-    gateway = None
+    gateways: dict[str, subprocess.Popen[bytes]] = {}
     try:
         click.echo(f"master {local.masters}, {datanodes} data node{'s' * (datanodes != 1)}, "
                    f"data in {data_dir}; "
@@ -132,9 +137,14 @@ def cluster(data_dir: str, datanodes: int, replication: int | None, port: int, n
         for name in local.metrics_ports:
             click.echo(f"metrics of {name}: {local.metrics_url(name)}")
         if beanstalkd_port is not None:
-            gateway = _start_beanstalkd(local.masters, beanstalkd_port, keys, data_dir)
+            gateways["beanstalkd"] = _start_gateway("beanstalkd", local.masters,
+                                                    beanstalkd_port, keys, data_dir)
             click.echo(f"beanstalkd protocol on 127.0.0.1:{beanstalkd_port} (log: "
                        f"{data_dir}/beanstalkd.log)")
+        if sqs_port is not None:
+            gateways["sqs"] = _start_gateway("sqs", local.masters, sqs_port, keys, data_dir)
+            click.echo(f"SQS API on http://127.0.0.1:{sqs_port} (any access key; log: "
+                       f"{data_dir}/sqs.log)")
         click.echo(STATUS_PAGE_HINT)
         while not stopping.wait(0.2):
             master, second = local.master, local.second
@@ -150,31 +160,34 @@ def cluster(data_dir: str, datanodes: int, replication: int | None, port: int, n
                                f"other data nodes, which re-make its replicas (its log: "
                                f"{data_dir}/{node.name}.log)")
             dead = [p.name for p in [local.master, local.second] if p is not None and not p.alive]
-            if gateway is not None and gateway.poll() is not None:
-                dead.append("the beanstalkd gateway")
+            dead += [f"the {kind} gateway" for kind, proc in gateways.items()
+                     if proc.poll() is not None]
             if dead:
                 raise click.ClickException(f"{', '.join(dead)} exited; see logs in {data_dir}")
     finally:
-        if gateway is not None and gateway.poll() is None:
-            gateway.send_signal(signal.SIGINT)
+        for proc in gateways.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+        for proc in gateways.values():
             try:
-                gateway.wait(10)
+                proc.wait(10)
             except subprocess.TimeoutExpired:
-                gateway.kill()
+                proc.kill()
         local.stop()
         click.echo("stopped")
 
 
-def _start_beanstalkd(master: str, port: int, keys: str | None,
-                      data_dir: str) -> subprocess.Popen[bytes]:
-    """``blizzard beanstalkd`` for the local cluster, its output in DATA_DIR/beanstalkd.log."""
+def _start_gateway(kind: str, master: str, port: int, keys: str | None,
+                   data_dir: str) -> subprocess.Popen[bytes]:
+    """``blizzard beanstalkd`` or ``blizzard sqs`` (``kind``) for the local cluster, with its
+    admin key, its output in DATA_DIR/KIND.log."""
     env = dict(os.environ, BLIZZARD_MASTER=master)
     env.pop("BLIZZARD_KEYS", None)
-    args = [sys.executable, "-m", "blizzard.cli", "beanstalkd", "--listen", f"127.0.0.1:{port}"]
+    args = [sys.executable, "-m", "blizzard.cli", kind, "--listen", f"127.0.0.1:{port}"]
     if keys is not None:
         env["BLIZZARD_KEYS"] = keys
         args.append("--admin")
-    with open(os.path.join(data_dir, "beanstalkd.log"), "ab") as log_file:
+    with open(os.path.join(data_dir, f"{kind}.log"), "ab") as log_file:
         return subprocess.Popen(args, env=env, stdout=log_file, stderr=subprocess.STDOUT,
                                 start_new_session=True)
 

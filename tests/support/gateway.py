@@ -1,4 +1,5 @@
-"""``blizzard beanstalkd`` as a process of its own, for the tests that need the real command."""
+"""``blizzard beanstalkd`` and ``blizzard sqs`` as processes of their own, for the tests that
+need the real commands."""
 
 from __future__ import annotations
 
@@ -12,11 +13,14 @@ from support.cli import BLIZZARD
 from blizzard.net import keys as k
 
 
-def gateway_process(master: str, port: int, **popen: Any) -> subprocess.Popen[bytes]:
-    """``blizzard beanstalkd --listen 127.0.0.1:PORT`` for an insecure cluster at ``master``."""
+def gateway_process(master: str, port: int, *args: str, kind: str = "beanstalkd",
+                    secure: bool = False, **popen: Any) -> subprocess.Popen[bytes]:
+    """``blizzard KIND --listen 127.0.0.1:PORT ARGS`` for the cluster at ``master`` (insecure
+    unless ``secure``: then with this process's key directory)."""
     env = dict(os.environ, BLIZZARD_MASTER=master)
-    env.pop(k.ENV, None)
-    return subprocess.Popen([*BLIZZARD, "beanstalkd", "--listen", f"127.0.0.1:{port}"],
+    if not secure:
+        env.pop(k.ENV, None)
+    return subprocess.Popen([*BLIZZARD, kind, "--listen", f"127.0.0.1:{port}", *args],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **popen)
 
 
