@@ -104,7 +104,7 @@ def sqs(master: str, listen: tuple[str, int], credentials: str | None, admin: bo
     SendMessage is answered once the master's WAL and W data nodes hold the message;
     ReceiveMessage leases for the visibility timeout; DeleteMessage acks. A FIFO queue's
     MessageGroupId is the item's key: one message of a group in flight at a time, in order.
-    docs/gateways.md has the whole mapping and what differs from SQS.
+    docs/sqs.md has the whole mapping and what differs from SQS.
     """
     from blizzard.gateways.sqs import SqsConfig, SqsServer
 

@@ -78,11 +78,11 @@ def cli() -> None:
               "it takes over when the master dies, which then comes back as its standby.")
 @click.option("--beanstalkd", "beanstalkd_port", default=None, type=click.IntRange(1, 65535),
               metavar="PORT", help="Also serve beanstalkd's protocol on 127.0.0.1:PORT "
-              "(`blizzard beanstalkd`, with the admin key, so kick works; docs/gateways.md).")
+              "(`blizzard beanstalkd`, with the admin key, so kick works; docs/beanstalkd.md).")
 @click.option("--sqs", "sqs_port", default=None, type=click.IntRange(1, 65535),
               metavar="PORT", help="Also serve Amazon SQS's API on http://127.0.0.1:PORT "
               "(`blizzard sqs`, with the admin key and no --credentials: anyone on this "
-              "machine may use it; docs/gateways.md).")
+              "machine may use it; docs/sqs.md).")
 @click.option("--masters", default=1, show_default=True, type=click.IntRange(1, 64),
               help="Shards: masters each with --datanodes data nodes of their own (ports "
                    "PORT, PORT+1, ...; heads published on the ports after them). Queues spread "

@@ -4,7 +4,7 @@ Each action takes the request's parameters (the JSON protocol's shape, ``sqs_wir
 ``Caller`` (the client of the caller's role, the URL prefix the caller reached the gateway
 by) and returns the result in the JSON protocol's shape, or raises ``SqsError``.
 
-What maps to what (docs/gateways.md has the whole table): a queue is the Blizzard queue of the
+What maps to what (docs/sqs.md has the whole table): a queue is the Blizzard queue of the
 same name; SendMessage is an enqueue (answered once the master's WAL and W data nodes hold
 it); ReceiveMessage leases up to 10 items for the visibility timeout; DeleteMessage acks
 (durable before the reply); ChangeMessageVisibility extends the lease (0: gives the item
