@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import heapq
 import dataclasses
 from typing import Any, Callable
 
@@ -16,10 +17,10 @@ from master.enqueue import Enqueues
 from master.leases import Leases
 from master.membership import Membership
 from master.queue_policy import QueuePolicy
-from master.records import AckItems, ConfigureQueue, RedriveItems
+from master.records import AckItems, ConfigureQueue, RedriveItems, WakeItems
 from master.repair import Repairer
 from master.safe_mode import SafeMode
-from master.state import LEASED, State
+from master.state import DELAYED, LEASED, State
 
 
 class QueueAdmin:
@@ -116,20 +117,49 @@ class QueueAdmin:
     def peek(self, msg: p.Peek, now: float, *_: Any) -> p.Leased:
         checks.queue_name(msg.queue)
         checks.batch(msg.n)
-        return self.leases.describe(msg.queue, self.state.head(msg.queue, msg.n, now), [], now)
+        if msg.ids:
+            checks.batch(len(msg.ids))
+        state = self.state
+        if msg.ids:  # these, where they are in the queue and not leased
+            items = state.items
+            ids = [i for i in dict.fromkeys(msg.ids) if i in items
+                   and items[i].queue == msg.queue and items[i].status != LEASED][:msg.n]
+        elif msg.delayed:  # the delayed ones due first
+            q = state.queues.get(msg.queue)
+            if q is not None:
+                state.promote_due(q, now)
+            live = ((at, item.id) for at, item in (q.delayed if q is not None else ())
+                    if state.items.get(item.id) is item)  # the heap holds stale entries too
+            ids = [i for _, i in heapq.nsmallest(msg.n, live)]
+        else:
+            ids = state.head(msg.queue, msg.n, now)
+        return self.leases.describe(msg.queue, ids, [], now)
 
     def redrive(self, msg: p.Redrive, now: float, *_: Any) -> p.Acked:
         checks.queue_name(msg.queue)
         checks.batch(msg.n)
+        if msg.ids:
+            checks.batch(len(msg.ids))
         dead_q = self.state.config(msg.queue).dead_letter_queue(msg.queue)
-        items = self.state.items
-        ids = sorted(item_id for item_id, origin in self.state.origins.items()  # the dead ones
-                     if items[item_id].status != LEASED
-                     and (items[item_id].queue == msg.queue
-                          or (items[item_id].queue == dead_q and origin == msg.queue)))[:msg.n]
+        items, origins = self.state.items, self.state.origins
+
+        def dead_of_queue(item_id: int) -> bool:
+            item = items[item_id]
+            return item.status != LEASED and (item.queue == msg.queue or (
+                item.queue == dead_q and origins[item_id] == msg.queue))
+
+        if msg.ids:  # these only: dead ones go home, delayed ones of the queue are woken
+            wanted = [i for i in dict.fromkeys(msg.ids) if i in items][:msg.n]
+            ids = [i for i in wanted if i in origins and dead_of_queue(i)]
+            woken = [i for i in wanted if i not in origins and items[i].queue == msg.queue
+                     and items[i].status == DELAYED]
+            if woken:
+                self.log(WakeItems(ids=woken))
+        else:
+            ids, woken = sorted(i for i in origins if dead_of_queue(i))[:msg.n], []
         if ids:
             self.log(RedriveItems(ids=ids))
-        return p.Acked(done=len(ids), lost=[])
+        return p.Acked(done=len(ids) + len(woken), lost=[])
 
     def status(self, msg: p.Status, now: float, mono: float, *_: Any) -> p.ClusterStatus:
         members = self.membership

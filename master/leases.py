@@ -29,7 +29,7 @@ from master.item import columns
 from master.membership import Membership
 from master.queues import TokenBucket
 from master.records import AckItems, LeaseItems, ReleaseItems
-from master.state import State
+from master.state import LEASED, State
 
 log = logging.getLogger(__name__)
 refused_log = Throttled(log)  # a consumer acking wrong ids all day makes a line per 10 s
@@ -183,7 +183,12 @@ class Leases:
 
     def _take(self, msg: p.Lease, now: float, mono: float) -> list[int]:
         config = self.state.config(msg.queue)
-        if config.rate_per_s > 0:  # one bucket per queue: a global limit over all consumers
+        if config.paused_until > now and not msg.ids:  # paused: no head is handed out
+            return []
+        if msg.ids:  # these items, those ready or delayed in the queue (no rate limit)
+            checks.batch(len(msg.ids))
+            ids = self._named(msg.queue, msg.ids, msg.n)
+        elif config.rate_per_s > 0:  # one bucket per queue: a global limit over all consumers
             bucket = self.buckets.get(msg.queue)
             if bucket is None:
                 bucket = self.buckets[msg.queue] = TokenBucket(config.rate_per_s, config.burst)
@@ -200,6 +205,24 @@ class Leases:
                                 deadline=now + lease_s, request=msg.request))
             self.counts.add("leased", msg.queue, len(ids))
         return ids
+
+    def _named(self, queue: str, wanted: list[int], n: int) -> list[int]:
+        """Of ``wanted``, at most ``n`` in ``queue``, ready or delayed, whose key (if any) no
+        leased item holds (beanstalkd's ``reserve-job``)."""
+        items, q = self.state.items, self.state.queues.get(queue)
+        out: list[int] = []
+        keys: set[str] = set()
+        for item_id in dict.fromkeys(wanted):
+            item = items.get(item_id)
+            if item is None or item.queue != queue or item.status == LEASED or q is None:
+                continue
+            if item.key and (item.key in q.active or item.key in keys):
+                continue
+            keys.add(item.key)
+            out.append(item_id)
+            if len(out) >= n:
+                break
+        return out
 
     def _described(self, msg: p.Lease, ids: list[int], lost: list[int], now: float) -> p.Leased:
         """``describe``, with the queue's head after the lease if the lease asked for it."""

@@ -3,7 +3,8 @@
 A data node keeps each item's metadata beside its blob (``datanode/meta.py``), as the producer
 put it: queue, priority, not-before, key, 0 attempts. What the master changes later is sent
 along here, best effort: an item given back (a nack or an expired lease: attempts + 1, maybe a
-delay), moved to its dead-letter queue (with its origin), or redriven home (attempts 0). A new
+delay), moved to its dead-letter queue (with its origin), redriven home (attempts 0), or woken
+(delayed no more). A new
 replica that got a changed item's copy is told again, in case the copy carried older metadata.
 A rebuild from the nodes (``master/rebuild.py``) then puts such items where they were; an
 update still waiting here when the master's disk is lost is lost with it (the item comes back
@@ -21,14 +22,14 @@ from itertools import islice
 from typing import Any
 
 from blizzard.wire import protocol as p
-from master.records import AddReplicas, BuryItems, RedriveItems, ReleaseItems
+from master.records import AddReplicas, BuryItems, RedriveItems, ReleaseItems, WakeItems
 from master.state import State
 
 log = logging.getLogger(__name__)
 
 MAX_WAITING = 200_000  # ids with changes waiting for one node
 MAX_PER_REPLY = 2_000  # ids whose metadata one heartbeat reply carries
-CHANGES = (ReleaseItems, BuryItems, RedriveItems)
+CHANGES = (ReleaseItems, BuryItems, RedriveItems, WakeItems)
 
 
 class MetaSync:

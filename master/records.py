@@ -151,6 +151,13 @@ class BuryItems:
 # -- cluster identity and operator removals (codes 110-119) ----------------------------------
 
 
+@message(114)
+class WakeItems:
+    """Delayed items become ready now (beanstalkd's ``kick-job``)."""
+
+    ids: list[int]
+
+
 @message(110)
 class ClusterCreated:
     """The master's cluster id, made once at its first start: data nodes of another refuse it."""

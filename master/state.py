@@ -26,7 +26,8 @@ from master.ready import ReadyLine
 from master.records import (AckItems, AddReplicas, BuryItems, ClusterCreated, CommitItems,
                             ConfigureQueue, DeleteItems, DeleteQueue, DropReplicas, EpochBegun,
                             ForgetNode, LeaseItems, NodeKeyBound, NodeSeen, RebuildItems,
-                            RedriveItems, ReleaseItems, Reserve, StandbySynced)
+                            RedriveItems, ReleaseItems, Reserve, StandbySynced,
+                            WakeItems)
 from master.uniques import Uniques
 
 RECENT_LEASES = 4096  # lease calls remembered for retries
@@ -182,6 +183,14 @@ class State:
             self.errors.pop(item_id, None)
             self._place(home, item, 0.0, queue=home.name, attempts=0)
 
+    def _apply_wake(self, rec: WakeItems) -> None:
+        for item_id in rec.ids:
+            item = self.items.get(item_id)
+            if item is not None and item.status == DELAYED:
+                q = self.queues[item.queue]
+                self._leave(q, item)
+                self._place(q, item, 0.0)
+
     def _apply_configure(self, rec: ConfigureQueue) -> None:
         self.queue(rec.queue).config = QueueConfig(
             **{name: getattr(rec, name) for name in QueueConfig.option_names()})
@@ -263,7 +272,7 @@ class State:
     _APPLY = {
         Reserve: _apply_reserve, CommitItems: _apply_commit, LeaseItems: _apply_lease,
         AckItems: _apply_ack, ReleaseItems: _apply_release, BuryItems: _apply_release,
-        RedriveItems: _apply_redrive, ConfigureQueue: _apply_configure,
+        RedriveItems: _apply_redrive, ConfigureQueue: _apply_configure, WakeItems: _apply_wake,
         NodeSeen: _apply_node_seen, AddReplicas: _apply_add_replicas,
         NodeKeyBound: _apply_node_key_bound,
         DropReplicas: _apply_drop_replicas,

@@ -251,7 +251,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("x-amzn-RequestId", request_id)
         for name, value in (headers or {}).items():
             self.send_header(name, value)
-        self._headers_buffer.extend((b"\r\n", body))  # head and body in one write
+        self._headers_buffer.extend((b"\r\n", body))  # type: ignore[attr-defined]  # one write
         self.flush_headers()
 
     def _plain(self, status: int, text: str) -> None:

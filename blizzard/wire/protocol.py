@@ -190,6 +190,7 @@ class Lease:
     ack_ids: list[Id]
     ack_leases: list[int]
     head: bool = False  # also tell the queue's head after this lease (``Leased.head_*``)
+    ids: list[Id] = field(default_factory=list)  # lease these, if ready or delayed, not the head
 
 
 @message(15)
@@ -363,18 +364,27 @@ class Purge:
 
 @message(37)
 class Peek:
-    """The head items of a queue without leasing them (reply: Leased with zero lease tokens)."""
+    """The head items of a queue without leasing them (reply: Leased with zero lease tokens).
+
+    ``ids``: these items instead, those of them in ``queue`` and not leased; ``delayed``: the
+    delayed items due first instead of the ready head."""
 
     queue: str
     n: int
+    ids: list[Id] = field(default_factory=list)
+    delayed: bool = False
 
 
 @message(38)
 class Redrive:
-    """Move up to ``n`` dead items of ``queue`` (or of the dead-letter queue named) back."""
+    """Move up to ``n`` dead items of ``queue`` (or of the dead-letter queue named) back.
+
+    ``ids``: only these; a delayed one of them in ``queue`` is made ready now (beanstalkd's
+    ``kick-job``)."""
 
     queue: str
     n: int
+    ids: list[Id] = field(default_factory=list)
 
 
 @message(22)

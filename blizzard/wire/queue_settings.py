@@ -77,6 +77,9 @@ class Settings:
                                "Text a front end keeps with the queue (the SQS gateway: the "
                                "queue's SQS attributes and tags, as JSON); the master only "
                                "stores it.")
+    paused_until: float = _setting(0.0, 0.0, 1e11,
+                                   "Unix time before which no lease is granted (beanstalkd's "
+                                   "pause-tube); 0: not paused.")
 
     @classmethod
     def option_names(cls) -> list[str]:
