@@ -34,7 +34,8 @@ from blizzard.server.router import error_reply
 from blizzard.wire import protocol as p
 from blizzard.wire.codec import as_ids
 from blizzard.wire.errors import (BlizzardError, Forbidden, InvalidArgument, NotEnoughDatanodes,
-                                  PayloadTooLarge, TooManyItems, UnknownItem)
+                                  PayloadTooLarge, TooManyItems, UnknownItem,
+                                  UnknownQueue)
 from master import checks
 from master.id_blocks import Blocks
 from master.config import MasterConfig
@@ -43,7 +44,7 @@ from master.deletes import Deletes
 from master.queue_policy import QueuePolicy
 from master.records import CommitItems
 from master.state import State
-from master.uniques import MAX_UNIQUE_S, MAX_UNIQUES
+from master.uniques import MAX_UNIQUE_S
 
 MAX_DELAY_S = 365 * 86400.0
 MAX_KEY = 256
@@ -140,6 +141,9 @@ class Enqueues:
     def enqueue(self, msg: p.Enqueue, now: float, mono: float, peer: bytes,
                 rid: int) -> p.Committed | p.Stored | None:
         checks.queue_name(msg.queue)
+        if msg.only_existing and msg.queue not in self.state.queues:
+            raise UnknownQueue(f"queue {msg.queue!r} does not exist (this enqueue may not "
+                               "create it)")
         self.policy.may_create(msg.queue, peer)
         n = checks.same_length(ids=msg.ids, sizes=msg.sizes, crcs=msg.crcs,
                                priorities=msg.priorities, delays=msg.delays, keys=msg.keys)
@@ -362,9 +366,13 @@ class Enqueues:
         if max(map(len, msg.uniques)) > MAX_KEY:
             raise InvalidArgument(f"a unique key is at most {MAX_KEY} characters")
         uniques = self.state.uniques
-        if len(uniques) + n > MAX_UNIQUES and uniques.live(now) + n > MAX_UNIQUES:
-            raise TooManyItems(f"the master holds {MAX_UNIQUES} unique keys, its most; retry "
-                               "when some have run out (each lasts its unique_for_s)")
+        full = uniques.room(msg.queue, n)
+        if full:
+            uniques.expire(now)  # past their time: gone by any clock (holder() ignores them)
+            full = uniques.room(msg.queue, n)
+        if full:
+            raise TooManyItems(f"{full}; retry when some have run out (each lasts its "
+                               "unique_for_s)")
 
     def _firsts(self, msg: p.Enqueue, now: float) -> list[int]:
         """Per item, the id that stands for it: an earlier holder of its unique key (still

@@ -40,11 +40,15 @@ class QueueAdmin:
 
     def queues(self) -> list[dict[str, Any]]:
         """Every queue's counters, by name, a page (``MAX_QUEUE_PAGE`` queues) a round trip."""
-        out: list[dict[str, Any]] = []
+        return [stats_dict(q) for q in self.describe_all()]
+
+    def describe_all(self) -> list[p.QueueStats]:
+        """Every queue's counters and settings, by name, a page a round trip."""
+        out: list[p.QueueStats] = []
         after = ""
         while True:  # each page starts past the last one, so this ends
             page = self.master.call(p.ListQueues(after))
-            out += [stats_dict(q) for q in page.queues]
+            out += page.queues
             if not page.more or not page.queues:
                 return out
             after = page.queues[-1].queue

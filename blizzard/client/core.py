@@ -129,7 +129,7 @@ class Client:
     def enqueue(self, queue: str, data: bytes, *, priority: int = 0, delay_s: float = 0.0,
                 not_before: Any = None, key: str | None = None, coalesce: bool = False,
                 unique_key: str | None = None, unique_for_s: float | None = None,
-                unique_until_done: bool = False) -> int:
+                unique_until_done: bool = False, create: bool = True) -> int:
         """Add one item; returns its id once the item is durably stored and committed.
 
         ``priority``: lower is served first (equal priorities FIFO). ``delay_s`` or
@@ -141,10 +141,11 @@ class Client:
         key less than ``unique_for_s`` seconds ago (at most 30 days), no item is made and
         that item's id is returned (SQS's deduplication). ``unique_until_done``: only while
         that item is still queued or leased. The master keeps the keys in its WAL, so they
-        hold across restarts and a standby's takeover.
+        hold across restarts and a standby's takeover. ``create=False``: a queue that does
+        not exist is not made; the enqueue raises ``UnknownQueue``.
         """
         opts = EnqueueOptions.make(priority, delay_s, not_before, key, coalesce, unique_key,
-                                   unique_for_s, unique_until_done)
+                                   unique_for_s, unique_until_done, create)
         return self.pipeline.enqueue(queue, [data], opts)[0]
 
     def enqueue_many(self, queue: str, items: Iterable[bytes], *, priority: int = 0,

@@ -22,11 +22,12 @@ class EnqueueOptions:
     unique_key: str = ""  # "": none (see Client.enqueue)
     unique_for_s: float = 0.0
     unique_until_done: bool = False
+    create: bool = True  # False: an enqueue to a queue that does not exist is refused
 
     @classmethod
     def make(cls, priority: Any = 0, delay_s: Any = 0.0, not_before: Any = None, key: Any = None,
              coalesce: Any = False, unique_key: Any = None, unique_for_s: Any = None,
-             unique_until_done: Any = False) -> "EnqueueOptions":
+             unique_until_done: Any = False, create: Any = True) -> "EnqueueOptions":
         if type(priority) is not int:
             raise InvalidArgument(f"priority must be an integer, got {type(priority).__name__}")
         if isinstance(delay_s, bool) or not isinstance(delay_s, (int, float)) or delay_s < 0:
@@ -50,7 +51,7 @@ class EnqueueOptions:
                 raise InvalidArgument(f"unique_for_s must be a number of seconds in (0, "
                                       f"{MAX_UNIQUE_S:g}], got {unique_for_s!r}")
         return cls(priority, float(delay_s), key or "", bool(coalesce), unique_key or "",
-                   float(unique_for_s or 0.0), bool(unique_until_done))
+                   float(unique_for_s or 0.0), bool(unique_until_done), bool(create))
 
 
 def as_bytes(data: Any) -> bytes:

@@ -8,7 +8,8 @@ and lines starting with ``#`` are skipped.
 A request is signed in its ``Authorization`` header (what every SDK sends): the signature is
 recomputed over the request's method, path, query, the headers it names, and the SHA-256 of
 its body, with the key derived from the secret, the scope's date, region and service
-(``sqs``). The request's time (``X-Amz-Date``) must lie within ``MAX_SKEW_S`` of the
+(``sqs``). Every ``X-Amz-*`` header sent must be among those signed (``X-Amz-Target``
+names the action: a relayed request cannot be turned into another). The request's time (``X-Amz-Date``) must lie within ``MAX_SKEW_S`` of the
 gateway's clock, so a captured request cannot be replayed later. Pre-signed URLs (the
 signature in the query) are not taken.
 """
@@ -145,6 +146,13 @@ def verify(method: str, target: str, headers: Any, body: bytes,
     if "host" not in names or names != sorted(names):
         raise SignatureError("SignatureDoesNotMatch",
                              "SignedHeaders must be sorted and include host")
+    # every X-Amz-* header sent (X-Amz-Target names the action) must be signed, or whoever
+    # relays a request could change what it does
+    unsigned = sorted({name.lower() for name in headers.keys()
+                       if name.lower().startswith("x-amz-")} - set(names))
+    if unsigned:
+        raise SignatureError("SignatureDoesNotMatch",
+                             f"headers sent but not signed: {', '.join(unsigned)}")
     lines = []
     for name in names:
         value = headers.get(name)

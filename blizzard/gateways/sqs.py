@@ -167,6 +167,10 @@ class _Handler(BaseHTTPRequestHandler):
                 action, params = wire.from_form(wire.form_pairs(body, urlsplit(self.path).query))
             caller = self._caller(cred)
             result = self.server.actions.run(action, params, caller)
+            if as_json:
+                reply, kind = json.dumps(result).encode(), wire.JSON_TYPE
+            else:
+                reply, kind = wire.to_xml(action, result, request_id), "text/xml"
         except SqsError as exc:
             self._error(exc, as_json, request_id)
             return
@@ -189,18 +193,19 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(SqsError("InternalError", "internal error; the gateway's log has it"),
                         as_json, request_id)
             return
-        if as_json:
-            self._send(200, json.dumps(result).encode(), wire.JSON_TYPE, request_id)
-        else:
-            self._send(200, wire.to_xml(action, result, request_id), "text/xml", request_id)
+        self._send(200, reply, kind, request_id)
 
     def _body(self) -> bytes:
-        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
-            self._plain(HTTPStatus.LENGTH_REQUIRED, "send a Content-Length, not chunks")
+        """The request's body by its one Content-Length. Framing two parties could read two
+        ways (a Transfer-Encoding, two lengths) is refused and the connection closed, so a
+        proxy in front and this gateway never see different requests."""
+        if self.headers.get_all("Transfer-Encoding"):
+            self._plain(HTTPStatus.LENGTH_REQUIRED, "send a Content-Length, no Transfer-Encoding")
             raise _Cut()
-        length = self.headers.get("Content-Length", "0")
-        if not length.isdigit():
-            self._plain(HTTPStatus.BAD_REQUEST, "Content-Length is not a number")
+        lengths = self.headers.get_all("Content-Length") or ["0"]
+        length = lengths[0].strip()
+        if len(lengths) > 1 or not (length.isascii() and length.isdigit()):
+            self._plain(HTTPStatus.BAD_REQUEST, "give one Content-Length, in digits")
             raise _Cut()
         n = int(length)
         if n > MAX_BODY:

@@ -27,9 +27,10 @@ from typing import Any, Callable
 from blizzard.gateways import sqs_messages as msgs
 from blizzard.gateways import sqs_queues as queues
 from blizzard.gateways.sqs_queues import ACCOUNT, QueueInfo
-from blizzard.gateways.sqs_wire import SqsError, invalid, nonexistent
+from blizzard.gateways.sqs_wire import SqsError, invalid, nonexistent, text, texts
 from blizzard.wire.errors import (Forbidden, InvalidArgument, LeaseExpired, NotInQueue,
-                                  QueueExists, UnknownItem, WrongLease)
+                                  QueueExists, TooManyItems, UnknownItem, UnknownQueue,
+                                  WrongLease)
 
 CACHE_S = 2.0  # how long a queue's attributes are taken as read (other gateways may change them)
 MAX_BATCH = 10
@@ -112,6 +113,11 @@ class Actions:
             raise SqsError("AccessDenied", f"{action} needs an access key of the admin role")
         try:
             return do(params, caller)
+        except UnknownQueue:  # deleted meanwhile (this gateway's view was up to 2 s old)
+            self.cache.drop(queues.name_of_url(params.get("QueueUrl")))
+            raise nonexistent(str(params.get("QueueUrl"))) from None
+        except TooManyItems as exc:
+            raise SqsError("RequestThrottled", f"the cluster refused for now: {exc}") from None
         except Forbidden as exc:
             raise SqsError("AccessDenied", f"the cluster refused: {exc} (start the gateway "
                                            "with --admin for admin actions)") from None
@@ -182,17 +188,19 @@ class Actions:
         if not isinstance(name, str) or not name:
             raise SqsError("MissingParameter", "The request must contain the parameter "
                                                "QueueName.")
+        if "/" in name:
+            raise nonexistent(name)
         self._queue({"QueueUrl": name}, caller, fresh=True)
         return {"QueueUrl": self.url(caller, name)}
 
     def list_queues(self, params: dict[str, Any], caller: Caller) -> dict[str, Any]:
-        prefix = params.get("QueueNamePrefix", "")
+        prefix = text(params.get("QueueNamePrefix", ""), "QueueNamePrefix")
         limit = params.get("MaxResults")
         if limit is not None and (type(limit) is not int or not 1 <= limit <= 1000):
             raise invalid("MaxResults must be an integer from 1 to 1000")
         after = _untoken(params.get("NextToken"))
-        names = sorted(q["queue"] for q in caller.client.queues()
-                       if q["queue"].startswith(prefix) and q["queue"] > after)
+        names = sorted(q.queue for q in caller.client.admin.describe_all()
+                       if q.queue.startswith(prefix) and q.queue > after)
         if limit is None:
             names = names[:1000]
             return {"QueueUrls": [self.url(caller, n) for n in names]} if names else {}
@@ -209,7 +217,7 @@ class Actions:
 
     def get_queue_attributes(self, params: dict[str, Any], caller: Caller) -> dict[str, Any]:
         info = self._queue(params, caller, fresh=True)
-        names = params.get("AttributeNames") or []
+        names = texts(params.get("AttributeNames"), "AttributeNames")
         every = queues.reported(info, self.arn(info.name))
         for n in names:
             if n != "All" and n not in every and n not in queues.SETTABLE | queues.READ_ONLY:
@@ -248,9 +256,9 @@ class Actions:
 
     def untag_queue(self, params: dict[str, Any], caller: Caller) -> dict[str, Any]:
         info = self._queue(params, caller, fresh=True)
-        keys = params.get("TagKeys")
-        if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+        if params.get("TagKeys") is None:
             raise SqsError("MissingParameter", "The request must contain the parameter TagKeys.")
+        keys = texts(params["TagKeys"], "TagKeys")
         self._keep(caller, info, info.attrs, {k: v for k, v in info.tags.items()
                                               if k not in keys})
         return {}
@@ -266,12 +274,9 @@ class Actions:
         return {"Tags": info.tags} if info.tags else {}
 
     def _sources(self, caller: Caller, dead: str) -> list[str]:
-        """The queues whose dead-letter queue is ``dead``."""
-        out = []
-        for q in caller.client.queues():
-            if q["queue"] != dead and caller.client.queue_config(q["queue"])["dead_letter"] == dead:
-                out.append(q["queue"])
-        return out
+        """The queues whose dead-letter queue is ``dead`` (a page of queues a round trip)."""
+        return [q.queue for q in caller.client.admin.describe_all()
+                if q.queue != dead and queues.info_of(q).dead_letter == dead]
 
     def list_dead_letter_source_queues(self, params: dict[str, Any],
                                        caller: Caller) -> dict[str, Any]:
@@ -311,12 +316,13 @@ class Actions:
         SQS's five minutes) and the reply's fields."""
         payload, delay, group, dedup, reply = self._message(entry, info, caller)
         if not info.fifo:
-            return caller.client.enqueue(info.name, payload, delay_s=delay), reply
+            return caller.client.enqueue(info.name, payload, delay_s=delay,
+                                         create=False), reply
         unique = dedup
         if info.attrs.get("DeduplicationScope") == "messageGroup":
             unique = hashlib.sha256(f"{group}\n{dedup}".encode()).hexdigest()
         item_id = caller.client.enqueue(info.name, payload, delay_s=delay, key=group,
-                                        unique_key=unique, unique_for_s=DEDUP_S)
+                                        unique_key=unique, unique_for_s=DEDUP_S, create=False)
         reply["SequenceNumber"] = str(item_id)
         return item_id, reply
 
@@ -414,10 +420,12 @@ class Actions:
             raise invalid(f"Value {visibility} for parameter VisibilityTimeout is invalid. "
                           "Reason: must be from 0 to 43200.")
         lease_s = None if visibility is None else max(queues.MIN_LEASE_S, float(visibility))
+        system = set(texts(params.get("MessageSystemAttributeNames"),
+                           "MessageSystemAttributeNames")) \
+            | set(texts(params.get("AttributeNames"), "AttributeNames"))
+        wanted = texts(params.get("MessageAttributeNames"), "MessageAttributeNames")
+        # every parameter is checked by now: from here on items are leased
         got = caller.client.dequeue_many(info.name, n, lease_s=lease_s, wait_s=float(wait))
-        system = set(params.get("MessageSystemAttributeNames") or []) \
-            | set(params.get("AttributeNames") or [])
-        wanted = params.get("MessageAttributeNames") or []
         out = [self._received(m, info, system, wanted, caller) for m in got]
         return {"Messages": out} if out else {}
 

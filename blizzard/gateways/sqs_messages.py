@@ -29,13 +29,11 @@ from typing import Any
 
 import msgpack
 
-from blizzard.gateways.sqs_wire import SqsError, invalid
+from blizzard.gateways.sqs_wire import INVALID_TEXT, SqsError, invalid
 
 ENVELOPE = b"\x00SQS1"
 MAX_ATTRIBUTES = 10  # message attributes per message, as SQS
 ENCODING_ATTRIBUTE = "Blizzard.BodyEncoding"
-# what SQS takes in a body: XML 1.0's characters
-_INVALID_TEXT = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 _ATTRIBUTE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,256}")
 _DATA_TYPE = re.compile(r"(String|Number|Binary)(\.[A-Za-z0-9_.-]{1,250})?")
 
@@ -53,7 +51,7 @@ class Body:
 def check_body(body: Any) -> str:
     if not isinstance(body, str) or not body:
         raise SqsError("MissingParameter", "The request must contain the parameter MessageBody.")
-    bad = _INVALID_TEXT.search(body)
+    bad = INVALID_TEXT.search(body)
     if bad:
         raise SqsError("InvalidMessageContents",
                        f"Invalid binary character '#x{ord(bad.group()):X}' was found in the "
@@ -104,7 +102,7 @@ def check_attributes(attrs: Any, binary_in_base64: bool) -> tuple[dict[str, list
             if not isinstance(text, str) or "BinaryValue" in value:
                 raise invalid(f"Message attribute '{name}' must contain a non-empty message "
                               f"attribute value for message attribute type '{kind}'.")
-            if not text or _INVALID_TEXT.search(text):
+            if not text or INVALID_TEXT.search(text):
                 raise invalid(f"Message attribute '{name}' must contain a non-empty value of "
                               "valid characters.")
             if kind.startswith("Number") and not _is_number(text):
@@ -141,21 +139,46 @@ def pack(body: str, attrs: dict[str, list[Any]], group: str = "", dedup: str = "
 def unpack(data: bytes) -> Body:
     """What a payload says: an envelope's parts, or a plain body (base64 if not SQS text)."""
     if data.startswith(ENVELOPE):
-        try:
-            body, attrs, group, dedup = msgpack.unpackb(data[len(ENVELOPE):], raw=False)
-            return Body(body, {name: _attribute(kind, value)
-                               for name, (kind, value) in attrs.items()}, group, dedup)
-        except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError,
-                msgpack.StackError):
-            pass  # not an envelope after all: below, as bytes
+        envelope = _envelope(data[len(ENVELOPE):])
+        if envelope is not None:
+            return envelope  # (else not one after all: below, as bytes)
     try:
         text = data.decode("utf-8")
-        if text and not _INVALID_TEXT.search(text):
+        if text and not INVALID_TEXT.search(text):
             return Body(text, {})
     except UnicodeDecodeError:
         pass
     return Body(base64.b64encode(data).decode(),
                 {ENCODING_ATTRIBUTE: {"DataType": "String", "StringValue": "base64"}})
+
+
+def _envelope(packed: bytes) -> Body | None:
+    """An envelope's parts, or None if these bytes are not one this gateway writes (another
+    client's item that merely starts like one)."""
+    try:
+        parts = msgpack.unpackb(packed, raw=False, max_str_len=len(packed),
+                                max_bin_len=len(packed), max_array_len=64, max_map_len=64)
+    except Exception:  # msgpack raises several kinds on bytes that are not its own
+        return None
+    if type(parts) is not list or len(parts) != 4:
+        return None
+    body, attrs, group, dedup = parts
+    if not (_is_text(body) and _is_text(group) and _is_text(dedup) and type(attrs) is dict):
+        return None
+    out: dict[str, dict[str, Any]] = {}
+    for name, value in attrs.items():
+        if not _is_text(name) or type(value) is not list or len(value) != 2 \
+                or not _is_text(value[0]):
+            return None
+        kind, raw = value
+        if not (type(raw) is bytes if kind.startswith("Binary") else _is_text(raw)):
+            return None
+        out[name] = _attribute(kind, raw)
+    return Body(body, out, group, dedup)
+
+
+def _is_text(value: Any) -> bool:
+    return type(value) is str and not INVALID_TEXT.search(value)
 
 
 def _attribute(kind: str, value: Any) -> dict[str, Any]:

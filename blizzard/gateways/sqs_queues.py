@@ -23,7 +23,7 @@ import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any
 
-from blizzard.gateways.sqs_wire import SqsError, invalid, nonexistent
+from blizzard.gateways.sqs_wire import SqsError, invalid, nonexistent, text
 from blizzard.wire import protocol as p
 from blizzard.wire.queue_settings import MAX_ATTRIBUTES, check_queue_name
 from blizzard.wire.errors import InvalidArgument
@@ -73,7 +73,10 @@ def name_of_url(url: Any) -> str:
     client may reach the gateway by another name than the one in the URL it was given."""
     if not isinstance(url, str) or not url:
         raise SqsError("MissingParameter", "The request must contain the parameter QueueUrl.")
-    path = urllib.parse.urlsplit(url).path if "://" in url else url
+    try:
+        path = urllib.parse.urlsplit(url).path if "://" in url else url
+    except ValueError:
+        raise nonexistent(url) from None
     parts = [part for part in path.split("/") if part]
     if not parts or (len(parts) == 2 and parts[0] != ACCOUNT) or len(parts) > 2:
         raise nonexistent(url)
@@ -163,6 +166,7 @@ def check_attributes(given: Any, fifo: bool, creating: bool) -> dict[str, str]:
             raise SqsError("InvalidAttributeName", f"Unknown Attribute {name}.")
         if not isinstance(value, str):
             value = str(value)
+        text(value, f"Attribute {name}", "InvalidAttributeValue")
         if name in _NUMBERS:
             low, high = _NUMBERS[name]
             if not value.isdigit() or not low <= int(value) <= high:
@@ -220,9 +224,9 @@ def same_value(name: str, current: str, given: str) -> bool:
     """Whether a queue's attribute already has the value a CreateQueue gives it (policies
     compared as JSON, however spaced)."""
     if name in ("RedrivePolicy", "RedriveAllowPolicy") and current and given:
-        def norm(text: str) -> Any:
-            policy = json.loads(text)
-            if "maxReceiveCount" in policy:
+        def norm(value: str) -> Any:
+            policy = json.loads(value)
+            if name == "RedrivePolicy":  # (checked: a count, as a number or digits)
                 policy["maxReceiveCount"] = int(policy["maxReceiveCount"])
             return policy
         return bool(norm(current) == norm(given))
@@ -281,4 +285,6 @@ def check_tags(tags: Any) -> dict[str, str]:
     for k, v in tags.items():
         if not 1 <= len(k) <= 128 or len(v) > 256:
             raise invalid("A tag's key is 1-128 characters and its value at most 256")
+        text(k, "A tag's key")
+        text(v, "A tag's value")
     return tags

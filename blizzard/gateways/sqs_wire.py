@@ -22,6 +22,10 @@ from xml.sax.saxutils import escape
 XMLNS = "http://queue.amazonaws.com/doc/2012-11-05/"
 JSON_TYPE = "application/x-amz-json-1.0"
 MAX_FORM_PAIRS = 2000  # a batch of 10 entries with 10 attributes each is about 500
+MAX_CONTAINERS = 2000  # objects and arrays in a JSON body (that batch has about 250)
+# what SQS takes as text, in bodies, attributes and tags: XML 1.0's characters
+INVALID_TEXT = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+_STRINGS = re.compile(rb'"(?:[^"\\]|\\.)*"')
 
 
 class SqsError(Exception):
@@ -79,6 +83,24 @@ def invalid(message: str) -> SqsError:
     return SqsError("InvalidParameterValue", message)
 
 
+def text(value: Any, name: str, code: str = "InvalidParameterValue") -> str:
+    """``value`` if it is text SQS takes (a string of XML's characters), else ``code``."""
+    if not isinstance(value, str):
+        raise SqsError(code, f"{name} must be a string")
+    if INVALID_TEXT.search(value):
+        raise SqsError(code, f"{name} holds a character SQS does not take")
+    return value
+
+
+def texts(value: Any, name: str) -> list[str]:
+    """``value`` if it is a list of such strings (None: an empty list)."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise invalid(f"{name} must be a list of strings")
+    return [text(v, name) for v in value]
+
+
 # -- requests -------------------------------------------------------------------------------
 
 def from_json(action_header: str, body: bytes) -> tuple[str, dict[str, Any]]:
@@ -87,6 +109,14 @@ def from_json(action_header: str, body: bytes) -> tuple[str, dict[str, Any]]:
     if prefix != "AmazonSQS" or not action:
         raise SqsError("InvalidAction", f"X-Amz-Target {action_header!r} is not "
                                         "AmazonSQS.<Action>")
+    # each object or array costs ~50 times its two bytes once parsed: count them first
+    if body.count(b"{") + body.count(b"[") > MAX_CONTAINERS:
+        bare = _STRINGS.sub(b"", body)  # brackets inside strings do not count
+        containers = bare.count(b"{") + bare.count(b"[")
+        if containers > MAX_CONTAINERS:
+            raise SqsError("SerializationException",
+                           f"the body holds {containers} objects and arrays; a request "
+                           f"takes at most {MAX_CONTAINERS}")
     try:
         params = json.loads(body or b"{}")
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:

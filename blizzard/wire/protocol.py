@@ -129,6 +129,7 @@ class Enqueue:
     uniques: list[str] = field(default_factory=list)
     unique_for_s: float = 0.0
     unique_live: bool = False
+    only_existing: bool = False  # refuse (``UnknownQueue``) rather than create the queue
 
 
 @message(46)
