@@ -246,3 +246,42 @@ def test_blizzard_cluster_serves_beanstalkd_and_sqs_with_the_admin_key(tmp_path)
         if proc.poll() is None:
             proc.kill()
         proc.communicate(timeout=30)
+
+
+def test_peek_by_id_peek_delayed_kick_job_and_reserve_job(gateway):
+    with connect(gateway, use="byid", watch="byid") as c:
+        ready = c.put(b"ready one")
+        later = c.put(b"later one", delay=3600)
+        assert c.peek(ready).body == b"ready one"
+        assert c.peek_delayed().id == later
+        assert c.peek(later).body == b"later one"
+        with pytest.raises(greenstalk.NotFoundError):
+            c.peek(10**15)
+        c.kick_job(later)  # a delayed job: ready now
+        with pytest.raises(greenstalk.NotFoundError):
+            c.peek_delayed()
+        job = c.reserve_job(later)  # by id, ahead of the older ready one
+        assert (job.id, job.body) == (later, b"later one")
+        assert c.peek(later).body == b"later one"  # a reserved job is still shown
+        with pytest.raises(greenstalk.NotFoundError):
+            c.reserve_job(later)  # reserved already
+        c.bury(job)
+        with pytest.raises(greenstalk.NotFoundError):
+            c.kick_job(10**15)
+        assert c.peek_buried().id == later
+        c.kick_job(later)  # a buried job: back in its tube
+        got = sorted(c.reserve(timeout=10).id for _ in range(2))
+        assert got == sorted([ready, later])
+
+
+def test_pause_tube_holds_its_jobs_for_every_connection(gateway):
+    with connect(gateway, use="paused", watch="paused") as c, \
+            connect(gateway, watch="paused") as other:
+        c.put(b"waits")
+        c.pause_tube("paused", 2)
+        assert c.stats_tube("paused")["pause-time-left"] >= 1
+        with pytest.raises(greenstalk.TimedOutError):
+            other.reserve(timeout=0)  # paused: nothing is handed out
+        job = other.reserve(timeout=10)  # until the pause ends
+        assert job.body == b"waits"
+        other.delete(job)

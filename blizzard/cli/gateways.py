@@ -49,9 +49,9 @@ def beanstalkd(master: str, listen: tuple[str, int], max_connections: int, max_j
     `blizzard queue config TUBE --lease-s S`, a put's ttr is not kept); delete acks it,
     release gives it back (after DELAY), bury moves it to the dead-letter queue, touch extends
     its lease, kick redrives buried jobs (the admin key), and a closed connection gives back
-    what it reserved. Served so far: put, use, reserve, reserve-with-timeout, delete, release,
-    bury, touch, watch, ignore, kick, peek-ready, peek-buried, stats-job, stats-tube, stats,
-    list-tubes, list-tube-used, list-tubes-watched, quit; the others answer UNKNOWN_COMMAND.
+    what it reserved. Every command of beanstalkd's protocol is served; kick, kick-job,
+    pause-tube and deleting a job no connection reserved need --admin. docs/beanstalkd.md
+    says what differs from beanstalkd.
     """
     from blizzard.gateways.beanstalkd import BeanstalkdGateway, GatewayConfig
 

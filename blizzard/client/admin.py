@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 from blizzard.client.master_link import MasterLink
+from blizzard.client.message import LeasedItem, leased_items
 from blizzard.wire import protocol as p
+from blizzard.wire.codec import as_ids
 from blizzard.wire import queue_settings
 from blizzard.wire.queue_settings import check_queue_name
 
@@ -57,9 +59,18 @@ class QueueAdmin:
         reply: p.Acked = self.master.call(p.Purge(check_queue_name(queue)))
         return reply.done
 
-    def redrive(self, queue: str, n: int) -> int:
-        reply: p.Acked = self.master.call(p.Redrive(check_queue_name(queue), n))
+    def redrive(self, queue: str, n: int, ids: Sequence[int] = ()) -> int:
+        """Dead items of ``queue`` back home (``ids``: only these; a delayed one of them in
+        ``queue`` is made ready now); how many."""
+        reply: p.Acked = self.master.call(p.Redrive(check_queue_name(queue), n, as_ids(list(ids))))
         return reply.done
+
+    def peek_items(self, queue: str, n: int = 1, *, ids: Sequence[int] = (),
+                   delayed: bool = False) -> list[LeasedItem]:
+        """Items of ``queue`` without leasing them: the head, ``ids`` (those in the queue), or
+        the delayed ones due first (``delayed``); read them with ``Client.fetch``."""
+        return leased_items(self.master.call(p.Peek(check_queue_name(queue), n,
+                                                    as_ids(list(ids)), delayed)))
 
     def status(self) -> p.ClusterStatus:
         status: p.ClusterStatus = self.master.call(p.Status())

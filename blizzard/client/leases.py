@@ -36,11 +36,12 @@ class Leases:
 
     def lease_columns(self, queue: str, n: int, *, lease_s: float | None = None,
                       wait_s: float = 0.0, ack: Sequence[Any] = (), head: bool = False,
-                      timeout_s: float | None = None) -> p.Leased:
+                      timeout_s: float | None = None, ids: Sequence[int] = ()) -> p.Leased:
         """``lease`` as the master's reply: one list per field, no object per item (what a
         Spark driver leasing a million items wants). ``head``: the reply also tells the
         queue's head after the lease (a sharded client's news of this shard). ``timeout_s``:
-        give up sooner than the client's own (a sharded client turns to another shard)."""
+        give up sooner than the client's own (a sharded client turns to another shard).
+        ``ids``: lease these items (those ready or delayed in ``queue``), not the head."""
         check_queue_name(queue)
         if type(n) is not int:
             raise InvalidArgument("n must be an integer")
@@ -53,7 +54,7 @@ class Leases:
             raise InvalidArgument("lease_s and wait_s must be numbers of seconds")
         leased: p.Leased = self.master.call(
             p.Lease(queue, n, float(lease_s), float(wait_s), self.master.call_id(),
-                    [m.id for m in ack], [m.lease for m in ack], head),
+                    [m.id for m in ack], [m.lease for m in ack], head, as_ids(list(ids))),
             extra_s=float(wait_s) if wait_s > 0 else 0.0,
             since=None if timeout_s is None else time.monotonic() - self.master.timeout_s + timeout_s)
         self.heard(leased.suspects)

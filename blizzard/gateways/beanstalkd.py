@@ -30,6 +30,7 @@ import zmq
 
 from blizzard.client.core import Client
 from blizzard.client.http_task import bury, lookup
+from blizzard.client.message import leased_items
 from blizzard.gateways.beanstalk_lines import (MAX_LINE, Command, LineError, line, parse,
                                                pri_of, priority_of, with_body, yaml_dict,
                                                yaml_list)
@@ -463,6 +464,66 @@ class Session:
             return line("NOT_FOUND")
         return with_body("FOUND", head[0].id, body=head[0].data)
 
+    def cmd_peek(self, job: int) -> bytes:
+        where = self._where(job)
+        if where is None:
+            return line("NOT_FOUND")
+        return self._found(self.client.admin.peek_items(where, ids=[job]))
+
+    def cmd_peek_delayed(self) -> bytes:
+        return self._found(self.client.admin.peek_items(self.used, delayed=True))
+
+    def _found(self, items: list[Any]) -> bytes:
+        """``FOUND`` with the first of ``items`` and its payload (``NOT_FOUND``: none, or
+        none of its replicas could be read)."""
+        if not items:
+            return line("NOT_FOUND")
+        payloads, _ = self.client.fetch(items[:1])
+        data = payloads.get(items[0].id)
+        if data is None:
+            return line("NOT_FOUND")
+        return with_body("FOUND", items[0].id, body=data)
+
+    def _where(self, job: int) -> str | None:
+        """The queue job ``job`` is in now (a buried one: its dead-letter queue), or None."""
+        found = lookup(self.client, [job]) if 0 <= job < 2**63 else []
+        return found[0]["queue"] if found and found[0]["queue"] else None
+
+    def cmd_kick_job(self, job: int) -> bytes:
+        """A buried job back to its tube, or a delayed one ready now (the admin key)."""
+        where = self._where(job)
+        if where is None:
+            return line("NOT_FOUND")
+        try:
+            done = self.client.admin.redrive(where, 1, ids=[job])
+        except Forbidden:
+            trouble("admin", "kick-job needs the admin key (blizzard beanstalkd --admin)")
+            return line("INTERNAL_ERROR")
+        return line("KICKED") if done else line("NOT_FOUND")
+
+    def cmd_reserve_job(self, job: int) -> bytes:
+        """Job ``job`` reserved by this connection, whatever its state but reserved."""
+        where = self._where(job)
+        if where is None:
+            return line("NOT_FOUND")
+        leased = self.client.leases.lease_columns(where, 1, lease_s=self._lease_s(where),
+                                                  ids=[job])
+        got = self.client.deliver(where, leased_items(leased)) if leased.ids else []
+        if not got:
+            return line("NOT_FOUND")
+        return self._reserved(got[0])
+
+    def cmd_pause_tube(self, tube: str, delay: int) -> bytes:
+        """No job of the tube is reserved for ``delay`` seconds (the queue's ``paused_until``,
+        kept by the master for every client; the admin key)."""
+        try:
+            self.client.configure_queue(tube, paused_until=time.time() + _delay_s(delay)
+                                        if delay else 0.0)
+        except Forbidden:
+            trouble("admin", "pause-tube needs the admin key (blizzard beanstalkd --admin)")
+            return line("INTERNAL_ERROR")
+        return line("PAUSED")
+
     def cmd_peek_buried(self) -> bytes:
         dead = self.client.queue_config(self.used)["dead_letter"] or self.used + DEAD_SUFFIX
         head = self.client.peek(dead, 1)
@@ -485,15 +546,17 @@ class Session:
     def cmd_stats_tube(self, tube: str) -> bytes:
         try:
             stats = self.client.stats(tube)
+            stats["paused_until"] = self.client.queue_config(tube)["paused_until"]
         except BlizzardError:
             return line("NOT_FOUND")
+        left = max(0, int(stats.get("paused_until", 0.0) - time.time() + 0.999))
         fields = {"name": tube, "current-jobs-urgent": 0,
                   "current-jobs-ready": stats["ready"],
                   "current-jobs-reserved": stats["leased"],
                   "current-jobs-delayed": stats["delayed"],
                   "current-jobs-buried": stats["dead"], "total-jobs": 0,
                   "current-using": 0, "current-watching": 0, "current-waiting": 0,
-                  "cmd-delete": 0, "cmd-pause-tube": 0, "pause": 0, "pause-time-left": 0}
+                  "cmd-delete": 0, "cmd-pause-tube": 0, "pause": left, "pause-time-left": left}
         return with_body("OK", body=yaml_dict(fields))
 
     def cmd_stats_job(self, job: int) -> bytes:

@@ -367,8 +367,8 @@ class Purge:
 class Peek:
     """The head items of a queue without leasing them (reply: Leased with zero lease tokens).
 
-    ``ids``: these items instead, those of them in ``queue`` and not leased; ``delayed``: the
-    delayed items due first instead of the ready head."""
+    ``ids``: these items instead, those of them in ``queue`` (leased ones too, their tokens
+    not told); ``delayed``: the delayed items due first instead of the ready head."""
 
     queue: str
     n: int
