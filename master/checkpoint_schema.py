@@ -17,18 +17,19 @@ from master.item import READY
 VERSION = 2
 
 ITEM_FIELDS = ("id", "queue", "size", "crc", "priority", "order", "key", "nodes", "attempts",
-               "enqueued_at", "status", "lease", "lease_deadline", "not_before", "origin", "error")
+               "enqueued_at", "status", "lease", "lease_deadline", "not_before", "origin", "error",
+               "ttr")
 # The value of a column a checkpoint does not have; a column without one must be there.
 ITEM_DEFAULTS: dict[str, Any] = {"attempts": 0, "status": READY, "lease": 0,
                                  "lease_deadline": 0.0, "not_before": 0.0, "origin": "",
-                                 "error": ""}
+                                 "error": "", "ttr": 0.0}
 
 # The positional layout of the first checkpoints: header, queue settings, item columns.
 LEGACY_HEADER = ("id_hi", "lease_seq", "node_addrs", "recent_leases", "recent_commits", "queues",
                  "recent_acks", "items")
 LEGACY_QUEUE_FIELDS = ("lease_s", "max_attempts", "dead_letter", "backoff_base_s",
                        "backoff_cap_s", "rate_per_s", "burst")
-LEGACY_ITEM_FIELDS = ITEM_FIELDS
+LEGACY_ITEM_FIELDS = ITEM_FIELDS[:16]  # the positional layout's columns (no "ttr")
 
 
 def read_header(part: Any) -> dict[str, Any]:

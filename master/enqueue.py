@@ -157,6 +157,13 @@ class Enqueues:
             raise InvalidArgument("coalescing needs a key on every item")
         if msg.uniques:
             self._check_uniques(msg, n, now)
+        if msg.ttrs:
+            if msg.hold or len(msg.ttrs) != n:
+                raise InvalidArgument("ttrs are for enqueues, not staged items, one per item")
+            if min(msg.ttrs) < 0 or max(msg.ttrs) > self.config.max_lease_s \
+                    or not math.isfinite(sum(msg.ttrs)):
+                raise InvalidArgument(f"an item's own lease (ttr) must be 0 (the queue's) to "
+                                      f"{self.config.max_lease_s:g} seconds")
         if msg.request in self.state.recent_commits:
             return p.Committed(count=n)  # a retry of an enqueue that landed
         parked = self.waiting.get(msg.request)
@@ -344,12 +351,13 @@ class Enqueues:
         until = now + msg.unique_for_s
         for nodes, at in groups.items():
             cols = [msg.ids, msg.sizes, msg.crcs, msg.priorities, parked.not_befores, msg.keys]
-            uniques = msg.uniques
+            uniques, ttrs = msg.uniques, msg.ttrs
             if not whole:
                 cols = [[col[k] for k in at] for col in cols]
                 uniques = [uniques[k] for k in at] if uniques else uniques
+                ttrs = [ttrs[k] for k in at] if ttrs else ttrs
             self._log_items(msg.queue, nodes, msg.coalesce, msg.request, now, *cols,
-                            uniques=uniques, unique_until=until)
+                            uniques=uniques, unique_until=until, ttrs=ttrs)
         self.blocks.release(msg.ids)
         if firsts == msg.ids:
             firsts = []
@@ -416,7 +424,8 @@ class Enqueues:
     def _log_items(self, queue: str, nodes: tuple[str, ...], coalesce: bool, request: str,
                    now: float, ids: list[int], sizes: list[int], crcs: list[int],
                    priorities: list[int], not_befores: list[float], keys: list[str], *,
-                   uniques: Sequence[str] = (), unique_until: float = 0.0) -> None:
+                   uniques: Sequence[str] = (), unique_until: float = 0.0,
+                   ttrs: Sequence[float] = ()) -> None:
         """Log one ``CommitItems`` record, then drop the blobs coalescing made obsolete."""
         replaced = [old for key in (set(keys) if coalesce else ()) if key
                     for old in self.state.waiting_with_key(queue, key)]
@@ -424,7 +433,8 @@ class Enqueues:
                              not_befores=not_befores, keys=keys, coalesce=coalesce,
                              nodes=list(nodes), at=now, request=request,
                              uniques=list(uniques) if any(uniques) else [],
-                             unique_until=unique_until if any(uniques) else 0.0))
+                             unique_until=unique_until if any(uniques) else 0.0,
+                             ttrs=list(ttrs) if any(ttrs) else []))
         # coalescing dropped older waiting items (and all but the last of a burst)
         items = self.state.items
         gone = [(old.id, old.nodes) for old in replaced]

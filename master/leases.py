@@ -201,8 +201,11 @@ class Leases:
             ids = self.state.head(msg.queue, msg.n, now)
         if ids:
             lease_s = msg.lease_s or config.lease_s
+            ttrs = self.state.ttrs
+            own = [ttrs.get(i, 0.0) for i in ids] if ttrs and not msg.lease_s else []
+            ends = [now + (t or lease_s) for t in own] if any(own) else []
             self.log(LeaseItems(ids=ids, leases=fresh_tokens(len(ids)),
-                                deadline=now + lease_s, request=msg.request))
+                                deadline=now + lease_s, request=msg.request, deadlines=ends))
             self.counts.add("leased", msg.queue, len(ids))
         return ids
 
@@ -252,13 +255,15 @@ class Leases:
         until = max(ends) if ends else None
         addrs = state.node_addrs
         holders = {node for nodes in set_index for node in nodes}
-        errors = state.errors
+        errors, ttrs = state.errors, state.ttrs
+        own = [ttrs.get(i, 0.0) for i in ids] if ttrs else []
         return p.Leased(queue, ids, leases, sizes, crcs, attempts, priorities, enqueued_at, keys,
                         replica_set,
                         [p.ReplicaSet(self.membership.refs(nodes, addrs)) for nodes in set_index],
                         lost, self.capabilities.get_grant(ids, list(holders), now, until),
                         [errors.get(i, "") for i in ids] if errors else [""] * len(ids),
                         suspects=self.membership.suspects(time.monotonic()),
+                        ttrs=own if any(own) else [],
                         **({} if head is None else
                            {"head_ready": head.ready, "head_priority": head.priority,
                             "head_at": head.enqueued_at, "head_seq": head.seq}))
@@ -327,14 +332,18 @@ class Leases:
     def nack(self, msg: p.Nack, now: float, *_: Any) -> p.Acked:
         if msg.delay_s is not None:
             checks.seconds(msg.delay_s, "delay_s", low=0, high=MAX_DELAY_S)
+        if msg.priority is not None:
+            checks.priority(msg.priority)
         out = self._settle(msg.ids, msg.leases, msg.queue)
         if out.held:
             self.counts.add_each("nacked", [self.state.items[i].queue for i in out.held])
-            self.release(out.held, now, msg.delay_s, msg.error[:MAX_ERROR])
+            self.release(out.held, now, msg.delay_s, msg.error[:MAX_ERROR], msg.priority)
         return out.reply()
 
-    def release(self, ids: list[int], now: float, delay_s: float | None, error: str = "") -> None:
-        """Give leased items back: after ``delay_s``, or (None) after their queue's back-off."""
+    def release(self, ids: list[int], now: float, delay_s: float | None, error: str = "",
+                priority: int | None = None) -> None:
+        """Give leased items back: after ``delay_s``, or (None) after their queue's back-off;
+        with ``priority``, at that priority."""
         not_befores, dying = [], []
         for item_id in ids:
             item = self.state.items[item_id]
@@ -344,7 +353,8 @@ class Leases:
             if self.state.dies(item_id, item.attempts + 1, config.max_attempts):
                 dying.append(item.queue)
         self.counts.add_each("dead_lettered", dying)
-        self.log(ReleaseItems(ids=ids, not_befores=not_befores, error=error))
+        self.log(ReleaseItems(ids=ids, not_befores=not_befores, error=error,
+                              priorities=[] if priority is None else [priority] * len(ids)))
 
     def extend(self, msg: p.Extend, now: float, *_: Any) -> p.Acked:
         checks.seconds(msg.lease_s, "lease_s", low=0, high=self.config.max_lease_s, low_ok=False)

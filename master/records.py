@@ -49,6 +49,7 @@ class CommitItems:
     # at all); records written before unique keys lack both (master/uniques.py)
     uniques: list[str] = dataclasses.field(default_factory=list)
     unique_until: float = 0.0
+    ttrs: list[float] = dataclasses.field(default_factory=list)  # per item, its own lease
 
 
 @message(102)
@@ -64,6 +65,7 @@ class LeaseItems:
     leases: list[int]
     deadline: float
     request: str
+    deadlines: list[float] = dataclasses.field(default_factory=list)  # per item, if they differ
 
 
 @message(103)
@@ -84,6 +86,7 @@ class ReleaseItems:
     ids: list[int]
     not_befores: list[float]
     error: str
+    priorities: list[int] = dataclasses.field(default_factory=list)  # new ones ([]: kept)
 
 
 @message(105)
@@ -142,6 +145,7 @@ class BuryItems:
 
     ids: list[int]
     error: str
+    priorities: list[int] = dataclasses.field(default_factory=list)  # new ones ([]: kept)
 
     @property
     def not_befores(self) -> list[float]:

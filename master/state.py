@@ -49,6 +49,7 @@ class State:
         self.delays: dict[int, float] = {}  # delayed id -> not-before time
         self.origins: dict[int, str] = {}  # dead id -> the queue it died in
         self.errors: dict[int, str] = {}  # id -> the last error a consumer gave
+        self.ttrs: dict[int, float] = {}  # id -> its own lease length (beanstalkd's ttr)
         self.expiries = Expiries()  # when leases run out
         self.node_addrs: dict[str, str] = {}
         self.node_keys: dict[str, str] = {}  # node id -> the public key it speaks with (z85)
@@ -87,6 +88,10 @@ class State:
                                nodes, rec.at, 0, DELAYED if rec.not_befores[i] > 0 else READY))
             self._enter(q, item, rec.not_befores[i])
             self.id_hi = max(self.id_hi, item_id + 1)
+        if rec.ttrs:
+            for item_id, ttr in zip(rec.ids, rec.ttrs):
+                if ttr and item_id in self.items:
+                    self.ttrs[item_id] = ttr
         if rec.uniques:
             self.uniques.expire(rec.at)
             for item_id, key in zip(rec.ids, rec.uniques):
@@ -100,6 +105,9 @@ class State:
         items, held, queues, deadline = self.items, self.held, self.queues, rec.deadline
         make = tuple.__new__
         q = None
+        if rec.deadlines:  # items with leases of their own: each its deadline
+            self._apply_lease_each(rec)
+            return
         for item_id, lease in zip(rec.ids, rec.leases):
             item = items[item_id]
             if q is None or q.name != item.queue:
@@ -122,11 +130,25 @@ class State:
             if len(self.recent_leases) > RECENT_LEASES:
                 self.recent_leases.popitem(last=False)
 
+    def _apply_lease_each(self, rec: LeaseItems) -> None:
+        """``_apply_lease`` for a record whose items end their leases at different times."""
+        by_end: dict[float, list[int]] = {}
+        for k, end in enumerate(rec.deadlines):
+            by_end.setdefault(end, []).append(k)
+        for end, at in by_end.items():
+            self._apply_lease(LeaseItems(ids=[rec.ids[k] for k in at],
+                                         leases=[rec.leases[k] for k in at], deadline=end,
+                                         request=""))
+        if rec.request:
+            self.recent_leases[rec.request] = (rec.ids, rec.leases)
+            if len(self.recent_leases) > RECENT_LEASES:
+                self.recent_leases.popitem(last=False)
+
     def _apply_ack(self, rec: AckItems) -> None:
         """Forget acked items, keeping leased ones' tokens (``forget`` written out for a leased
         item: this runs for every item a consumer finishes)."""
         items, held, queues, acks = self.items, self.held, self.queues, self.recent_acks
-        origins, errors = self.origins, self.errors
+        origins, errors, ttrs = self.origins, self.errors, self.ttrs
         for item_id in rec.ids:
             item = items.get(item_id)
             if item is None:
@@ -145,12 +167,17 @@ class State:
                 origins.pop(item_id, None)
             if errors:
                 errors.pop(item_id, None)
+            if ttrs:
+                ttrs.pop(item_id, None)
         while len(acks) > RECENT_ACKS:  # ids are never acked twice: trimming once is the same
             acks.popitem(last=False)
 
     def _apply_release(self, rec: ReleaseItems | BuryItems) -> None:
-        for item_id, not_before in zip(rec.ids, rec.not_befores):
+        priorities = rec.priorities
+        for k, (item_id, not_before) in enumerate(zip(rec.ids, rec.not_befores)):
             item = self.items[item_id]
+            if priorities and priorities[k] != item.priority:  # beanstalkd's release pri
+                item = item._replace(priority=priorities[k])
             q = self.queues[item.queue]
             self._leave(q, item)
             attempts = item.attempts + 1
@@ -355,6 +382,8 @@ class State:
         del self.items[item.id]
         self.origins.pop(item.id, None)
         self.errors.pop(item.id, None)
+        if self.ttrs:
+            self.ttrs.pop(item.id, None)
 
     # -- pure queries (time is passed in) ----------------------------------------------------
 
@@ -420,7 +449,7 @@ class State:
         return [item.id, item.queue, item.size, item.crc, item.priority, item.order, item.key,
                 list(item.nodes), item.attempts, item.enqueued_at, item.status, lease, deadline,
                 self.delays.get(item.id, 0.0), self.origins.get(item.id, ""),
-                self.errors.get(item.id, "")]
+                self.errors.get(item.id, ""), self.ttrs.get(item.id, 0.0)]
 
     @classmethod
     def restore(cls, parts: Iterable[Any]) -> "State":
@@ -446,7 +475,7 @@ class State:
         leased: dict[float, list[tuple[int, int]]] = {}  # deadline -> (id, lease) pairs
         for row in map(read_row, parts):
             (item_id, queue, size, crc, priority, order, key, nodes, attempts, enqueued_at,
-             status, lease, deadline, not_before, origin, error) = row
+             status, lease, deadline, not_before, origin, error, ttr) = row
             q = s.queue(queue)
             item = Item(priority, order, item_id, q.name, size, crc, key, s.replica_set(nodes),
                         enqueued_at, attempts, status)
@@ -456,6 +485,8 @@ class State:
                 s.origins[item_id] = origin
             if error:
                 s.errors[item_id] = error
+            if ttr:
+                s.ttrs[item_id] = ttr
             if status == READY:
                 q.n_ready += 1
                 ready.setdefault(q.name, []).append(item)

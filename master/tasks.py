@@ -70,6 +70,8 @@ class Tasks:
         dispatcher draining a dead-letter queue does not bury the same items in a tight loop.
         """
         checks.batch(checks.same_length(ids=msg.ids, leases=msg.leases))
+        if msg.priority is not None:
+            checks.priority(msg.priority)
         held, lost = [], []
         for item_id, lease in dict(zip(msg.ids, msg.leases)).items():
             (held if self.state.lease_of(item_id) == lease else lost).append(item_id)
@@ -79,13 +81,15 @@ class Tasks:
             dying = [i for i in held if i not in origins]
             dead = [i for i in held if i in origins]  # before the bury below adds to origins
             self.counts.add_each("dead_lettered", [items[i].queue for i in dying])
+            new = [] if msg.priority is None else [msg.priority]
             if dying:
-                self.log(BuryItems(ids=dying, error=error))
+                self.log(BuryItems(ids=dying, error=error, priorities=new * len(dying)))
             if dead:
                 backoffs = [self.state.config(items[i].queue).backoff_s(items[i].attempts + 1)
                             for i in dead]
                 self.log(ReleaseItems(ids=dead, error=error,
-                                      not_befores=[now + max(b, MIN_REBURY_S) for b in backoffs]))
+                                      not_befores=[now + max(b, MIN_REBURY_S) for b in backoffs],
+                                      priorities=new * len(dead)))
         return p.Acked(done=len(held), lost=lost)
 
     def task_stats(self, msg: p.TaskStats, now: float, *_: Any) -> p.TaskCounts:

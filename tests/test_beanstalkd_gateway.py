@@ -198,8 +198,8 @@ def test_deadline_soon_peek_buried_and_stats(gateway):
     with Client(gateway.cluster.master_addr, timeout_s=10) as native:
         native.create_queue("soon", lease_s=1.0)  # at the margin from the start
     with connect(gateway, use="soon", watch="soon") as c:
-        c.put(b"a")
-        c.put(b"b")
+        c.put(b"a", ttr=1)
+        c.put(b"b", ttr=1)
         job = c.reserve(timeout=10)
         with pytest.raises(greenstalk.DeadlineSoonError):
             c.reserve(timeout=0)
@@ -285,3 +285,36 @@ def test_pause_tube_holds_its_jobs_for_every_connection(gateway):
         job = other.reserve(timeout=10)  # until the pause ends
         assert job.body == b"waits"
         other.delete(job)
+
+
+def test_a_jobs_own_ttr_release_and_bury_priorities(gateway):
+    with connect(gateway, use="ttr", watch="ttr") as c:
+        long_job = c.put(b"long", ttr=600)
+        short_job = c.put(b"short", ttr=1)
+        job = c.reserve(timeout=10)
+        assert job.id == long_job
+        assert c.stats_job(job)["ttr"] == 600  # its own, not the tube's 30 s
+        other = c.reserve(timeout=10)
+        assert other.id == short_job and c.stats_job(other)["ttr"] == 1
+        with pytest.raises(greenstalk.DeadlineSoonError):
+            c.reserve(timeout=10)  # a job held has less than a second left
+        # the short one's lease (1 s) runs out: it is ready again; the long one is still held
+        again = wait_for(lambda: _reserve_or_none(c), timeout_s=15, what="the short job again")
+        assert again.id == short_job
+        assert c.stats_job(long_job)["state"] == "reserved"
+        c.touch(job)
+        # release at a more urgent priority: served before an older job of the default one
+        c.put(b"older")
+        c.release(again, priority=0)
+        first = c.reserve(timeout=10)
+        assert first.id == short_job and c.stats_job(first)["pri"] == 0
+        c.bury(first, priority=7)
+        assert c.stats_job(first)["pri"] == 7 and c.stats_job(first)["state"] == "buried"
+        c.delete(job)
+
+
+def _reserve_or_none(c: greenstalk.Client) -> greenstalk.Job | None:
+    try:
+        return c.reserve(timeout=1)
+    except (greenstalk.DeadlineSoonError, greenstalk.TimedOutError):
+        return None

@@ -237,3 +237,24 @@ def test_checkpoint_rows_are_read_by_name():
                        *[[*row, "red"] for row in rows]])
     with pytest.raises(ValueError, match="newer"):
         State.restore([{**header, "version": 99}, *rows])
+
+
+def test_an_items_own_lease_and_a_release_at_a_new_priority_replay_and_checkpoint():
+    s = State()
+    rec = CommitItems(queue="q", ids=[1, 2], sizes=[1, 1], crcs=[0, 0], priorities=[0, 0],
+                      not_befores=[0.0, 0.0], keys=["", ""], coalesce=False, nodes=["dn-a"],
+                      at=100.0, request="", ttrs=[600.0, 0.0])
+    records_applied = [rec, LeaseItems(ids=[1, 2], leases=[5, 6], deadline=130.0, request="r",
+                                       deadlines=[700.0, 130.0]),
+                       ReleaseItems(ids=[2], not_befores=[0.0], error="", priorities=[-5])]
+    for r in records_applied[:2]:
+        s.apply(records.unpack(records.pack(r)))
+    assert s.leased_by("r") == [1, 2]  # one record, two deadlines
+    s.apply(records.unpack(records.pack(records_applied[2])))
+    assert s.ttrs == {1: 600.0}
+    assert s.held[1] == (5, 700.0) and s.expired(200.0) == []  # its own deadline
+    assert s.items[2].priority == -5 and s.head("q", 5, 0.0) == [2]
+    again = State.restore(s.export_parts())
+    assert again.snapshot() == s.snapshot() and again.ttrs == s.ttrs
+    s.apply(AckItems(ids=[1]))
+    assert s.ttrs == {}

@@ -68,7 +68,8 @@ class BlizzardClient(Protocol):
     def enqueue(self, queue: str, data: bytes, *, priority: int = 0, delay_s: float = 0.0,
                 not_before: Any = None, key: str | None = None, coalesce: bool = False,
                 unique_key: str | None = None, unique_for_s: float | None = None,
-                unique_until_done: bool = False, create: bool = True) -> int: ...
+                unique_until_done: bool = False, create: bool = True,
+                lease_s: float | None = None) -> int: ...
 
     def enqueue_many(self, queue: str, items: Iterable[bytes], *, priority: int = 0,
                      delay_s: float = 0.0, not_before: Any = None, key: str | None = None,

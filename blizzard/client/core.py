@@ -129,7 +129,8 @@ class Client:
     def enqueue(self, queue: str, data: bytes, *, priority: int = 0, delay_s: float = 0.0,
                 not_before: Any = None, key: str | None = None, coalesce: bool = False,
                 unique_key: str | None = None, unique_for_s: float | None = None,
-                unique_until_done: bool = False, create: bool = True) -> int:
+                unique_until_done: bool = False, create: bool = True,
+                lease_s: float | None = None) -> int:
         """Add one item; returns its id once the item is durably stored and committed.
 
         ``priority``: lower is served first (equal priorities FIFO). ``delay_s`` or
@@ -142,10 +143,12 @@ class Client:
         that item's id is returned (SQS's deduplication). ``unique_until_done``: only while
         that item is still queued or leased. The master keeps the keys in its WAL, so they
         hold across restarts and a standby's takeover. ``create=False``: a queue that does
-        not exist is not made; the enqueue raises ``UnknownQueue``.
+        not exist is not made; the enqueue raises ``UnknownQueue``. ``lease_s``: the lease a
+        consumer gets for this item when it names none (the queue's ``lease_s`` otherwise;
+        beanstalkd's ttr), told to it as ``Message.lease_s``.
         """
         opts = EnqueueOptions.make(priority, delay_s, not_before, key, coalesce, unique_key,
-                                   unique_for_s, unique_until_done, create)
+                                   unique_for_s, unique_until_done, create, lease_s)
         return self.pipeline.enqueue(queue, [data], opts)[0]
 
     def enqueue_many(self, queue: str, items: Iterable[bytes], *, priority: int = 0,
@@ -276,7 +279,8 @@ class Client:
     def _messages(self, queue: str, items: list[LeasedItem],
                   payloads: dict[int, bytes]) -> list[Message]:
         return [Message(i.id, payloads[i.id], queue, i.attempts, i.priority, i.enqueued_at,
-                        i.lease, self.leases, i.key, i.error) for i in items if i.id in payloads]
+                        i.lease, self.leases, i.key, i.error, i.lease_s)
+                for i in items if i.id in payloads]
 
     def consume(self, queue: str, n: int = 100, *, lease_s: float | None = None,
                 wait_s: float = 1.0) -> Consumer:

@@ -9,6 +9,7 @@ from typing import Any
 from blizzard.wire.errors import InvalidArgument
 
 MAX_UNIQUE_S = 30 * 86400.0  # the master's longest unique window (master/uniques.py)
+MAX_LEASE_S = 12 * 3600.0  # the longest lease a master grants by default (--max-lease-s)
 
 
 @dataclass(frozen=True)
@@ -23,11 +24,13 @@ class EnqueueOptions:
     unique_for_s: float = 0.0
     unique_until_done: bool = False
     create: bool = True  # False: an enqueue to a queue that does not exist is refused
+    lease_s: float = 0.0  # the item's own lease when a consumer names none (0: the queue's)
 
     @classmethod
     def make(cls, priority: Any = 0, delay_s: Any = 0.0, not_before: Any = None, key: Any = None,
              coalesce: Any = False, unique_key: Any = None, unique_for_s: Any = None,
-             unique_until_done: Any = False, create: Any = True) -> "EnqueueOptions":
+             unique_until_done: Any = False, create: Any = True,
+             lease_s: Any = None) -> "EnqueueOptions":
         if type(priority) is not int:
             raise InvalidArgument(f"priority must be an integer, got {type(priority).__name__}")
         if isinstance(delay_s, bool) or not isinstance(delay_s, (int, float)) or delay_s < 0:
@@ -50,8 +53,13 @@ class EnqueueOptions:
                     or not 0 < unique_for_s <= MAX_UNIQUE_S:
                 raise InvalidArgument(f"unique_for_s must be a number of seconds in (0, "
                                       f"{MAX_UNIQUE_S:g}], got {unique_for_s!r}")
+        if lease_s is not None and (isinstance(lease_s, bool) or not isinstance(
+                lease_s, (int, float)) or not 0 < lease_s <= MAX_LEASE_S):
+            raise InvalidArgument(f"lease_s must be a number of seconds in (0, "
+                                  f"{MAX_LEASE_S:g}], got {lease_s!r}")
         return cls(priority, float(delay_s), key or "", bool(coalesce), unique_key or "",
-                   float(unique_for_s or 0.0), bool(unique_until_done), bool(create))
+                   float(unique_for_s or 0.0), bool(unique_until_done), bool(create),
+                   float(lease_s or 0.0))
 
 
 def as_bytes(data: Any) -> bytes:

@@ -166,15 +166,16 @@ def enqueue_task(client: Enqueuing, queue: str, task: HttpTask, *, priority: int
     return client.enqueue(queue, task.encode(), priority=priority, delay_s=delay_s, key=key)
 
 
-def bury(client: Any, msgs: list[Any], error: str) -> None:
-    """Move leased messages to their dead-letter queue now, with ``error`` as the last error.
+def bury(client: Any, msgs: list[Any], error: str, priority: int | None = None) -> None:
+    """Move leased messages to their dead-letter queue now, with ``error`` as the last error
+    (``priority``: at that priority from now on).
 
     For a task whose own ``max_attempts`` are spent; ``LeaseExpired`` if a lease was lost.
     """
     lost: list[int] = []
     for link, group in _by_master(client, msgs, lambda m: m.id):
         reply: p.Acked = link.call(p.Bury([m.id for m in group], [m.lease for m in group],
-                                          str(error)))
+                                          str(error), priority))
         lost += reply.lost
     if lost:
         raise LeaseExpired(f"items {lost[:10]} were no longer leased under the tokens "

@@ -117,10 +117,11 @@ class Leases:
         return reply.grant, reply.lost
 
     def nack_ids(self, ids: Sequence[int], leases: Sequence[int], *, delay_s: float | None = None,
-                 error: str = "", queue: str = "") -> None:
+                 error: str = "", queue: str = "", priority: int | None = None) -> None:
+        """Give leased items back (``priority``: at that priority from now on)."""
         delay = None if delay_s is None else float(delay_s)
         self._settle(ids, leases, lambda ids, leases: p.Nack(ids, leases, delay, str(error),
-                                                             queue))
+                                                             queue, priority))
 
     def _settle(self, ids: Sequence[int], leases: Sequence[int],
                 make: Callable[[list[p.Id], list[int]], Any]) -> None:

@@ -31,14 +31,16 @@ class LeasedItem:
     key: str = ""  # "": none
     grant: p.GetGrant | None = None  # None: read without one (a data node without security)
     error: str = ""  # the last nack's error text ("": none), e.g. why a dead item died
+    lease_s: float = 0.0  # the item's own lease length, given at its enqueue (0: none)
 
 
 def leased_items(leased: p.Leased) -> list[LeasedItem]:
     """The items of a ``Leased`` reply (to a lease or a peek), one object each."""
+    own = leased.ttrs or [0.0] * len(leased.ids)
     return [LeasedItem(leased.ids[i], leased.leases[i], leased.sizes[i], leased.crcs[i],
                        leased.attempts[i], leased.priorities[i], leased.enqueued_at[i],
                        leased.replica_sets[leased.replica_set[i]].nodes, leased.keys[i],
-                       leased.grant, leased.errors[i])
+                       leased.grant, leased.errors[i], own[i])
             for i in range(len(leased.ids))]
 
 
@@ -69,6 +71,7 @@ class Message:
     _leases: Settle
     key: str = ""  # "": none
     error: str = ""  # the last nack's error text ("": none), e.g. why a dead item died
+    lease_s: float = 0.0  # the item's own lease length, given at its enqueue (0: none)
 
     def ack(self, wait: bool = False) -> None:
         """The item is done: the master drops it and its blobs.

@@ -254,7 +254,8 @@ class EnqueuePipeline:
                                   [o.priority] * n, [o.delay_s] * n, [o.key] * n, o.coalesce,
                                   self.master.call_id(), not c.commit, self.nodes.node_timeout_s,
                                   placement.grant, [o.unique_key] * n if o.unique_key else [],
-                                  o.unique_for_s, o.unique_until_done, not o.create)
+                                  o.unique_for_s, o.unique_until_done, not o.create,
+                                  [o.lease_s] * n if o.lease_s else [])
         c.since = time.monotonic()
         self._send_enqueue(c)
 

@@ -83,11 +83,18 @@ class GatewayConfig:
 
 GONE = (LeaseExpired, UnknownItem, NotInQueue)  # the job is not this connection's any more
 MAX_DELAY_S = 365 * 86400.0  # the cluster's longest delay; longer ones are cut to it
+MAX_TTR_S = 12 * 3600.0  # the cluster's longest lease (the master's --max-lease-s default)
 
 
 def _delay_s(delay: int) -> float:
     """A beanstalkd delay (up to 2**32-1 s) as the cluster takes it: at most a year."""
     return min(float(delay), MAX_DELAY_S)
+
+
+def _ttr_s(ttr: int) -> float:
+    """A put's ttr as the job's own lease: at least 1 s (as beanstalkd makes a ttr of 0), at
+    most the cluster's longest lease (12 h)."""
+    return min(max(1.0, float(ttr)), MAX_TTR_S)
 
 
 class Closed(Exception):
@@ -325,7 +332,7 @@ class Session:
         if pri > 2**32 - 1 or delay > 2**32 - 1 or ttr > 2**32 - 1:
             return line("BAD_FORMAT")
         item_id = self.client.enqueue(self.used, body, priority=priority_of(pri),
-                                      delay_s=_delay_s(delay))
+                                      delay_s=_delay_s(delay), lease_s=_ttr_s(ttr))
         return line("INSERTED", item_id)
 
     def cmd_use(self, tube: str) -> bytes:
@@ -365,7 +372,7 @@ class Session:
             return line("DEADLINE_SOON")
         while True:
             for tube in self.watched:  # every watched tube once, without waiting
-                msg = self.client.dequeue(tube, lease_s=self._lease_s(tube))
+                msg = self.client.dequeue(tube)  # (each job's own ttr, else the tube's lease)
                 if msg is not None:
                     return self._reserved(msg)
             left = POLL_S if deadline is None else min(POLL_S, deadline - time.monotonic())
@@ -374,22 +381,29 @@ class Session:
             if self.gateway.stopping.is_set() or self._gone():
                 raise Closed()
             tube = self.watched[0]  # then a long poll on the first, a short while
-            msg = self.client.dequeue(tube, lease_s=self._lease_s(tube), wait_s=left)
+            msg = self.client.dequeue(tube, wait_s=left)
             if msg is not None:
                 return self._reserved(msg)
 
     def _deadline_soon(self) -> bool:
-        """A job this connection holds runs out of time within the safety margin."""
+        """A job this connection holds runs out of time within the safety margin. One whose
+        time ran out is not this connection's any more (the cluster gives it back)."""
         now = time.monotonic()
+        for job in [job for job, end in self.deadlines.items() if end <= now]:
+            self._settled(job)
         return any(end - now < DEADLINE_SOON_S for end in self.deadlines.values())
 
     def _reserved(self, msg: Any) -> bytes:
         self.reserved[msg.id] = msg
-        self.deadlines[msg.id] = time.monotonic() + self._lease_s(msg.queue)
+        self.deadlines[msg.id] = time.monotonic() + self._ttr(msg)
         return with_body("RESERVED", msg.id, body=msg.data)
 
+    def _ttr(self, msg: Any, tube: str = "") -> float:
+        """A job's time to run: its own (the put's ttr), else its tube's lease."""
+        return float(msg.lease_s) if msg.lease_s else self._lease_s(tube or msg.queue)
+
     def _lease_s(self, tube: str) -> float:
-        """A reserved job's time to run: its tube's lease (the queue's ``lease_s``)."""
+        """A tube's lease (the queue's ``lease_s``): the time to run of jobs without one."""
         lease = self._leases.get(tube)
         if lease is None:
             lease = self._leases[tube] = float(self.client.queue_config(tube)["lease_s"])
@@ -431,22 +445,28 @@ class Session:
         return line("DELETED")
 
     def cmd_release(self, job: int, pri: int, delay: int) -> bytes:
-        return self._settle(job, lambda msg: msg.nack(delay_s=_delay_s(delay)), "RELEASED")
+        if pri > 2**32 - 1:
+            return line("BAD_FORMAT")
+        return self._settle(job, lambda msg: self.client.leases.nack_ids(
+            [msg.id], [msg.lease], delay_s=_delay_s(delay), queue=msg.queue,
+            priority=priority_of(pri)), "RELEASED")
 
     def cmd_bury(self, job: int, pri: int) -> bytes:
-        return self._settle(job, lambda msg: bury(self.client, [msg], "buried (beanstalkd)"),
-                            "BURIED")
+        if pri > 2**32 - 1:
+            return line("BAD_FORMAT")
+        return self._settle(job, lambda msg: bury(self.client, [msg], "buried (beanstalkd)",
+                                                  priority_of(pri)), "BURIED")
 
     def cmd_touch(self, job: int) -> bytes:
         msg = self.reserved.get(job)
         if msg is None:
             return line("NOT_FOUND")
         try:
-            msg.extend(self._lease_s(msg.queue))
+            msg.extend(self._ttr(msg))
         except GONE:
             self._settled(job)
             return line("NOT_FOUND")
-        self.deadlines[job] = time.monotonic() + self._lease_s(msg.queue)
+        self.deadlines[job] = time.monotonic() + self._ttr(msg)
         return line("TOUCHED")
 
     def cmd_kick(self, bound: int) -> bytes:
@@ -506,8 +526,7 @@ class Session:
         where = self._where(job)
         if where is None:
             return line("NOT_FOUND")
-        leased = self.client.leases.lease_columns(where, 1, lease_s=self._lease_s(where),
-                                                  ids=[job])
+        leased = self.client.leases.lease_columns(where, 1, ids=[job])
         got = self.client.deliver(where, leased_items(leased)) if leased.ids else []
         if not got:
             return line("NOT_FOUND")
@@ -566,8 +585,18 @@ class Session:
         item = found[0]
         state = {"queued": "ready", "scheduled": "delayed", "in_flight": "reserved",
                  "failed": "buried"}.get(item["state"], item["state"])
-        msg = self.reserved.get(job)
+        seen: Any = self.reserved.get(job)
+        if seen is None:
+            try:  # its priority and ttr (the admin key; without it they read 0)
+                seen = next(iter(self.client.admin.peek_items(item["queue"], ids=[job])), None)
+            except Forbidden:
+                seen = None
+        now = time.time()
         fields = {"id": job, "tube": item["queue"], "state": state,
-                  "pri": pri_of(msg.priority) if msg is not None else 0,
-                  "reserves": item["attempts"], "releases": 0, "buries": 0, "kicks": 0}
+                  "pri": pri_of(seen.priority) if seen is not None else 0,
+                  "age": int(now - seen.enqueued_at) if seen is not None else 0,
+                  "delay": 0, "ttr": int(self._ttr(seen, item["queue"])) if seen is not None else 0,
+                  "time-left": max(0, int((item["until"] or now) - now)),
+                  "file": 0, "reserves": item["attempts"], "timeouts": 0, "releases": 0,
+                  "buries": 0, "kicks": 0}
         return with_body("OK", body=yaml_dict(fields))

@@ -130,6 +130,9 @@ class Enqueue:
     unique_for_s: float = 0.0
     unique_live: bool = False
     only_existing: bool = False  # refuse (``UnknownQueue``) rather than create the queue
+    # per item, the lease it gets when a consumer names none (beanstalkd's ttr); [] or 0:
+    # its queue's lease_s
+    ttrs: list[float] = field(default_factory=list)
 
 
 @message(46)
@@ -229,6 +232,7 @@ class Leased:
     head_at: float = 0.0
     head_seq: int = 0
     suspects: list[str] = field(default_factory=list)  # as ``Placement``'s
+    ttrs: list[float] = field(default_factory=list)  # each item's own lease ([]: none has one)
 
 
 @message(17)
@@ -264,6 +268,7 @@ class Nack:
     delay_s: float | None
     error: str
     queue: str = ""  # as ``Ack.queue``
+    priority: int | None = None  # the items' new priority (beanstalkd's release pri)
 
 
 @message(25)

@@ -47,6 +47,7 @@ class Bury:
     ids: list[Id]
     leases: list[int]
     error: str
+    priority: int | None = None  # the items' new priority (beanstalkd's bury pri)
 
 
 @message(73)

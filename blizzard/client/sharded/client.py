@@ -188,8 +188,9 @@ class ShardedClient:
     def enqueue(self, queue: str, data: bytes, *, priority: int = 0, delay_s: float = 0.0,
                 not_before: Any = None, key: str | None = None, coalesce: bool = False,
                 unique_key: str | None = None, unique_for_s: float | None = None,
-                unique_until_done: bool = False, create: bool = True) -> int:
-        if unique_key is None and unique_for_s is None and create:
+                unique_until_done: bool = False, create: bool = True,
+                lease_s: float | None = None) -> int:
+        if unique_key is None and unique_for_s is None and create and lease_s is None:
             return self.enqueue_many(queue, [data], priority=priority, delay_s=delay_s,
                                      not_before=not_before, key=key, coalesce=coalesce)[0]
         # a unique key is one shard's to hold: the shard of the key (or of the unique key)
@@ -197,7 +198,7 @@ class ShardedClient:
         item_id: int = self._shard(k).enqueue(
             queue, data, priority=priority, delay_s=delay_s, not_before=not_before, key=key,
             coalesce=coalesce, unique_key=unique_key, unique_for_s=unique_for_s,
-            unique_until_done=unique_until_done, create=create)
+            unique_until_done=unique_until_done, create=create, lease_s=lease_s)
         self.heard[k] = time.monotonic()
         return item_id
 
