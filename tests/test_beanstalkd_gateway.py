@@ -318,3 +318,15 @@ def _reserve_or_none(c: greenstalk.Client) -> greenstalk.Job | None:
         return c.reserve(timeout=1)
     except (greenstalk.DeadlineSoonError, greenstalk.TimedOutError):
         return None
+
+
+def test_a_reserve_over_several_tubes_takes_the_most_urgent_job(gateway):
+    with connect(gateway, use="low") as c:
+        c.put(b"not urgent", priority=1000)
+        c.use("high")
+        c.put(b"urgent", priority=1)
+        c.watch("low")
+        c.watch("high")
+        c.ignore("default")
+        first, second = c.reserve(timeout=10), c.reserve(timeout=10)
+        assert (first.body, second.body) == (b"urgent", b"not urgent")
