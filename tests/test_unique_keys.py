@@ -129,3 +129,36 @@ def test_an_enqueue_message_names_one_key_per_item():
     msg = p.Enqueue("q", [1, 2], [1, 1], [0, 0], [0, 0], [0.0, 0.0], ["", ""], False, "r",
                     False, 1.0, None, ["a"], 10.0)
     assert p.decode(p.encode(1, msg))[1].uniques == ["a"]  # the master refuses the mismatch
+
+
+@pytest.mark.cluster
+def test_a_unique_task_called_by_eight_producers_at_once_is_queued_once(cluster_factory):
+    from blizzard.worker.task import task
+
+    @task("reports", unique_for_s=600)
+    def nightly(day: str, *, full: bool = False) -> None:
+        """A report that must not run twice for one day."""
+
+    cluster = cluster_factory(datanodes=2, replication=2)
+    ids: list[int] = []
+    start = threading.Barrier(8)
+
+    def produce() -> None:
+        with Client(cluster.master_addr, timeout_s=20) as c:
+            start.wait()
+            ids.append(nightly.with_options(client=c).enqueue("2026-11-26", full=True))
+
+    threads = [threading.Thread(target=produce) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len(ids) == 8 and len(set(ids)) == 1
+    with Client(cluster.master_addr, timeout_s=20) as c:
+        other_day = nightly.with_options(client=c).enqueue("2026-11-27", full=True)
+        assert other_day != ids[0]
+        explicit = nightly.with_options(client=c, unique_key="nightly").enqueue("x")
+        assert nightly.with_options(client=c, unique_key="nightly").enqueue("y") == explicit
+        assert c.stats("reports")["ready"] == 3
+        with pytest.raises(InvalidArgument):
+            nightly.with_options(client=c, unique_for_s=0.0, unique_key="k")

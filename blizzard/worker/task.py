@@ -31,6 +31,7 @@ take its other names with ``from blizzard.worker.task import ...``.
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 import os
 import threading
@@ -41,6 +42,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from blizzard.client.api import BlizzardClient
 from blizzard.client.core import Client
+from blizzard.client.enqueue_options import EnqueueOptions
 from blizzard.net.defaults import DEFAULT_MASTER
 from blizzard.wire.codec import brief, dumps, loads
 from blizzard.wire.errors import InvalidArgument, ProtocolError, QueueExists
@@ -189,21 +191,40 @@ class Sender:
     priority: int = 0
     delay_s: float = 0.0
     key: str | None = None
+    unique_for_s: float | None = None  # None: the task's (``@task(unique_for_s=...)``)
+    unique_key: str | None = None  # None: the task's name and the call's arguments
 
     def enqueue(self, *args: Any, **kwargs: Any) -> int:
-        """Send one call; returns its item id once the item is durable."""
+        """Send one call; returns its item id once the item is durable (a unique task's call
+        made again while the first is queued or running: the first's id)."""
         return self.enqueue_many([(args, kwargs)])[0]
 
     def enqueue_many(self, calls: Iterable[Any]) -> list[int]:
         """Send many calls in one pipelined batch; each is a tuple of positional arguments, a
-        dict of keyword arguments, or an ``(args tuple, kwargs dict)`` pair."""
+        dict of keyword arguments, or an ``(args tuple, kwargs dict)`` pair. A unique task's
+        calls go one by one, each with its unique key."""
         task = self.task
-        items = [encode_call(task.name, *_split(call)) for call in calls]
+        split = [_split(call) for call in calls]
+        items = [encode_call(task.name, args, kwargs) for args, kwargs in split]
         client = self.client or _defaults.client()
         if task.settings:
             _ensure_once(client, task.queue, task.settings)
+        unique_for_s = self.unique_for_s if self.unique_for_s is not None else task.unique_for_s
+        if unique_for_s:
+            return [client.enqueue(task.queue, item, priority=self.priority,
+                                   delay_s=self.delay_s, key=self.key,
+                                   unique_key=self.unique_key or _call_key(task.name, *call),
+                                   unique_for_s=unique_for_s, unique_until_done=True)
+                    for item, call in zip(items, split)]
         return client.enqueue_many(task.queue, items, priority=self.priority,
                                    delay_s=self.delay_s, key=self.key)
+
+
+def _call_key(name: str, args: Iterable[Any], kwargs: Mapping[str, Any]) -> str:
+    """A call's unique key: the digest of its task name and arguments (keyword arguments in
+    any order)."""
+    return "call:" + hashlib.sha256(dumps([name, list(args), sorted(kwargs.items())])
+                                    ).hexdigest()
 
 
 def _split(call: Any) -> tuple[Iterable[Any], Mapping[str, Any]]:
@@ -224,11 +245,14 @@ class Task:
     a ``blizzard worker`` run it."""
 
     def __init__(self, fn: Callable[..., Any], queue: str, name: str,
-                 settings: Mapping[str, Any]) -> None:
+                 settings: Mapping[str, Any], unique_for_s: float | None = None) -> None:
         self.fn = fn
         self.queue = check_queue_name(queue)
         self.name = name
         self.settings = check_changes(settings)  # InvalidArgument names a bad one
+        if unique_for_s is not None:
+            EnqueueOptions.make(unique_key="check", unique_for_s=unique_for_s)  # its bounds
+        self.unique_for_s = unique_for_s
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -238,10 +262,20 @@ class Task:
         return f"<task {self.name} on queue {self.queue}>"
 
     def with_options(self, *, client: Client | None = None, priority: int = 0,
-                     delay_s: float = 0.0, key: str | None = None) -> Sender:
+                     delay_s: float = 0.0, key: str | None = None,
+                     unique_for_s: float | None = None,
+                     unique_key: str | None = None) -> Sender:
         """Enqueue through ``client`` and/or with enqueue options (see ``Client.enqueue``):
-        ``make_thumbnail.with_options(delay_s=60).enqueue("a.png", size=128)``."""
-        return Sender(self, client, priority, delay_s, key)
+        ``make_thumbnail.with_options(delay_s=60).enqueue("a.png", size=128)``.
+
+        ``unique_for_s``: a call made again within that many seconds, while the first is
+        queued or running, makes no job and returns the first's id (the same task and
+        arguments, or the same ``unique_key``); kept on the master's WAL."""
+        if unique_for_s is not None:
+            EnqueueOptions.make(unique_key="check", unique_for_s=unique_for_s)  # its bounds
+        if unique_key is not None and not (unique_for_s or self.unique_for_s):
+            raise InvalidArgument("unique_key needs unique_for_s (here or on the @task)")
+        return Sender(self, client, priority, delay_s, key, unique_for_s, unique_key)
 
     def enqueue(self, *args: Any, **kwargs: Any) -> int:
         """Send one call to the task's queue; returns its item id once the item is durable."""
@@ -252,16 +286,18 @@ class Task:
         return Sender(self).enqueue_many(calls)
 
 
-def task(queue: str, *, name: str | None = None,
+def task(queue: str, *, name: str | None = None, unique_for_s: float | None = None,
          **settings: Any) -> Callable[[Callable[..., Any]], Task]:
     """Decorator: make a function a ``Task`` on ``queue``.
 
-    ``name``: what the worker looks it up by (default the function's ``__name__``); other
-    keywords are the queue's settings when this creates it (``max_attempts=5``,
-    ``backoff_base_s=2``, ...; see ``blizzard.wire.queue_settings``).
+    ``name``: what the worker looks it up by (default the function's ``__name__``);
+    ``unique_for_s``: a call of the same arguments within that many seconds, while the first
+    is queued or running, is not queued again (``Task.with_options``); other keywords are
+    the queue's settings when this creates it (``max_attempts=5``, ``backoff_base_s=2``, ...;
+    see ``blizzard.wire.queue_settings``).
     """
     def wrap(fn: Callable[..., Any]) -> Task:
-        return Task(fn, queue, name or fn.__name__, settings)
+        return Task(fn, queue, name or fn.__name__, settings, unique_for_s)
     return wrap
 
 
