@@ -270,7 +270,8 @@ class Leases:
 
     # -- settling ----------------------------------------------------------------------------
 
-    def _settle(self, ids: list[int], leases: list[int], queue: str = "") -> Settled:
+    def _settle(self, ids: list[int], leases: list[int], queue: str = "",
+                late: bool = False) -> Settled:
         """Split (id, lease) pairs into still-held leases, refused ones (with why), and ids
         already gone under this very lease (a retry). ``queue``: every id must be in it."""
         checks.batch(checks.same_length(ids=ids, leases=leases))
@@ -299,6 +300,8 @@ class Leases:
                 out.held.append(item_id)
             elif h is not None:
                 out.refuse(item_id, p.LOST_WRONG_TOKEN)
+            elif late and self.state.lapsed.get(item_id) == lease:
+                out.held.append(item_id)  # its lease ran out, and no one leased it since
             else:
                 out.refuse(item_id, p.LOST_EXPIRED)  # not leased: back in its queue
         return out
@@ -306,7 +309,7 @@ class Leases:
     def ack(self, msg: p.Ack, *_: Any) -> p.Acked | None:
         """Settle for good; a quiet ack gets no reply (None): what it could not settle is
         counted (``refused_acks``, in the metrics) and logged."""
-        acked = self._ack(msg.ids, msg.leases, msg.queue)
+        acked = self._ack(msg.ids, msg.leases, msg.queue, msg.late)
         if not msg.quiet:
             return acked
         if acked.lost:
@@ -318,8 +321,9 @@ class Leases:
                         acked.lost[:5])
         return None
 
-    def _ack(self, ids: list[int], leases: list[int], queue: str = "") -> p.Acked:
-        out = self._settle(ids, leases, queue)
+    def _ack(self, ids: list[int], leases: list[int], queue: str = "",
+             late: bool = False) -> p.Acked:
+        out = self._settle(ids, leases, queue, late)
         held = out.held
         if held:
             items = self.state.items

@@ -50,6 +50,9 @@ class State:
         self.origins: dict[int, str] = {}  # dead id -> the queue it died in
         self.errors: dict[int, str] = {}  # id -> the last error a consumer gave
         self.ttrs: dict[int, float] = {}  # id -> its own lease length (beanstalkd's ttr)
+        # id -> the token it was last leased under, since given back and not leased again: a
+        # late ack under it may still finish the item (``Ack.late``; not checkpointed)
+        self.lapsed: dict[int, int] = {}
         self.expiries = Expiries()  # when leases run out
         self.node_addrs: dict[str, str] = {}
         self.node_keys: dict[str, str] = {}  # node id -> the public key it speaks with (z85)
@@ -113,6 +116,8 @@ class State:
             if q is None or q.name != item.queue:
                 q = queues[item.queue]
             if item.status != LEASED:  # else an extension: record, count and key stay as they are
+                if self.lapsed:
+                    self.lapsed.pop(item_id, None)
                 if item.status == READY:
                     q.n_ready -= 1
                 else:
@@ -148,7 +153,7 @@ class State:
         """Forget acked items, keeping leased ones' tokens (``forget`` written out for a leased
         item: this runs for every item a consumer finishes)."""
         items, held, queues, acks = self.items, self.held, self.queues, self.recent_acks
-        origins, errors, ttrs = self.origins, self.errors, self.ttrs
+        origins, errors, ttrs, lapsed = self.origins, self.errors, self.ttrs, self.lapsed
         for item_id in rec.ids:
             item = items.get(item_id)
             if item is None:
@@ -169,6 +174,8 @@ class State:
                 errors.pop(item_id, None)
             if ttrs:
                 ttrs.pop(item_id, None)
+            if lapsed:
+                lapsed.pop(item_id, None)
         while len(acks) > RECENT_ACKS:  # ids are never acked twice: trimming once is the same
             acks.popitem(last=False)
 
@@ -176,6 +183,9 @@ class State:
         priorities = rec.priorities
         for k, (item_id, not_before) in enumerate(zip(rec.ids, rec.not_befores)):
             item = self.items[item_id]
+            held = self.held.get(item_id)
+            if held is not None:
+                self.lapsed[item_id] = held[0]
             if priorities and priorities[k] != item.priority:  # beanstalkd's release pri
                 item = item._replace(priority=priorities[k])
             q = self.queues[item.queue]
@@ -384,6 +394,8 @@ class State:
         self.errors.pop(item.id, None)
         if self.ttrs:
             self.ttrs.pop(item.id, None)
+        if self.lapsed:
+            self.lapsed.pop(item.id, None)
 
     # -- pure queries (time is passed in) ----------------------------------------------------
 

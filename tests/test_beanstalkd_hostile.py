@@ -211,7 +211,7 @@ def test_delay_up_to_2_32_minus_1_is_accepted(make_gw):
 def test_a_release_that_fails_leaves_the_job_reserved_by_its_connection(make_gw, monkeypatch):
     """A settlement the cluster could not make (here a release, failing once) leaves the job
     this connection's: it can still delete it, and would give it back at its close."""
-    from blizzard.client.message import Message
+    from blizzard.client.leases import Leases
     from blizzard.wire.errors import MasterUnavailable
 
     gw = make_gw()
@@ -222,10 +222,10 @@ def test_a_release_that_fails_leaves_the_job_reserved_by_its_connection(make_gw,
 
         def down(self, *args, **kw):
             raise MasterUnavailable("the master is away (a test)")
-        nack = Message.nack
-        monkeypatch.setattr(Message, "nack", down)
+        nack = Leases.nack_ids
+        monkeypatch.setattr(Leases, "nack_ids", down)
         assert reply(s, b"release %d 0 5\r\n" % job) == b"INTERNAL_ERROR\r\n"
-        monkeypatch.setattr(Message, "nack", nack)
+        monkeypatch.setattr(Leases, "nack_ids", nack)
         assert reply(s, b"delete %d\r\n" % job) == b"DELETED\r\n"
     finally:
         s.close()

@@ -77,9 +77,12 @@ class Leases:
     def ack_many(self, msgs: Sequence[Any]) -> None:
         self.ack_ids(*_columns(msgs), queue=queue_of(msgs))
 
-    def ack_ids(self, ids: Sequence[int], leases: Sequence[int], queue: str = "") -> None:
-        """Ack by ids and lease tokens; ``queue`` (if not ""): every id must be in it."""
-        self._settle(ids, leases, lambda ids, leases: p.Ack(ids, leases, False, queue))
+    def ack_ids(self, ids: Sequence[int], leases: Sequence[int], queue: str = "",
+                late: bool = False) -> None:
+        """Ack by ids and lease tokens; ``queue`` (if not ""): every id must be in it.
+        ``late``: an item whose lease under the token ran out is acked too, if no one leased
+        it since (the master remembers that token until then, not across its restart)."""
+        self._settle(ids, leases, lambda ids, leases: p.Ack(ids, leases, False, queue, late))
 
     def ack_unawaited(self, msgs: Sequence[Any]) -> None:
         """Send acks the master applies without replying (``Message.ack()``): nothing to wait for.

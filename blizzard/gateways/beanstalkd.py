@@ -37,7 +37,7 @@ from blizzard.gateways.beanstalk_lines import (MAX_LINE, Command, LineError, lin
                                                yaml_list)
 from blizzard.net.log_limit import Throttled
 from blizzard.wire.errors import (BlizzardError, Forbidden, InUse, LeaseExpired, NotInQueue,
-                                  UnknownItem)
+                                  QueueExists, UnknownItem)
 from blizzard.wire.queue_settings import DEAD_SUFFIX
 
 log = logging.getLogger(__name__)
@@ -52,6 +52,7 @@ MAX_CONNECTIONS = 1024
 MAX_JOB_BYTES = 65_535  # beanstalkd's default (-z)
 DEFAULT_TUBE = "default"
 DEADLINE_SOON_S = 1.0  # beanstalkd's safety margin: a reserve then says DEADLINE_SOON
+SETTINGS_S = 2.0  # a tube's settings as read this long ago at most
 
 
 def _raise_fd_limit() -> None:
@@ -122,6 +123,7 @@ class BeanstalkdGateway:
         self.port = self.listener.getsockname()[1]
         self.stopping = threading.Event()
         self.sessions: set[Session] = set()
+        self.tubes: set[str] = set()  # tubes known to exist (``ensure_tube``)
         self.connections = 0  # ever accepted
         self.lock = threading.Lock()
         self.started = time.time()
@@ -153,6 +155,20 @@ class BeanstalkdGateway:
                 continue
             threading.Thread(target=session.run, name="beanstalkd-session", daemon=True).start()
 
+    def ensure_tube(self, client: Client, tube: str) -> None:
+        """Make a tube this gateway has not seen yet as beanstalkd has it: no limit on
+        releases (``max_attempts`` 0; a queue made otherwise keeps its own settings)."""
+        if tube in self.tubes:
+            return
+        try:
+            client.create_queue(tube, max_attempts=0)
+        except QueueExists:
+            pass
+        with self.lock:
+            if len(self.tubes) > 100_000:
+                self.tubes.clear()
+            self.tubes.add(tube)
+
     def ended(self, session: "Session") -> None:
         with self.lock:
             self.sessions.discard(session)
@@ -174,7 +190,7 @@ class Session:
         self.reserved: dict[int, Any] = {}  # job id -> its leased Message
         self.deadlines: dict[int, float] = {}  # job id -> when its lease ends (monotonic)
         self._client: Client | None = None
-        self._leases: dict[str, float] = {}  # tube -> its lease (the queue's lease_s)
+        self._leases: dict[str, tuple[float, float]] = {}  # tube -> (its lease_s, read when)
 
     @property
     def client(self) -> Client:
@@ -332,6 +348,7 @@ class Session:
             return line("EXPECTED_CRLF")
         if pri > 2**32 - 1 or delay > 2**32 - 1 or ttr > 2**32 - 1:
             return line("BAD_FORMAT")
+        self.gateway.ensure_tube(self.client, self.used)
         item_id = self.client.enqueue(self.used, body, priority=priority_of(pri),
                                       delay_s=_delay_s(delay), lease_s=_ttr_s(ttr))
         return line("INSERTED", item_id)
@@ -359,7 +376,7 @@ class Session:
         return with_body("OK", body=yaml_list(self.watched))
 
     def cmd_list_tubes(self) -> bytes:
-        names = sorted({q["name"] for q in self.client.queues()} | {DEFAULT_TUBE})
+        names = sorted({q["queue"] for q in self.client.queues()} | {DEFAULT_TUBE})
         return with_body("OK", body=yaml_list(names))
 
     def cmd_reserve(self) -> bytes:
@@ -414,11 +431,13 @@ class Session:
         return float(msg.lease_s) if msg.lease_s else self._lease_s(tube or msg.queue)
 
     def _lease_s(self, tube: str) -> float:
-        """A tube's lease (the queue's ``lease_s``): the time to run of jobs without one."""
-        lease = self._leases.get(tube)
-        if lease is None:
-            lease = self._leases[tube] = float(self.client.queue_config(tube)["lease_s"])
-        return lease
+        """A tube's lease (the queue's ``lease_s``): the time to run of jobs without one, as
+        read at most ``SETTINGS_S`` ago (another client may change it)."""
+        now = time.monotonic()
+        hit = self._leases.get(tube)
+        if hit is None or now - hit[1] > SETTINGS_S:
+            hit = self._leases[tube] = (float(self.client.queue_config(tube)["lease_s"]), now)
+        return hit[0]
 
     def _settled(self, job: int) -> Any | None:
         """The message of a job this connection reserved, no longer held (None: not one)."""
@@ -575,10 +594,13 @@ class Session:
 
     def cmd_stats_tube(self, tube: str) -> bytes:
         try:
-            stats = self.client.stats(tube)
-            stats["paused_until"] = self.client.queue_config(tube)["paused_until"]
+            seen = self.client.admin.describe(tube)
         except BlizzardError:
             return line("NOT_FOUND")
+        if not seen.exists and tube != DEFAULT_TUBE:  # (beanstalkd's default tube always is)
+            return line("NOT_FOUND")
+        stats = {"ready": seen.ready, "leased": seen.leased, "delayed": seen.delayed,
+                 "dead": seen.dead, "paused_until": getattr(seen.settings, "paused_until")}
         left = max(0, int(stats.get("paused_until", 0.0) - time.time() + 0.999))
         fields = {"name": tube, "current-jobs-urgent": 0,
                   "current-jobs-ready": stats["ready"],
@@ -596,6 +618,7 @@ class Session:
         item = found[0]
         state = {"queued": "ready", "scheduled": "delayed", "in_flight": "reserved",
                  "failed": "buried"}.get(item["state"], item["state"])
+        reserves = item["attempts"] + (state == "reserved")  # this reservation counts
         seen: Any = self.reserved.get(job)
         if seen is None:
             try:  # its priority and ttr (the admin key; without it they read 0)
@@ -608,6 +631,6 @@ class Session:
                   "age": int(now - seen.enqueued_at) if seen is not None else 0,
                   "delay": 0, "ttr": int(self._ttr(seen, item["queue"])) if seen is not None else 0,
                   "time-left": max(0, int((item["until"] or now) - now)),
-                  "file": 0, "reserves": item["attempts"], "timeouts": 0, "releases": 0,
+                  "file": 0, "reserves": reserves, "timeouts": 0, "releases": 0,
                   "buries": 0, "kicks": 0}
         return with_body("OK", body=yaml_dict(fields))

@@ -164,7 +164,10 @@ class _Handler(BaseHTTPRequestHandler):
             if as_json:
                 action, params = wire.from_json(self.headers["X-Amz-Target"], body)
             else:
-                action, params = wire.from_form(wire.form_pairs(body, urlsplit(self.path).query))
+                target = urlsplit(self.path)
+                action, params = wire.from_form(wire.form_pairs(body, target.query))
+                if "QueueUrl" not in params and target.path.strip("/"):
+                    params["QueueUrl"] = target.path  # the query API's queue: the URL posted to
             caller = self._caller(cred)
             result = self.server.actions.run(action, params, caller)
             if as_json:

@@ -36,6 +36,7 @@ CACHE_S = 2.0  # how long a queue's attributes are taken as read (other gateways
 MAX_BATCH = 10
 MAX_WAIT_S = 20
 DEDUP_S = 300.0  # SQS's deduplication interval: five minutes
+READ_S = 10.0  # a receive with visibility 0 leases this long to read its items, then gives back
 _BATCH_ID = re.compile(r"[A-Za-z0-9_-]{1,80}")
 _GROUP_ID = re.compile(r"[!-~]{1,128}")  # printable ASCII, as SQS takes
 GONE = (LeaseExpired, WrongLease, UnknownItem, NotInQueue)  # a handle whose delivery is over
@@ -98,6 +99,8 @@ class Actions:
             "StartMessageMoveTask": self.start_message_move_task,
             "TagQueue": self.tag_queue, "UntagQueue": self.untag_queue,
             "ListQueueTags": self.list_queue_tags,
+            "ListMessageMoveTasks": self.list_message_move_tasks,
+            "CancelMessageMoveTask": self.cancel_message_move_task,
         }
 
     def run(self, action: str, params: dict[str, Any], caller: Caller) -> dict[str, Any]:
@@ -119,8 +122,9 @@ class Actions:
         except TooManyItems as exc:
             raise SqsError("RequestThrottled", f"the cluster refused for now: {exc}") from None
         except Forbidden as exc:
-            raise SqsError("AccessDenied", f"the cluster refused: {exc} (start the gateway "
-                                           "with --admin for admin actions)") from None
+            hint = " (start the gateway with --admin for admin actions)" \
+                if action in ADMIN_ACTIONS or action == "CreateQueue" else ""
+            raise SqsError("AccessDenied", f"the cluster refused: {exc}{hint}") from None
         except InvalidArgument as exc:
             raise invalid(str(exc)) from None
 
@@ -308,6 +312,21 @@ class Actions:
         return {"TaskHandle": base64.urlsafe_b64encode(
             f"{dead}:{moved}:{uuid.uuid4()}".encode()).decode()}
 
+    def list_message_move_tasks(self, params: dict[str, Any], caller: Caller
+                                ) -> dict[str, Any]:
+        """None is ever running: StartMessageMoveTask is done before it answers."""
+        dead = queues.name_of_arn(params.get("SourceArn"), "SourceArn")
+        if not self.cache.get(caller.client, dead, fresh=True).exists:
+            raise SqsError("ResourceNotFoundException", f"The source queue {dead} does not "
+                                                        "exist.")
+        return {"Results": []}
+
+    def cancel_message_move_task(self, params: dict[str, Any], caller: Caller
+                                 ) -> dict[str, Any]:
+        raise SqsError("ResourceNotFoundException", "No such task running: a message move "
+                                                    "task is done before StartMessageMoveTask "
+                                                    "answers.")
+
     # -- messages --------------------------------------------------------------------------
 
     def _enqueue(self, caller: Caller, info: QueueInfo, entry: dict[str, Any]
@@ -419,7 +438,10 @@ class Actions:
                                        or not 0 <= visibility <= queues.MAX_VISIBILITY_S):
             raise invalid(f"Value {visibility} for parameter VisibilityTimeout is invalid. "
                           "Reason: must be from 0 to 43200.")
-        lease_s = None if visibility is None else max(queues.MIN_LEASE_S, float(visibility))
+        # a visibility of 0 (asked, or the queue's): leased long enough to read the items,
+        # then given back at once
+        at_once = visibility == 0 or (visibility is None and info.lease_s <= queues.MIN_LEASE_S)
+        lease_s = READ_S if at_once else None if visibility is None else float(visibility)
         system = set(texts(params.get("MessageSystemAttributeNames"),
                            "MessageSystemAttributeNames")) \
             | set(texts(params.get("AttributeNames"), "AttributeNames"))
@@ -427,6 +449,9 @@ class Actions:
         # every parameter is checked by now: from here on items are leased
         got = caller.client.dequeue_many(info.name, n, lease_s=lease_s, wait_s=float(wait))
         out = [self._received(m, info, system, wanted, caller) for m in got]
+        if at_once and got:
+            caller.client.leases.nack_ids([m.id for m in got], [m.lease for m in got],
+                                          delay_s=0.0, queue=info.name)
         return {"Messages": out} if out else {}
 
     def _received(self, m: Any, info: QueueInfo, system: set[str], wanted: list[str],
@@ -458,8 +483,9 @@ class Actions:
 
     def _delete(self, info: QueueInfo, handle: Any, caller: Caller) -> None:
         receipt = self.receipts.check(handle, info.name)
-        try:
-            caller.client.ack_ids([receipt.item_id], [receipt.lease], info.name)
+        try:  # late: as SQS, the latest handle deletes even after its visibility timeout
+            caller.client.leases.ack_ids([receipt.item_id], [receipt.lease], info.name,
+                                         late=True)
         except GONE:
             if info.fifo:  # as SQS: on a FIFO queue an expired handle is refused
                 raise SqsError("ReceiptHandleIsInvalid",

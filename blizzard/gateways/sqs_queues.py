@@ -78,7 +78,7 @@ def name_of_url(url: Any) -> str:
     except ValueError:
         raise nonexistent(url) from None
     parts = [part for part in path.split("/") if part]
-    if not parts or (len(parts) == 2 and parts[0] != ACCOUNT) or len(parts) > 2:
+    if not parts or len(parts) > 2:  # (any account id: a URL kept from elsewhere works)
         raise nonexistent(url)
     try:
         return check_queue_name(urllib.parse.unquote(parts[-1]))

@@ -248,6 +248,9 @@ class Ack:
     leases: list[int]
     quiet: bool
     queue: str = ""
+    # also an item whose lease under this token ran out, if no one leased it since (it
+    # waits in its queue): the token's holder may still finish it (SQS's late delete)
+    late: bool = False
 
 
 @message(47)
