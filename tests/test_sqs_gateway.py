@@ -383,3 +383,12 @@ def test_blizzard_sqs_refuses_a_credentials_file_others_can_read(tmp_path):
                           f"127.0.0.1:{free_port()}", "--credentials", path],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "chmod 600" in out.stderr
+
+
+def test_a_gateway_without_the_clusters_keys_refuses_to_start(cluster_factory):
+    cluster = cluster_factory(datanodes=1, replication=1)  # secure: keys of this process
+    for kind in ("sqs", "beanstalkd"):
+        proc = gateway_process(cluster.master_addr, free_port(), kind=kind)  # without keys
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 2, err
+        assert b"refuses this gateway" in err and b"--keys" in err

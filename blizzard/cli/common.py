@@ -215,7 +215,7 @@ keys_opt = click.option("--keys", type=click.Path(file_okay=False), envvar=KEYS_
                         expose_value=False, callback=_keys_to_env,
                         help="The cluster's key directory (`blizzard cluster --data-dir D` "
                              "keeps it in D/keys); the admin key is used for purge, redrive, "
-                             "configure and deletes.")
+                             "configure and deletes (by a gateway only with --admin).")
 
 
 class Finite(click.FloatRange):

@@ -3,13 +3,32 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from typing import Any
 
 import click
 
-from blizzard.cli.common import keys_opt, master_opt, stop_on_signals
+from blizzard.cli.common import KEYS_ENV, keys_opt, master_opt, stop_on_signals
 from blizzard.server import logs
+
+
+def _check_cluster(master: str, admin: bool) -> None:
+    """Refuse to start (a usage error naming why) when the cluster refuses this gateway's
+    keys: every request would fail. A master not reachable yet is only warned about."""
+    from blizzard.client.core import Client
+    from blizzard.wire.errors import BlizzardError, SecurityError
+
+    secure = bool(os.environ.get(KEYS_ENV))
+    try:
+        with Client(master, timeout_s=3.0, admin=admin and secure) as client:
+            client.stats("default")
+    except SecurityError as exc:
+        raise click.UsageError(f"the cluster at {master} refuses this gateway: {exc} (give "
+                               "the cluster's key directory with --keys)") from None
+    except BlizzardError as exc:
+        logging.getLogger(__name__).warning("the cluster at %s does not answer yet (%s); "
+                                            "serving anyway", master, exc)
 
 
 def _listen(ctx: Any, param: Any, value: str) -> tuple[str, int]:
@@ -56,6 +75,7 @@ def beanstalkd(master: str, listen: tuple[str, int], max_connections: int, max_j
     from blizzard.gateways.beanstalkd import BeanstalkdGateway, GatewayConfig
 
     logs.setup(log_level, "text", "beanstalkd", f"{listen[0]}:{listen[1]}")
+    _check_cluster(master, admin)
     gateway = BeanstalkdGateway(GatewayConfig(master, listen[0], listen[1],
                                               max_connections=max_connections,
                                               max_job_bytes=max_job_bytes, admin=admin))
@@ -109,6 +129,7 @@ def sqs(master: str, listen: tuple[str, int], credentials: str | None, admin: bo
     from blizzard.gateways.sqs import SqsConfig, SqsServer
 
     logs.setup(log_level, "text", "sqs", f"{listen[0]}:{listen[1]}")
+    _check_cluster(master, admin)
     try:
         server = SqsServer(SqsConfig(master, listen[0], listen[1], credentials=credentials,
                                      admin=admin, region=region,
