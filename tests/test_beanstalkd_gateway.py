@@ -330,3 +330,42 @@ def test_a_reserve_over_several_tubes_takes_the_most_urgent_job(gateway):
         c.ignore("default")
         first, second = c.reserve(timeout=10), c.reserve(timeout=10)
         assert (first.body, second.body) == (b"urgent", b"not urgent")
+
+
+def test_puts_and_deletes_of_many_connections_at_once_each_get_their_own_answer(gateway):
+    ids: list[int] = []
+    start = threading.Barrier(8)
+
+    def producer(k: int) -> None:
+        with connect(gateway, use="many") as c:
+            start.wait()
+            for n in range(10):
+                ids.append(c.put(f"{k}-{n}".encode(), priority=k))
+
+    threads = [threading.Thread(target=producer, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len(set(ids)) == 80  # one id each, none shared
+    reserved: list[int] = []
+    together = threading.Barrier(4)
+
+    def consumer() -> None:
+        with connect(gateway, watch="many") as c:
+            jobs = [c.reserve(timeout=10) for _ in range(20)]
+            reserved.extend(j.id for j in jobs)
+            together.wait()  # then all four delete at once: their acks go in batches
+            for job in jobs:
+                c.delete(job)
+            with pytest.raises(greenstalk.NotFoundError):
+                c.delete(jobs[0])  # deleted already
+
+    threads = [threading.Thread(target=consumer) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sorted(reserved) == sorted(ids)
+    with Client(gateway.cluster.master_addr, timeout_s=10) as native:
+        assert native.stats("many")["ready"] == native.stats("many")["leased"] == 0

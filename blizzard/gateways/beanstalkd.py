@@ -5,7 +5,9 @@ a queue; ``put`` is an enqueue (``INSERTED`` once the master's WAL and W data no
 ``reserve`` a dequeue, the job leased in the cluster and owned by this connection; ``delete``
 an ack, ``release`` a nack, ``bury`` a move to the dead-letter queue, ``touch`` a lease
 extension, ``kick`` a redrive. What a connection reserved and did not settle is given back
-when it closes. Job ids are Blizzard's item ids.
+when it closes. Job ids are Blizzard's item ids. The puts and deletes of all connections go
+to the cluster in batches (``batcher.py``): what many connections send at once costs about
+what one connection's does.
 
 Bounds: at most ``max_connections`` connections (more are closed at once), a command line of
 at most 224 bytes (longer: ``BAD_FORMAT`` and the connection is closed), a job body of at most
@@ -29,9 +31,11 @@ from typing import Any, Callable
 import zmq
 
 from blizzard.client.core import Client
+from blizzard.client.enqueue_options import EnqueueOptions
 from blizzard.client.http_task import bury, lookup
 from blizzard.client.message import leased_items
 from blizzard.wire.shard_messages import Head
+from blizzard.gateways.batcher import Batcher
 from blizzard.gateways.beanstalk_lines import (MAX_LINE, Command, LineError, line, parse,
                                                pri_of, priority_of, with_body, yaml_dict,
                                                yaml_list)
@@ -124,6 +128,7 @@ class BeanstalkdGateway:
         self.stopping = threading.Event()
         self.sessions: set[Session] = set()
         self.tubes: set[str] = set()  # tubes known to exist (``ensure_tube``)
+        self._batcher: Batcher | None = None
         self.connections = 0  # ever accepted
         self.lock = threading.Lock()
         self.started = time.time()
@@ -173,9 +178,19 @@ class BeanstalkdGateway:
         with self.lock:
             self.sessions.discard(session)
 
+    @property
+    def batcher(self) -> Batcher:
+        """The puts and deletes of all connections, sent in batches (made on first use)."""
+        with self.lock:
+            if self._batcher is None:
+                self._batcher = Batcher(self.client_factory)
+            return self._batcher
+
     def stop(self) -> None:
         self.stopping.set()
         self.listener.close()
+        if self._batcher is not None:
+            self._batcher.stop()
 
 
 class Session:
@@ -349,8 +364,8 @@ class Session:
         if pri > 2**32 - 1 or delay > 2**32 - 1 or ttr > 2**32 - 1:
             return line("BAD_FORMAT")
         self.gateway.ensure_tube(self.client, self.used)
-        item_id = self.client.enqueue(self.used, body, priority=priority_of(pri),
-                                      delay_s=_delay_s(delay), lease_s=_ttr_s(ttr))
+        opts = EnqueueOptions.make(priority_of(pri), _delay_s(delay), lease_s=_ttr_s(ttr))
+        item_id = self.gateway.batcher.put(self.used, body, opts)  # with other connections
         return line("INSERTED", item_id)
 
     def cmd_use(self, tube: str) -> bytes:
@@ -459,8 +474,9 @@ class Session:
         return line(done)
 
     def cmd_delete(self, job: int) -> bytes:
-        if job in self.reserved:
-            return self._settle(job, lambda msg: msg.ack(wait=True), "DELETED")
+        if job in self.reserved:  # durable on DELETED, as beanstalkd's with -f0
+            return self._settle(job, lambda msg: self.gateway.batcher.ack(msg.queue, msg.id,
+                                                                          msg.lease), "DELETED")
         found = lookup(self.client, [job]) if 0 <= job < 2**63 else []
         if not found or not found[0]["queue"]:
             return line("NOT_FOUND")
