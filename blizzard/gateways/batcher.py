@@ -101,9 +101,9 @@ def _send_puts(client: Any, group: tuple[Any, ...], reqs: list[_Request]) -> Non
 
 
 def _send_acks(client: Any, group: tuple[Any, ...], reqs: list[_Request]) -> None:
-    (queue,) = group
+    queue, late = group
     reply: p.Acked = client.master.call(p.Ack(as_ids([r.what[0] for r in reqs]),
-                                              [r.what[1] for r in reqs], False, queue))
+                                              [r.what[1] for r in reqs], False, queue, late))
     why = dict(zip(reply.lost, reply.why or [p.LOST_EXPIRED] * len(reply.lost)))
     for req in reqs:
         item_id = req.what[0]
@@ -122,9 +122,10 @@ class Batcher:
         item_id: int = self.puts.submit((tube, opts), body)
         return item_id
 
-    def ack(self, queue: str, item_id: int, lease: int) -> None:
-        """Ack, durable on return; ``LeaseExpired`` (or the like) if it was refused."""
-        self.acks.submit((queue,), (item_id, lease))
+    def ack(self, queue: str, item_id: int, lease: int, late: bool = False) -> None:
+        """Ack, durable on return; ``LeaseExpired`` (or the like) if it was refused
+        (``late``: see ``Ack.late``)."""
+        self.acks.submit((queue, late), (item_id, lease))
 
     def stop(self) -> None:
         self.puts.stop()

@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import socket
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ import zmq
 
 from blizzard.client.core import Client
 from blizzard.gateways import sqs_wire as wire
+from blizzard.gateways.batcher import Batcher
 from blizzard.gateways.sigv4 import Credential, SignatureError, load_credentials, verify
 from blizzard.gateways.sqs_actions import Actions, Caller
 from blizzard.gateways.sqs_messages import Receipts
@@ -87,6 +89,8 @@ class SqsServer(GuardedHTTPServer):
         self.ctx = zmq.Context()
         self.ctx.set(zmq.MAX_SOCKETS, 64 + 16 * config.max_connections)
         self.client_factory = client_factory or self._client
+        self._batchers: dict[bool, Batcher] = {}
+        self._batchers_lock = threading.Lock()
         super().__init__((config.listen_host, config.listen_port), _Handler, config.allow_hosts,
                          config.max_connections, REQUEST_S, any_ip=True)
 
@@ -99,6 +103,14 @@ class SqsServer(GuardedHTTPServer):
             raise SqsError("AWS.SimpleQueueService.UnsupportedOperation",
                            "this gateway serves one shard's masters")
         return client
+
+    def batcher(self, admin: bool) -> Batcher:
+        """The sends and deletes of all connections of one role, in batches."""
+        with self._batchers_lock:
+            made = self._batchers.get(admin)
+            if made is None:
+                made = self._batchers[admin] = Batcher(lambda: self.client_factory(admin))
+            return made
 
     def head_read(self, conn: socket.socket) -> None:
         """The request head is in: the rest of the request has ``REQUEST_S`` from now."""
@@ -118,6 +130,12 @@ class SqsServer(GuardedHTTPServer):
     def stop(self) -> None:
         self.shutdown()
         self.server_close()
+
+    def server_close(self) -> None:
+        super().server_close()
+        for made in self._batchers.values():
+            made.stop()
+        self._batchers.clear()
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -242,7 +260,7 @@ class _Handler(BaseHTTPRequestHandler):
             client = self.clients[admin] = self.server.client_factory(admin)
         host = self.headers.get("Host") or f"{self.server.config.listen_host}:" \
                                            f"{self.server.server_port}"
-        return Caller(client, role, f"http://{host}")
+        return Caller(client, role, f"http://{host}", self.server.batcher(admin))
 
     def _error(self, exc: SqsError, as_json: bool, request_id: str) -> None:
         if as_json:

@@ -24,6 +24,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from blizzard.client.enqueue_options import EnqueueOptions
 from blizzard.gateways import sqs_messages as msgs
 from blizzard.gateways import sqs_queues as queues
 from blizzard.gateways.sqs_queues import ACCOUNT, QueueInfo
@@ -49,6 +50,7 @@ class Caller:
     client: Any  # a Blizzard Client speaking with the key of ``role``
     role: str  # "client" or "admin"
     base: str  # "http://host:port": the gateway as the caller reached it (queue URLs start so)
+    batcher: Any = None  # sends and deletes with other connections' (``gateways/batcher.py``)
     binary_base64: bool = True  # binary attribute values travel base64-encoded
 
 
@@ -335,6 +337,9 @@ class Actions:
         SQS's five minutes) and the reply's fields."""
         payload, delay, group, dedup, reply = self._message(entry, info, caller)
         if not info.fifo:
+            if caller.batcher is not None:  # with other connections' sends
+                opts = EnqueueOptions.make(delay_s=delay, create=False)
+                return caller.batcher.put(info.name, payload, opts), reply
             return caller.client.enqueue(info.name, payload, delay_s=delay,
                                          create=False), reply
         unique = dedup
@@ -484,8 +489,11 @@ class Actions:
     def _delete(self, info: QueueInfo, handle: Any, caller: Caller) -> None:
         receipt = self.receipts.check(handle, info.name)
         try:  # late: as SQS, the latest handle deletes even after its visibility timeout
-            caller.client.leases.ack_ids([receipt.item_id], [receipt.lease], info.name,
-                                         late=True)
+            if caller.batcher is not None:  # with other connections' deletes
+                caller.batcher.ack(info.name, receipt.item_id, receipt.lease, late=True)
+            else:
+                caller.client.leases.ack_ids([receipt.item_id], [receipt.lease], info.name,
+                                             late=True)
         except GONE:
             if info.fifo:  # as SQS: on a FIFO queue an expired handle is refused
                 raise SqsError("ReceiptHandleIsInvalid",
