@@ -183,20 +183,22 @@ class Leases:
 
     def _take(self, msg: p.Lease, now: float, mono: float) -> list[int]:
         config = self.state.config(msg.queue)
-        if config.paused_until > now and not msg.ids:  # paused: no head is handed out
+        if config.paused_until > now:  # paused: nothing of it is handed out, named or not
             return []
-        if msg.ids:  # these items, those ready or delayed in the queue (no rate limit)
+        if msg.ids:
             checks.batch(len(msg.ids))
-            ids = self._named(msg.queue, msg.ids, msg.n)
-        elif config.rate_per_s > 0:  # one bucket per queue: a global limit over all consumers
+        if config.rate_per_s > 0:  # one bucket per queue: a global limit over all consumers
             bucket = self.buckets.get(msg.queue)
             if bucket is None:
                 bucket = self.buckets[msg.queue] = TokenBucket(config.rate_per_s, config.burst)
             tokens = bucket.take(msg.n, mono)
             # only new items need a token; redeliveries pass (``master/admission.py``)
-            ids = self.state.head(msg.queue, msg.n, now, new=tokens)
+            ids = self._named(msg.queue, msg.ids, msg.n, tokens) if msg.ids \
+                else self.state.head(msg.queue, msg.n, now, new=tokens)
             fresh = sum(1 for i in ids if self.state.items[i].attempts == 0)
             bucket.tokens += tokens - fresh  # unused grants go back
+        elif msg.ids:  # these items, those ready or delayed in the queue
+            ids = self._named(msg.queue, msg.ids, msg.n)
         else:
             ids = self.state.head(msg.queue, msg.n, now)
         if ids:
@@ -209,9 +211,10 @@ class Leases:
             self.counts.add("leased", msg.queue, len(ids))
         return ids
 
-    def _named(self, queue: str, wanted: list[int], n: int) -> list[int]:
+    def _named(self, queue: str, wanted: list[int], n: int, new: int | None = None) -> list[int]:
         """Of ``wanted``, at most ``n`` in ``queue``, ready or delayed, whose key (if any) no
-        leased item holds (beanstalkd's ``reserve-job``)."""
+        leased item holds (beanstalkd's ``reserve-job``); ``new``: at most that many never
+        delivered (a rate-limited queue's tokens)."""
         items, q = self.state.items, self.state.queues.get(queue)
         out: list[int] = []
         keys: set[str] = set()
@@ -221,6 +224,10 @@ class Leases:
                 continue
             if item.key and (item.key in q.active or item.key in keys):
                 continue
+            if new is not None and item.attempts == 0:
+                if new <= 0:
+                    continue
+                new -= 1
             keys.add(item.key)
             out.append(item_id)
             if len(out) >= n:

@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import threading
+import time
 
 import greenstalk
 import pytest
@@ -369,3 +370,16 @@ def test_puts_and_deletes_of_many_connections_at_once_each_get_their_own_answer(
     assert sorted(reserved) == sorted(ids)
     with Client(gateway.cluster.master_addr, timeout_s=10) as native:
         assert native.stats("many")["ready"] == native.stats("many")["leased"] == 0
+
+
+def test_a_named_lease_keeps_to_the_queues_pause_and_rate_limit(gateway):
+    with Client(gateway.cluster.master_addr, timeout_s=10) as native:
+        native.create_queue("limited", rate_per_s=0.001, burst=1)
+        first, second = (native.enqueue("limited", b"a"), native.enqueue("limited", b"b"))
+        one = native.leases.lease_columns("limited", 1, ids=[first])
+        assert one.ids == [first]  # the one token
+        assert native.leases.lease_columns("limited", 1, ids=[second]).ids == []  # none left
+        native.configure_queue("limited", rate_per_s=0.0, paused_until=time.time() + 3600)
+        assert native.leases.lease_columns("limited", 1, ids=[second]).ids == []  # paused
+        native.configure_queue("limited", paused_until=0.0)
+        assert native.leases.lease_columns("limited", 1, ids=[second]).ids == [second]

@@ -194,7 +194,8 @@ class Lease:
     ack_ids: list[Id]
     ack_leases: list[int]
     head: bool = False  # also tell the queue's head after this lease (``Leased.head_*``)
-    ids: list[Id] = field(default_factory=list)  # lease these, if ready or delayed, not the head
+    # lease these, if ready or delayed, not the head (a pause and a rate limit apply alike)
+    ids: list[Id] = field(default_factory=list)
 
 
 @message(15)
