@@ -42,11 +42,12 @@ from master.config import MasterConfig
 from master.counts import QueueCounts
 from master.deletes import Deletes
 from master.queue_policy import QueuePolicy
-from master.records import CommitItems
+from master.records import CommitItems, ExpireUniques
 from master.state import State
 from master.uniques import MAX_UNIQUE_S
 
 MAX_DELAY_S = 365 * 86400.0
+MIN_LEASE_S = 0.001  # an item's own lease at least (as a queue's lease_s)
 MAX_KEY = 256
 MAX_PENDING = 1_000_000  # items staged and not committed, all clients together
 MAX_PENDING_PER_PEER = 200_000  # ... one connection's share
@@ -160,12 +161,12 @@ class Enqueues:
         if msg.ttrs:
             if msg.hold or len(msg.ttrs) != n:
                 raise InvalidArgument("ttrs are for enqueues, not staged items, one per item")
-            if min(msg.ttrs) < 0 or max(msg.ttrs) > self.config.max_lease_s \
-                    or not math.isfinite(sum(msg.ttrs)):
-                raise InvalidArgument(f"an item's own lease (ttr) must be 0 (the queue's) to "
-                                      f"{self.config.max_lease_s:g} seconds")
-        if msg.request in self.state.recent_commits:
-            return p.Committed(count=n)  # a retry of an enqueue that landed
+            if not math.isfinite(sum(msg.ttrs)) or max(msg.ttrs) > self.config.max_lease_s \
+                    or any(t and t < MIN_LEASE_S for t in msg.ttrs) or min(msg.ttrs) < 0:
+                raise InvalidArgument(f"an item's own lease (ttr) must be 0 (the queue's) or "
+                                      f"{MIN_LEASE_S:g} to {self.config.max_lease_s:g} seconds")
+        if msg.request in self.state.recent_commits:  # a retry of an enqueue that landed
+            return p.Committed(count=n, firsts=as_ids(self._retry_firsts(msg, now)))
         parked = self.waiting.get(msg.request)
         if parked is not None:  # a retry while the first is still waiting: answer the retry
             self._count(self.waiting_by_peer, parked.peer, -1)
@@ -340,6 +341,8 @@ class Enqueues:
         firsts: list[int] = []
         if any(msg.uniques):
             firsts = self._firsts(msg, now)
+            taking = sum(1 for k, key in enumerate(msg.uniques) if key and firsts[k] == msg.ids[k])
+            self._room_for_uniques(msg.queue, taking, now)  # parked meanwhile: checked again
             if firsts != msg.ids:  # some are not made: their copies go, the rest are logged
                 for k, item_id in enumerate(msg.ids):
                     if firsts[k] != item_id:
@@ -373,14 +376,31 @@ class Enqueues:
                        low_ok=False)
         if max(map(len, msg.uniques)) > MAX_KEY:
             raise InvalidArgument(f"a unique key is at most {MAX_KEY} characters")
+        self._room_for_uniques(msg.queue, n, now)
+
+    def _room_for_uniques(self, queue: str, n: int, now: float) -> None:
+        """``TooManyItems`` unless ``n`` more keys of ``queue`` fit; at a cap, the keys whose
+        time is up are dropped first (an ``ExpireUniques`` record: a replay does the same)."""
         uniques = self.state.uniques
-        full = uniques.room(msg.queue, n)
-        if full:
-            uniques.expire(now)  # past their time: gone by any clock (holder() ignores them)
-            full = uniques.room(msg.queue, n)
+        if uniques.room(queue, n):
+            self.log(ExpireUniques(at=now))
+        full = uniques.room(queue, n)
         if full:
             raise TooManyItems(f"{full}; retry when some have run out (each lasts its "
                                "unique_for_s)")
+
+    def _retry_firsts(self, msg: p.Enqueue, now: float) -> list[int]:
+        """A retried enqueue's ``firsts`` ([] when every item was made): its items made, the
+        rest the holders of their keys (as the first answer said)."""
+        if not any(msg.uniques):
+            return []
+        items, uniques = self.state.items, self.state.uniques
+        out = []
+        for item_id, key in zip(msg.ids, msg.uniques):
+            holder = uniques.holder(msg.queue, key, now) if key and item_id not in items \
+                else None
+            out.append(item_id if holder is None else holder)
+        return [] if out == list(msg.ids) else out
 
     def _firsts(self, msg: p.Enqueue, now: float) -> list[int]:
         """Per item, the id that stands for it: an earlier holder of its unique key (still

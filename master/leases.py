@@ -18,7 +18,8 @@ from typing import Any, Callable
 
 from blizzard.net.log_limit import Throttled
 from blizzard.wire import protocol as p
-from blizzard.wire.errors import TooManyItems
+from blizzard.server.router import error_reply
+from blizzard.wire.errors import BlizzardError, TooManyItems
 from master import checks
 from master.capabilities import CapabilityKeys
 from master.config import MasterConfig
@@ -121,6 +122,8 @@ class Leases:
         checks.seconds(msg.lease_s, "lease_s", low=0, high=self.config.max_lease_s)
         checks.seconds(msg.wait_s, "wait_s", low=0, high=MAX_WAIT_S)
         checks.request_id(msg.request)
+        if msg.ids:  # checked before anything (a parked lease is taken again later)
+            checks.batch(len(msg.ids))
         key, fd = self.connection_of(peer) if msg.wait_s else ("", -1)
         if msg.wait_s:
             self._check_slots(peer, key)
@@ -185,8 +188,6 @@ class Leases:
         config = self.state.config(msg.queue)
         if config.paused_until > now:  # paused: nothing of it is handed out, named or not
             return []
-        if msg.ids:
-            checks.batch(len(msg.ids))
         if config.rate_per_s > 0:  # one bucket per queue: a global limit over all consumers
             bucket = self.buckets.get(msg.queue)
             if bucket is None:
@@ -404,8 +405,9 @@ class Leases:
         """When the soonest long poll runs out (monotonic), if any waits."""
         return min(w.until for w in self.waiters) if self.waiters else None
 
-    def serve_waiters(self, now: float, mono: float) -> list[tuple[bytes, int, p.Leased]]:
-        """Replies for waiters whose items came or whose time is up; the rest keep waiting."""
+    def serve_waiters(self, now: float, mono: float) -> list[tuple[bytes, int, Any]]:
+        """Replies for waiters whose items came or whose time is up; the rest keep waiting.
+        A waiter whose lease fails now is answered with the error, the others served."""
         if not self.waiters:
             return []
         replies, still = [], []
@@ -419,8 +421,14 @@ class Leases:
                 if not ok:  # revoked since it parked: dropped
                     self._unpark(w)
                     continue
-            ids = [] if w.msg.queue in dry else self._take(w.msg, now, mono)
-            if not ids:
+            named = bool(w.msg.ids)  # a lease of named items says nothing of the queue's head
+            try:
+                ids = [] if w.msg.queue in dry and not named else self._take(w.msg, now, mono)
+            except BlizzardError as exc:
+                replies.append((w.peer, w.rid, error_reply(exc)))
+                self._unpark(w)
+                continue
+            if not ids and not named:
                 dry.add(w.msg.queue)
             if ids or w.until <= mono:
                 replies.append((w.peer, w.rid, self.describe(w.msg.queue, ids, [], now)))

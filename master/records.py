@@ -162,6 +162,14 @@ class WakeItems:
     ids: list[int]
 
 
+@message(115)
+class ExpireUniques:
+    """The unique keys whose time is up at ``at`` are dropped (logged when the keys reach a
+    cap, so an enqueue finds room; a replay drops the same ones)."""
+
+    at: float
+
+
 @message(110)
 class ClusterCreated:
     """The master's cluster id, made once at its first start: data nodes of another refuse it."""

@@ -84,7 +84,7 @@ ROUTES = Routes([
     Route(p.Status,       "admin.status",          ANYONE),
     # producers: ids and where to put them, enqueue, commit of staged items (master/enqueue.py)
     Route(p.Place,        "id_blocks.place",       USERS,     (R.Reserve,)),
-    Route(p.Enqueue,      "enqueue",               USERS,     (R.CommitItems,)),
+    Route(p.Enqueue,      "enqueue",               USERS,     (R.CommitItems, R.ExpireUniques)),
     Route(p.Commit,       "commit",                USERS,     (R.CommitItems,)),
     # consumers: leases and how they end (master/leases.py)
     Route(p.Lease,        "leases.lease_request",  USERS,     (R.LeaseItems, R.AckItems)),

@@ -25,6 +25,7 @@ from master.queues import QueueConfig
 from master.ready import ReadyLine
 from master.records import (AckItems, AddReplicas, BuryItems, ClusterCreated, CommitItems,
                             ConfigureQueue, DeleteItems, DeleteQueue, DropReplicas, EpochBegun,
+                            ExpireUniques,
                             ForgetNode, LeaseItems, NodeKeyBound, NodeSeen, RebuildItems,
                             RedriveItems, ReleaseItems, Reserve, StandbySynced,
                             WakeItems)
@@ -159,6 +160,9 @@ class State:
             if item is None:
                 continue
             if item.status != LEASED:
+                token = lapsed.get(item_id) if lapsed else None
+                if token is not None:  # a late ack (``Ack.late``): a retry is answered done
+                    acks[item_id] = token
                 self.forget(item)
                 continue
             q = queues[item.queue]
@@ -219,6 +223,9 @@ class State:
             home = self.queue(self.origins.pop(item_id))
             self.errors.pop(item_id, None)
             self._place(home, item, 0.0, queue=home.name, attempts=0)
+
+    def _apply_expire_uniques(self, rec: ExpireUniques) -> None:
+        self.uniques.expire(rec.at)
 
     def _apply_wake(self, rec: WakeItems) -> None:
         for item_id in rec.ids:
@@ -310,6 +317,7 @@ class State:
         Reserve: _apply_reserve, CommitItems: _apply_commit, LeaseItems: _apply_lease,
         AckItems: _apply_ack, ReleaseItems: _apply_release, BuryItems: _apply_release,
         RedriveItems: _apply_redrive, ConfigureQueue: _apply_configure, WakeItems: _apply_wake,
+        ExpireUniques: _apply_expire_uniques,
         NodeSeen: _apply_node_seen, AddReplicas: _apply_add_replicas,
         NodeKeyBound: _apply_node_key_bound,
         DropReplicas: _apply_drop_replicas,

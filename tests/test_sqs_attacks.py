@@ -254,7 +254,9 @@ def test_one_queues_unique_keys_do_not_refuse_every_other_queues_enqueues(monkey
     state = State()
     state.apply(commit(list(range(1, 1001)), [f"dedup-{i}" for i in range(1000)], at=100.0,
                        until=100.0 + 300.0, queue="flood.fifo"))
-    fake = types.SimpleNamespace(state=state)
+    fake = types.SimpleNamespace(state=state, log=state.apply)
+    fake._room_for_uniques = lambda queue, n, now: enqueue_mod.Enqueues._room_for_uniques(
+        fake, queue, n, now)
 
     def enqueue(queue: str, at: float) -> None:
         msg = p.Enqueue(queue, [5000], [1], [0], [0], [0.0], ["g"], False, "r", False,

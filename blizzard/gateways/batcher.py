@@ -101,13 +101,24 @@ def _send_puts(client: Any, group: tuple[Any, ...], reqs: list[_Request]) -> Non
 
 
 def _send_acks(client: Any, group: tuple[Any, ...], reqs: list[_Request]) -> None:
+    """The acks in calls that name each id once (the master settles an id named twice by
+    its first token only: another connection's stale token must not refuse a valid one)."""
     queue, late = group
-    reply: p.Acked = client.master.call(p.Ack(as_ids([r.what[0] for r in reqs]),
-                                              [r.what[1] for r in reqs], False, queue, late))
-    why = dict(zip(reply.lost, reply.why or [p.LOST_EXPIRED] * len(reply.lost)))
-    for req in reqs:
-        item_id = req.what[0]
-        req.answer(error=refusal([item_id], [why[item_id]], queue) if item_id in why else None)
+    while reqs:
+        seen: set[int] = set()
+        now: list[_Request] = []
+        later: list[_Request] = []
+        for req in reqs:
+            (later if req.what[0] in seen else now).append(req)
+            seen.add(req.what[0])
+        reply: p.Acked = client.master.call(p.Ack(as_ids([r.what[0] for r in now]),
+                                                  [r.what[1] for r in now], False, queue, late))
+        why = dict(zip(reply.lost, reply.why or [p.LOST_EXPIRED] * len(reply.lost)))
+        for req in now:
+            item_id = req.what[0]
+            req.answer(error=refusal([item_id], [why[item_id]], queue) if item_id in why
+                       else None)
+        reqs = later
 
 
 class Batcher:

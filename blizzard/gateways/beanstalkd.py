@@ -401,9 +401,9 @@ class Session:
         return self._reserve(time.monotonic() + seconds)
 
     def _reserve(self, deadline: float | None) -> bytes:
-        if self._deadline_soon():
-            return line("DEADLINE_SOON")
         while True:
+            if self._deadline_soon():  # at the start, and as the wait goes on
+                return line("DEADLINE_SOON")
             for tube in self._most_urgent_first():  # every watched tube once, without waiting
                 msg = self.client.dequeue(tube)  # (each job's own ttr, else the tube's lease)
                 if msg is not None:
@@ -411,6 +411,9 @@ class Session:
             left = POLL_S if deadline is None else min(POLL_S, deadline - time.monotonic())
             if left <= 0:
                 return line("TIMED_OUT")
+            if self.deadlines:  # wake when a held job's margin comes
+                margin = min(self.deadlines.values()) - DEADLINE_SOON_S - time.monotonic()
+                left = max(0.01, min(left, margin))
             if self.gateway.stopping.is_set() or self._gone():
                 raise Closed()
             tube = self.watched[0]  # then a long poll on the first, a short while
