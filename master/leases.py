@@ -30,7 +30,7 @@ from master.item import columns
 from master.membership import Membership
 from master.queues import TokenBucket
 from master.records import AckItems, LeaseItems, ReleaseItems
-from master.state import LEASED, State
+from master.state import DELAYED, LEASED, State
 
 log = logging.getLogger(__name__)
 refused_log = Throttled(log)  # a consumer acking wrong ids all day makes a line per 10 s
@@ -213,8 +213,9 @@ class Leases:
         return ids
 
     def _named(self, queue: str, wanted: list[int], n: int, new: int | None = None) -> list[int]:
-        """Of ``wanted``, at most ``n`` in ``queue``, ready or delayed, whose key (if any) no
-        leased item holds (beanstalkd's ``reserve-job``); ``new``: at most that many never
+        """Of ``wanted``, at most ``n`` in ``queue``, ready or delayed (by its producer, not
+        by a retry's back-off, which the queue's settings set), whose key (if any) no leased
+        item holds (beanstalkd's ``reserve-job``); ``new``: at most that many never
         delivered (a rate-limited queue's tokens)."""
         items, q = self.state.items, self.state.queues.get(queue)
         out: list[int] = []
@@ -222,6 +223,8 @@ class Leases:
         for item_id in dict.fromkeys(wanted):
             item = items.get(item_id)
             if item is None or item.queue != queue or item.status == LEASED or q is None:
+                continue
+            if item.status == DELAYED and item.attempts:  # a retry's back-off holds it
                 continue
             if item.key and (item.key in q.active or item.key in keys):
                 continue
