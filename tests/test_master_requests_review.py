@@ -244,7 +244,7 @@ def test_a_waiting_reserve_says_deadline_soon_when_a_held_jobs_margin_arrives():
     import socket
     from types import SimpleNamespace
 
-    from blizzard.gateways import beanstalkd as bs
+    from blizzard.gateways import beanstalk_session as bs
 
     class QuietClient:
         def dequeue(self, tube, wait_s=0.0):
