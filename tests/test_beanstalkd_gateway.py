@@ -383,3 +383,19 @@ def test_a_named_lease_keeps_to_the_queues_pause_and_rate_limit(gateway):
         assert native.leases.lease_columns("limited", 1, ids=[second]).ids == []  # paused
         native.configure_queue("limited", paused_until=0.0)
         assert native.leases.lease_columns("limited", 1, ids=[second]).ids == [second]
+
+
+def test_peek_ready_shows_the_head_and_quit_closes(gateway):
+    with connect(gateway, use="peeked", watch="peeked") as c:
+        later = c.put(b"later", priority=10)
+        first = c.put(b"first", priority=1)
+        head = c.peek_ready()
+        assert (head.id, head.body) == (first, b"first")  # the most urgent, not taken
+        assert c.reserve(timeout=10).id == first
+        assert c.peek_ready().id == later
+    s = raw(gateway)
+    try:
+        s.sendall(b"quit\r\n")
+        assert s.recv(100) == b""  # closed, nothing answered
+    finally:
+        s.close()
