@@ -98,6 +98,13 @@ def assert_healthy(cluster: LocalCluster, client: Client) -> None:
     msg.ack()
 
 
+def _log_since(cluster: LocalCluster, offset: int) -> str:
+    """The master's log written after ``offset`` bytes."""
+    with open(cluster.master.log_path, "rb") as f:
+        f.seek(offset)
+        return f.read().decode(errors="replace")
+
+
 def error_code(reply) -> str:
     assert isinstance(reply, p.Error), f"expected an error, got {reply!r}"
     return reply.code
@@ -210,8 +217,13 @@ def test_an_enqueue_with_an_oversized_request_id_changes_nothing(hostile, client
     assert error_code(ask(hostile.master_addr, enqueue("r" * 1_000_000))) == "invalid_argument"
     assert client.stats("big")["ready"] == 0
     assert ask(hostile.master_addr, enqueue("ok-1")) == p.Committed(1)
+    since = os.path.getsize(hostile.master.log_path)
     hostile.master.kill()
     hostile.restart_master()
+    # the restarted master asks each data node for its inventory: until both are in, a node's
+    # inventory is expected (the module's next tests send ones nobody asked for)
+    wait_for(lambda: _log_since(hostile, since).count("inventory of dn-") >= len(hostile.nodes),
+             what="the data nodes' inventories after the restart")
     msg = client.dequeue("big", wait_s=5)
     assert msg is not None and msg.data == b"a"
     msg.ack()
