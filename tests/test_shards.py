@@ -173,8 +173,11 @@ def test_kill_9_of_one_shard_master_under_load_loses_nothing(sharded):
             with sharded.client(timeout_s=30) as c:
                 while not stop.is_set():
                     msgs = c.dequeue_many("load", 20, wait_s=0.2)
-                    c.ack_many(msgs)
                     consumed.update(m.id for m in msgs)
+                    try:
+                        c.ack_many(msgs)
+                    except LeaseExpired:  # leased from shard 1 just before its kill: a lease
+                        pass  # is answered before its fsync, so those items come again
         except BaseException as exc:
             errors.append(exc)
 
