@@ -33,6 +33,7 @@ from blizzard.net.hedge import HedgeDelays
 from blizzard.server.router import error_reply
 from blizzard.wire import protocol as p
 from blizzard.wire.codec import as_ids
+from blizzard.wire.queue_settings import RESULTS_SUFFIX
 from blizzard.wire.errors import (BlizzardError, Forbidden, InvalidArgument, NotEnoughDatanodes,
                                   PayloadTooLarge, TooManyItems, UnknownItem,
                                   UnknownQueue)
@@ -42,6 +43,7 @@ from master.config import MasterConfig
 from master.counts import QueueCounts
 from master.deletes import Deletes
 from master.queue_policy import QueuePolicy
+from master.job_book import MAX_RESULTS
 from master.records import CommitItems, ExpireUniques
 from master.state import State
 from master.uniques import MAX_UNIQUE_S
@@ -165,6 +167,7 @@ class Enqueues:
                     or any(t and t < MIN_LEASE_S for t in msg.ttrs) or min(msg.ttrs) < 0:
                 raise InvalidArgument(f"an item's own lease (ttr) must be 0 (the queue's) or "
                                       f"{MIN_LEASE_S:g} to {self.config.max_lease_s:g} seconds")
+        self._check_results(msg, n)
         if msg.request in self.state.recent_commits:  # a retry of an enqueue that landed
             return p.Committed(count=n, firsts=as_ids(self._retry_firsts(msg, now)))
         parked = self.waiting.get(msg.request)
@@ -354,13 +357,15 @@ class Enqueues:
         until = now + msg.unique_for_s
         for nodes, at in groups.items():
             cols = [msg.ids, msg.sizes, msg.crcs, msg.priorities, parked.not_befores, msg.keys]
-            uniques, ttrs = msg.uniques, msg.ttrs
+            uniques, ttrs, result_of = msg.uniques, msg.ttrs, msg.result_of
             if not whole:
                 cols = [[col[k] for k in at] for col in cols]
                 uniques = [uniques[k] for k in at] if uniques else uniques
                 ttrs = [ttrs[k] for k in at] if ttrs else ttrs
+                result_of = [result_of[k] for k in at] if result_of else result_of
             self._log_items(msg.queue, nodes, msg.coalesce, msg.request, now, *cols,
-                            uniques=uniques, unique_until=until, ttrs=ttrs)
+                            uniques=uniques, unique_until=until, ttrs=ttrs,
+                            result_of=result_of, result_kind=msg.result_kind)
         self.blocks.release(msg.ids)
         if firsts == msg.ids:
             firsts = []
@@ -445,24 +450,55 @@ class Enqueues:
                    now: float, ids: list[int], sizes: list[int], crcs: list[int],
                    priorities: list[int], not_befores: list[float], keys: list[str], *,
                    uniques: Sequence[str] = (), unique_until: float = 0.0,
-                   ttrs: Sequence[float] = ()) -> None:
-        """Log one ``CommitItems`` record, then drop the blobs coalescing made obsolete."""
+                   ttrs: Sequence[float] = (), result_of: Sequence[int] = (),
+                   result_kind: int = 0) -> None:
+        """Log one ``CommitItems`` record, then drop the blobs coalescing made obsolete (and
+        the jobs' earlier results, which these replace)."""
         replaced = [old for key in (set(keys) if coalesce else ()) if key
                     for old in self.state.waiting_with_key(queue, key)]
+        results, items = self.state.jobs.results, self.state.items
+        replaced += [items[results[job].item] for job in result_of
+                     if job in results and results[job].item in items]
         self.log(CommitItems(queue=queue, ids=ids, sizes=sizes, crcs=crcs, priorities=priorities,
                              not_befores=not_befores, keys=keys, coalesce=coalesce,
                              nodes=list(nodes), at=now, request=request,
                              uniques=list(uniques) if any(uniques) else [],
                              unique_until=unique_until if any(uniques) else 0.0,
-                             ttrs=list(ttrs) if any(ttrs) else []))
+                             ttrs=list(ttrs) if any(ttrs) else [],
+                             result_of=list(result_of), result_kind=result_kind))
         # coalescing dropped older waiting items (and all but the last of a burst)
-        items = self.state.items
-        gone = [(old.id, old.nodes) for old in replaced]
+        gone = [(old.id, old.nodes) for old in replaced if old.id not in items]
         dropped = [(i, nodes) for i in ids if i not in items]
         self.counts.add("enqueued", queue, len(ids) - len(dropped))
         gone += dropped
         for item_id, holders in gone:
             self.deletes.drop_blobs(item_id, holders)
+
+    def _check_results(self, msg: p.Enqueue, n: int) -> None:
+        """Results go to a results queue, one job each, kept for a time (their delay), and
+        nothing else goes there."""
+        results_queue = msg.queue.endswith(RESULTS_SUFFIX)
+        if not msg.result_of:
+            if results_queue:
+                raise InvalidArgument(f"queue {msg.queue} holds task results (its name ends "
+                                      f"{RESULTS_SUFFIX}); read them with handle.result() or "
+                                      "`blizzard job ID`")
+            return
+        if not results_queue:
+            raise InvalidArgument(f"results go to a queue whose name ends {RESULTS_SUFFIX}")
+        if msg.hold or len(msg.result_of) != n or len(set(msg.result_of)) != n:
+            raise InvalidArgument("results are enqueued, not staged, one per job")
+        if msg.result_kind not in (p.RESULT_DONE, p.RESULT_FAILED, p.RESULT_CANCELLED):
+            raise InvalidArgument(f"result_kind {msg.result_kind} is none of 0 (done), 1 "
+                                  "(failed), 2 (cancelled)")
+        if n and min(msg.delays) <= 0:
+            raise InvalidArgument("a result's delay is its time to live: it must be positive")
+        if msg.uniques or msg.ttrs or msg.coalesce:
+            raise InvalidArgument("results take no unique keys, leases or coalescing")
+        held = len(self.state.jobs.results)
+        if held + n > MAX_RESULTS:
+            raise TooManyItems(f"the master keeps {held} results, at most {MAX_RESULTS}: "
+                               "keep them for less time (result_ttl_s)")
 
     def _check_items(self, msg: p.Enqueue) -> None:
         """Every item's size, checksum, priority, delay and key, whole columns at a time.

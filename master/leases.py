@@ -19,7 +19,8 @@ from typing import Any, Callable
 from blizzard.net.log_limit import Throttled
 from blizzard.wire import protocol as p
 from blizzard.server.router import error_reply
-from blizzard.wire.errors import BlizzardError, TooManyItems
+from blizzard.wire.errors import BlizzardError, InvalidArgument, TooManyItems
+from blizzard.wire.queue_settings import RESULTS_SUFFIX
 from master import checks
 from master.capabilities import CapabilityKeys
 from master.config import MasterConfig
@@ -112,12 +113,17 @@ class Leases:
         # not): a parked long poll of a revoked key must not lease items nobody will get
         self.key_admitted: Callable[[str], bool] = lambda key: True
         self.buckets: dict[str, TokenBucket] = {}  # queue -> rate limiter (soft state)
+        # an extension's progress, for the items it held (master/jobs.py sets it)
+        self.progress: Callable[[p.Extend, list[int]], None] = lambda msg, held: None
 
     # -- leasing -----------------------------------------------------------------------------
 
     def lease_request(self, msg: p.Lease, now: float, mono: float, peer: bytes,
                       rid: int) -> p.Leased | None:
         checks.queue_name(msg.queue)
+        if msg.queue.endswith(RESULTS_SUFFIX):
+            raise InvalidArgument(f"queue {msg.queue} holds task results, which are read, not "
+                                  "leased: handle.result() or `blizzard job ID`")
         checks.batch(msg.n)
         checks.seconds(msg.lease_s, "lease_s", low=0, high=self.config.max_lease_s)
         checks.seconds(msg.wait_s, "wait_s", low=0, high=MAX_WAIT_S)
@@ -266,8 +272,9 @@ class Leases:
         until = max(ends) if ends else None
         addrs = state.node_addrs
         holders = {node for nodes in set_index for node in nodes}
-        errors, ttrs = state.errors, state.ttrs
+        errors, ttrs, jobs = state.errors, state.ttrs, state.jobs
         own = [ttrs.get(i, 0.0) for i in ids] if ttrs else []
+        saved = [jobs.state_of(i) for i in ids] if jobs.progress else []
         return p.Leased(queue, ids, leases, sizes, crcs, attempts, priorities, enqueued_at, keys,
                         replica_set,
                         [p.ReplicaSet(self.membership.refs(nodes, addrs)) for nodes in set_index],
@@ -275,6 +282,7 @@ class Leases:
                         [errors.get(i, "") for i in ids] if errors else [""] * len(ids),
                         suspects=self.membership.suspects(time.monotonic()),
                         ttrs=own if any(own) else [],
+                        states=saved if any(saved) else [],
                         **({} if head is None else
                            {"head_ready": head.ready, "head_priority": head.priority,
                             "head_at": head.enqueued_at, "head_seq": head.seq}))
@@ -383,7 +391,11 @@ class Leases:
             holding = self.state.held
             self.log(LeaseItems(ids=out.held, leases=[holding[i][0] for i in out.held],
                                 deadline=now + msg.lease_s, request=""))
-        return out.reply()
+        if msg.progress_ids:
+            self.progress(msg, out.held)
+        cancels = self.state.jobs.cancels
+        cancel = [i for i in out.held if i in cancels] if cancels else []
+        return p.replace(out.reply(), cancel=cancel) if cancel else out.reply()
 
     def regrant(self, msg: p.Regrant, now: float, *_: Any) -> p.Regranted:
         """A fresh read grant for the items still leased under the tokens given, until the

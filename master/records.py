@@ -50,6 +50,10 @@ class CommitItems:
     uniques: list[str] = dataclasses.field(default_factory=list)
     unique_until: float = 0.0
     ttrs: list[float] = dataclasses.field(default_factory=list)  # per item, its own lease
+    # the items are results: item i of job ``result_of[i]``, which ended as ``result_kind``
+    # says (``protocol.RESULT_*``); each job keeps its latest result (master/jobs.py)
+    result_of: list[int] = dataclasses.field(default_factory=list)
+    result_kind: int = 0
 
 
 @message(102)
@@ -168,6 +172,37 @@ class ExpireUniques:
     cap, so an enqueue finds room; a replay drops the same ones)."""
 
     at: float
+
+
+# -- jobs: cancellation, progress, results running out (master/jobs.py; codes 116-119) -------
+
+
+@message(116)
+class CancelItems:
+    """Jobs are cancelled: a waiting one (queued, delayed or dead) is forgotten and
+    remembered as cancelled; a leased one is marked, and its worker told on its next
+    extension (given back, it is cancelled instead of queued again)."""
+
+    ids: list[int]
+
+
+@message(117)
+class ProgressItems:
+    """Leased jobs' progress (parallel lists): a fraction done, a note, and a state that a
+    later attempt of the job gets back (b"": none)."""
+
+    ids: list[int]
+    fractions: list[float]
+    notes: list[str]
+    states: list[bytes]
+
+
+@message(118)
+class ForgetResults:
+    """These result items ran out (their time to live ended): they and the jobs' links to
+    them are forgotten."""
+
+    ids: list[int]
 
 
 @message(110)

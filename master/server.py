@@ -46,6 +46,7 @@ from master.deletes import Deletes
 from master.enqueue import Enqueues
 from master.heads import Heads, claim_shard
 from master.ids import ItemIds
+from master.jobs import JobDesk
 from master.leases import Leases
 from master.membership import Membership
 from master.meta_sync import MetaSync
@@ -90,7 +91,7 @@ ROUTES = Routes([
     Route(p.Lease,        "leases.lease_request",  USERS,     (R.LeaseItems, R.AckItems)),
     Route(p.Ack,          "leases.ack",            USERS,     (R.AckItems,)),
     Route(p.Nack,         "leases.nack",           USERS,     (R.ReleaseItems,)),
-    Route(p.Extend,       "leases.extend",         USERS,     (R.LeaseItems,)),
+    Route(p.Extend,       "leases.extend",         USERS,     (R.LeaseItems, R.ProgressItems)),
     Route(p.Regrant,      "leases.regrant",        USERS),
     Route(p.BadReplica,   "datanodes.bad_replica", USERS,     (R.DropReplicas,)),
     # HTTP push delivery (master/tasks.py); a queue's head, for sharding (master/heads.py)
@@ -98,6 +99,9 @@ ROUTES = Routes([
     Route(p.Bury,         "tasks.bury",            USERS,     (R.BuryItems, R.ReleaseItems)),
     Route(p.TaskStats,    "tasks.task_stats",      USERS),
     Route(p.Head,         "heads.head",            USERS),
+    # jobs: status, results, cancel (master/jobs.py)
+    Route(p.Jobs,         "jobs.jobs",             USERS),
+    Route(p.Cancel,       "jobs.cancel",           USERS,     (R.CancelItems,)),
     # queues (master/admin.py): a client reads them, an admin changes them
     Route(p.Stats,        "admin.stats",           USERS),
     Route(p.ListQueues,   "admin.list_queues",     USERS),
@@ -188,6 +192,8 @@ class MasterServer:
                                          self.repair, self.deletes, self.safe_mode,
                                          self.enqueues, self.capabilities, self.router.role_of)
         self.tasks = Tasks(self.state, self.log_record, self.counts)
+        self.jobs = JobDesk(self.state, self.log_record, self.leases, self.deletes,
+                            lambda: self.wal.records_appended)
         self._replies: list[tuple[bytes, int, Any]] = []
         self._stopping = False
         self.wakes = Wakes(self)  # when the loop must pass again; ``stop`` wakes it
@@ -472,6 +478,8 @@ class MasterServer:
         self.enqueues.expire(mono)
         self._replies += self.enqueues.serve_waiting(now, mono)
         self._replies += self.leases.serve_waiters(now, mono)
+        self.jobs.expire_results(now, mono)
+        self._replies += self.jobs.serve_waiters(now, mono)
         self.datanodes.watch(mono)
         self.capabilities.tick(now)
         self.replication.watch(mono)

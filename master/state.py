@@ -21,14 +21,14 @@ from typing import Any, Iterable, Iterator
 from master import admission, checkpoint_schema as schema
 from master.expiries import Expiries
 from master.item import DELAYED, LEASED, READY, Item, QueueState
+from master.job_book import JobBook
 from master.queues import QueueConfig
 from master.ready import ReadyLine
-from master.records import (AckItems, AddReplicas, BuryItems, ClusterCreated, CommitItems,
-                            ConfigureQueue, DeleteItems, DeleteQueue, DropReplicas, EpochBegun,
-                            ExpireUniques,
-                            ForgetNode, LeaseItems, NodeKeyBound, NodeSeen, RebuildItems,
-                            RedriveItems, ReleaseItems, Reserve, StandbySynced,
-                            WakeItems)
+from master.records import (AckItems, AddReplicas, BuryItems, CancelItems, ClusterCreated,
+                            CommitItems, ConfigureQueue, DeleteItems, DeleteQueue, DropReplicas,
+                            EpochBegun, ExpireUniques, ForgetNode, ForgetResults, LeaseItems,
+                            NodeKeyBound, NodeSeen, ProgressItems, RebuildItems, RedriveItems,
+                            ReleaseItems, Reserve, StandbySynced, WakeItems)
 from master.uniques import Uniques
 
 RECENT_LEASES = 4096  # lease calls remembered for retries
@@ -61,6 +61,7 @@ class State:
         self.recent_commits: OrderedDict[str, None] = OrderedDict()
         self.recent_acks: OrderedDict[int, int] = OrderedDict()  # id -> lease it was acked under
         self.uniques = Uniques()  # unique keys taken (master/uniques.py)
+        self.jobs = JobBook()  # results, cancellations, progress (master/job_book.py)
         self._replica_sets: dict[tuple[str, ...], tuple[str, ...]] = {}
 
     # -- applying records -------------------------------------------------------------------
@@ -101,6 +102,12 @@ class State:
             for item_id, key in zip(rec.ids, rec.uniques):
                 if key:
                     self.uniques.take(rec.queue, key, item_id, rec.unique_until)
+        if rec.result_of:
+            for item_id, job in zip(rec.ids, rec.result_of):
+                if item_id in self.items and item_id not in self.jobs.result_jobs:
+                    replaced = self.jobs.link(job, item_id, rec.result_kind)
+                    if replaced is not None and replaced in self.items:
+                        self.forget(self.items[replaced])
 
     def _apply_lease(self, rec: LeaseItems) -> None:
         """Lease ready items, or extend leased ones. It runs for every item a consumer takes,
@@ -155,6 +162,7 @@ class State:
         item: this runs for every item a consumer finishes)."""
         items, held, queues, acks = self.items, self.held, self.queues, self.recent_acks
         origins, errors, ttrs, lapsed = self.origins, self.errors, self.ttrs, self.lapsed
+        jobs = self.jobs
         for item_id in rec.ids:
             item = items.get(item_id)
             if item is None:
@@ -180,6 +188,8 @@ class State:
                 ttrs.pop(item_id, None)
             if lapsed:
                 lapsed.pop(item_id, None)
+            if jobs.cancels or jobs.progress:
+                jobs.drop(item_id)
         while len(acks) > RECENT_ACKS:  # ids are never acked twice: trimming once is the same
             acks.popitem(last=False)
 
@@ -187,6 +197,10 @@ class State:
         priorities = rec.priorities
         for k, (item_id, not_before) in enumerate(zip(rec.ids, rec.not_befores)):
             item = self.items[item_id]
+            if item_id in self.jobs.cancels:  # given back after a cancel: it ends here
+                self.forget(item)
+                self.jobs.cancelled(item_id)
+                continue
             held = self.held.get(item_id)
             if held is not None:
                 self.lapsed[item_id] = held[0]
@@ -226,6 +240,29 @@ class State:
 
     def _apply_expire_uniques(self, rec: ExpireUniques) -> None:
         self.uniques.expire(rec.at)
+
+    def _apply_cancel(self, rec: CancelItems) -> None:
+        for item_id in rec.ids:
+            item = self.items.get(item_id)
+            if item is None:
+                continue
+            if item.status == LEASED:
+                self.jobs.cancels.add(item_id)
+            else:
+                self.forget(item)
+                self.jobs.cancelled(item_id)
+
+    def _apply_progress(self, rec: ProgressItems) -> None:
+        for item_id, fraction, note, saved in zip(rec.ids, rec.fractions, rec.notes, rec.states):
+            item = self.items.get(item_id)
+            if item is not None and item.status == LEASED:
+                self.jobs.record_progress(item_id, fraction, note, saved)
+
+    def _apply_forget_results(self, rec: ForgetResults) -> None:
+        for item_id in rec.ids:
+            item = self.items.get(item_id)
+            if item is not None:
+                self.forget(item)
 
     def _apply_wake(self, rec: WakeItems) -> None:
         for item_id in rec.ids:
@@ -318,6 +355,8 @@ class State:
         AckItems: _apply_ack, ReleaseItems: _apply_release, BuryItems: _apply_release,
         RedriveItems: _apply_redrive, ConfigureQueue: _apply_configure, WakeItems: _apply_wake,
         ExpireUniques: _apply_expire_uniques,
+        CancelItems: _apply_cancel, ProgressItems: _apply_progress,
+        ForgetResults: _apply_forget_results,
         NodeSeen: _apply_node_seen, AddReplicas: _apply_add_replicas,
         NodeKeyBound: _apply_node_key_bound,
         DropReplicas: _apply_drop_replicas,
@@ -404,6 +443,11 @@ class State:
             self.ttrs.pop(item.id, None)
         if self.lapsed:
             self.lapsed.pop(item.id, None)
+        jobs = self.jobs
+        if jobs.cancels or jobs.progress:
+            jobs.drop(item.id)
+        if jobs.result_jobs:
+            jobs.unlink(item.id)
 
     # -- pure queries (time is passed in) ----------------------------------------------------
 
@@ -458,7 +502,7 @@ class State:
                "recent_commits": list(self.recent_commits),
                "queues": [{"name": q.name, **asdict(q.config)} for q in self.queues.values()],
                "recent_acks": list(self.recent_acks.items()), "items": len(self.items),
-               "uniques": self.uniques.export(),
+               "uniques": self.uniques.export(), "jobs": self.jobs.export(),
                "item_fields": list(schema.ITEM_FIELDS)}
         for item in self.items.values():
             yield self._row(item)
@@ -486,6 +530,7 @@ class State:
         s.recent_leases = OrderedDict((k, (ids, leases)) for k, ids, leases in head["recent_leases"])
         s.recent_commits = OrderedDict.fromkeys(head["recent_commits"])
         s.uniques = Uniques.restore(head.get("uniques", ()))  # none before unique keys
+        s.jobs = JobBook.restore(head.get("jobs"))  # none before jobs had results
         names = QueueConfig.option_names()
         for settings in head["queues"]:
             s.queue(settings["name"]).config = QueueConfig(
@@ -536,6 +581,7 @@ class State:
                 sorted(self.node_addrs.items()), sorted(self.node_keys.items()),
                 list(self.recent_leases.items()), list(self.recent_commits),
                 list(self.recent_acks.items()), sorted(self.uniques.export()),
+                self.jobs.snapshot(),
                 sorted(self._row(i) for i in self.items.values()),
                 sorted((q.name, q.config, q.n_ready, q.n_delayed, q.n_leased, sorted(q.active),
                         sorted((k, sorted(v)) for k, v in q.keyed.items()))

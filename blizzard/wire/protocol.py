@@ -133,6 +133,15 @@ class Enqueue:
     # per item, the lease it gets when a consumer names none (beanstalkd's ttr); [] or 0:
     # its queue's lease_s
     ttrs: list[float] = field(default_factory=list)
+    # these items are task results: item i is the result of job ``result_of[i]`` (a job id),
+    # kept in its queue (``<queue>.results``) until its delay ends; ``result_kind`` says how
+    # the job ended (``RESULT_*``): the master links each job to its latest result
+    result_of: list[Id] = field(default_factory=list)
+    result_kind: int = 0
+
+
+# How a job ended, as its result says (``Enqueue.result_kind``)
+RESULT_DONE, RESULT_FAILED, RESULT_CANCELLED = 0, 1, 2
 
 
 @message(46)
@@ -234,6 +243,9 @@ class Leased:
     head_seq: int = 0
     suspects: list[str] = field(default_factory=list)  # as ``Placement``'s
     ttrs: list[float] = field(default_factory=list)  # each item's own lease ([]: none has one)
+    # each item's last progress state (``Extend.states``) saved by an earlier attempt ([]:
+    # none has one): a retry resumes from it
+    states: list[bytes] = field(default_factory=list)
 
 
 @message(17)
@@ -283,6 +295,12 @@ class Extend:
     leases: list[int]
     lease_s: float
     queue: str = ""  # as ``Ack.queue``
+    # progress of some of the items, riding on the extension (``blizzard.progress``): a
+    # fraction done (0..1), a note for people, and a state (msgpack bytes) a retry gets back
+    progress_ids: list[Id] = field(default_factory=list)
+    fractions: list[float] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    states: list[bytes] = field(default_factory=list)
 
 
 # Why an id of an ack, nack or extend was not settled (``Acked.why``, one per ``lost`` id)
@@ -300,6 +318,7 @@ class Acked:
     done: int
     lost: list[Id]
     why: list[int] = field(default_factory=list)
+    cancel: list[Id] = field(default_factory=list)  # to an Extend: these jobs were cancelled
 
 
 @message(20)
@@ -488,3 +507,54 @@ class Removed:
     """Reply to the removals: how many items went (or, for a node, lost a replica)."""
 
     count: int
+
+
+# ---------------------------------------------------------------------------------------------
+# Jobs: how a job is doing, its result, its cancellation (master/jobs.py)
+
+# A job's status, as ``JobStates.states`` says it; the last four are final
+JOB_STATES = ("queued", "delayed", "running", "failed", "done", "dead", "cancelled", "unknown")
+FINAL_STATES = frozenset(JOB_STATES[4:])
+
+
+@message(64)
+class Jobs:
+    """Ask how jobs (items, by id) are doing, with a grant to read their results.
+
+    ``wait_s``: hold the answer until every one of them is final (done, dead, cancelled or
+    unknown), up to that long (``handle.result()`` waits so, without polling)."""
+
+    ids: list[Id]
+    wait_s: float = 0.0
+
+
+@message(65)
+class JobStates:
+    """Reply to Jobs, one column per field: job i is ids[i], states[i], ...
+
+    ``runs``: the results its runs stored (2: it ran twice, at least once being at least
+    once); ``cancel_requested``: a cancel came while it ran; ``progress``/``notes``: its
+    last progress (-1: none). ``results`` describes the result items kept (with a grant to
+    read them from the data nodes); ``result_of[k]`` is the job whose result is
+    ``results.ids[k]``."""
+
+    ids: list[Id]
+    states: list[str]
+    queues: list[str]
+    attempts: list[int]
+    runs: list[int]
+    errors: list[str]
+    cancel_requested: list[bool]
+    progress: list[float]
+    notes: list[str]
+    results: Leased
+    result_of: list[Id]
+
+
+@message(66)
+class Cancel:
+    """Cancel jobs: a queued or delayed one is removed at once, a running one is told on its
+    worker's next lease extension (``Acked.cancel``). Reply ``Acked``: ``lost`` the ids
+    that were final already or unknown."""
+
+    ids: list[Id]

@@ -30,18 +30,28 @@ MAX_QUEUE_NAME = 200  # characters in a queue name (a dead-letter queue's may ad
 QUEUE_NAME_CHARS = "A-Z a-z 0-9 . _ : -"
 _QUEUE_NAME = re.compile(r"[A-Za-z0-9._:-]+")
 DEAD_SUFFIX = ".dead"  # a queue's dead-letter queue by default: its name plus this
+RESULTS_SUFFIX = ".results"  # where a queue's task results are kept: its name plus this
 MAX_ATTRIBUTES = 4096  # characters of a queue's ``attributes`` text
 FIRST_SETTINGS = 7  # settings every record and frame has had; later ones have defaults there
+
+
+def results_queue(queue: str) -> str:
+    """Where the results of ``queue``'s jobs are kept (``blizzard/worker``, master/jobs.py)."""
+    return queue + RESULTS_SUFFIX
 
 
 def check_queue_name(name: Any, what: str = "queue name") -> str:
     """``name`` if it is a valid queue name, else ``InvalidArgument`` saying what is valid.
 
     Valid: 1-200 of the characters A-Z a-z 0-9 . _ : - (so a name needs no quoting in a shell,
-    a URL or a metric label); a default dead-letter queue's name may add ".dead" to that.
+    a URL or a metric label); a default dead-letter queue's name may add ".dead" to that, and
+    a results queue's ".results".
     """
-    limit = MAX_QUEUE_NAME + (len(DEAD_SUFFIX) if isinstance(name, str)
-                              and name.endswith(DEAD_SUFFIX) else 0)
+    limit = MAX_QUEUE_NAME
+    if isinstance(name, str):
+        limit += sum(len(suffix) for suffix in (DEAD_SUFFIX, RESULTS_SUFFIX)
+                     if name.removesuffix(RESULTS_SUFFIX).endswith(suffix) or
+                     name.endswith(suffix))
     if type(name) is not str or not 0 < len(name) <= limit or not _QUEUE_NAME.fullmatch(name):
         raise InvalidArgument(f"{what} {brief(name)} is not valid: use 1-{MAX_QUEUE_NAME} of the "
                               f"characters {QUEUE_NAME_CHARS} (no spaces)")
@@ -80,6 +90,9 @@ class Settings:
     paused_until: float = _setting(0.0, 0.0, 1e11,
                                    "Unix time before which no lease is granted (beanstalkd's "
                                    "pause-tube); 0: not paused.")
+    result_ttl_s: float = _setting(86400.0, 0.0, 30 * 86400.0,
+                                   "How long a task's result is kept, in seconds (a @task's own "
+                                   "result_ttl_s wins); 0: none kept.")
 
     @classmethod
     def option_names(cls) -> list[str]:
