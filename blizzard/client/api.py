@@ -9,10 +9,11 @@ purpose.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
+from typing import Any, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 from blizzard.client.consumer import Consumer
 from blizzard.client.core import Client
+from blizzard.client.jobs import JobStatus
 from blizzard.client.message import LeasedItem, Message
 from blizzard.client.pipeline import Staged
 from blizzard.client.sharded.client import ShardedClient, split_shards
@@ -112,7 +113,9 @@ class BlizzardClient(Protocol):
     def consume(self, queue: str, n: int = 100, *, lease_s: float | None = None,
                 wait_s: float = 1.0) -> Consumer: ...
 
-    def extend_many(self, msgs: Sequence[Any], *, lease_s: float) -> None: ...
+    def extend_many(self, msgs: Sequence[Any], *, lease_s: float,
+                    progress: Mapping[int, tuple[float, str, bytes]] | None = None
+                    ) -> list[int]: ...
 
     def ack_many(self, msgs: Sequence[Any]) -> None: ...
 
@@ -128,6 +131,16 @@ class BlizzardClient(Protocol):
                  delay_s: float | None = None, error: str = "") -> None: ...
 
     def suspected(self) -> list[str]: ...
+
+    # -- jobs --------------------------------------------------------------------------------
+
+    def jobs(self, ids: Sequence[int], *, wait_s: float = 0.0,
+             read: bool = True) -> list[JobStatus]: ...
+
+    def cancel(self, ids: Iterable[int]) -> list[int]: ...
+
+    def store_results(self, queue: str, jobs: Sequence[int], blobs: Sequence[bytes], *,
+                      kind: int = 0, ttl_s: float = 86400.0) -> list[int]: ...
 
     # -- queues and the cluster --------------------------------------------------------------
 

@@ -13,7 +13,7 @@ go straight to data nodes; the master only sees ids, sizes and checksums.
 from __future__ import annotations
 
 import logging
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import zmq
 
@@ -22,6 +22,7 @@ from blizzard.client.consumer import Consumer
 from blizzard.client.datanodes import DatanodePool, Reads
 from blizzard.client.enqueue_options import EnqueueOptions
 from blizzard.client.http_task import HttpTask, enqueue_task
+from blizzard.client.jobs import JobStatus, cancel_jobs, job_statuses, store_results
 from blizzard.client.leases import Leases
 from blizzard.net.master_hints import DEFAULT, GIVEN
 from blizzard.client.master_link import MasterLink
@@ -279,7 +280,7 @@ class Client:
     def _messages(self, queue: str, items: list[LeasedItem],
                   payloads: dict[int, bytes]) -> list[Message]:
         return [Message(i.id, payloads[i.id], queue, i.attempts, i.priority, i.enqueued_at,
-                        i.lease, self.leases, i.key, i.error, i.lease_s)
+                        i.lease, self.leases, i.key, i.error, i.lease_s, i.state)
                 for i in items if i.id in payloads]
 
     def consume(self, queue: str, n: int = 100, *, lease_s: float | None = None,
@@ -292,9 +293,12 @@ class Client:
         """
         return Consumer(self, queue, n, lease_s, wait_s)
 
-    def extend_many(self, msgs: Sequence[Any], *, lease_s: float) -> None:
-        """Extend leases to ``lease_s`` seconds from now; ``LeaseExpired`` if one was lost."""
-        self.leases.extend_many(msgs, lease_s=lease_s)
+    def extend_many(self, msgs: Sequence[Any], *, lease_s: float,
+                    progress: Mapping[int, tuple[float, str, bytes]] | None = None) -> list[int]:
+        """Extend leases to ``lease_s`` seconds from now; ``LeaseExpired`` if one was lost.
+        ``progress``: by id, (fraction done, note, state) recorded for those jobs. Returns the
+        ids among them that were cancelled meanwhile (stop them)."""
+        return self.leases.extend_many(msgs, lease_s=lease_s, progress=progress)
 
     def ack_many(self, msgs: Sequence[Any]) -> None:
         """Finish leased messages; raises ``LeaseExpired`` naming any whose lease was lost."""
@@ -323,6 +327,27 @@ class Client:
         """Data nodes this client asks last and places nothing on for now: they failed a call
         (10 s), were slow to answer a read or store a write (5 s), or the master suspects them."""
         return self.datanodes.suspected()
+
+    # -- jobs (blizzard/client/jobs.py) ------------------------------------------------------
+
+    def jobs(self, ids: Sequence[int], *, wait_s: float = 0.0,
+             read: bool = True) -> list[JobStatus]:
+        """How jobs (items, by id) are doing, in order: status, attempts, last error,
+        progress and, with ``read``, the result a worker stored. ``wait_s``: wait until
+        every one of them is final (done, dead, cancelled, unknown), up to that long."""
+        return job_statuses(self, ids, wait_s, read)
+
+    def cancel(self, ids: Iterable[int]) -> list[int]:
+        """Cancel jobs: a queued, delayed or dead one is removed now, a running one's worker
+        is told at its next lease extension. The ids cancelled (the rest were final already,
+        or unknown)."""
+        return cancel_jobs(self, ids)
+
+    def store_results(self, queue: str, jobs: Sequence[int], blobs: Sequence[bytes], *,
+                      kind: int = p.RESULT_DONE, ttl_s: float = 86400.0) -> list[int]:
+        """Store ``blobs`` as the results of ``jobs`` of ``queue`` for ``ttl_s`` (what
+        ``blizzard worker`` does before it acks a job); the result items' ids."""
+        return store_results(self, queue, jobs, blobs, kind, ttl_s)
 
     # -- queues and the cluster --------------------------------------------------------------
 

@@ -25,6 +25,7 @@ class EnqueueOptions:
     unique_until_done: bool = False
     create: bool = True  # False: an enqueue to a queue that does not exist is refused
     lease_s: float = 0.0  # the item's own lease when a consumer names none (0: the queue's)
+    result_kind: int = 0  # results only: how their jobs ended (``protocol.RESULT_*``)
 
     @classmethod
     def make(cls, priority: Any = 0, delay_s: Any = 0.0, not_before: Any = None, key: Any = None,

@@ -8,7 +8,7 @@ lost and the call raises ``LeaseExpired``.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from blizzard.client.master_link import MasterLink
 from blizzard.client.message import LeasedItem, leased_items
@@ -66,13 +66,23 @@ class Leases:
                                "another consumer may hold them now")
         return leased
 
-    def extend_many(self, msgs: Sequence[Any], *, lease_s: float) -> None:
-        self.extend_ids(*_columns(msgs), lease_s=lease_s, queue=queue_of(msgs))
+    def extend_many(self, msgs: Sequence[Any], *, lease_s: float,
+                    progress: Mapping[int, tuple[float, str, bytes]] | None = None) -> list[int]:
+        return self.extend_ids(*_columns(msgs), lease_s=lease_s, queue=queue_of(msgs),
+                               progress=progress)
 
     def extend_ids(self, ids: Sequence[int], leases: Sequence[int], *, lease_s: float,
-                   queue: str = "") -> None:
-        self._settle(ids, leases, lambda ids, leases: p.Extend(ids, leases, float(lease_s),
-                                                               queue))
+                   queue: str = "",
+                   progress: Mapping[int, tuple[float, str, bytes]] | None = None) -> list[int]:
+        """Extend; the ids of jobs cancelled meanwhile (their workers should stop them).
+        ``progress``: by id, (fraction done, note, state) to record on the master."""
+        def make(ids: list[p.Id], leases: list[int]) -> p.Extend:
+            told = [i for i in ids if i in progress] if progress else []
+            if not told:
+                return p.Extend(ids, leases, float(lease_s), queue)
+            fractions, notes, states = (list(col) for col in zip(*(progress[i] for i in told)))
+            return p.Extend(ids, leases, float(lease_s), queue, told, fractions, notes, states)
+        return self._settle(ids, leases, make)
 
     def ack_many(self, msgs: Sequence[Any]) -> None:
         self.ack_ids(*_columns(msgs), queue=queue_of(msgs))
@@ -127,12 +137,14 @@ class Leases:
                                                              queue, priority))
 
     def _settle(self, ids: Sequence[int], leases: Sequence[int],
-                make: Callable[[list[p.Id], list[int]], Any]) -> None:
-        """Send ``make(ids, leases)`` in batches; raise ``refusal``'s error for any refused."""
+                make: Callable[[list[p.Id], list[int]], Any]) -> list[int]:
+        """Send ``make(ids, leases)`` in batches; raise ``refusal``'s error for any refused;
+        the ids the replies say are cancelled (to an extension)."""
         if len(ids) != len(leases):
             raise InvalidArgument(f"{len(ids)} ids but {len(leases)} lease tokens")
         lost: list[int] = []
         why: list[int] = []
+        cancel: list[int] = []
         queue = ""
         for start in range(0, len(ids), p.MAX_BATCH):
             end = start + p.MAX_BATCH
@@ -140,10 +152,12 @@ class Leases:
             reply: p.Acked = self.master.call(request)
             lost += reply.lost
             why += reply.why
+            cancel += reply.cancel
             queue = request.queue
         error = refusal(lost, why, queue)
         if error is not None:
             raise error
+        return cancel
 
 
 def refusal(lost: Sequence[int], why: Sequence[int], queue: str = "") -> BlizzardError | None:

@@ -32,15 +32,17 @@ class LeasedItem:
     grant: p.GetGrant | None = None  # None: read without one (a data node without security)
     error: str = ""  # the last nack's error text ("": none), e.g. why a dead item died
     lease_s: float = 0.0  # the item's own lease length, given at its enqueue (0: none)
+    state: bytes = b""  # the progress state an earlier attempt saved (b"": none)
 
 
 def leased_items(leased: p.Leased) -> list[LeasedItem]:
     """The items of a ``Leased`` reply (to a lease or a peek), one object each."""
     own = leased.ttrs or [0.0] * len(leased.ids)
+    saved = leased.states or [b""] * len(leased.ids)
     return [LeasedItem(leased.ids[i], leased.leases[i], leased.sizes[i], leased.crcs[i],
                        leased.attempts[i], leased.priorities[i], leased.enqueued_at[i],
                        leased.replica_sets[leased.replica_set[i]].nodes, leased.keys[i],
-                       leased.grant, leased.errors[i], own[i])
+                       leased.grant, leased.errors[i], own[i], saved[i])
             for i in range(len(leased.ids))]
 
 
@@ -72,6 +74,7 @@ class Message:
     key: str = ""  # "": none
     error: str = ""  # the last nack's error text ("": none), e.g. why a dead item died
     lease_s: float = 0.0  # the item's own lease length, given at its enqueue (0: none)
+    state: bytes = b""  # the progress state an earlier attempt saved (b"": none)
 
     def ack(self, wait: bool = False) -> None:
         """The item is done: the master drops it and its blobs.

@@ -37,7 +37,7 @@ import time
 import weakref
 import zlib
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from blizzard.client.datanodes import SLOW_S, DatanodePool
 from blizzard.client.enqueue_options import EnqueueOptions, as_bytes
@@ -76,6 +76,7 @@ class Chunk:
     crcs: list[int]
     opts: EnqueueOptions
     commit: bool  # False: done once stored, kept pending by the master (Client.stage)
+    result_of: list[int] = dataclasses.field(default_factory=list)  # results: each its job
     step: int = PLACE
     ids: list[int] = dataclasses.field(default_factory=list)
     placement: p.Placement | None = None
@@ -140,15 +141,24 @@ class EnqueuePipeline:
         self.placing: weakref.WeakSet[Chunk] = weakref.WeakSet()
 
     def chunks(self, queue: str, items: Iterable[Any], opts: EnqueueOptions, *,
-               commit: bool = True, chunk_items: int = CHUNK_ITEMS) -> list[Chunk]:
-        """``items`` cut into chunks, not started yet (a payload that is not bytes fails here)."""
+               commit: bool = True, chunk_items: int = CHUNK_ITEMS,
+               result_of: Sequence[int] = ()) -> list[Chunk]:
+        """``items`` cut into chunks, not started yet (a payload that is not bytes fails here);
+        ``result_of``: the items are results, item i of job ``result_of[i]``."""
         check_queue_name(queue)
-        return [Chunk(queue, blobs, [zlib.crc32(b) for b in blobs], opts, commit)
-                for blobs in split(items, chunk_items)]
+        chunks = [Chunk(queue, blobs, [zlib.crc32(b) for b in blobs], opts, commit)
+                  for blobs in split(items, chunk_items)]
+        if result_of:
+            start = 0
+            for chunk in chunks:
+                chunk.result_of = list(result_of[start:start + len(chunk.blobs)])
+                start += len(chunk.blobs)
+        return chunks
 
-    def enqueue(self, queue: str, items: Iterable[Any], opts: EnqueueOptions) -> list[int]:
+    def enqueue(self, queue: str, items: Iterable[Any], opts: EnqueueOptions,
+                result_of: Sequence[int] = ()) -> list[int]:
         """Every item committed, in order; their ids."""
-        chunks = self.chunks(queue, items, opts)
+        chunks = self.chunks(queue, items, opts, result_of=result_of)
         if len(chunks) == 1:  # the common call: no window needed
             self.start(chunks[0])
             while not chunks[0].done:
@@ -255,7 +265,8 @@ class EnqueuePipeline:
                                   self.master.call_id(), not c.commit, self.nodes.node_timeout_s,
                                   placement.grant, [o.unique_key] * n if o.unique_key else [],
                                   o.unique_for_s, o.unique_until_done, not o.create,
-                                  [o.lease_s] * n if o.lease_s else [])
+                                  [o.lease_s] * n if o.lease_s else [],
+                                  as_ids(c.result_of), o.result_kind)
         c.since = time.monotonic()
         self._send_enqueue(c)
 

@@ -23,9 +23,10 @@ from __future__ import annotations
 import random
 import time
 import zlib
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from blizzard.client.consumer import Consumer
+from blizzard.client.jobs import JobStatus
 from blizzard.client.message import LeasedItem, Message, leased_items
 from blizzard.client.pipeline import Staged
 from blizzard.client.sharded.acks import ConsumerAcks
@@ -346,8 +347,46 @@ class ShardedClient:
                 wait_s: float = 1.0) -> Consumer:
         return Consumer(self, queue, n, lease_s, wait_s)
 
-    def extend_many(self, msgs: Sequence[Any], *, lease_s: float) -> None:
-        self._each(msgs, lambda shard, group: shard.extend_many(group, lease_s=lease_s))
+    def extend_many(self, msgs: Sequence[Any], *, lease_s: float,
+                    progress: Mapping[int, tuple[float, str, bytes]] | None = None) -> list[int]:
+        cancel: list[int] = []
+        self._each(msgs, lambda shard, group: cancel.extend(
+            shard.extend_many(group, lease_s=lease_s, progress=progress)))
+        return cancel
+
+    # -- jobs: each shard answers for its own ids -------------------------------------------
+
+    def jobs(self, ids: Sequence[int], *, wait_s: float = 0.0,
+             read: bool = True) -> list[JobStatus]:
+        until = time.monotonic() + wait_s
+        found: dict[int, JobStatus] = {}
+        for k, part in self._ids_by_shard(ids).items():
+            left = max(0.0, until - time.monotonic())
+            found.update((s.id, s) for s in self._shard(k).jobs(part, wait_s=left, read=read))
+        return [found[i] for i in ids]
+
+    def cancel(self, ids: Iterable[int]) -> list[int]:
+        return [i for k, part in self._ids_by_shard(list(ids)).items()
+                for i in self._shard(k).cancel(part)]
+
+    def store_results(self, queue: str, jobs: Sequence[int], blobs: Sequence[bytes], *,
+                      kind: int = 0, ttl_s: float = 86400.0) -> list[int]:
+        """Each result on its job's shard, whose master links them."""
+        where: dict[int, list[int]] = {}
+        for n, job in enumerate(jobs):
+            where.setdefault(self._shard_of(job), []).append(n)
+        made: dict[int, int] = {}
+        for k, at in where.items():
+            ids = self._shard(k).store_results(queue, [jobs[n] for n in at],
+                                               [blobs[n] for n in at], kind=kind, ttl_s=ttl_s)
+            made.update(zip(at, ids))
+        return [made[n] for n in range(len(jobs))]
+
+    def _ids_by_shard(self, ids: Sequence[int]) -> dict[int, list[int]]:
+        groups: dict[int, list[int]] = {}
+        for item_id in ids:
+            groups.setdefault(self._shard_of(item_id), []).append(item_id)
+        return groups
 
     def ack_many(self, msgs: Sequence[Any]) -> None:
         self._each(msgs, lambda shard, group: shard.ack_many(group))
