@@ -15,9 +15,15 @@ from blizzard.wire.errors import (BlizzardError, ClientClosed, ClusterError, Dat
                                   MasterUnavailable, NotEnoughDatanodes, NotInQueue,
                                   PayloadTooLarge, ProtocolError, RequestError, UnknownItem,
                                   WrongLease)
+from blizzard.worker.context import (Cancelled, cancel_requested, cancelled, current_job,
+                                     last_state, progress)
+from blizzard.worker.results import JobCancelled, JobFailed, JobHandle, ResultUnavailable
 from blizzard.worker.task import configure, task
 
-__all__ = ["connect", "BlizzardClient", "Client", "Message", "task", "configure", "BlizzardError", "ClientClosed",
+__all__ = ["connect", "BlizzardClient", "Client", "Message", "task", "configure",
+           "progress", "cancelled", "cancel_requested", "last_state", "current_job", "Cancelled",
+           "JobHandle", "JobFailed", "JobCancelled", "ResultUnavailable",
+           "BlizzardError", "ClientClosed",
            "ClusterError", "DataCorrupt", "DatanodeUnavailable", "InvalidArgument",
            "LeaseExpired", "MasterUnavailable", "NotEnoughDatanodes", "NotInQueue",
            "PayloadTooLarge", "ProtocolError", "RequestError", "UnknownItem", "WrongLease"]

@@ -38,7 +38,8 @@ def test_every_shape_that_holds_the_settings_takes_them_from_the_one_definition(
         return p.fields_of(cls)
 
     assert NAMES == ("lease_s", "max_attempts", "dead_letter", "backoff_base_s", "backoff_cap_s",
-                     "rate_per_s", "burst", "attributes", "paused_until")  # the on-disk order: append only
+                     "rate_per_s", "burst", "attributes", "paused_until",
+                     "result_ttl_s")  # the on-disk order: append only
     assert names(p.QueueSettings) == NAMES
     assert names(p.Configure) == ("queue", "create", *NAMES)
     assert names(records.ConfigureQueue) == ("queue", *NAMES)

@@ -18,6 +18,7 @@ from blizzard import Client, InvalidArgument, ProtocolError, configure
 from blizzard.wire.codec import dumps
 from blizzard.worker.task import task
 from blizzard.worker.loop import Prefetch
+from blizzard.worker.context import JobContext
 from blizzard.worker.runner import run_job
 from blizzard.worker.task import Task, decode_call, encode_call, settings_of, tasks_in
 
@@ -111,19 +112,20 @@ def test_a_job_outcome_says_success_failure_or_poison():
     tasks = {"ok": ok, "bad": bad}
 
     def msg(data: bytes) -> types.SimpleNamespace:
-        return types.SimpleNamespace(data=data)
-    assert run_job(tasks, msg(encode_call("ok", [1], {"y": 2}))).error == "" and seen == [(1, 2)]
-    failed = run_job(tasks, msg(encode_call("bad", [], {})))
+        return types.SimpleNamespace(data=data, attempts=0)
+    done = run_job(tasks, JobContext(msg(encode_call("ok", [1], {"y": 2}))))
+    assert done.error == "" and seen == [(1, 2)] and done.result  # None, kept as a result
+    failed = run_job(tasks, JobContext(msg(encode_call("bad", [], {}))))
     assert failed.error.startswith("ZeroDivisionError: division by zero (at ") and not failed.poison
-    unknown = run_job(tasks, msg(encode_call("nope", [], {})))
+    unknown = run_job(tasks, JobContext(msg(encode_call("nope", [], {}))))
     assert unknown.poison and "unknown task 'nope'" in unknown.error and "bad, ok" in unknown.error
-    garbage = run_job(tasks, msg(b"raw bytes"))
+    garbage = run_job(tasks, JobContext(msg(b"raw bytes")))
     assert garbage.bury and not garbage.poison
     assert garbage.error.startswith("undecodable task payload")
-    wrong_shape = run_job(tasks, msg(dumps([1, "ok", "not a list", {}])))
+    wrong_shape = run_job(tasks, JobContext(msg(dumps([1, "ok", "not a list", {}]))))
     assert wrong_shape.bury and wrong_shape.error.startswith("undecodable task payload")
     assert not unknown.bury  # another worker may know the name: retried, not buried
-    wrong_args = run_job(tasks, msg(encode_call("ok", [1, 2, 3], {})))
+    wrong_args = run_job(tasks, JobContext(msg(encode_call("ok", [1, 2, 3], {}))))
     assert wrong_args.error.startswith("TypeError") and not wrong_args.poison
 
 

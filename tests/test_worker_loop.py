@@ -50,6 +50,7 @@ class FakeClient:
         self.nacks: list[list[int]] = []
         self.acks: list[list[int]] = []
         self.buried: list[list[int]] = []
+        self.results: list[tuple[str, list[int], int]] = []  # stored: (queue, jobs, kind)
         self.extended = threading.Event()
         self.leases = FakeLeases()
         self.master = self  # ``bury`` calls ``client.master.call``
@@ -70,11 +71,18 @@ class FakeClient:
             raise LeaseExpired("an ack that rode on the lease was lost")
         return got
 
-    def extend_many(self, msgs: list[Message], *, lease_s: float) -> None:
+    def extend_many(self, msgs: list[Message], *, lease_s: float,
+                    progress: dict | None = None) -> list[int]:
         self.extends.append((time.monotonic(), [m.id for m in msgs]))
         self.extended.set()
         if self.extend_error is not None:
             raise self.extend_error
+        return []
+
+    def store_results(self, queue: str, jobs: list[int], blobs: list[bytes], *, kind: int,
+                      ttl_s: float) -> list[int]:
+        self.results.append((queue, list(jobs), kind))
+        return list(jobs)
 
     def _settle(self, calls: list[list[int]], msgs: list[Message]) -> None:
         calls.append([m.id for m in msgs])

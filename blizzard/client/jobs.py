@@ -115,4 +115,6 @@ def store_results(client: Any, queue: str, jobs: Sequence[int], blobs: Sequence[
     if not jobs:
         return []
     opts = EnqueueOptions(delay_s=float(ttl_s), result_kind=kind)
-    return client.pipeline.enqueue(results_queue(queue), blobs, opts, result_of=as_ids(list(jobs)))
+    made: list[int] = client.pipeline.enqueue(results_queue(queue), blobs, opts,
+                                              result_of=as_ids(list(jobs)))
+    return made

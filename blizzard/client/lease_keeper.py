@@ -64,7 +64,7 @@ def retry_s(lease_s: float) -> float:
     return min(EXTEND_RETRY_S, lease_s * EXTEND_AT / 4)
 
 
-def extension(send: Callable[[list[Message], float], None], group: list[Held],
+def extension(send: Callable[[list[Message], float], object], group: list[Held],
               lease_s: float) -> Extended:
     """Extend ``group``'s leases to ``lease_s`` from now by ``send(msgs, lease_s)`` (a
     client's ``extend_many``, called in the client's thread); what the answer says. Any
@@ -119,7 +119,7 @@ class LeaseKeeper:
         self.next_at = min(self.next_at, now + lease_s * (1 - EXTEND_AT))
 
     def extend_due(self, held: Iterable[Held],
-                   send: Callable[[list[Message], float], None]) -> None:
+                   send: Callable[[list[Message], float], object]) -> None:
         """Extend every lease of ``held`` that is due, by ``send(msgs, lease_s)`` (a client's
         ``extend_many``), in the caller's thread."""
         now = time.monotonic()

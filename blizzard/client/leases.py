@@ -78,7 +78,7 @@ class Leases:
         ``progress``: by id, (fraction done, note, state) to record on the master."""
         def make(ids: list[p.Id], leases: list[int]) -> p.Extend:
             told = [i for i in ids if i in progress] if progress else []
-            if not told:
+            if not told or progress is None:
                 return p.Extend(ids, leases, float(lease_s), queue)
             fractions, notes, states = (list(col) for col in zip(*(progress[i] for i in told)))
             return p.Extend(ids, leases, float(lease_s), queue, told, fractions, notes, states)

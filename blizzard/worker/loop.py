@@ -40,11 +40,14 @@ from typing import Callable, Iterable
 
 from blizzard.client.api import BlizzardClient
 from blizzard.client.http_task import bury
-from blizzard.client.lease_keeper import Held, LeaseKeeper
+from blizzard.client.lease_keeper import Held, LeaseKeeper, extension
 from blizzard.client.message import Message
 from blizzard.net.log_limit import Throttled
+from blizzard.wire import protocol as p
 from blizzard.wire.errors import NOT_HELD, ClusterError, InvalidArgument, TooManyItems
 from blizzard.wire.queue_settings import DEAD_SUFFIX
+from blizzard.worker.context import JobContext
+from blizzard.worker.results import encode_result
 from blizzard.worker.runner import Outcome, Runner
 from blizzard.worker.task import Task, ensure_queue, settings_of
 
@@ -120,6 +123,8 @@ class Worker:
         self.lease_s: dict[str, float] = {}
         self.max_attempts: dict[str, int] = {}
         self.dead_letter: dict[str, str] = {}  # each queue's dead-letter queue
+        self.result_ttl_s: dict[str, float] = {}  # each queue's, for tasks that name none
+        self.contexts: dict[tuple[int, int], JobContext] = {}  # held jobs' sides for tasks
         self.keeper = LeaseKeeper()  # extends the leases of ``held`` and ``acks``
         self.empty_at: float | None = None  # the last lease round found every queue empty
         self.settled_since_empty = False
@@ -145,6 +150,7 @@ class Worker:
                 if self._wants_lease():
                     runner.submit(self._lease_round())
                 self._extend_due()
+                self._send_progress()
                 self._flush_acks()
         finally:
             try:
@@ -164,6 +170,7 @@ class Worker:
             self.lease_s[queue] = self.config.lease_s or current["lease_s"]
             self.max_attempts[queue] = current["max_attempts"]
             self.dead_letter[queue] = current.get("dead_letter") or queue + DEAD_SUFFIX
+            self.result_ttl_s[queue] = current.get("result_ttl_s", 86400.0)  # older masters
 
     def _finished(self) -> bool:
         if self.held:
@@ -202,11 +209,11 @@ class Worker:
         threshold = self.config.concurrency + max(1, self.prefetch.target() // 2)
         return max(1, len(self.held) - threshold + 1)
 
-    def _lease_round(self) -> list[Message]:
+    def _lease_round(self) -> list[JobContext]:
         """Lease from the queues in order until there is no room; long-poll the first queue
         when all are empty and no job is held (not in burst mode)."""
         riders = self._take_riders()
-        got: list[Message] = []
+        got: list[JobContext] = []
         failed = False
         for queue in self.config.queues:  # each lease adds its jobs to ``held``, so to room
             msgs = self._lease(queue, self._room(), 0.0, riders)
@@ -223,7 +230,7 @@ class Worker:
         return got
 
     def _lease(self, queue: str, n: int, wait_s: float,
-               riders: list[Held]) -> list[Message] | None:
+               riders: list[Held]) -> list[JobContext] | None:
         """Jobs leased from ``queue`` with ``riders`` acked; None if the lease failed."""
         sent = time.monotonic()
         try:
@@ -252,10 +259,13 @@ class Worker:
             return None
         lease_s = self.lease_s[queue]
         self.prefetch.record_sizes(len(msg.data) for msg in msgs)
+        got = []
         for msg in msgs:
             held = self.held[msg.id, msg.lease] = Held(msg, lease_s, sent + lease_s)
             self.keeper.hold(held)
-        return msgs
+            ctx = self.contexts[msg.id, msg.lease] = JobContext(msg)
+            got.append(ctx)
+        return got
 
     # -- settling ----------------------------------------------------------------------------
 
@@ -265,12 +275,17 @@ class Worker:
         now = time.monotonic()
         for outcome in outcomes:
             self.prefetch.record(outcome.seconds)
+            self.contexts.pop((outcome.msg.id, outcome.msg.lease), None)
         self.settled_since_empty = True
+        self._store_results(outcomes)  # before the acks: "done" never shows without its result
         # by error, delay and doubt: a job whose lease may be lost is given back on its own
         nacks: dict[tuple[str, float | None, bool], list[Message]] = {}
         burials: dict[tuple[str, bool], list[Message]] = {}
         for outcome in outcomes:
             held = self.held.pop((outcome.msg.id, outcome.msg.lease))
+            if outcome.cancelled:
+                log.info("job %d of %s stopped: it was cancelled", outcome.msg.id,
+                         outcome.msg.queue)
             if not outcome.error:
                 if not self.acks:
                     self.acks_since = now
@@ -291,6 +306,44 @@ class Worker:
         for (error, _), msgs in burials.items():  # not buried now: buried when back
             self._guarded("move to the dead-letter queue", msgs,
                           lambda m: bury(self.client, m, error))
+
+    def _store_results(self, outcomes: list[Outcome]) -> None:
+        """Store the results of the jobs that ended: a success's return value, a cancelled
+        job's None, a last failure's error (one call per queue, time to live and kind). A
+        result that cannot be stored is logged; the job is settled all the same."""
+        groups: dict[tuple[str, float, int], tuple[list[int], list[bytes]]] = {}
+        for o in outcomes:
+            if o.task is None:
+                continue
+            queue = o.msg.queue
+            ttl = o.task.result_ttl_s if o.task.result_ttl_s is not None \
+                else self.result_ttl_s.get(queue, 0.0)
+            if ttl <= 0:
+                continue
+            attempt = o.msg.attempts + 1
+            if o.cancelled:
+                kind, blob = p.RESULT_CANCELLED, encode_result(None, attempt, o.seconds)
+            elif not o.error:
+                kind, blob = p.RESULT_DONE, o.result
+            elif self._last_attempt(o):
+                kind, blob = p.RESULT_FAILED, encode_result(o.error, attempt, o.seconds)
+            else:
+                continue
+            jobs, blobs = groups.setdefault((queue, ttl, kind), ([], []))
+            jobs.append(o.msg.id)
+            blobs.append(blob)
+        for (queue, ttl, kind), (jobs, blobs) in groups.items():
+            try:
+                self.client.store_results(queue, jobs, blobs, kind=kind, ttl_s=ttl)
+            except ClusterError as exc:
+                log.warning("could not store the results of jobs %s of %s: %s (%s); they are "
+                            "settled without them", jobs[:20], queue, exc.message,
+                            type(exc).__name__)
+
+    def _last_attempt(self, outcome: Outcome) -> bool:
+        """Whether giving this failed job back moves it to its dead-letter queue."""
+        limit = 1 if outcome.bury else self.max_attempts.get(outcome.msg.queue, 0)
+        return bool(limit) and outcome.msg.attempts + 1 >= limit
 
     def _log_failure(self, outcome: Outcome) -> None:
         """A failed job's line, saying when giving it back moves it to the dead-letter queue
@@ -365,9 +418,45 @@ class Worker:
 
     def _extend_due(self) -> None:
         """Extend every lease held (running, waiting, or done and not acked) that is due."""
-        self.keeper.extend_due([*self.held.values(), *self.acks],
-                               lambda msgs, lease_s: self.client.extend_many(msgs,
-                                                                            lease_s=lease_s))
+        self.keeper.extend_due([*self.held.values(), *self.acks], self._extend)
+
+    def _send_progress(self) -> None:
+        """Extend now the leases of running jobs with progress to tell (at most once per
+        ``PROGRESS_EVERY_S`` each): progress rides on extensions."""
+        now = time.monotonic()
+        due: dict[float, list[Held]] = {}
+        for key, ctx in self.contexts.items():
+            held = self.held.get(key)
+            if held is not None and not held.doubtful and ctx.due(now):
+                due.setdefault(held.lease_s, []).append(held)
+        for lease_s, group in due.items():
+            self.keeper.take(group, lease_s, now, extension(self._extend, group, lease_s))
+
+    def _extend(self, msgs: list[Message], lease_s: float) -> None:
+        """Extend ``msgs``' leases, with their jobs' progress; mark the jobs the answer says
+        were cancelled (their tasks see it at their next safe point)."""
+        now = time.monotonic()
+        told: dict[int, tuple[float, str, bytes]] = {}
+        taken: list[tuple[JobContext, tuple[float, str, bytes]]] = []
+        for msg in msgs:
+            ctx = self.contexts.get((msg.id, msg.lease))
+            if ctx is not None and (progress := ctx.take_progress(now, force=True)) is not None:
+                told[msg.id] = progress
+                taken.append((ctx, progress))
+        try:
+            cancel = self.client.extend_many(msgs, lease_s=lease_s, progress=told or None)
+        except BaseException:
+            for ctx, progress in taken:  # told again next time, unless a newer one came
+                with ctx.lock:
+                    ctx.unsent = ctx.unsent or progress
+            raise
+        if cancel:
+            stop = set(cancel)
+            for (item_id, _), ctx in self.contexts.items():
+                if item_id in stop and not ctx.cancel.is_set():
+                    log.info("job %d was cancelled: its task stops at its next safe point",
+                             item_id)
+                    ctx.cancel.set()
 
 
 def counted(n: int, noun: str) -> str:

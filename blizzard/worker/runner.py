@@ -20,7 +20,9 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from blizzard.client.message import Message
-from blizzard.wire.errors import ProtocolError
+from blizzard.wire.errors import BlizzardError, ProtocolError
+from blizzard.worker.context import Cancelled, JobContext, running
+from blizzard.worker.results import encode_result
 from blizzard.worker.task import Task, close_thread_client, decode_call
 
 log = logging.getLogger(__name__)
@@ -39,6 +41,9 @@ class Outcome:
     poison: bool = False
     bury: bool = False
     seconds: float = 0.0  # how long the task ran
+    task: Task | None = None
+    result: bytes = b""  # the result's payload (``results.encode_result``) of a success
+    cancelled: bool = False  # the task stopped at a safe point after a cancel
 
 
 def describe(exc: BaseException) -> str:
@@ -51,8 +56,10 @@ def describe(exc: BaseException) -> str:
     return text[:MAX_ERROR_CHARS]
 
 
-def run_job(tasks: Mapping[str, Task], msg: Message) -> Outcome:
-    """Decode a message's call, run its task, and say how it went; never raises."""
+def run_job(tasks: Mapping[str, Task], ctx: JobContext) -> Outcome:
+    """Decode a message's call, run its task (with ``ctx`` as its job's context), and say how
+    it went, with its result encoded; never raises."""
+    msg = ctx.msg
     try:
         name, args, kwargs = decode_call(msg.data)
     except ProtocolError as exc:
@@ -61,12 +68,25 @@ def run_job(tasks: Mapping[str, Task], msg: Message) -> Outcome:
     if found is None:
         return Outcome(msg, f"unknown task {name[:200]!r}: this worker runs "
                             f"{', '.join(sorted(tasks))[:1000]}", poison=True)
+    if ctx.cancel.is_set():  # cancelled while it waited for a thread
+        return Outcome(msg, task=found, cancelled=True)
     started = time.perf_counter()
+    running(ctx)
     try:
-        found.fn(*args, **kwargs)
+        value = found.fn(*args, **kwargs)
+    except Cancelled:
+        return Outcome(msg, seconds=time.perf_counter() - started, task=found, cancelled=True)
     except BaseException as exc:  # a job's sys.exit() must not end its thread either
-        return Outcome(msg, describe(exc), seconds=time.perf_counter() - started)
-    return Outcome(msg, seconds=time.perf_counter() - started)
+        return Outcome(msg, describe(exc), seconds=time.perf_counter() - started, task=found)
+    finally:
+        running(None)
+    seconds = time.perf_counter() - started
+    try:
+        blob = encode_result(value, msg.attempts + 1, seconds) if found.keeps_results else b""
+    except BlizzardError as exc:  # not msgpack, or too large: no retry can help
+        return Outcome(msg, f"{type(exc).__name__}: {exc.message}", bury=True, seconds=seconds,
+                       task=found)
+    return Outcome(msg, seconds=seconds, task=found, result=blob)
 
 
 class Runner:
@@ -74,7 +94,7 @@ class Runner:
 
     def __init__(self, tasks: Mapping[str, Task], concurrency: int) -> None:
         self.tasks = tasks
-        self.todo: queue.SimpleQueue[Message | None] = queue.SimpleQueue()
+        self.todo: queue.SimpleQueue[JobContext | None] = queue.SimpleQueue()
         self.lock = threading.Lock()
         self.finished: list[Outcome] = []
         self.wake = threading.Event()  # set once ``wake_at`` outcomes are there
@@ -85,9 +105,9 @@ class Runner:
         for thread in self.threads:
             thread.start()
 
-    def submit(self, msgs: list[Message]) -> None:
-        for msg in msgs:
-            self.todo.put(msg)
+    def submit(self, jobs: list[JobContext]) -> None:
+        for ctx in jobs:
+            self.todo.put(ctx)
 
     def outcomes(self, timeout_s: float, at_least: int = 1) -> list[Outcome]:
         """The outcomes there, once ``at_least`` are or ``timeout_s`` has passed.
@@ -116,8 +136,8 @@ class Runner:
 
     def _serve(self) -> None:
         try:
-            while (msg := self.todo.get()) is not None:
-                outcome = run_job(self.tasks, msg)
+            while (ctx := self.todo.get()) is not None:
+                outcome = run_job(self.tasks, ctx)
                 with self.lock:
                     self.finished.append(outcome)
                     if len(self.finished) >= self.wake_at:

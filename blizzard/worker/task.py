@@ -46,7 +46,8 @@ from blizzard.client.enqueue_options import EnqueueOptions
 from blizzard.net.defaults import DEFAULT_MASTER
 from blizzard.wire.codec import brief, dumps, loads
 from blizzard.wire.errors import InvalidArgument, ProtocolError, QueueExists
-from blizzard.wire.queue_settings import check_changes, check_queue_name
+from blizzard.wire.queue_settings import BY_NAME, check_changes, check_queue_name
+from blizzard.worker.results import JobHandle
 
 __all__ = ["Task", "configure", "task", "encode_call", "decode_call", "format_call",
            "ensure_queue", "tasks_in", "settings_of"]
@@ -194,19 +195,23 @@ class Sender:
     unique_for_s: float | None = None  # None: the task's (``@task(unique_for_s=...)``)
     unique_key: str | None = None  # None: the task's name and the call's arguments
 
-    def enqueue(self, *args: Any, **kwargs: Any) -> int:
-        """Send one call; returns its item id once the item is durable (a unique task's call
-        made again while the first is queued or running: the first's id)."""
+    def enqueue(self, *args: Any, **kwargs: Any) -> JobHandle:
+        """Send one call; returns its job's handle once the item is durable (a unique task's
+        call made again while the first is queued or running: the first's)."""
         return self.enqueue_many([(args, kwargs)])[0]
 
-    def enqueue_many(self, calls: Iterable[Any]) -> list[int]:
+    def enqueue_many(self, calls: Iterable[Any]) -> list[JobHandle]:
         """Send many calls in one pipelined batch; each is a tuple of positional arguments, a
         dict of keyword arguments, or an ``(args tuple, kwargs dict)`` pair. A unique task's
-        calls go one by one, each with its unique key."""
+        calls go one by one, each with its unique key. Their jobs' handles, in order."""
+        client = self.client or _defaults.client()
+        ask = (lambda: client) if self.client is not None else _defaults.client
+        return [JobHandle(item_id, self.task.queue, ask) for item_id in self._send(calls, client)]
+
+    def _send(self, calls: Iterable[Any], client: Client) -> list[int]:
         task = self.task
         split = [_split(call) for call in calls]
         items = [encode_call(task.name, args, kwargs) for args, kwargs in split]
-        client = self.client or _defaults.client()
         if task.settings:
             _ensure_once(client, task.queue, task.settings)
         unique_for_s = self.unique_for_s if self.unique_for_s is not None else task.unique_for_s
@@ -245,7 +250,8 @@ class Task:
     a ``blizzard worker`` run it."""
 
     def __init__(self, fn: Callable[..., Any], queue: str, name: str,
-                 settings: Mapping[str, Any], unique_for_s: float | None = None) -> None:
+                 settings: Mapping[str, Any], unique_for_s: float | None = None,
+                 result_ttl_s: float | None = None) -> None:
         self.fn = fn
         self.queue = check_queue_name(queue)
         self.name = name
@@ -253,10 +259,18 @@ class Task:
         if unique_for_s is not None:
             EnqueueOptions.make(unique_key="check", unique_for_s=unique_for_s)  # its bounds
         self.unique_for_s = unique_for_s
+        if result_ttl_s is not None:
+            BY_NAME["result_ttl_s"].check(result_ttl_s)  # the queue setting's bounds
+        self.result_ttl_s = result_ttl_s  # None: its queue's
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
+
+    @property
+    def keeps_results(self) -> bool:
+        """False when the task says it keeps none (``result_ttl_s=0``)."""
+        return self.result_ttl_s != 0
 
     def __repr__(self) -> str:
         return f"<task {self.name} on queue {self.queue}>"
@@ -277,27 +291,31 @@ class Task:
             raise InvalidArgument("unique_key needs unique_for_s (here or on the @task)")
         return Sender(self, client, priority, delay_s, key, unique_for_s, unique_key)
 
-    def enqueue(self, *args: Any, **kwargs: Any) -> int:
-        """Send one call to the task's queue; returns its item id once the item is durable."""
+    def enqueue(self, *args: Any, **kwargs: Any) -> JobHandle:
+        """Send one call to the task's queue; returns its job's handle (``handle.id`` is the
+        item id; ``handle.result()`` waits for the return value) once the item is durable."""
         return Sender(self).enqueue(*args, **kwargs)
 
-    def enqueue_many(self, calls: Iterable[Any]) -> list[int]:
+    def enqueue_many(self, calls: Iterable[Any]) -> list[JobHandle]:
         """Send many calls at once (see ``Sender.enqueue_many`` for their forms)."""
         return Sender(self).enqueue_many(calls)
 
 
 def task(queue: str, *, name: str | None = None, unique_for_s: float | None = None,
+         result_ttl_s: float | None = None,
          **settings: Any) -> Callable[[Callable[..., Any]], Task]:
     """Decorator: make a function a ``Task`` on ``queue``.
 
     ``name``: what the worker looks it up by (default the function's ``__name__``);
     ``unique_for_s``: a call of the same arguments within that many seconds, while the first
-    is queued or running, is not queued again (``Task.with_options``); other keywords are
-    the queue's settings when this creates it (``max_attempts=5``, ``backoff_base_s=2``, ...;
-    see ``blizzard.wire.queue_settings``).
+    is queued or running, is not queued again (``Task.with_options``); ``result_ttl_s``: how
+    long its return value is kept for ``handle.result()`` (None: its queue's ``result_ttl_s``,
+    a day by default; 0: none kept); other keywords are the queue's settings when this
+    creates it (``max_attempts=5``, ``backoff_base_s=2``, ...; see
+    ``blizzard.wire.queue_settings``).
     """
     def wrap(fn: Callable[..., Any]) -> Task:
-        return Task(fn, queue, name or fn.__name__, settings, unique_for_s)
+        return Task(fn, queue, name or fn.__name__, settings, unique_for_s, result_ttl_s)
     return wrap
 
 

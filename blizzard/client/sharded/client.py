@@ -351,7 +351,7 @@ class ShardedClient:
                     progress: Mapping[int, tuple[float, str, bytes]] | None = None) -> list[int]:
         cancel: list[int] = []
         self._each(msgs, lambda shard, group: cancel.extend(
-            shard.extend_many(group, lease_s=lease_s, progress=progress)))
+            shard.extend_many(group, lease_s=lease_s, progress=progress) or ()))
         return cancel
 
     # -- jobs: each shard answers for its own ids -------------------------------------------
