@@ -168,7 +168,7 @@ class JobDesk:
         for job in dict.fromkeys(msg.ids):
             item = state.items.get(job)
             if item is None or job in book.result_jobs or job in book.cancels \
-                    or item.queue.endswith(RESULTS_SUFFIX):
+                    or job in state.origins or item.queue.endswith(RESULTS_SUFFIX):
                 lost.append(job)
             else:
                 ids.append(job)

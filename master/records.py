@@ -179,7 +179,7 @@ class ExpireUniques:
 
 @message(116)
 class CancelItems:
-    """Jobs are cancelled: a waiting one (queued, delayed or dead) is forgotten and
+    """Jobs are cancelled: a waiting one (queued or delayed) is forgotten and
     remembered as cancelled; a leased one is marked, and its worker told on its next
     extension (given back, it is cancelled instead of queued again)."""
 

@@ -13,6 +13,7 @@ import types
 
 import pytest
 from support.wait import wait_for
+from support.worker_proc import BLIZZARD, finish, start_worker
 
 from blizzard import Client, InvalidArgument, ProtocolError, configure
 from blizzard.wire.codec import dumps
@@ -21,8 +22,6 @@ from blizzard.worker.loop import Prefetch
 from blizzard.worker.context import JobContext
 from blizzard.worker.runner import run_job
 from blizzard.worker.task import Task, decode_call, encode_call, settings_of, tasks_in
-
-BLIZZARD = [sys.executable, "-m", "blizzard.cli"]
 
 # The module the worker runs; the test enqueues through stand-ins of the same names.
 JOBS = '''
@@ -153,20 +152,6 @@ def jobs_dir(tmp_path):
     return tmp_path
 
 
-def start_worker(jobs_dir, master: str, *args: str) -> subprocess.Popen:
-    env = dict(os.environ, JOBS_OUT=str(jobs_dir / "out"))
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.path.dirname(os.path.dirname(
-        os.path.abspath(__file__))), env.get("PYTHONPATH")]))
-    return subprocess.Popen([*BLIZZARD, "worker", "jobs", "--master", master, *args],
-                            cwd=jobs_dir, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-
-
-def finish(proc: subprocess.Popen, timeout_s: float = 30) -> tuple[int, str]:
-    out, _ = proc.communicate(timeout=timeout_s)
-    return proc.returncode, out
-
-
 def out_files(jobs_dir, prefix: str) -> list[str]:
     return sorted(p.name for p in (jobs_dir / "out").iterdir() if p.name.startswith(prefix))
 
@@ -182,7 +167,7 @@ def test_jobs_run_and_are_acked_and_burst_mode_exits_when_the_queue_is_empty(clu
         record.with_options(client=c).enqueue_many([("b",), {"tag": "c"},
                                                      (("d",), {"suffix": "!"})])
         slow.with_options(client=c).enqueue("z", 0)  # another queue: the worker serves both
-        assert isinstance(first, int)
+        assert isinstance(first.id, int) and first == first.id  # a handle equals its id
         code, out = finish(start_worker(jobs_dir, cluster.master_addr, "--burst",
                                         "--concurrency", "3"))
         assert code == 0, out

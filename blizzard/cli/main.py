@@ -17,6 +17,7 @@ import click
 from blizzard.cli import dispatch as cli_dispatch
 from blizzard.cli import gateways as cli_gateways
 from blizzard.cli import items as cli_items
+from blizzard.cli import jobs as cli_jobs
 from blizzard.cli import queue as cli_queue
 from blizzard.cli import removal as cli_removal
 from blizzard.cli.common import (EXIT_ERROR, EXIT_USAGE, error_line, keys_opt, master_opt,
@@ -306,6 +307,8 @@ cli.add_command(dashboard)
 cli.add_command(cli_dispatch.dispatch)
 cli.add_command(cli_dispatch.task)
 cli.add_command(worker_command)
+cli.add_command(cli_jobs.job)
+cli.add_command(cli_jobs.cancel)
 cli.add_command(cli_gateways.beanstalkd)
 cli.add_command(cli_gateways.sqs)
 

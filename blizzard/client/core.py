@@ -338,9 +338,9 @@ class Client:
         return job_statuses(self, ids, wait_s, read)
 
     def cancel(self, ids: Iterable[int]) -> list[int]:
-        """Cancel jobs: a queued, delayed or dead one is removed now, a running one's worker
-        is told at its next lease extension. The ids cancelled (the rest were final already,
-        or unknown)."""
+        """Cancel jobs: a queued or delayed one is removed now, a running one's worker is
+        told at its next lease extension. The ids cancelled (the rest were final already:
+        done, dead or cancelled; or unknown)."""
         return cancel_jobs(self, ids)
 
     def store_results(self, queue: str, jobs: Sequence[int], blobs: Sequence[bytes], *,

@@ -555,6 +555,6 @@ class JobStates:
 class Cancel:
     """Cancel jobs: a queued or delayed one is removed at once, a running one is told on its
     worker's next lease extension (``Acked.cancel``). Reply ``Acked``: ``lost`` the ids
-    that were final already or unknown."""
+    that were final already (done, dead, cancelled) or unknown."""
 
     ids: list[Id]
