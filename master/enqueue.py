@@ -43,7 +43,7 @@ from master.config import MasterConfig
 from master.counts import QueueCounts
 from master.deletes import Deletes
 from master.queue_policy import QueuePolicy
-from master.job_book import MAX_RESULTS
+from master.job_book import MAX_DEPENDENCIES, MAX_RESULTS, MAX_WAITING as MAX_WAITING_JOBS
 from master.records import CommitItems, ExpireUniques
 from master.state import State
 from master.uniques import MAX_UNIQUE_S
@@ -168,6 +168,8 @@ class Enqueues:
                 raise InvalidArgument(f"an item's own lease (ttr) must be 0 (the queue's) or "
                                       f"{MIN_LEASE_S:g} to {self.config.max_lease_s:g} seconds")
         self._check_results(msg, n)
+        if msg.depends_on:
+            self._check_dependencies(msg, n)
         if msg.request in self.state.recent_commits:  # a retry of an enqueue that landed
             return p.Committed(count=n, firsts=as_ids(self._retry_firsts(msg, now)))
         parked = self.waiting.get(msg.request)
@@ -365,7 +367,9 @@ class Enqueues:
                 result_of = [result_of[k] for k in at] if result_of else result_of
             self._log_items(msg.queue, nodes, msg.coalesce, msg.request, now, *cols,
                             uniques=uniques, unique_until=until, ttrs=ttrs,
-                            result_of=result_of, result_kind=msg.result_kind)
+                            result_of=result_of, result_kind=msg.result_kind,
+                            depends_on=msg.depends_on,
+                            on_dependency_failure=msg.on_dependency_failure)
         self.blocks.release(msg.ids)
         if firsts == msg.ids:
             firsts = []
@@ -451,7 +455,8 @@ class Enqueues:
                    priorities: list[int], not_befores: list[float], keys: list[str], *,
                    uniques: Sequence[str] = (), unique_until: float = 0.0,
                    ttrs: Sequence[float] = (), result_of: Sequence[int] = (),
-                   result_kind: int = 0) -> None:
+                   result_kind: int = 0, depends_on: Sequence[int] = (),
+                   on_dependency_failure: int = 0) -> None:
         """Log one ``CommitItems`` record, then drop the blobs coalescing made obsolete (and
         the jobs' earlier results, which these replace)."""
         replaced = [old for key in (set(keys) if coalesce else ()) if key
@@ -465,7 +470,9 @@ class Enqueues:
                              uniques=list(uniques) if any(uniques) else [],
                              unique_until=unique_until if any(uniques) else 0.0,
                              ttrs=list(ttrs) if any(ttrs) else [],
-                             result_of=list(result_of), result_kind=result_kind))
+                             result_of=list(result_of), result_kind=result_kind,
+                             depends_on=list(depends_on),
+                             on_dependency_failure=on_dependency_failure))
         # coalescing dropped older waiting items (and all but the last of a burst)
         gone = [(old.id, old.nodes) for old in replaced if old.id not in items]
         dropped = [(i, nodes) for i in ids if i not in items]
@@ -473,6 +480,36 @@ class Enqueues:
         gone += dropped
         for item_id, holders in gone:
             self.deletes.drop_blobs(item_id, holders)
+
+    def _check_dependencies(self, msg: p.Enqueue, n: int) -> None:
+        """Each job depended on exists, or is done; none has failed; the waiting jobs fit."""
+        if msg.hold or msg.result_of:
+            raise InvalidArgument("dependencies are for enqueues, not staged items or results")
+        if len(msg.depends_on) > MAX_DEPENDENCIES:
+            raise TooManyItems(f"a job may depend on at most {MAX_DEPENDENCIES} jobs, not "
+                               f"{len(msg.depends_on)} (a group's callback: chain groups)")
+        if msg.on_dependency_failure not in (p.DEPENDENCY_CANCEL, p.DEPENDENCY_DEAD):
+            raise InvalidArgument(f"on_dependency_failure {msg.on_dependency_failure} is none "
+                                  "of 0 (cancel) and 1 (dead-letter)")
+        state = self.state
+        jobs = state.jobs
+        for parent in msg.depends_on:
+            if parent in state.items and parent not in jobs.result_jobs:
+                if parent in state.origins:
+                    raise InvalidArgument(f"job {parent} is dead: a job that depends on it "
+                                          "would never run")
+                continue
+            result = jobs.results.get(parent)
+            if parent in jobs.recent_cancels or (result is not None and result.kind):
+                raise InvalidArgument(f"job {parent} ended dead or cancelled: a job that "
+                                      "depends on it would never run")
+            if result is None and parent not in state.recent_acks:
+                raise InvalidArgument(f"no job {parent} is known to the master (never made, "
+                                      "or finished so long ago that it was forgotten): a job "
+                                      "cannot depend on it")
+        if len(jobs.waiting) + n > MAX_WAITING_JOBS:
+            raise TooManyItems(f"{len(jobs.waiting)} jobs wait for dependencies; the master "
+                               f"holds at most {MAX_WAITING_JOBS}")
 
     def _check_results(self, msg: p.Enqueue, n: int) -> None:
         """Results go to a results queue, one job each, kept for a time (their delay), and

@@ -12,8 +12,14 @@ records), so a replay or a standby holds the same book. Kept here:
   waiting is forgotten at once and remembered among the last ``RECENT_CANCELS``.
 - **Progress.** A leased job's last fraction, note and state; kept when the job is given back,
   so its next attempt gets the state back; dropped with the job.
+- **Dependencies.** A job enqueued with ``depends_on`` waits (delayed until ``HELD_UNTIL``)
+  while any of those jobs is unfinished; when the last is done it is placed in line (at its
+  own delay, if it had one). When one ends dead, cancelled or deleted, the waiting job is
+  cancelled, or moved to its dead-letter queue if it was enqueued so
+  (``DEPENDENCY_DEAD``), and so in turn are the jobs waiting on it. A job can only depend on
+  jobs that exist before it, so dependencies form no cycle.
 
-Costs: a result link about 200 bytes (the result item's record is an item's, about 300);
+Costs: a waiting job about 300 bytes plus 100 per dependency; a result link about 200 bytes (the result item's record is an item's, about 300);
 progress the note and state plus about 200 bytes, states at most ``MAX_STATE_BYTES`` each and
 ``MAX_PROGRESS_BYTES`` in all; a recent cancel about 100 bytes.
 """
@@ -28,6 +34,10 @@ MAX_RESULTS = 1_000_000  # result links the master keeps, at most
 MAX_STATE_BYTES = 16 * 1024  # one job's progress state
 MAX_NOTE_CHARS = 200  # one job's progress note
 MAX_PROGRESS_BYTES = 64 * 1024 * 1024  # all jobs' progress states together
+MAX_WAITING = 1_000_000  # jobs waiting for their dependencies, at most
+MAX_DEPENDENCIES = 100  # jobs one enqueue may depend on
+HELD_UNTIL = 1e11  # a waiting job's delay: until its dependencies are done
+DEPENDENCY_CANCEL, DEPENDENCY_DEAD = 0, 1  # what a failed dependency does to a waiting job
 
 
 class JobResult(NamedTuple):
@@ -38,6 +48,15 @@ class JobResult(NamedTuple):
     kind: int
     runs: int
     cancel_requested: bool
+
+
+class Waiting(NamedTuple):
+    """A job waiting for its dependencies: those unfinished, its own delay (0: none), and
+    what a failed dependency does to it (``DEPENDENCY_*``)."""
+
+    on: set[int]
+    not_before: float
+    on_failure: int
 
 
 class Progress(NamedTuple):
@@ -56,6 +75,45 @@ class JobBook:
         self.recent_cancels: OrderedDict[int, None] = OrderedDict()
         self.progress: dict[int, Progress] = {}
         self.progress_bytes = 0
+        self.waiting: dict[int, Waiting] = {}  # job -> what it waits for
+        self.dependents: dict[int, set[int]] = {}  # unfinished job -> jobs waiting on it
+
+    def wait(self, job: int, on: set[int], not_before: float, on_failure: int) -> None:
+        self.waiting[job] = Waiting(on, not_before, on_failure)
+        for parent in on:
+            self.dependents.setdefault(parent, set()).add(job)
+
+    def unwait(self, job: int) -> None:
+        """``job`` waits no more (it is gone): its dependencies forget it."""
+        entry = self.waiting.pop(job, None)
+        if entry is not None:
+            for parent in entry.on:
+                children = self.dependents.get(parent)
+                if children is not None:
+                    children.discard(job)
+                    if not children:
+                        del self.dependents[parent]
+
+    def parent_done(self, parent: int) -> list[tuple[int, float]]:
+        """``parent`` is done: the jobs that wait for nothing more now, each with its delay."""
+        freed = []
+        for child in sorted(self.dependents.pop(parent, ())):
+            entry = self.waiting[child]
+            entry.on.discard(parent)
+            if not entry.on:
+                del self.waiting[child]
+                freed.append((child, entry.not_before))
+        return freed
+
+    def parent_failed(self, parent: int) -> list[tuple[int, int]]:
+        """``parent`` ended dead, cancelled or deleted: the jobs waiting on it, each with what
+        that does to it (they wait no more for anything)."""
+        failed = []
+        for child in sorted(self.dependents.pop(parent, ())):
+            on_failure = self.waiting[child].on_failure
+            self.unwait(child)
+            failed.append((child, on_failure))
+        return failed
 
     def link(self, job: int, item: int, kind: int) -> int | None:
         """``item`` is ``job``'s result now; the result item it replaces, if any."""
@@ -108,7 +166,9 @@ class JobBook:
         return {"results": [[job, *r] for job, r in self.results.items()],
                 "cancels": sorted(self.cancels),
                 "recent_cancels": list(self.recent_cancels),
-                "progress": [[job, *pr] for job, pr in self.progress.items()]}
+                "progress": [[job, *pr] for job, pr in self.progress.items()],
+                "waiting": [[job, sorted(w.on), w.not_before, w.on_failure]
+                            for job, w in self.waiting.items()]}
 
     @classmethod
     def restore(cls, data: dict[str, Any] | None) -> "JobBook":
@@ -122,8 +182,13 @@ class JobBook:
         book.recent_cancels = OrderedDict.fromkeys(data["recent_cancels"])
         for job, fraction, note, state in data["progress"]:
             book.record_progress(job, fraction, note, state)
+        for job, on, not_before, on_failure in data.get("waiting", ()):
+            book.wait(job, set(on), not_before, on_failure)
         return book
 
     def snapshot(self) -> tuple:
         return (sorted(self.results.items()), sorted(self.cancels), list(self.recent_cancels),
-                sorted(self.progress.items()))
+                sorted(self.progress.items()),
+                sorted((job, sorted(w.on), w.not_before, w.on_failure)
+                       for job, w in self.waiting.items()),
+                sorted((job, sorted(c)) for job, c in self.dependents.items()))

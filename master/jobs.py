@@ -96,6 +96,8 @@ class JobDesk:
                 return "dead"
             if item.status == LEASED:
                 return "running"
+            if job in book.waiting:
+                return "waiting"
             if job in state.errors:
                 return "failed"
             if item.status == DELAYED and state.delays[job] > now:

@@ -54,6 +54,10 @@ class CommitItems:
     # says (``protocol.RESULT_*``); each job keeps its latest result (master/jobs.py)
     result_of: list[int] = dataclasses.field(default_factory=list)
     result_kind: int = 0
+    # every item waits until these jobs are done (master/job_book.py); ``on_dependency_failure``
+    # says what one of them ending dead or cancelled does to it
+    depends_on: list[int] = dataclasses.field(default_factory=list)
+    on_dependency_failure: int = 0
 
 
 @message(102)

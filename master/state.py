@@ -21,7 +21,7 @@ from typing import Any, Iterable, Iterator
 from master import admission, checkpoint_schema as schema
 from master.expiries import Expiries
 from master.item import DELAYED, LEASED, READY, Item, QueueState
-from master.job_book import JobBook
+from master.job_book import DEPENDENCY_DEAD, HELD_UNTIL, JobBook
 from master.queues import QueueConfig
 from master.ready import ReadyLine
 from master.records import (AckItems, AddReplicas, BuryItems, CancelItems, ClusterCreated,
@@ -102,12 +102,78 @@ class State:
             for item_id, key in zip(rec.ids, rec.uniques):
                 if key:
                     self.uniques.take(rec.queue, key, item_id, rec.unique_until)
+        if rec.depends_on:
+            self._hold_for(rec)
         if rec.result_of:
             for item_id, job in zip(rec.ids, rec.result_of):
                 if item_id in self.items and item_id not in self.jobs.result_jobs:
                     replaced = self.jobs.link(job, item_id, rec.result_kind)
                     if replaced is not None and replaced in self.items:
                         self.forget(self.items[replaced])
+
+    def _hold_for(self, rec: CommitItems) -> None:
+        """The new items of ``rec`` wait for its dependencies: those unfinished are waited for,
+        those done count no more, and one that failed fails them at once."""
+        jobs, items = self.jobs, self.items
+        pending, failed = set(), None
+        for parent in rec.depends_on:
+            if parent in items and parent not in jobs.result_jobs:
+                if parent in self.origins:
+                    failed = parent
+                else:
+                    pending.add(parent)
+            elif parent in jobs.recent_cancels or (parent in jobs.results
+                                                   and jobs.results[parent].kind):
+                failed = parent
+        for k, item_id in enumerate(rec.ids):
+            item = items.get(item_id)
+            if item is None or item_id in jobs.waiting or item.enqueued_at != rec.at:
+                continue  # not made by this record
+            if failed is not None:
+                self._fail_dependent(item_id, rec.on_dependency_failure, failed)
+            elif pending:
+                q = self.queues[item.queue]
+                self._leave(q, item)
+                self._place(q, items[item_id], HELD_UNTIL)
+                jobs.wait(item_id, set(pending), rec.not_befores[k], rec.on_dependency_failure)
+
+    def _dependency_done(self, parent: int) -> None:
+        """``parent`` is done: the jobs that waited only for it take their places in line."""
+        for child, not_before in self.jobs.parent_done(parent):
+            item = self.items.get(child)
+            if item is not None and item.status == DELAYED:
+                q = self.queues[item.queue]
+                self._leave(q, item)
+                self._place(q, item, not_before)
+
+    def _dependency_failed(self, parent: int) -> None:
+        """``parent`` ended dead, cancelled or deleted: the jobs waiting on it fail, and so in
+        turn do the jobs waiting on them (a loop, not a recursion: a chain may be long)."""
+        work = [(child, on_failure, parent) for child, on_failure
+                in self.jobs.parent_failed(parent)]
+        while work:
+            child, on_failure, cause = work.pop()
+            work += [(grandchild, again, child) for grandchild, again
+                     in self.jobs.parent_failed(child)]
+            self._fail_dependent(child, on_failure, cause)
+
+    def _fail_dependent(self, child: int, on_failure: int, parent: int) -> None:
+        """One job waiting on ``parent`` fails: moved dead, or cancelled (the jobs waiting on
+        it are the caller's)."""
+        item = self.items.get(child)
+        if item is None:
+            return
+        if on_failure == DEPENDENCY_DEAD and child not in self.origins:
+            q = self.queues[item.queue]
+            self._leave(q, item)
+            q.unindex(item)
+            self.origins[child] = item.queue
+            self.errors[child] = f"job {parent}, a dependency, ended dead or cancelled"
+            dead = self.queue(q.config.dead_letter_queue(q.name))
+            self._place(dead, item, 0.0, queue=dead.name)
+        else:
+            self.forget(item)
+            self.jobs.cancelled(child)
 
     def _apply_lease(self, rec: LeaseItems) -> None:
         """Lease ready items, or extend leased ones. It runs for every item a consumer takes,
@@ -167,6 +233,8 @@ class State:
             item = items.get(item_id)
             if item is None:
                 continue
+            if jobs.dependents and item_id in jobs.dependents:
+                self._dependency_done(item_id)
             if item.status != LEASED:
                 token = lapsed.get(item_id) if lapsed else None
                 if token is not None:  # a late ack (``Ack.late``): a retry is answered done
@@ -217,6 +285,8 @@ class State:
                 self.origins[item_id] = item.queue
                 dead = self.queue(q.config.dead_letter_queue(q.name))
                 self._place(dead, item, 0.0, queue=dead.name, attempts=attempts)
+                if self.jobs.dependents and item_id in self.jobs.dependents:
+                    self._dependency_failed(item_id)
             else:
                 self._place(q, item, not_before, attempts=attempts)
 
@@ -448,6 +518,10 @@ class State:
             jobs.drop(item.id)
         if jobs.result_jobs:
             jobs.unlink(item.id)
+        if jobs.waiting:
+            jobs.unwait(item.id)
+        if jobs.dependents and item.id in jobs.dependents:  # gone unfinished: cancelled, deleted
+            self._dependency_failed(item.id)
 
     # -- pure queries (time is passed in) ----------------------------------------------------
 

@@ -15,12 +15,14 @@ from tests.support.in_process_master import call, enqueue_msg, in_process_master
 
 
 def commit(ids: list[int], queue: str = "q", *, result_of: list[int] = (), kind: int = 0,
-           not_before: float = 0.0) -> CommitItems:
+           not_before: float = 0.0, depends_on: list[int] = (), on_failure: int = 0
+           ) -> CommitItems:
     n = len(ids)
     return CommitItems(queue=queue, ids=ids, sizes=[1] * n, crcs=[0] * n, priorities=[0] * n,
                        not_befores=[not_before] * n, keys=[""] * n, coalesce=False,
                        nodes=["dn-a"], at=100.0, request="", result_of=list(result_of),
-                       result_kind=kind)
+                       result_kind=kind, depends_on=list(depends_on),
+                       on_dependency_failure=on_failure)
 
 
 def history() -> list:
@@ -97,3 +99,66 @@ def test_results_queues_take_only_results_and_are_never_leased():
     reply = master.handle(b"peer", 1, p.Lease("q.results", 1, 30.0, 0.0, "l", [], []),
                           time.time(), time.monotonic())
     assert isinstance(reply, p.Error) and "read, not leased" in reply.message
+
+
+def chain(on_failure: int = 0) -> list:
+    """A, then B waiting on A, then C waiting on B; D waits on A and on B."""
+    return [commit([1]), commit([2], depends_on=[1], on_failure=on_failure),
+            commit([3], depends_on=[2], on_failure=on_failure), commit([4], depends_on=[1, 2])]
+
+
+def test_a_job_waits_for_its_dependencies_and_runs_when_they_are_done():
+    s = State()
+    for rec in chain():
+        s.apply(rec)
+    assert [s.items[i].status for i in (1, 2, 3, 4)] == [0, 1, 1, 1]  # ready, then waiting
+    assert s.head("q", 10, 200.0) == [1]
+    s.apply(LeaseItems(ids=[1], leases=[7], deadline=300.0, request=""))
+    s.apply(AckItems(ids=[1]))
+    assert s.head("q", 10, 200.0) == [2]  # 4 still waits for 2
+    s.apply(LeaseItems(ids=[2], leases=[8], deadline=300.0, request=""))
+    s.apply(AckItems(ids=[2]))
+    assert s.head("q", 10, 200.0) == [3, 4]
+    assert not s.jobs.waiting and not s.jobs.dependents
+
+
+def test_a_failure_in_the_middle_of_a_chain_cancels_or_dead_letters_what_waits_on_it():
+    s = State()
+    for rec in chain():
+        s.apply(rec)
+    s.apply(LeaseItems(ids=[1], leases=[7], deadline=300.0, request=""))
+    s.apply(AckItems(ids=[1]))
+    s.apply(LeaseItems(ids=[2], leases=[8], deadline=300.0, request=""))
+    s.apply(records.BuryItems(ids=[2], error="broke"))  # B dies
+    assert 2 in s.origins
+    assert 3 not in s.items and 4 not in s.items  # cancelled, and so would be theirs
+    assert {3, 4} <= set(s.jobs.recent_cancels)
+    dead = State()
+    for rec in chain(on_failure=1):
+        dead.apply(rec)
+    dead.apply(CancelItems(ids=[1]))  # A cancelled while waiting
+    assert dead.origins.get(2) == "q" and dead.origins.get(3) == "q"  # dead-lettered, in turn
+    assert 4 not in dead.items  # 4 asked to be cancelled
+    assert "dependency" in dead.errors[3]
+
+
+def test_dependencies_replay_and_checkpoint_the_same():
+    live = State()
+    recs = chain() + [LeaseItems(ids=[1], leases=[7], deadline=300.0, request=""),
+                      AckItems(ids=[1])]
+    for rec in recs:
+        live.apply(records.unpack(records.pack(rec)))
+    again = State.restore(live.export_parts())
+    assert again.snapshot() == live.snapshot()
+    again.apply(LeaseItems(ids=[2], leases=[8], deadline=300.0, request=""))
+    again.apply(AckItems(ids=[2]))
+    assert again.head("q", 10, 200.0) == [3, 4]
+
+
+def test_a_long_chain_fails_without_recursion():
+    s = State()
+    s.apply(commit([1]))
+    for k in range(2, 5002):
+        s.apply(commit([k], depends_on=[k - 1]))
+    s.apply(CancelItems(ids=[1]))
+    assert len(s.items) == 0 and len(s.jobs.recent_cancels) == 5001

@@ -12,7 +12,7 @@ import pytest
 from support.wait import wait_for
 from support.worker_proc import BLIZZARD, finish, start_worker
 
-from blizzard import Client, JobCancelled, JobFailed, JobHandle, ResultUnavailable
+from blizzard import Client, JobCancelled, JobFailed, JobHandle, ResultUnavailable, group
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import InvalidArgument, TooManyItems
 from blizzard.worker.results import decode_result, encode_result
@@ -65,6 +65,17 @@ def resumable(tag):
     while not (OUT / f"fail-{tag}").exists():
         time.sleep(0.02)
     raise RuntimeError("lost the connection halfway")
+
+@task(queue="flow", max_attempts=1)
+def step(tag, fail=False):
+    (OUT / f"ran-{tag}").write_text(str(time.time()))
+    if fail:
+        raise RuntimeError(f"step {tag} failed")
+    return tag
+
+@task(queue="flow")
+def report(label):
+    return [label, time.time()]
 '''
 
 
@@ -91,6 +102,14 @@ def ignore_cancel(tag: str) -> int: ...
 
 @task(queue="long", lease_s=1.5, max_attempts=3, backoff_base_s=0.0)
 def resumable(tag: str) -> dict: ...
+
+
+@task(queue="flow", max_attempts=1)
+def step(tag: str, fail: bool = False) -> str: ...
+
+
+@task(queue="flow")
+def report(label: str) -> list: ...
 
 
 @pytest.fixture
@@ -240,3 +259,34 @@ def test_bad_job_requests_get_clear_errors_and_change_nothing(cluster):
         assert c.jobs([job, 999])[0].state == "queued"
         assert c.jobs([999])[0].state == "unknown"
         assert c.stats("plain")["ready"] == 1
+
+
+def test_a_chain_of_three_with_a_failure_in_the_middle_cancels_the_last(cluster, worker,
+                                                                         jobs_dir):
+    out = jobs_dir / "out"
+    with Client(cluster.master_addr) as c:
+        first = step.with_options(client=c, delay_s=1.0).enqueue("a")
+        second = step.with_options(client=c, depends_on=[first]).enqueue("b", fail=True)
+        third = step.with_options(client=c, depends_on=[second]).enqueue("c")
+        assert (second.status(), third.status()) == ("waiting", "waiting")
+        assert first.result(timeout_s=30) == "a"
+        with pytest.raises(JobFailed, match="step b failed"):
+            second.result(timeout_s=30)
+        with pytest.raises(JobCancelled):
+            third.result(timeout_s=30)
+        assert not (out / "ran-c").exists()
+        with pytest.raises(InvalidArgument, match="is dead"):
+            step.with_options(client=c, depends_on=[second]).enqueue("d")
+        with pytest.raises(InvalidArgument, match="no job 123456789"):
+            step.with_options(client=c, depends_on=[123456789]).enqueue("e")
+
+
+def test_a_groups_callback_runs_once_every_job_is_done(cluster, worker, jobs_dir):
+    out = jobs_dir / "out"
+    with Client(cluster.master_addr) as c:
+        jobs = [step.with_options(client=c, delay_s=0.5 * k).enqueue(f"g{k}") for k in range(3)]
+        callback = group(jobs).then(report, "all three", client=c)
+        label, ran_at = callback.result(timeout_s=30)
+        assert label == "all three"
+        assert all(float((out / f"ran-g{k}").read_text()) <= ran_at for k in range(3))
+        assert group(jobs).results() == ["g0", "g1", "g2"]

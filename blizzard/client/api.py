@@ -70,7 +70,8 @@ class BlizzardClient(Protocol):
                 not_before: Any = None, key: str | None = None, coalesce: bool = False,
                 unique_key: str | None = None, unique_for_s: float | None = None,
                 unique_until_done: bool = False, create: bool = True,
-                lease_s: float | None = None) -> int: ...
+                lease_s: float | None = None, depends_on: Iterable[int] = (),
+                on_dependency_failure: str = "cancel") -> int: ...
 
     def enqueue_many(self, queue: str, items: Iterable[bytes], *, priority: int = 0,
                      delay_s: float = 0.0, not_before: Any = None, key: str | None = None,

@@ -131,7 +131,8 @@ class Client:
                 not_before: Any = None, key: str | None = None, coalesce: bool = False,
                 unique_key: str | None = None, unique_for_s: float | None = None,
                 unique_until_done: bool = False, create: bool = True,
-                lease_s: float | None = None) -> int:
+                lease_s: float | None = None, depends_on: Iterable[int] = (),
+                on_dependency_failure: str = "cancel") -> int:
         """Add one item; returns its id once the item is durably stored and committed.
 
         ``priority``: lower is served first (equal priorities FIFO). ``delay_s`` or
@@ -147,9 +148,15 @@ class Client:
         not exist is not made; the enqueue raises ``UnknownQueue``. ``lease_s``: the lease a
         consumer gets for this item when it names none (the queue's ``lease_s`` otherwise;
         beanstalkd's ttr), told to it as ``Message.lease_s``.
+
+        ``depends_on``: job ids (at most 100) that must be done before this item is served
+        (it waits meanwhile: status "waiting"); if one ends dead or cancelled, this one is
+        cancelled (``on_dependency_failure="cancel"``) or moved to its dead-letter queue
+        (``"dead"``). A dependency on an unknown, dead or cancelled job is refused.
         """
         opts = EnqueueOptions.make(priority, delay_s, not_before, key, coalesce, unique_key,
-                                   unique_for_s, unique_until_done, create, lease_s)
+                                   unique_for_s, unique_until_done, create, lease_s,
+                                   depends_on, on_dependency_failure)
         return self.pipeline.enqueue(queue, [data], opts)[0]
 
     def enqueue_many(self, queue: str, items: Iterable[bytes], *, priority: int = 0,

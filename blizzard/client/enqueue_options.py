@@ -10,6 +10,8 @@ from blizzard.wire.errors import InvalidArgument
 
 MAX_UNIQUE_S = 30 * 86400.0  # the master's longest unique window (master/uniques.py)
 MAX_LEASE_S = 12 * 3600.0  # the longest lease a master grants by default (--max-lease-s)
+MAX_DEPENDENCIES = 100  # jobs one enqueue may depend on (master/job_book.py)
+DEPENDENCY_FAILURE = {"cancel": 0, "dead": 1}  # protocol.DEPENDENCY_CANCEL, DEPENDENCY_DEAD
 
 
 @dataclass(frozen=True)
@@ -26,12 +28,15 @@ class EnqueueOptions:
     create: bool = True  # False: an enqueue to a queue that does not exist is refused
     lease_s: float = 0.0  # the item's own lease when a consumer names none (0: the queue's)
     result_kind: int = 0  # results only: how their jobs ended (``protocol.RESULT_*``)
+    depends_on: tuple[int, ...] = ()  # jobs that must be done first
+    on_dependency_failure: int = 0  # ``protocol.DEPENDENCY_*``
 
     @classmethod
     def make(cls, priority: Any = 0, delay_s: Any = 0.0, not_before: Any = None, key: Any = None,
              coalesce: Any = False, unique_key: Any = None, unique_for_s: Any = None,
              unique_until_done: Any = False, create: Any = True,
-             lease_s: Any = None) -> "EnqueueOptions":
+             lease_s: Any = None, depends_on: Any = (),
+             on_dependency_failure: Any = "cancel") -> "EnqueueOptions":
         if type(priority) is not int:
             raise InvalidArgument(f"priority must be an integer, got {type(priority).__name__}")
         if isinstance(delay_s, bool) or not isinstance(delay_s, (int, float)) or delay_s < 0:
@@ -58,9 +63,16 @@ class EnqueueOptions:
                 lease_s, (int, float)) or not 0 < lease_s <= MAX_LEASE_S):
             raise InvalidArgument(f"lease_s must be a number of seconds in (0, "
                                   f"{MAX_LEASE_S:g}], got {lease_s!r}")
+        parents = tuple(int(d) for d in depends_on)  # a JobHandle is its id
+        if len(parents) > MAX_DEPENDENCIES:
+            raise InvalidArgument(f"a job may depend on at most {MAX_DEPENDENCIES} jobs")
+        failure = DEPENDENCY_FAILURE.get(on_dependency_failure)
+        if failure is None:
+            raise InvalidArgument(f"on_dependency_failure is 'cancel' or 'dead', not "
+                                  f"{on_dependency_failure!r}")
         return cls(priority, float(delay_s), key or "", bool(coalesce), unique_key or "",
                    float(unique_for_s or 0.0), bool(unique_until_done), bool(create),
-                   float(lease_s or 0.0))
+                   float(lease_s or 0.0), 0, parents, failure)
 
 
 def as_bytes(data: Any) -> bytes:

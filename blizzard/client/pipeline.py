@@ -266,7 +266,8 @@ class EnqueuePipeline:
                                   placement.grant, [o.unique_key] * n if o.unique_key else [],
                                   o.unique_for_s, o.unique_until_done, not o.create,
                                   [o.lease_s] * n if o.lease_s else [],
-                                  as_ids(c.result_of), o.result_kind)
+                                  as_ids(c.result_of), o.result_kind,
+                                  as_ids(list(o.depends_on)), o.on_dependency_failure)
         c.since = time.monotonic()
         self._send_enqueue(c)
 

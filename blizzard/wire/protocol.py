@@ -138,10 +138,16 @@ class Enqueue:
     # the job ended (``RESULT_*``): the master links each job to its latest result
     result_of: list[Id] = field(default_factory=list)
     result_kind: int = 0
+    # every item waits until these jobs are done; ``on_dependency_failure`` says what one of
+    # them ending dead or cancelled does to it (``DEPENDENCY_*``)
+    depends_on: list[Id] = field(default_factory=list)
+    on_dependency_failure: int = 0
 
 
 # How a job ended, as its result says (``Enqueue.result_kind``)
 RESULT_DONE, RESULT_FAILED, RESULT_CANCELLED = 0, 1, 2
+# What a dependency ending dead or cancelled does to a job waiting on it
+DEPENDENCY_CANCEL, DEPENDENCY_DEAD = 0, 1
 
 
 @message(46)
@@ -512,9 +518,10 @@ class Removed:
 # ---------------------------------------------------------------------------------------------
 # Jobs: how a job is doing, its result, its cancellation (master/jobs.py)
 
-# A job's status, as ``JobStates.states`` says it; the last four are final
-JOB_STATES = ("queued", "delayed", "running", "failed", "done", "dead", "cancelled", "unknown")
-FINAL_STATES = frozenset(JOB_STATES[4:])
+# A job's status, as ``JobStates.states`` says it ("waiting": for its dependencies)
+JOB_STATES = ("queued", "delayed", "waiting", "running", "failed", "done", "dead", "cancelled",
+              "unknown")
+FINAL_STATES = frozenset(("done", "dead", "cancelled", "unknown"))
 
 
 @message(64)

@@ -49,7 +49,7 @@ from blizzard.wire.errors import InvalidArgument, ProtocolError, QueueExists
 from blizzard.wire.queue_settings import BY_NAME, check_changes, check_queue_name
 from blizzard.worker.results import JobHandle
 
-__all__ = ["Task", "configure", "task", "encode_call", "decode_call", "format_call",
+__all__ = ["Task", "Group", "group", "configure", "task", "encode_call", "decode_call", "format_call",
            "ensure_queue", "tasks_in", "settings_of"]
 
 log = logging.getLogger(__name__)
@@ -194,6 +194,8 @@ class Sender:
     key: str | None = None
     unique_for_s: float | None = None  # None: the task's (``@task(unique_for_s=...)``)
     unique_key: str | None = None  # None: the task's name and the call's arguments
+    depends_on: tuple[int, ...] = ()  # jobs that must be done first
+    on_dependency_failure: str = "cancel"
 
     def enqueue(self, *args: Any, **kwargs: Any) -> JobHandle:
         """Send one call; returns its job's handle once the item is durable (a unique task's
@@ -215,6 +217,16 @@ class Sender:
         if task.settings:
             _ensure_once(client, task.queue, task.settings)
         unique_for_s = self.unique_for_s if self.unique_for_s is not None else task.unique_for_s
+        if self.depends_on:
+            return [client.enqueue(task.queue, item, priority=self.priority,
+                                   delay_s=self.delay_s, key=self.key,
+                                   unique_key=(self.unique_key or _call_key(task.name, *call))
+                                   if unique_for_s else None,
+                                   unique_for_s=unique_for_s or None,
+                                   unique_until_done=bool(unique_for_s),
+                                   depends_on=self.depends_on,
+                                   on_dependency_failure=self.on_dependency_failure)
+                    for item, call in zip(items, split)]
         if unique_for_s:
             return [client.enqueue(task.queue, item, priority=self.priority,
                                    delay_s=self.delay_s, key=self.key,
@@ -278,18 +290,25 @@ class Task:
     def with_options(self, *, client: Client | None = None, priority: int = 0,
                      delay_s: float = 0.0, key: str | None = None,
                      unique_for_s: float | None = None,
-                     unique_key: str | None = None) -> Sender:
+                     unique_key: str | None = None, depends_on: Iterable[int] = (),
+                     on_dependency_failure: str = "cancel") -> Sender:
         """Enqueue through ``client`` and/or with enqueue options (see ``Client.enqueue``):
         ``make_thumbnail.with_options(delay_s=60).enqueue("a.png", size=128)``.
 
         ``unique_for_s``: a call made again within that many seconds, while the first is
-        queued or running, makes no job and returns the first's id (the same task and
-        arguments, or the same ``unique_key``); kept on the master's WAL."""
+        queued or running, makes no job and returns the first's handle (the same task and
+        arguments, or the same ``unique_key``); kept on the master's WAL.
+        ``depends_on``: jobs (handles or ids) that must be done before this one runs; if one
+        ends dead or cancelled, this one is cancelled (``on_dependency_failure="dead"``:
+        moved to its dead-letter queue instead)."""
         if unique_for_s is not None:
             EnqueueOptions.make(unique_key="check", unique_for_s=unique_for_s)  # its bounds
         if unique_key is not None and not (unique_for_s or self.unique_for_s):
             raise InvalidArgument("unique_key needs unique_for_s (here or on the @task)")
-        return Sender(self, client, priority, delay_s, key, unique_for_s, unique_key)
+        parents = EnqueueOptions.make(depends_on=depends_on,
+                                      on_dependency_failure=on_dependency_failure).depends_on
+        return Sender(self, client, priority, delay_s, key, unique_for_s, unique_key, parents,
+                      on_dependency_failure)
 
     def enqueue(self, *args: Any, **kwargs: Any) -> JobHandle:
         """Send one call to the task's queue; returns its job's handle (``handle.id`` is the
@@ -317,6 +336,35 @@ def task(queue: str, *, name: str | None = None, unique_for_s: float | None = No
     def wrap(fn: Callable[..., Any]) -> Task:
         return Task(fn, queue, name or fn.__name__, settings, unique_for_s, result_ttl_s)
     return wrap
+
+
+class Group:
+    """Jobs run as one: ``then`` enqueues a callback that runs once every one is done
+    (``blizzard.group([h1, h2]).then(report, "nightly")``)."""
+
+    def __init__(self, jobs: Iterable[JobHandle | int]) -> None:
+        self.jobs = list(jobs)
+        if not self.jobs:
+            raise InvalidArgument("a group needs at least one job")
+
+    def then(self, callback: Task, *args: Any, client: Client | None = None,
+             on_dependency_failure: str = "cancel", **kwargs: Any) -> JobHandle:
+        """Enqueue ``callback(*args, **kwargs)`` to run once every job of the group is done
+        (cancelled, or dead-lettered, if one of them ends dead or cancelled)."""
+        return callback.with_options(client=client, depends_on=self.jobs,
+                                     on_dependency_failure=on_dependency_failure
+                                     ).enqueue(*args, **kwargs)
+
+    def results(self, timeout_s: float = 30.0) -> list[Any]:
+        """Every job's return value, in order (each waited for up to ``timeout_s``)."""
+        if not all(isinstance(job, JobHandle) for job in self.jobs):
+            raise InvalidArgument("results() needs the jobs' handles, not their ids")
+        return [job.result(timeout_s) for job in self.jobs]  # type: ignore[union-attr]
+
+
+def group(jobs: Iterable[JobHandle | int]) -> Group:
+    """A group of jobs (their handles): ``group([...]).then(fn, *args)``."""
+    return Group(jobs)
 
 
 def tasks_in(modules: Iterable[ModuleType]) -> dict[str, Task]:

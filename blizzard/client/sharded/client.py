@@ -190,16 +190,27 @@ class ShardedClient:
                 not_before: Any = None, key: str | None = None, coalesce: bool = False,
                 unique_key: str | None = None, unique_for_s: float | None = None,
                 unique_until_done: bool = False, create: bool = True,
-                lease_s: float | None = None) -> int:
-        if unique_key is None and unique_for_s is None and create and lease_s is None:
+                lease_s: float | None = None, depends_on: Iterable[int] = (),
+                on_dependency_failure: str = "cancel") -> int:
+        parents = [int(d) for d in depends_on]
+        if unique_key is None and unique_for_s is None and create and lease_s is None \
+                and not parents:
             return self.enqueue_many(queue, [data], priority=priority, delay_s=delay_s,
                                      not_before=not_before, key=key, coalesce=coalesce)[0]
-        # a unique key is one shard's to hold: the shard of the key (or of the unique key)
+        # a unique key is one shard's to hold: the shard of the key (or of the unique key);
+        # dependencies are their shard's, and so is a job that waits for them
         k = self.shard_for(key or (unique_key if isinstance(unique_key, str) else None))
+        if parents:
+            shards = {self._shard_of(d) for d in parents}
+            if len(shards) > 1:
+                raise InvalidArgument("a job's dependencies must all be on one shard (enqueue "
+                                      "them with one key)")
+            k = shards.pop()
         item_id: int = self._shard(k).enqueue(
             queue, data, priority=priority, delay_s=delay_s, not_before=not_before, key=key,
             coalesce=coalesce, unique_key=unique_key, unique_for_s=unique_for_s,
-            unique_until_done=unique_until_done, create=create, lease_s=lease_s)
+            unique_until_done=unique_until_done, create=create, lease_s=lease_s,
+            depends_on=parents, on_dependency_failure=on_dependency_failure)
         self.heard[k] = time.monotonic()
         return item_id
 
