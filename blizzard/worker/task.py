@@ -343,7 +343,7 @@ class Group:
     (``blizzard.group([h1, h2]).then(report, "nightly")``)."""
 
     def __init__(self, jobs: Iterable[JobHandle | int]) -> None:
-        self.jobs = list(jobs)
+        self.jobs: list[Any] = list(jobs)
         if not self.jobs:
             raise InvalidArgument("a group needs at least one job")
 
@@ -359,7 +359,7 @@ class Group:
         """Every job's return value, in order (each waited for up to ``timeout_s``)."""
         if not all(isinstance(job, JobHandle) for job in self.jobs):
             raise InvalidArgument("results() needs the jobs' handles, not their ids")
-        return [job.result(timeout_s) for job in self.jobs]  # type: ignore[union-attr]
+        return [job.result(timeout_s) for job in self.jobs]
 
 
 def group(jobs: Iterable[JobHandle | int]) -> Group:
