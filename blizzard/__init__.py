@@ -16,12 +16,13 @@ from blizzard.wire.errors import (BlizzardError, ClientClosed, ClusterError, Dat
                                   PayloadTooLarge, ProtocolError, RequestError, UnknownItem,
                                   WrongLease)
 from blizzard.worker.context import (Cancelled, cancel_requested, cancelled, current_job,
-                                     last_state, progress)
+                                     current_tick, last_state, progress)
 from blizzard.worker.results import JobCancelled, JobFailed, JobHandle, ResultUnavailable
 from blizzard.worker.task import configure, group, task
 
 __all__ = ["connect", "BlizzardClient", "Client", "Message", "task", "configure",
-           "progress", "cancelled", "cancel_requested", "last_state", "current_job", "Cancelled",
+           "progress", "cancelled", "cancel_requested", "last_state", "current_job",
+           "current_tick", "Cancelled",
            "JobHandle", "JobFailed", "JobCancelled", "ResultUnavailable", "group",
            "BlizzardError", "ClientClosed",
            "ClusterError", "DataCorrupt", "DatanodeUnavailable", "InvalidArgument",

@@ -104,8 +104,9 @@ class QueueAdmin:
 
     def purge(self, msg: p.Purge, now: float, *_: Any) -> p.Acked:
         checks.queue_name(msg.queue)
+        scheduled = self.state.schedules.by_item  # a schedule's call stays: remove it instead
         waiting = [i.id for i in self.state.items.values()
-                   if i.queue == msg.queue and i.status != LEASED]
+                   if i.queue == msg.queue and i.status != LEASED and i.id not in scheduled]
         for start in range(0, len(waiting), p.MAX_BATCH):
             part = waiting[start:start + p.MAX_BATCH]
             holders = [self.state.items[i].nodes for i in part]

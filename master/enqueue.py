@@ -563,6 +563,12 @@ class Enqueues:
 
     # -- commit (of staged items) -----------------------------------------------------------
 
+    def size_and_crc(self, item_id: int) -> tuple[int, int]:
+        """A staged item's size and checksum."""
+        batch = self.pending[item_id]
+        k = batch.ids.index(item_id)
+        return batch.sizes[k], batch.crcs[k]
+
     def check_stager(self, msg: p.Commit, verify: Callable[[p.PutGrant], None]) -> None:
         """Forbidden unless each staged id of ``msg`` lies in one of its grants, each one
         ``verify``'d: staged ids are whoever's holds their placement's grant, as an enqueue's

@@ -170,7 +170,8 @@ class JobDesk:
         for job in dict.fromkeys(msg.ids):
             item = state.items.get(job)
             if item is None or job in book.result_jobs or job in book.cancels \
-                    or job in state.origins or item.queue.endswith(RESULTS_SUFFIX):
+                    or job in state.origins or item.queue.endswith(RESULTS_SUFFIX) \
+                    or job in state.schedules.by_item:  # a schedule's: remove it instead
                 lost.append(job)
             else:
                 ids.append(job)

@@ -115,6 +115,8 @@ class Leases:
         self.buckets: dict[str, TokenBucket] = {}  # queue -> rate limiter (soft state)
         # an extension's progress, for the items it held (master/jobs.py sets it)
         self.progress: Callable[[p.Extend, list[int]], None] = lambda msg, held: None
+        # schedules' items: their runs' ends re-arm them (master/schedules.py sets it)
+        self.schedules: Any = None
 
     # -- leasing -----------------------------------------------------------------------------
 
@@ -274,6 +276,9 @@ class Leases:
         holders = {node for nodes in set_index for node in nodes}
         errors, ttrs, jobs = state.errors, state.ttrs, state.jobs
         own = [ttrs.get(i, 0.0) for i in ids] if ttrs else []
+        by_item = state.schedules.by_item
+        ticks = [state.schedules.by_name[by_item[i]].next_at if i in by_item else 0.0
+                 for i in ids] if by_item else []
         saved = [jobs.state_of(i) for i in ids] if jobs.progress else []
         return p.Leased(queue, ids, leases, sizes, crcs, attempts, priorities, enqueued_at, keys,
                         replica_set,
@@ -283,6 +288,7 @@ class Leases:
                         suspects=self.membership.suspects(time.monotonic()),
                         ttrs=own if any(own) else [],
                         states=saved if any(saved) else [],
+                        ticks=ticks if any(ticks) else [],
                         **({} if head is None else
                            {"head_ready": head.ready, "head_priority": head.priority,
                             "head_at": head.enqueued_at, "head_seq": head.seq}))
@@ -321,6 +327,8 @@ class Leases:
                 out.refuse(item_id, p.LOST_WRONG_TOKEN)
             elif late and self.state.lapsed.get(item_id) == lease:
                 out.held.append(item_id)  # its lease ran out, and no one leased it since
+            elif acked.get(item_id) == lease:
+                out.gone += 1  # a schedule's run acked under this lease: a retry
             else:
                 out.refuse(item_id, p.LOST_EXPIRED)  # not leased: back in its queue
         return out
@@ -344,6 +352,10 @@ class Leases:
              late: bool = False) -> p.Acked:
         out = self._settle(ids, leases, queue, late)
         held = out.held
+        if held and self.schedules is not None:
+            again, held = self.schedules.split(held)
+            self.schedules.rearm(again, time.time())
+            self.counts.add_each("acked", [self.state.items[i].queue for i in again])
         if held:
             items = self.state.items
             queues, holders = columns([items[i] for i in held], "queue", "nodes")
@@ -367,14 +379,23 @@ class Leases:
                 priority: int | None = None) -> None:
         """Give leased items back: after ``delay_s``, or (None) after their queue's back-off;
         with ``priority``, at that priority."""
-        not_befores, dying = [], []
-        for item_id in ids:
+        not_befores, dying, rearmed = [], [], []
+        for item_id in list(ids):
             item = self.state.items[item_id]
             config = self.state.config(item.queue)
+            if self.state.dies(item_id, item.attempts + 1, config.max_attempts) and \
+                    self.schedules is not None and self.schedules.split([item_id])[0]:
+                rearmed.append(item_id)  # a schedule's run failed for good: its next tick
+                continue
             delay = delay_s if delay_s is not None else config.backoff_s(item.attempts + 1)
             not_befores.append(now + delay if delay > 0 else 0.0)
             if self.state.dies(item_id, item.attempts + 1, config.max_attempts):
                 dying.append(item.queue)
+        if rearmed:
+            self.schedules.rearm(rearmed, now, error or "failed")
+            ids = [i for i in ids if i not in rearmed]
+            if not ids:
+                return
         self.counts.add_each("dead_lettered", dying)
         self.log(ReleaseItems(ids=ids, not_befores=not_befores, error=error,
                               priorities=[] if priority is None else [priority] * len(ids)))

@@ -22,14 +22,15 @@ from itertools import islice
 from typing import Any
 
 from blizzard.wire import protocol as p
-from master.records import AddReplicas, BuryItems, RedriveItems, ReleaseItems, WakeItems
+from master.records import (AddReplicas, BuryItems, RearmItems, RedriveItems, ReleaseItems,
+                            WakeItems)
 from master.state import State
 
 log = logging.getLogger(__name__)
 
 MAX_WAITING = 200_000  # ids with changes waiting for one node
 MAX_PER_REPLY = 2_000  # ids whose metadata one heartbeat reply carries
-CHANGES = (ReleaseItems, BuryItems, RedriveItems, WakeItems)
+CHANGES = (ReleaseItems, BuryItems, RedriveItems, WakeItems, RearmItems)
 
 
 class MetaSync:

@@ -209,6 +209,40 @@ class ForgetResults:
     ids: list[int]
 
 
+@message(119)
+class AddSchedule:
+    """Schedule ``name``: item ``item`` of ``queue`` (its call) runs at each tick of ``cron``
+    or every ``every_s`` seconds, the first at ``next_at``; a schedule of that name before is
+    replaced (its item, if waiting, forgotten). master/schedules.py."""
+
+    name: str
+    queue: str
+    item: int
+    cron: str
+    every_s: float
+    timezone: str
+    catch_up: bool
+    next_at: float
+
+
+@message(122)
+class DropSchedule:
+    """Schedule ``name`` ends; its item, if waiting, is forgotten."""
+
+    name: str
+
+
+@message(123)
+class RearmItems:
+    """Schedules' items wait for their next ticks (``not_befores``): a run ended (``ran``;
+    ``error``: it failed for good), or a tick missed while no master ran is skipped."""
+
+    ids: list[int]
+    not_befores: list[float]
+    error: str
+    ran: bool
+
+
 @message(110)
 class ClusterCreated:
     """The master's cluster id, made once at its first start: data nodes of another refuse it."""

@@ -57,6 +57,7 @@ from master.removal import Removals
 from master.repair import Repairer
 from master.wal_shipping import Replication
 from master.safe_mode import SafeMode
+from master.schedules import ScheduleDesk
 from master.state import State
 from master.tasks import Tasks
 from master.wakes import Wakes
@@ -102,6 +103,10 @@ ROUTES = Routes([
     # jobs: status, results, cancel (master/jobs.py)
     Route(p.Jobs,         "jobs.jobs",             USERS),
     Route(p.Cancel,       "jobs.cancel",           USERS,     (R.CancelItems,)),
+    # schedules (master/schedules.py): a worker declares them; an admin removes them
+    Route(p.SetSchedule,  "set_schedule",          USERS,     (R.CommitItems, R.AddSchedule)),
+    Route(p.ListSchedules, "schedules.list",       USERS),
+    Route(p.RemoveSchedule, "schedules.remove",    OPERATORS, (R.DropSchedule,)),
     # queues (master/admin.py): a client reads them, an admin changes them
     Route(p.Stats,        "admin.stats",           USERS),
     Route(p.ListQueues,   "admin.list_queues",     USERS),
@@ -194,6 +199,9 @@ class MasterServer:
         self.tasks = Tasks(self.state, self.log_record, self.counts)
         self.jobs = JobDesk(self.state, self.log_record, self.leases, self.deletes,
                             lambda: self.wal.records_appended)
+        self.schedules = ScheduleDesk(self.state, self.log_record, self.deletes, self.jobs.status,
+                                      self.enqueues)
+        self.leases.schedules = self.tasks.schedules = self.schedules
         self._replies: list[tuple[bytes, int, Any]] = []
         self._stopping = False
         self.wakes = Wakes(self)  # when the loop must pass again; ``stop`` wakes it
@@ -268,6 +276,16 @@ class MasterServer:
             self.enqueues.check_stager(
                 msg, lambda grant: self.capabilities.check_owned(grant, [grant.first]))
         return self.enqueues.commit(msg, now, mono, peer, rid)
+
+    def set_schedule(self, msg: p.SetSchedule, now: float, mono: float, peer: bytes,
+                     rid: int) -> Any:
+        """A schedule's call is a staged item: with security on, the grants must show the
+        caller staged it, as for a commit."""
+        if self.router.role_of(peer) is not None:
+            self.enqueues.check_stager(
+                p.Commit([msg.item], msg.stored_on, "", msg.grants),
+                lambda grant: self.capabilities.check_owned(grant, [grant.first]))
+        return self.schedules.set(msg, now)
 
     # -- data nodes: each request's checks in order, then its collaborator -------------------
 
@@ -479,6 +497,8 @@ class MasterServer:
         self._replies += self.enqueues.serve_waiting(now, mono)
         self._replies += self.leases.serve_waiters(now, mono)
         self.jobs.expire_results(now, mono)
+        if not self.safe_mode.on:  # the items' states are known: skip the ticks missed
+            self.schedules.skip_missed(now)
         self._replies += self.jobs.serve_waiters(now, mono)
         self.datanodes.watch(mono)
         self.capabilities.tick(now)

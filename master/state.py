@@ -22,13 +22,15 @@ from master import admission, checkpoint_schema as schema
 from master.expiries import Expiries
 from master.item import DELAYED, LEASED, READY, Item, QueueState
 from master.job_book import DEPENDENCY_DEAD, HELD_UNTIL, JobBook
+from master.schedules import Schedule, ScheduleBook
 from master.queues import QueueConfig
 from master.ready import ReadyLine
-from master.records import (AckItems, AddReplicas, BuryItems, CancelItems, ClusterCreated,
-                            CommitItems, ConfigureQueue, DeleteItems, DeleteQueue, DropReplicas,
-                            EpochBegun, ExpireUniques, ForgetNode, ForgetResults, LeaseItems,
-                            NodeKeyBound, NodeSeen, ProgressItems, RebuildItems, RedriveItems,
-                            ReleaseItems, Reserve, StandbySynced, WakeItems)
+from master.records import (AckItems, AddReplicas, AddSchedule, BuryItems, CancelItems,
+                            ClusterCreated, CommitItems, ConfigureQueue, DeleteItems, DeleteQueue,
+                            DropReplicas, DropSchedule, EpochBegun, ExpireUniques, ForgetNode,
+                            ForgetResults, LeaseItems, NodeKeyBound, NodeSeen, ProgressItems,
+                            RearmItems, RebuildItems, RedriveItems, ReleaseItems, Reserve,
+                            StandbySynced, WakeItems)
 from master.uniques import Uniques
 
 RECENT_LEASES = 4096  # lease calls remembered for retries
@@ -62,6 +64,7 @@ class State:
         self.recent_acks: OrderedDict[int, int] = OrderedDict()  # id -> lease it was acked under
         self.uniques = Uniques()  # unique keys taken (master/uniques.py)
         self.jobs = JobBook()  # results, cancellations, progress (master/job_book.py)
+        self.schedules = ScheduleBook()  # re-armed items (master/schedules.py)
         self._replica_sets: dict[tuple[str, ...], tuple[str, ...]] = {}
 
     # -- applying records -------------------------------------------------------------------
@@ -334,6 +337,48 @@ class State:
             if item is not None:
                 self.forget(item)
 
+    def _apply_add_schedule(self, rec: AddSchedule) -> None:
+        item = self.items.get(rec.item)
+        if item is None or item.status == LEASED:
+            return  # the handler checked it: a replay meets the same
+        replaced = self.schedules.add(Schedule(rec.name, rec.queue, rec.item, rec.cron,
+                                               rec.every_s, rec.timezone, rec.catch_up,
+                                               rec.next_at))
+        if replaced is not None and replaced in self.items \
+                and self.items[replaced].status != LEASED:
+            self.forget(self.items[replaced])  # (a running one finishes as a plain job)
+        q = self.queues[item.queue]
+        self._leave(q, item)
+        self._place(q, item, rec.next_at)
+
+    def _apply_drop_schedule(self, rec: DropSchedule) -> None:
+        item_id = self.schedules.drop(rec.name)
+        item = self.items.get(item_id) if item_id is not None else None
+        if item is not None and item.status != LEASED:
+            self.forget(item)
+
+    def _apply_rearm(self, rec: RearmItems) -> None:
+        """Schedules' items wait for their next ticks, with no attempts counted."""
+        for item_id, not_before in zip(rec.ids, rec.not_befores):
+            s = self.schedules.of_item(item_id)
+            item = self.items.get(item_id)
+            if s is None or item is None:
+                continue
+            held = self.held.get(item_id)
+            if held is not None:  # a retried ack of this run is answered done
+                self.recent_acks[item_id] = held[0]
+            q = self.queues[item.queue]
+            self._leave(q, item)
+            if rec.error:
+                self.errors[item_id] = rec.error
+            elif rec.ran:
+                self.errors.pop(item_id, None)
+            self.jobs.drop(item_id)  # the next run starts afresh
+            self.lapsed.pop(item_id, None)
+            self._place(q, item, not_before, attempts=0)
+            s.next_at = not_before
+            s.runs += rec.ran
+
     def _apply_wake(self, rec: WakeItems) -> None:
         for item_id in rec.ids:
             item = self.items.get(item_id)
@@ -426,7 +471,8 @@ class State:
         RedriveItems: _apply_redrive, ConfigureQueue: _apply_configure, WakeItems: _apply_wake,
         ExpireUniques: _apply_expire_uniques,
         CancelItems: _apply_cancel, ProgressItems: _apply_progress,
-        ForgetResults: _apply_forget_results,
+        ForgetResults: _apply_forget_results, AddSchedule: _apply_add_schedule,
+        DropSchedule: _apply_drop_schedule, RearmItems: _apply_rearm,
         NodeSeen: _apply_node_seen, AddReplicas: _apply_add_replicas,
         NodeKeyBound: _apply_node_key_bound,
         DropReplicas: _apply_drop_replicas,
@@ -520,6 +566,8 @@ class State:
             jobs.unlink(item.id)
         if jobs.waiting:
             jobs.unwait(item.id)
+        if self.schedules.by_item and item.id in self.schedules.by_item:
+            self.schedules.drop(self.schedules.by_item[item.id])  # its item deleted: it ends
         if jobs.dependents and item.id in jobs.dependents:  # gone unfinished: cancelled, deleted
             self._dependency_failed(item.id)
 
@@ -577,6 +625,7 @@ class State:
                "queues": [{"name": q.name, **asdict(q.config)} for q in self.queues.values()],
                "recent_acks": list(self.recent_acks.items()), "items": len(self.items),
                "uniques": self.uniques.export(), "jobs": self.jobs.export(),
+               "schedules": self.schedules.export(),
                "item_fields": list(schema.ITEM_FIELDS)}
         for item in self.items.values():
             yield self._row(item)
@@ -605,6 +654,7 @@ class State:
         s.recent_commits = OrderedDict.fromkeys(head["recent_commits"])
         s.uniques = Uniques.restore(head.get("uniques", ()))  # none before unique keys
         s.jobs = JobBook.restore(head.get("jobs"))  # none before jobs had results
+        s.schedules = ScheduleBook.restore(head.get("schedules"))  # none before schedules
         names = QueueConfig.option_names()
         for settings in head["queues"]:
             s.queue(settings["name"]).config = QueueConfig(
@@ -655,7 +705,7 @@ class State:
                 sorted(self.node_addrs.items()), sorted(self.node_keys.items()),
                 list(self.recent_leases.items()), list(self.recent_commits),
                 list(self.recent_acks.items()), sorted(self.uniques.export()),
-                self.jobs.snapshot(),
+                self.jobs.snapshot(), sorted(self.schedules.export()),
                 sorted(self._row(i) for i in self.items.values()),
                 sorted((q.name, q.config, q.n_ready, q.n_delayed, q.n_leased, sorted(q.active),
                         sorted((k, sorted(v)) for k, v in q.keyed.items()))

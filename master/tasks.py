@@ -32,6 +32,7 @@ class Tasks:
         self.state = state
         self.log = log_record
         self.counts = counts
+        self.schedules: Any = None  # master/schedules.py: a schedule's item is re-armed
 
     def lookup(self, msg: p.Lookup, now: float, *_: Any) -> p.ItemStates:
         checks.batch(len(msg.ids), "ids")
@@ -75,6 +76,9 @@ class Tasks:
         held, lost = [], []
         for item_id, lease in dict(zip(msg.ids, msg.leases)).items():
             (held if self.state.lease_of(item_id) == lease else lost).append(item_id)
+        if held and self.schedules is not None:  # a schedule's run given up: its next tick
+            again, held = self.schedules.split(held)
+            self.schedules.rearm(again, now, msg.error[:MAX_ERROR] or "buried")
         if held:
             items, origins, error = self.state.items, self.state.origins, msg.error[:MAX_ERROR]
             self.counts.add_each("nacked", [items[i].queue for i in held])

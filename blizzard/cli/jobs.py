@@ -1,14 +1,17 @@
-"""``blizzard job`` and ``blizzard cancel``: a job by id, as ``JobHandle`` shows it."""
+"""``blizzard job``, ``blizzard cancel`` (a job by id, as ``JobHandle`` shows it) and
+``blizzard schedule add|list|remove``."""
 
 from __future__ import annotations
 
 import base64
+import dataclasses
+import datetime
 import json
 from typing import Any
 
 import click
 
-from blizzard.cli.common import Seconds, keys_opt, master_opt, timeout_opt
+from blizzard.cli.common import EXIT_ERROR, Seconds, keys_opt, master_opt, timeout_opt
 from blizzard.cli.output import echo_json, json_opt
 from blizzard.client.jobs import MAX_WAIT_S, JobStatus
 from blizzard.wire.errors import ProtocolError
@@ -107,3 +110,113 @@ def _row(s: JobStatus) -> dict[str, Any]:
             "runs": s.runs, "error": s.error, "cancel_requested": s.cancel_requested,
             "progress": s.progress, "note": s.note, "result": value if ok else None,
             "result_b64": base64.b64encode(s.result).decode() if s.result is not None else None}
+
+
+# -- schedules ---------------------------------------------------------------------------------
+
+@click.group()
+def schedule() -> None:
+    """Schedules: a job enqueued at each tick of a cron expression, or every N seconds, once
+    per tick (also across master restarts and failover), never overlapping its last run.
+
+    A @task(cron=...) or @task(every_s=...) is declared by `blizzard worker`; these commands
+    are for jobs defined elsewhere, and to see and end schedules."""
+
+
+@schedule.command("add")
+@click.argument("name")
+@click.option("--queue", required=True, help="The queue each tick's job goes to.")
+@click.option("--cron", default="", help="When: minute hour day-of-month month day-of-week "
+              "(or six fields, a second first), e.g. '*/5 * * * *'.")
+@click.option("--every-s", default=0.0, type=Seconds(0, 366 * 86400.0),
+              help="Or: every this many seconds (at least 1).")
+@click.option("--timezone", default="UTC", show_default=True,
+              help="The cron expression's timezone (an IANA name).")
+@click.option("--catch-up/--no-catch-up", default=True, show_default=True,
+              help="A tick missed while no master ran runs once when one is back (or is "
+                   "skipped).")
+@click.option("--task", "task_name", default=None,
+              help="The job is a call of this @task (run by `blizzard worker`), with "
+                   "--args and --kwargs; without it, the job's payload is --data.")
+@click.option("--args", "args_json", default="[]", help="The task's arguments, a JSON list.")
+@click.option("--kwargs", "kwargs_json", default="{}",
+              help="The task's keyword arguments, a JSON object.")
+@click.option("--data", default=None, help="The job's payload (text), for a plain consumer.")
+@master_opt
+@keys_opt
+@timeout_opt
+def schedule_add(name: str, queue: str, cron: str, every_s: float, timezone: str,
+                 catch_up: bool, task_name: str | None, args_json: str, kwargs_json: str,
+                 data: str | None, master: str, timeout_s: float) -> None:
+    """Make schedule NAME (or replace it; the same schedule again changes nothing)."""
+    from blizzard.client.core import Client
+    from blizzard.worker.task import encode_call
+
+    if (task_name is None) == (data is None):
+        raise click.UsageError("give --task (a @task's call) or --data (a payload), one")
+    if task_name is not None:
+        try:
+            args, kwargs = json.loads(args_json), json.loads(kwargs_json)
+        except ValueError as exc:
+            raise click.UsageError(f"--args and --kwargs are JSON: {exc}") from None
+        if not isinstance(args, list) or not isinstance(kwargs, dict):
+            raise click.UsageError("--args is a JSON list and --kwargs a JSON object")
+        payload = encode_call(task_name, args, kwargs)
+    else:
+        assert data is not None
+        payload = data.encode()
+    with Client(master, timeout_s=timeout_s) as c:
+        made = c.schedule(name, queue, payload, cron=cron, every_s=every_s, timezone=timezone,
+                          catch_up=catch_up)
+    click.echo(f"schedule {made.name}: job {made.job} on {made.queue}, next tick "
+               f"{_when(made.next_at)}")
+
+
+@schedule.command("list")
+@master_opt
+@keys_opt
+@timeout_opt
+@json_opt
+def schedule_list(master: str, timeout_s: float, as_json: bool) -> None:
+    """The schedules, with their next ticks and runs. --json: {"schedules": [{"name",
+    "queue", "job", "cron", "every_s", "timezone", "catch_up", "next_at", "runs", "state",
+    "error"}]}."""
+    from blizzard.client.core import Client
+
+    with Client(master, timeout_s=timeout_s) as c:
+        found = c.schedules()
+    if as_json:
+        echo_json({"schedules": [dataclasses.asdict(s) for s in found]})
+        return
+    if not found:
+        click.echo("no schedules")
+    for s in found:
+        when = s.cron + (f" ({s.timezone})" if s.timezone != "UTC" else "") if s.cron \
+            else f"every {s.every_s:g} s"
+        click.echo(f"{s.name}: {when} on {s.queue}, job {s.job}, {s.runs} runs, {s.state}, "
+                   f"next tick {_when(s.next_at)}")
+        if s.error:
+            click.echo(f"  last error: {s.error}")
+
+
+@schedule.command("remove")
+@click.argument("name")
+@master_opt
+@keys_opt
+@timeout_opt
+def schedule_remove(name: str, master: str, timeout_s: float) -> None:
+    """End schedule NAME (needs the admin key with security on); a run going on finishes."""
+    from blizzard.client.core import Client
+    from blizzard.net.keys import resolve
+
+    admin = resolve(None, "admin") is not None
+    with Client(master, timeout_s=timeout_s, admin=admin) as c:
+        if not c.remove_schedule(name):
+            click.echo(f"no schedule {name}", err=True)
+            raise SystemExit(EXIT_ERROR)
+    click.echo(f"schedule {name} removed")
+
+
+def _when(at: float) -> str:
+    return datetime.datetime.fromtimestamp(at, datetime.timezone.utc).isoformat(
+        sep=" ", timespec="seconds")

@@ -309,6 +309,7 @@ cli.add_command(cli_dispatch.task)
 cli.add_command(worker_command)
 cli.add_command(cli_jobs.job)
 cli.add_command(cli_jobs.cancel)
+cli.add_command(cli_jobs.schedule)
 cli.add_command(cli_gateways.beanstalkd)
 cli.add_command(cli_gateways.sqs)
 

@@ -14,6 +14,7 @@ from typing import Any, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 from blizzard.client.consumer import Consumer
 from blizzard.client.core import Client
 from blizzard.client.jobs import JobStatus
+from blizzard.client.schedules import ScheduleStatus
 from blizzard.client.message import LeasedItem, Message
 from blizzard.client.pipeline import Staged
 from blizzard.client.sharded.client import ShardedClient, split_shards
@@ -142,6 +143,14 @@ class BlizzardClient(Protocol):
 
     def store_results(self, queue: str, jobs: Sequence[int], blobs: Sequence[bytes], *,
                       kind: int = 0, ttl_s: float = 86400.0) -> list[int]: ...
+
+    def schedule(self, name: str, queue: str, payload: bytes, *, cron: str = "",
+                 every_s: float = 0.0, timezone: str = "UTC",
+                 catch_up: bool = True) -> ScheduleStatus: ...
+
+    def schedules(self, names: Sequence[str] = ()) -> list[ScheduleStatus]: ...
+
+    def remove_schedule(self, name: str) -> bool: ...
 
     # -- queues and the cluster --------------------------------------------------------------
 

@@ -23,6 +23,8 @@ from blizzard.client.datanodes import DatanodePool, Reads
 from blizzard.client.enqueue_options import EnqueueOptions
 from blizzard.client.http_task import HttpTask, enqueue_task
 from blizzard.client.jobs import JobStatus, cancel_jobs, job_statuses, store_results
+from blizzard.client.schedules import (ScheduleStatus, list_schedules, remove_schedule,
+                                       set_schedule)
 from blizzard.client.leases import Leases
 from blizzard.net.master_hints import DEFAULT, GIVEN
 from blizzard.client.master_link import MasterLink
@@ -287,7 +289,7 @@ class Client:
     def _messages(self, queue: str, items: list[LeasedItem],
                   payloads: dict[int, bytes]) -> list[Message]:
         return [Message(i.id, payloads[i.id], queue, i.attempts, i.priority, i.enqueued_at,
-                        i.lease, self.leases, i.key, i.error, i.lease_s, i.state)
+                        i.lease, self.leases, i.key, i.error, i.lease_s, i.state, i.tick)
                 for i in items if i.id in payloads]
 
     def consume(self, queue: str, n: int = 100, *, lease_s: float | None = None,
@@ -355,6 +357,29 @@ class Client:
         """Store ``blobs`` as the results of ``jobs`` of ``queue`` for ``ttl_s`` (what
         ``blizzard worker`` does before it acks a job); the result items' ids."""
         return store_results(self, queue, jobs, blobs, kind, ttl_s)
+
+    # -- schedules (blizzard/client/schedules.py) --------------------------------------------
+
+    def schedule(self, name: str, queue: str, payload: bytes, *, cron: str = "",
+                 every_s: float = 0.0, timezone: str = "UTC",
+                 catch_up: bool = True) -> ScheduleStatus:
+        """Make schedule ``name``: ``payload`` is enqueued to ``queue`` at each tick of
+        ``cron`` (5 fields, or 6 with seconds first; in ``timezone``) or every ``every_s``
+        seconds, each tick once (also across master restarts and failover), never
+        overlapping its previous run. ``catch_up``: a tick missed while no master ran runs
+        once when one is back (else it is skipped). The same schedule declared again is
+        kept as it is; another spec or payload replaces it."""
+        return set_schedule(self, name, queue, payload, cron=cron, every_s=every_s,
+                            timezone=timezone, catch_up=catch_up)
+
+    def schedules(self, names: Sequence[str] = ()) -> list[ScheduleStatus]:
+        """The schedules named (none: all)."""
+        return list_schedules(self, list(names))
+
+    def remove_schedule(self, name: str) -> bool:
+        """End schedule ``name`` (an admin's); False if there was none. A run going on
+        finishes."""
+        return remove_schedule(self, name)
 
     # -- queues and the cluster --------------------------------------------------------------
 

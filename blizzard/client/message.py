@@ -33,16 +33,18 @@ class LeasedItem:
     error: str = ""  # the last nack's error text ("": none), e.g. why a dead item died
     lease_s: float = 0.0  # the item's own lease length, given at its enqueue (0: none)
     state: bytes = b""  # the progress state an earlier attempt saved (b"": none)
+    tick: float = 0.0  # a schedule's item: the tick it runs for (unix time; 0: none)
 
 
 def leased_items(leased: p.Leased) -> list[LeasedItem]:
     """The items of a ``Leased`` reply (to a lease or a peek), one object each."""
     own = leased.ttrs or [0.0] * len(leased.ids)
     saved = leased.states or [b""] * len(leased.ids)
+    ticks = leased.ticks or [0.0] * len(leased.ids)
     return [LeasedItem(leased.ids[i], leased.leases[i], leased.sizes[i], leased.crcs[i],
                        leased.attempts[i], leased.priorities[i], leased.enqueued_at[i],
                        leased.replica_sets[leased.replica_set[i]].nodes, leased.keys[i],
-                       leased.grant, leased.errors[i], own[i], saved[i])
+                       leased.grant, leased.errors[i], own[i], saved[i], ticks[i])
             for i in range(len(leased.ids))]
 
 
@@ -75,6 +77,7 @@ class Message:
     error: str = ""  # the last nack's error text ("": none), e.g. why a dead item died
     lease_s: float = 0.0  # the item's own lease length, given at its enqueue (0: none)
     state: bytes = b""  # the progress state an earlier attempt saved (b"": none)
+    tick: float = 0.0  # a schedule's item: the tick it runs for (unix time; 0: none)
 
     def ack(self, wait: bool = False) -> None:
         """The item is done: the master drops it and its blobs.

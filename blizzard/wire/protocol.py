@@ -252,6 +252,8 @@ class Leased:
     # each item's last progress state (``Extend.states``) saved by an earlier attempt ([]:
     # none has one): a retry resumes from it
     states: list[bytes] = field(default_factory=list)
+    # a schedule's item: the tick (unix time) it was armed for ([]: none is one)
+    ticks: list[float] = field(default_factory=list)
 
 
 @message(17)
@@ -556,6 +558,67 @@ class JobStates:
     notes: list[str]
     results: Leased
     result_of: list[Id]
+
+
+@message(67)
+class SetSchedule:
+    """Make (or replace) schedule ``name``: ``item``, an item of ``queue`` staged for this
+    (``Client.stage``: its call, stored on ``stored_on``, which ``grants`` prove the caller
+    staged), runs at each tick of ``cron`` (in ``timezone``) or every ``every_s`` seconds;
+    ``catch_up``: a tick missed while no master ran runs once when one is back (else it is
+    skipped). A schedule of that name that is the same already (spec and call) is kept and
+    ``item`` is not committed: several workers declaring one schedule make one. Reply
+    ``ScheduleList``."""
+
+    name: str
+    queue: str
+    item: Id
+    cron: str
+    every_s: float
+    timezone: str
+    catch_up: bool
+    stored_on: list[str]
+    grants: list[PutGrant]
+
+
+@message(68)
+class ListSchedules:
+    """The schedules named (none: all). Reply ``ScheduleList``."""
+
+    names: list[str] = field(default_factory=list)
+
+
+@message(69)
+class RemoveSchedule:
+    """End schedule ``name``. Reply ``ScheduleList``: it, as it was (none: no such)."""
+
+    name: str
+
+
+@message(85)
+class ScheduleInfo:
+    """One schedule: its spec, its item (the job id each run has), the next tick (unix
+    time), its runs since it was made, its item's size and checksum (the call's), and the
+    item's state and last error."""
+
+    name: str
+    queue: str
+    item: Id
+    cron: str
+    every_s: float
+    timezone: str
+    catch_up: bool
+    next_at: float
+    runs: int
+    size: int
+    crc: int
+    state: str
+    error: str
+
+
+@message(86)
+class ScheduleList:
+    schedules: list[ScheduleInfo]
 
 
 @message(66)

@@ -120,6 +120,11 @@ def last_state() -> Any:
         return None
 
 
+def current_tick() -> float | None:
+    """The tick (unix time) a scheduled job runs for, or None for a job of no schedule."""
+    return _current().msg.tick or None
+
+
 def current_job() -> Message:
     """The running job's message (its ``id``, ``queue``, ``attempts``, ...)."""
     return _current().msg

@@ -49,7 +49,7 @@ from blizzard.wire.queue_settings import DEAD_SUFFIX
 from blizzard.worker.context import JobContext
 from blizzard.worker.results import encode_result
 from blizzard.worker.runner import Outcome, Runner
-from blizzard.worker.task import Task, ensure_queue, settings_of
+from blizzard.worker.task import Task, declare_schedule, ensure_queue, settings_of
 
 log = logging.getLogger(__name__)
 slots_full = Throttled(log)  # one line per 10 s while the slots stay full
@@ -171,6 +171,11 @@ class Worker:
             self.max_attempts[queue] = current["max_attempts"]
             self.dead_letter[queue] = current.get("dead_letter") or queue + DEAD_SUFFIX
             self.result_ttl_s[queue] = current.get("result_ttl_s", 86400.0)  # older masters
+        for t in self.tasks.values():  # every worker declares them: the master keeps one each
+            if t.schedule is not None and t.queue in self.config.queues:
+                declare_schedule(self.client, t)
+                log.info("schedule %s: %s on %s", t.name, t.schedule.cron or
+                         f"every {t.schedule.every_s:g} s", t.queue)
 
     def _finished(self) -> bool:
         if self.held:

@@ -43,6 +43,7 @@ from typing import Any, Callable, Iterable, Mapping
 from blizzard.client.api import BlizzardClient
 from blizzard.client.core import Client
 from blizzard.client.enqueue_options import EnqueueOptions
+from blizzard.client.schedules import check_spec
 from blizzard.net.defaults import DEFAULT_MASTER
 from blizzard.wire.codec import brief, dumps, loads
 from blizzard.wire.errors import InvalidArgument, ProtocolError, QueueExists
@@ -103,6 +104,14 @@ def format_call(data: bytes) -> str | None:
 
 
 # -- the queue's settings ----------------------------------------------------------------------
+
+def declare_schedule(client: BlizzardClient, t: "Task") -> None:
+    """Make ``t``'s schedule on the cluster (kept as it is if the same; one per task name)."""
+    assert t.schedule is not None
+    s = t.schedule
+    client.schedule(t.name, t.queue, encode_call(t.name, [], {}), cron=s.cron, every_s=s.every_s,
+                    timezone=s.timezone, catch_up=s.catch_up)
+
 
 def ensure_queue(client: BlizzardClient, queue: str, settings: Mapping[str, Any]) -> None:
     """Create ``queue`` with ``settings`` unless it exists; warn if it exists with others."""
@@ -263,7 +272,8 @@ class Task:
 
     def __init__(self, fn: Callable[..., Any], queue: str, name: str,
                  settings: Mapping[str, Any], unique_for_s: float | None = None,
-                 result_ttl_s: float | None = None) -> None:
+                 result_ttl_s: float | None = None,
+                 schedule: ScheduleSpec | None = None) -> None:
         self.fn = fn
         self.queue = check_queue_name(queue)
         self.name = name
@@ -274,6 +284,9 @@ class Task:
         if result_ttl_s is not None:
             BY_NAME["result_ttl_s"].check(result_ttl_s)  # the queue setting's bounds
         self.result_ttl_s = result_ttl_s  # None: its queue's
+        if schedule is not None:
+            check_spec(schedule.cron, schedule.every_s, schedule.timezone)
+        self.schedule = schedule  # None: it runs when enqueued only
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -320,8 +333,19 @@ class Task:
         return Sender(self).enqueue_many(calls)
 
 
+@dataclass(frozen=True)
+class ScheduleSpec:
+    """When a scheduled task runs (``@task(cron=...)`` or ``every_s=...``)."""
+
+    cron: str = ""
+    every_s: float = 0.0
+    timezone: str = "UTC"
+    catch_up: bool = True
+
+
 def task(queue: str, *, name: str | None = None, unique_for_s: float | None = None,
-         result_ttl_s: float | None = None,
+         result_ttl_s: float | None = None, cron: str = "", every_s: float = 0.0,
+         timezone: str = "UTC", catch_up: bool = True,
          **settings: Any) -> Callable[[Callable[..., Any]], Task]:
     """Decorator: make a function a ``Task`` on ``queue``.
 
@@ -329,12 +353,19 @@ def task(queue: str, *, name: str | None = None, unique_for_s: float | None = No
     ``unique_for_s``: a call of the same arguments within that many seconds, while the first
     is queued or running, is not queued again (``Task.with_options``); ``result_ttl_s``: how
     long its return value is kept for ``handle.result()`` (None: its queue's ``result_ttl_s``,
-    a day by default; 0: none kept); other keywords are the queue's settings when this
-    creates it (``max_attempts=5``, ``backoff_base_s=2``, ...; see
+    a day by default; 0: none kept); ``cron`` (5 fields, or 6 with seconds first) or
+    ``every_s``: a ``blizzard worker`` serving the queue declares the schedule, and the task
+    runs, without arguments, at each tick (in ``timezone``; ``catch_up``: a tick missed while
+    no master ran runs once when one is back); other keywords are the queue's settings when
+    this creates it (``max_attempts=5``, ``backoff_base_s=2``, ...; see
     ``blizzard.wire.queue_settings``).
     """
+    schedule = ScheduleSpec(cron, float(every_s), timezone, catch_up) \
+        if cron or every_s else None
+
     def wrap(fn: Callable[..., Any]) -> Task:
-        return Task(fn, queue, name or fn.__name__, settings, unique_for_s, result_ttl_s)
+        return Task(fn, queue, name or fn.__name__, settings, unique_for_s, result_ttl_s,
+                    schedule)
     return wrap
 
 

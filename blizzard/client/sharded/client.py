@@ -27,6 +27,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from blizzard.client.consumer import Consumer
 from blizzard.client.jobs import JobStatus
+from blizzard.client.schedules import ScheduleStatus
 from blizzard.client.message import LeasedItem, Message, leased_items
 from blizzard.client.pipeline import Staged
 from blizzard.client.sharded.acks import ConsumerAcks
@@ -392,6 +393,23 @@ class ShardedClient:
                                                [blobs[n] for n in at], kind=kind, ttl_s=ttl_s)
             made.update(zip(at, ids))
         return [made[n] for n in range(len(jobs))]
+
+    # -- schedules: each on the shard of its name --------------------------------------------
+
+    def schedule(self, name: str, queue: str, payload: bytes, *, cron: str = "",
+                 every_s: float = 0.0, timezone: str = "UTC",
+                 catch_up: bool = True) -> ScheduleStatus:
+        status: ScheduleStatus = self._shard(self.shard_for(name)).schedule(
+            name, queue, payload, cron=cron, every_s=every_s, timezone=timezone,
+            catch_up=catch_up)
+        return status
+
+    def schedules(self, names: Sequence[str] = ()) -> list[ScheduleStatus]:
+        found = [s for k in range(len(self.shards)) for s in self._shard(k).schedules(names)]
+        return sorted(found, key=lambda s: s.name)
+
+    def remove_schedule(self, name: str) -> bool:
+        return any([self._shard(k).remove_schedule(name) for k in range(len(self.shards))])
 
     def _ids_by_shard(self, ids: Sequence[int]) -> dict[int, list[int]]:
         groups: dict[int, list[int]] = {}
