@@ -393,6 +393,7 @@ class MasterServer:
         if self.departures is not None:  # after the batch came, before it is handled: see there
             self.leases.drop_departed(self.departures.read())
         now, mono = time.time(), time.monotonic()
+        self.schedules.skip_missed(now)  # once, before any lease: ticks missed while down
         callers = self._handle_all(requests, now, mono)
         self._tick(now, mono)
         if requests and self.wal.dirty:
@@ -497,8 +498,6 @@ class MasterServer:
         self._replies += self.enqueues.serve_waiting(now, mono)
         self._replies += self.leases.serve_waiters(now, mono)
         self.jobs.expire_results(now, mono)
-        if not self.safe_mode.on:  # the items' states are known: skip the ticks missed
-            self.schedules.skip_missed(now)
         self._replies += self.jobs.serve_waiters(now, mono)
         self.datanodes.watch(mono)
         self.capabilities.tick(now)
