@@ -79,17 +79,24 @@ def decode_result(blob: bytes) -> Result:
     return Result(*fields[1:5])
 
 
-class JobHandle:
-    """A job that was enqueued: ``id`` (its item id; a handle equals its id), ``status()``,
-    ``result()``, ``cancel()``. ``client``: a function giving the client to ask (the one that
-    enqueued, or the thread's default)."""
+class JobHandle(int):
+    """A job that was enqueued: its item id (a handle is that int, as ``enqueue`` returned
+    before handles: ``handle.id`` says so), ``status()``, ``result()``, ``cancel()``.
+    ``client``: a function giving the client to ask (the one that enqueued, or the thread's
+    default)."""
 
-    __slots__ = ("id", "queue", "_client")
+    queue: str
+    _client: Callable[[], Any]
 
-    def __init__(self, item_id: int, queue: str, client: Callable[[], Any]) -> None:
-        self.id = item_id
-        self.queue = queue
-        self._client = client
+    def __new__(cls, item_id: int, queue: str, client: Callable[[], Any]) -> "JobHandle":
+        handle = super().__new__(cls, item_id)
+        handle.queue = queue
+        handle._client = client
+        return handle
+
+    @property
+    def id(self) -> int:
+        return int(self)
 
     def info(self, *, read: bool = False) -> JobStatus:
         """Everything the master says of the job (``read``: its result's payload too)."""
@@ -125,20 +132,11 @@ class JobHandle:
         """Cancel the job (see ``Client.cancel``); False if it had ended already."""
         return bool(self._client().cancel([self.id]))
 
-    def __int__(self) -> int:
-        return self.id
+    def __reduce__(self) -> Any:  # pickled (to another process): the id, a plain int
+        return (int, (int(self),))
 
-    __index__ = __int__
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, JobHandle):
-            return self.id == other.id
-        if isinstance(other, int) and not isinstance(other, bool):
-            return self.id == other
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(self.id)
+    def __str__(self) -> str:
+        return str(int(self))
 
     def __repr__(self) -> str:
         return f"<job {self.id} of {self.queue}>"
