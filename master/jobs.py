@@ -87,6 +87,12 @@ class JobDesk:
             return None
         return self.describe(ids, now)
 
+    def in_progress(self, msg: p.InProgress, now: float, *_: Any) -> p.JobStates:
+        checks.batch(msg.limit, "jobs")
+        state = self.state
+        ids = [job for job in state.jobs.progress if job in state.held][:msg.limit]
+        return self.describe(ids, now)
+
     def status(self, job: int, now: float) -> str:
         state = self.state
         item = state.items.get(job)

@@ -102,6 +102,7 @@ ROUTES = Routes([
     Route(p.Head,         "heads.head",            USERS),
     # jobs: status, results, cancel (master/jobs.py)
     Route(p.Jobs,         "jobs.jobs",             USERS),
+    Route(p.InProgress,   "jobs.in_progress",      USERS),
     Route(p.Cancel,       "jobs.cancel",           USERS,     (R.CancelItems,)),
     # schedules (master/schedules.py): a worker declares them; an admin removes them
     Route(p.SetSchedule,  "set_schedule",          USERS,     (R.CommitItems, R.AddSchedule)),

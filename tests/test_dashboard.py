@@ -15,8 +15,9 @@ from support.wait import wait_for
 
 import blizzard.dashboard.sampler
 from blizzard import Client, InvalidArgument
-from blizzard.dashboard.sampler import (MAX_POINTS, MAX_QUEUES_SHOWN, MAX_SAMPLES, History, Sampler,
-                                        StateCache, increase, state_doc, take_sample)
+from blizzard.dashboard.sampler import (MAX_POINTS, MAX_QUEUES_SHOWN, MAX_SAMPLES, History,
+                                        JobsView, Sampler, StateCache, increase, state_doc,
+                                        take_sample)
 from blizzard.dashboard.server import host_and_port, make_server
 from blizzard.local.harness import free_port
 from blizzard.wire import protocol as p
@@ -125,6 +126,26 @@ def test_before_any_answer_the_document_has_no_cluster():
     h.add(1000.0, 0.0, None, "no answer")
     doc = state_doc(h, MASTER, now=1000.0)
     assert doc["cluster"] is None and doc["queues"] == [] and doc["answered_at"] is None
+
+
+def test_schedules_and_jobs_in_progress_are_in_the_document():
+    h = History()
+    tick = p.ScheduleInfo("nightly", "etl", 7, "30 2 * * *", 0.0, "Europe/Berlin", True,
+                          1_800_000_000.0, 3, 10, 1, "delayed", "")
+    leased = p.Leased("", [], [], [], [], [], [], [], [], [], [], [], p.GetGrant([], [], 0, 0.0,
+                                                                                  b""), [])
+    running = p.JobStates([9], ["running"], ["etl"], [1], [0], [""], [True], [0.25],
+                          ["row 250"], leased, [])
+    h.add(1000.0, 0.0, status(queue("etl")), jobs=JobsView([tick], running))
+    doc = state_doc(h, MASTER, now=1000.0)
+    assert doc["schedules"] == [{"name": "nightly", "queue": "etl", "job": 7,
+                                 "when": "30 2 * * *", "timezone": "Europe/Berlin",
+                                 "next_at": 1_800_000_000.0, "runs": 3, "state": "delayed",
+                                 "error": ""}]
+    assert doc["progress"] == [{"id": 9, "queue": "etl", "progress": 0.25, "note": "row 250",
+                                "attempts": 1, "cancel_requested": True}]
+    h.add(1002.0, 2.0, status(queue("etl")))  # an older master tells neither
+    assert state_doc(h, MASTER, now=1002.0)["schedules"] == []
 
 
 def test_queues_past_the_limit_are_counted_not_shown():

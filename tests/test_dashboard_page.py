@@ -128,12 +128,20 @@ def test_the_page_shows_a_queue_and_follows_it_without_a_reload(cluster, browser
         client.create_queue("triage", dead_letter="graveyard", max_attempts=1)
         client.enqueue("triage", b"z")
         client.dequeue("triage").nack(delay_s=0, error="ValueError")
+        client.schedule("nightly", "reports", b"report", every_s=3600)
+        client.enqueue("crunch", b"job")
+        running = client.dequeue("crunch", lease_s=300)
+        client.extend_many([running], lease_s=300, progress={running.id: (0.4, "step 2 of 5", b"")})
         proc = start_dashboard(cluster.master_addr, free_port(), dict(os.environ), tmp_path)
         try:
             # When the page loads, it shows the queue with its depth
             browser.get(f"http://127.0.0.1:{proc.args[proc.args.index('--port') + 1]}/")
             WebDriverWait(browser, 20, poll_frequency=0.1).until(lambda d: ready_cell(d) == "5")
             browser.execute_script("window.notReloaded = true")
+            scheduled = text(browser, 'tr[data-schedule="nightly"]')
+            assert "every 3600 s" in scheduled and "reports" in scheduled
+            job = text(browser, f'tr[data-job="{running.id}"]')
+            assert "40%" in job and "step 2 of 5" in job
             hint = text(browser, 'tr[data-dead="triage"] td.hint')
             assert hint.startswith("blizzard queue peek graveyard --n 10; ")  # its own setting
             # and after more items arrive, it shows the new depth by itself

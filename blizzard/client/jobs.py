@@ -88,6 +88,12 @@ def _statuses(client: Any, reply: p.JobStates, read: bool) -> list[JobStatus]:
             for k, job in enumerate(reply.ids)]
 
 
+def jobs_in_progress(client: Any, limit: int = 50) -> list[JobStatus]:
+    """The running jobs that reported progress (up to ``limit``), without their results."""
+    reply: p.JobStates = client.master.call(p.InProgress(limit))
+    return _statuses(client, reply, read=False)
+
+
 def cancel_jobs(client: Any, ids: Iterable[int]) -> list[int]:
     """``Client.cancel``: the ids it cancelled (or asked to stop, if running)."""
     ids = as_ids(list(dict.fromkeys(ids)))

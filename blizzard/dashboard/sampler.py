@@ -35,6 +35,7 @@ RATE_WINDOW_S = 60.0  # the table's rates are averaged over this long
 MAX_QUEUES_SHOWN = 50  # bounds the page and its JSON; the rest are counted, not shown
 MAX_SAMPLES = 3600  # the history's length in samples: history_s / interval_s at most
 MAX_POINTS = 160  # a chart's points: one per pixel of the page's 160-pixel-wide charts
+MAX_JOBS_SHOWN = 50  # schedules, and jobs in progress, on the page
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,15 @@ class Sample:
     # queue -> (items enqueued, items acked) since that sample
     increases: dict[str, tuple[int, int]] = field(default_factory=dict)
     queues: dict[str, p.QueueStats] = field(default_factory=dict)
+    jobs: "JobsView | None" = None  # schedules and jobs in progress (None: not asked)
+
+
+@dataclass(frozen=True)
+class JobsView:
+    """The schedules and the running jobs that reported progress, at one moment."""
+
+    schedules: list[p.ScheduleInfo]
+    running: p.JobStates | None
 
 
 def increase(before: int, after: int) -> int:
@@ -85,7 +95,7 @@ class History:
         self.added = 0  # samples added so far: a document made at this count is still current
 
     def add(self, at: float, mono: float, status: p.ClusterStatus | None,
-            error: str = "") -> Sample:
+            error: str = "", jobs: JobsView | None = None) -> Sample:
         """Record a sample (from one thread: the sampler's)."""
         queues = {q.queue: q for q in status.queues} if status is not None else {}
         since_s, increases = 0.0, {}
@@ -96,7 +106,7 @@ class History:
                 old = before.queues.get(name)
                 increases[name] = (increase(old.enqueued_total if old else 0, q.enqueued_total),
                                    increase(old.acked_total if old else 0, q.acked_total))
-        sample = Sample(at, mono, status, error, since_s, increases, queues)
+        sample = Sample(at, mono, status, error, since_s, increases, queues, jobs)
         with self._lock:
             self._samples.append(sample)
             self.added += 1
@@ -121,6 +131,19 @@ def take_sample(status: Callable[[], p.ClusterStatus]) -> tuple[p.ClusterStatus 
     except Exception as exc:  # not the master's answer: a fault of ours, logged in full
         log.exception("sampling the master failed")
         return None, f"{exc} ({type(exc).__name__})"
+
+
+def take_jobs(client: Any) -> JobsView | None:
+    """The schedules and jobs in progress, or None if the master does not tell them (an
+    older one) or did not answer: the page shows what it has."""
+    call = getattr(getattr(client, "master", None), "call", None)
+    if call is None:
+        return None
+    try:
+        schedules = call(p.ListSchedules([])).schedules[:MAX_JOBS_SHOWN]
+        return JobsView(schedules, call(p.InProgress(MAX_JOBS_SHOWN)))
+    except BlizzardError:
+        return None
 
 
 class Sampler:
@@ -148,12 +171,13 @@ class Sampler:
             while not self._stopping.is_set():
                 started = time.monotonic()
                 status, error = take_sample(client.status)
+                jobs = take_jobs(client) if status is not None else None
                 if error and error != last_error:  # once per change, not every sample
                     log.warning("the master does not answer: %s", error)
                 elif last_error and not error:
                     log.warning("the master answers again")
                 last_error = error
-                self.history.add(time.time(), time.monotonic(), status, error)
+                self.history.add(time.time(), time.monotonic(), status, error, jobs)
                 self._stopping.wait(max(0.0, self.history.interval_s -
                                         (time.monotonic() - started)))
         finally:
@@ -236,6 +260,21 @@ def _series(runs: list[list[Sample]], name: str) -> dict[str, list[Any]]:
     return out
 
 
+def _jobs_doc(view: JobsView | None) -> dict[str, Any]:
+    if view is None:
+        return {"schedules": [], "progress": []}
+    schedules = [{"name": s.name, "queue": s.queue, "job": s.item,
+                  "when": s.cron or f"every {s.every_s:g} s", "timezone": s.timezone,
+                  "next_at": s.next_at, "runs": s.runs, "state": s.state, "error": s.error}
+                 for s in view.schedules]
+    r = view.running
+    progress = [] if r is None else [
+        {"id": r.ids[k], "queue": r.queues[k], "progress": r.progress[k], "note": r.notes[k],
+         "attempts": r.attempts[k], "cancel_requested": r.cancel_requested[k]}
+        for k in range(len(r.ids))]
+    return {"schedules": schedules, "progress": progress}
+
+
 def state_doc(history: History, master: str, now: float) -> dict[str, Any]:
     """``/api/state``: the latest answered sample in full, the charts' series, and whether
     the master answers now (if not: since when, and why)."""
@@ -258,6 +297,7 @@ def state_doc(history: History, master: str, now: float) -> dict[str, Any]:
                                                       if answered and answered.status else 0),
         "history": {"t": [round(run[-1].at, 1) for run in runs],
                     "queues": {q.queue: _series(runs, q.queue) for q in shown}},
+        **_jobs_doc(answered.jobs if answered is not None else None),
     }
 
 

@@ -621,6 +621,14 @@ class ScheduleList:
     schedules: list[ScheduleInfo]
 
 
+@message(87)
+class InProgress:
+    """The running jobs that reported progress, up to ``limit`` (the status page's). Reply
+    ``JobStates``."""
+
+    limit: int
+
+
 @message(66)
 class Cancel:
     """Cancel jobs: a queued or delayed one is removed at once, a running one is told on its

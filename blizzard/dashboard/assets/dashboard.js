@@ -115,6 +115,34 @@ function drawDead(doc) {
   document.getElementById("dead-note").textContent = rows.length ? "" : "none";
 }
 
+function drawProgress(doc) {
+  const rows = doc.progress.map(j => {
+    const tr = el("tr", {"data-job": String(j.id)});
+    const pct = `${Math.round(j.progress * 100)}%`;
+    tr.append(el("td", {class: "num"}, String(j.id)), el("td", {class: "name"}, j.queue),
+              el("td", {class: "num"}, j.cancel_requested ? `${pct} (cancel requested)` : pct),
+              el("td", {}, j.note), el("td", {class: "num"}, String(j.attempts + 1)));
+    return tr;
+  });
+  document.querySelector("#progress tbody").replaceChildren(...rows);
+  document.getElementById("progress-note").textContent = rows.length ? "" :
+    "none reporting progress (blizzard.progress in a task)";
+}
+
+function drawSchedules(doc) {
+  const rows = doc.schedules.map(s => {
+    const tr = el("tr", {"data-schedule": s.name});
+    tr.append(el("td", {class: "name"}, s.name),
+              el("td", {}, s.timezone === "UTC" ? s.when : `${s.when} (${s.timezone})`),
+              el("td", {class: "name"}, s.queue), el("td", {}, clock(s.next_at)),
+              el("td", {class: "num"}, String(s.runs)), el("td", {}, s.state),
+              el("td", {}, s.error));
+    return tr;
+  });
+  document.querySelector("#schedules tbody").replaceChildren(...rows);
+  document.getElementById("schedules-note").textContent = rows.length ? "" : "none";
+}
+
 function drawNodes(doc) {
   const nodes = doc.cluster ? doc.cluster.nodes : [];
   document.querySelector("#nodes tbody").replaceChildren(...nodes.map(n => {
@@ -157,6 +185,8 @@ async function refresh() {
     drawHealth(doc);
     drawQueues(doc);
     drawDead(doc);
+    drawProgress(doc);
+    drawSchedules(doc);
     drawNodes(doc);
   } catch (err) {
     const banner = document.getElementById("banner");
