@@ -183,6 +183,15 @@ def master_outages(tl: Timeline) -> list[dict[str, Any]]:
     return out
 
 
+def _jobs(j: dict[str, Any]) -> list[str]:
+    """The jobs lane's lines (chaos/jobs.py)."""
+    twice = sum(len(t) for t in j["ticks_armed_twice"].values())
+    return ["", f"jobs     {'ok' if j['valid'] else 'FAIL'}: schedule ticks armed {j['ticks_armed']}"
+                f" (twice {twice}), run {j['ticks_run']} (unarmed "
+                f"{len(j['ticks_run_unarmed'])}); chains {j['chains']} (unfinished "
+                f"{len(j['chains_unfinished'])}, out of order {len(j['order_violations'])})"]
+
+
 def summary(report: dict[str, Any]) -> str:
     c = report["checker"]
     o = report["options"]
@@ -217,6 +226,7 @@ def summary(report: dict[str, Any]) -> str:
         f"failed but seen {c['failed_but_seen']}   unsettled {c['unsettled']}   "
         f"crashes {c['crashes']}",
         *(_liveness(report["liveness"]) if report.get("liveness") else []),
+        *(_jobs(report["jobs"]) if report.get("jobs") else []),
     ]
     if report.get("liveness_failed"):
         stalled = report["liveness_failed"]

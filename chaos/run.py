@@ -15,6 +15,7 @@ from blizzard import Client
 from blizzard.local.harness import LocalCluster
 from blizzard.local.shard_cluster import ShardedCluster
 from chaos import checker, history, report
+from chaos import jobs as jobs_lane
 from chaos.client_hosts import ClientHosts
 from chaos.history import OK, History
 from chaos.hosts import Hosts, host_names
@@ -73,10 +74,11 @@ class RunResult:
     run_dir: str
     summary: str
     stalled: list[dict[str, Any]] = field(default_factory=list)  # over ``max_stall_s``
+    jobs_valid: bool = True  # the jobs lane's verdict (chaos/jobs.py)
 
     @property
     def passed(self) -> bool:
-        return self.result.valid and not self.stalled
+        return self.result.valid and not self.stalled and self.jobs_valid
 
 
 def run(opts: RunOptions) -> RunResult:
@@ -92,7 +94,8 @@ def run(opts: RunOptions) -> RunResult:
         hosts = stack.enter_context(Hosts(list(host_names(opts.datanodes, opts.clients,
                                                           masters)))) if opts.hosts else None
         master_args = ["--pending-timeout-s", str(opts.pending_timeout_s),
-                       "--checkpoint-records", str(opts.checkpoint_records)]
+                       "--checkpoint-records", str(opts.checkpoint_records),
+                       "--keep-wal"]  # the jobs lane reads the whole WAL (chaos/jobs.py)
         cluster: Any = LocalCluster(
             os.path.join(opts.run_dir, "cluster"), datanodes=opts.datanodes,
             replication=opts.replication, heartbeat_s=opts.heartbeat_s,
@@ -107,11 +110,17 @@ def run(opts: RunOptions) -> RunResult:
         log.info("run dir %s: seed %d, %d faults planned, cluster starting", opts.run_dir,
                  opts.seed, len(schedule))
         cluster.start()
+        # schedules and dependencies under the same faults (chaos/jobs.py); one master's
+        # WAL is read after, so not with shards, nor from a host of its own
+        lane = jobs_lane.JobsLane(cluster.masters, opts.workload.timeout_s) \
+            if opts.masters == 1 and hosts is None else None
         with History(history_path) as hist:
             monitor = Monitor(cluster, hist, opts.workload.queue)
-            parts = _exercise(cluster, hist, monitor, schedule, opts, hosts)
+            parts = _exercise(cluster, hist, monitor, schedule, opts, hosts, lane)
             cluster.stop()
             monitor.check_processes(stopped=True)
+        jobs = lane.check([os.path.join(cluster.base_dir, name, "wal")
+                           for name in ("master", "standby")]) if lane is not None else None
     if parts:
         history.merge([history_path, *parts], history_path)
     monitor.write(os.path.join(opts.run_dir, "samples.jsonl"))
@@ -121,6 +130,10 @@ def run(opts: RunOptions) -> RunResult:
     meta = {"run_dir": opts.run_dir, "runtime_s": round(time.monotonic() - started, 2),
             "options": opts.describe(), "faults_planned": len(schedule)}
     figures = report.figures(result, meta, tl, max_stall_s=opts.max_stall_s)
+    if jobs is not None:
+        jobs_lane.write(opts.run_dir, jobs)
+        figures["jobs"] = jobs
+        figures["valid"] = figures["valid"] and jobs["valid"]
     try:
         report.plot(tl, monitor.samples, os.path.join(opts.run_dir, "timeline.png"),
                     f"seed {opts.seed}: {'PASS' if figures['valid'] else 'FAIL'}",
@@ -131,11 +144,13 @@ def run(opts: RunOptions) -> RunResult:
     text = report.write(opts.run_dir, figures)
     if figures["valid"] and not opts.keep_data:
         cluster.remove_data() if isinstance(cluster, ChaosShards) else _remove_data(cluster)
-    return RunResult(result, opts.run_dir, text, figures["liveness_failed"])
+    return RunResult(result, opts.run_dir, text, figures["liveness_failed"],
+                     jobs_valid=jobs is None or jobs["valid"])
 
 
 def _exercise(cluster: LocalCluster, hist: History, monitor: Monitor, schedule: list[Fault],
-              opts: RunOptions, hosts: Hosts | None) -> list[str]:
+              opts: RunOptions, hosts: Hosts | None,
+              lane: jobs_lane.JobsLane | None = None) -> list[str]:
     """The timed part: workload and faults, then heal and drain. Returns the histories the
     client hosts wrote, if any (to merge with the run's)."""
     workload: Workload | ClientHosts
@@ -150,6 +165,8 @@ def _exercise(cluster: LocalCluster, hist: History, monitor: Monitor, schedule: 
                                                 masters=("master", "standby") if opts.standby
                                                 else ("master",)))
     workload.start()
+    if lane is not None:
+        lane.start()
     monitor.start()
     nemesis.start()
     try:
@@ -157,8 +174,13 @@ def _exercise(cluster: LocalCluster, hist: History, monitor: Monitor, schedule: 
         log.info("workload time is up: stopping producers, healing the cluster")
         workload.stop_producers()
         nemesis.stop_and_heal()
+        if lane is not None:
+            lane.finish(opts.drain_timeout_s)
         _drain(cluster, hist, workload, opts)
     finally:
+        if lane is not None:
+            lane.stop_producing.set()
+            lane.stop_consuming.set()
         nemesis.stopping.set()
         workload.stop_producers()
         workload.stop_consumers()

@@ -59,6 +59,9 @@ class MasterCommand(click.Command):
 @click.option("--checkpoint-records", default=_DEFAULT["checkpoint_records"], show_default=True,
               type=click.IntRange(1), help="Write a checkpoint (in a forked child) after "
               "this many WAL records; restarts replay at most about this many.")
+@click.option("--keep-wal", is_flag=True,
+              help="Keep every WAL segment, also those a checkpoint covers (the whole history, "
+                   "for an audit or a chaos run's checks); the disk use grows without bound.")
 @click.option("--standby-of", type=ADDRESS, default=None,
               help="Run as a hot standby of the primary master at this address: follow its "
                    "WAL, answer clients with the primary's address, take over when promoted.")
@@ -106,7 +109,8 @@ class MasterCommand(click.Command):
               "however many queues there are.")
 def master_command(data_dir: str, bind: str, replication: int, min_replicas: int | None,
                    heartbeat_s: float, dead_after_s: float, suspect_after_s: float | None,
-                   pending_timeout_s: float, sync_hold_ms: float, max_item_bytes: int, checkpoint_records: int, keys: str | None,
+                   pending_timeout_s: float, sync_hold_ms: float, max_item_bytes: int,
+                   checkpoint_records: int, keep_wal: bool, keys: str | None,
                    insecure: bool, metrics_port: int | None, metrics_addr: str,
                    metrics_allow_hosts: tuple[str, ...], metrics_queues: int,
                    log_level: str, log_format: str, standby_of: str | None,
@@ -131,6 +135,7 @@ def master_command(data_dir: str, bind: str, replication: int, min_replicas: int
                           dead_after_s=dead_after_s, suspect_after_s=suspect_after_s,
                           pending_timeout_s=pending_timeout_s, sync_hold_ms=sync_hold_ms,
                           max_item_bytes=max_item_bytes, checkpoint_records=checkpoint_records,
+                          keep_wal=keep_wal,
                           keys=security(keys, insecure), metrics_port=metrics_port,
                           metrics_addr=metrics_addr, metrics_allow_hosts=metrics_allow_hosts,
                           metrics_queues=metrics_queues, standby_of=standby_of,

@@ -35,6 +35,7 @@ class MasterConfig:
     id_block: int = 100_000  # ids reserved per WAL record, so most places need no fsync
     segment_bytes: int = 64 * MiB
     checkpoint_records: int = 500_000  # WAL records between checkpoints
+    keep_wal: bool = False  # never remove WAL segments a checkpoint covers (audits, chaos)
     keys: str | None = None  # key directory (``blizzard keys generate``); None: insecure
     capability_key_s: float = 600.0  # the capability signing key is replaced this often
     metrics_port: int | None = None  # Prometheus /metrics on metrics_addr:port; None: off

@@ -211,7 +211,8 @@ class MasterServer:
         self.metrics = MasterMetrics(self)
         self.checkpoints = Checkpointer(wal, config.checkpoint_records, replayed,
                                         self.metrics.checkpointed,
-                                        lambda: self.replication.keep_from())
+                                        lambda: 0 if config.keep_wal
+                                        else self.replication.keep_from())
         # the cluster id gates heartbeats (master/cluster_id.py); operator removals
         self.identity = ClusterIdentity(self.state, self.log_record)
         self.removals = Removals(self.state, self.log_record, self.membership, self.safe_mode,

@@ -350,6 +350,9 @@ def test_a_short_chaos_run_passes_the_checker(tmp_path):
     assert checker["acknowledged"] > 1000
     assert sum(figures["faults_applied"].values()) >= 5
     assert (run_dir / "timeline.png").exists() and (run_dir / "summary.txt").exists()
+    jobs = figures["jobs"]  # a schedule and dependency chains ran under the same faults
+    assert jobs["valid"] and jobs["ticks_armed"] >= 10 and jobs["chains"] >= 10
+    assert not any(jobs["ticks_armed_twice"].values()) and not jobs["order_violations"]
 
 
 @pytest.mark.cluster
