@@ -5,23 +5,17 @@ limit, a tube's lease changed while workers are connected, stats-job's fields.""
 
 from __future__ import annotations
 
-import http.client
 import threading
 import time
-from urllib.parse import urlencode
 
 import greenstalk
 import pytest
-from botocore.auth import SigV4Auth
-from botocore.awsrequest import AWSRequest
-from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
-from support.sqs import KEYS, RunningGateway, boto, credentials_file
+from support.sqs import boto, gateway_on_new_cluster, signed
 from support.wait import wait_for
 
 from blizzard import Client
 from blizzard.gateways.beanstalkd import BeanstalkdGateway, GatewayConfig
-from blizzard.gateways.sqs import SqsConfig
 from blizzard.net import keys as k
 
 pytestmark = pytest.mark.cluster
@@ -31,12 +25,7 @@ pytestmark = pytest.mark.cluster
 
 @pytest.fixture
 def sqs_gateway(cluster_factory, tmp_path):
-    cluster = cluster_factory(datanodes=2, replication=2, heartbeat_s=0.2, dead_after_s=1.5)
-    gw = RunningGateway(SqsConfig(cluster.master_addr, "127.0.0.1", 0,
-                                  credentials=credentials_file(str(tmp_path)), admin=True))
-    gw.cluster = cluster
-    yield gw
-    gw.stop()
+    yield from gateway_on_new_cluster(cluster_factory, tmp_path)
 
 
 @pytest.fixture
@@ -56,22 +45,6 @@ def connect(gw, **kw) -> greenstalk.Client:
     return greenstalk.Client(("127.0.0.1", gw.port), encoding=None, **kw)
 
 
-def signed_query(gw, path: str, params: dict) -> tuple[int, bytes]:
-    """A query protocol request POSTed to ``path``, signed as botocore signs it."""
-    key_id, secret = KEYS["admin"]
-    req = AWSRequest(method="POST", url=gw.url + path, data=urlencode(params),
-                     headers={"Content-Type": "application/x-www-form-urlencoded"})
-    SigV4Auth(Credentials(key_id, secret), "sqs", "us-east-1").add_auth(req)
-    prepared = req.prepare()
-    conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=30)
-    try:
-        conn.request("POST", path, body=prepared.body, headers=dict(prepared.headers))
-        resp = conn.getresponse()
-        return resp.status, resp.read()
-    finally:
-        conn.close()
-
-
 # -- SQS --------------------------------------------------------------------------------------
 
 def test_query_protocol_takes_the_queue_url_as_the_request_path(sqs_gateway):
@@ -81,9 +54,8 @@ def test_query_protocol_takes_the_queue_url_as_the_request_path(sqs_gateway):
     ``MissingParameter: The request must contain the parameter QueueUrl``."""
     sqs = boto(sqs_gateway.url)
     url = sqs.create_queue(QueueName="bypath")["QueueUrl"]
-    status, body = signed_query(sqs_gateway, "/000000000000/bypath",
-                                {"Action": "SendMessage", "MessageBody": "by path",
-                                 "Version": "2012-11-05"})
+    status, body = signed(sqs_gateway, {"Action": "SendMessage", "MessageBody": "by path",
+                                        "Version": "2012-11-05"}, path="/000000000000/bypath")
     assert status == 200, body
     got = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=5)["Messages"]
     assert got[0]["Body"] == "by path"

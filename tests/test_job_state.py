@@ -8,21 +8,11 @@ import time
 
 from blizzard.wire import protocol as p
 from master import records
-from master.records import (AckItems, CancelItems, CommitItems, ForgetResults, LeaseItems,
+from master.records import (AckItems, CancelItems, ForgetResults, LeaseItems,
                             ProgressItems, ReleaseItems)
 from master.state import State
-from tests.support.in_process_master import call, enqueue_msg, in_process_master, place, report
-
-
-def commit(ids: list[int], queue: str = "q", *, result_of: list[int] = (), kind: int = 0,
-           not_before: float = 0.0, depends_on: list[int] = (), on_failure: int = 0
-           ) -> CommitItems:
-    n = len(ids)
-    return CommitItems(queue=queue, ids=ids, sizes=[1] * n, crcs=[0] * n, priorities=[0] * n,
-                       not_befores=[not_before] * n, keys=[""] * n, coalesce=False,
-                       nodes=["dn-a"], at=100.0, request="", result_of=list(result_of),
-                       result_kind=kind, depends_on=list(depends_on),
-                       on_dependency_failure=on_failure)
+from support.in_process_master import call, enqueue_msg, in_process_master, place, report
+from support.records import commit
 
 
 def history() -> list:
@@ -31,8 +21,8 @@ def history() -> list:
     return [
         commit([1, 2, 3, 4]),
         LeaseItems(ids=[1, 3, 4], leases=[11, 13, 14], deadline=200.0, request="l1"),
-        commit([50], "q.results", result_of=[1], not_before=1000.0),
-        commit([51], "q.results", result_of=[1], not_before=2000.0),  # it ran again
+        commit([50], queue="q.results", result_of=[1], not_before=1000.0),
+        commit([51], queue="q.results", result_of=[1], not_before=2000.0),  # it ran again
         AckItems(ids=[1]),
         CancelItems(ids=[2, 3]),
         ReleaseItems(ids=[3], not_befores=[0.0], error="stopped"),

@@ -11,6 +11,7 @@ import threading
 import time
 
 import pytest
+from support.records import commit
 from support.wait import wait_for
 from support.worker_proc import finish, start_worker
 
@@ -82,7 +83,6 @@ def test_every_n_seconds_keeps_to_its_grid_and_skips_ticks_a_long_run_overlapped
 
 def test_schedules_replay_and_checkpoint_the_same():
     from master.state import State
-    from tests.test_job_state import commit
     live = State()
     recs = [commit([1]), AddSchedule("s", "q", 1, "", 5.0, "UTC", True, 1005.0),
             records.LeaseItems(ids=[1], leases=[9], deadline=2000.0, request=""),

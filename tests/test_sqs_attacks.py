@@ -18,17 +18,22 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
-from support.sqs import KEYS, boto
-from test_sqs_hostile import code, gateway, signed  # noqa: F401  (the fixture)
+from support.records import commit
+from support.sqs import KEYS, boto, code, gateway_on_new_cluster, signed
 
 from blizzard import Client
 from blizzard.gateways import sqs_messages as msgs
 from blizzard.gateways import sqs_wire as wire
 from blizzard.gateways.sqs import MAX_BODY
-from master.records import AckItems, CommitItems
+from master.records import AckItems
 from master.state import State
 
 DAY = 86400.0
+
+
+@pytest.fixture
+def gateway(cluster_factory, tmp_path):
+    yield from gateway_on_new_cluster(cluster_factory, tmp_path, max_connections=32)
 
 
 def signed_json(gw, target: str, params: dict, role: str = "admin", *,
@@ -222,13 +227,6 @@ def test_a_send_after_delete_does_not_resurrect_the_queue(gateway):
 
 
 # -- 8. the master's unique keys: a heap entry per take, never bounded by MAX_UNIQUES ----------
-
-def commit(ids, uniques, at, until, queue="q"):
-    n = len(ids)
-    return CommitItems(queue=queue, ids=ids, sizes=[1] * n, crcs=[0] * n, priorities=[0] * n,
-                       not_befores=[0.0] * n, keys=[""] * n, coalesce=False, nodes=["dn-a"],
-                       at=at, request="", uniques=uniques, unique_until=until)
-
 
 def test_unique_keys_retaken_before_they_run_out_do_not_grow_the_master_without_bound():
     # unique_until_done=True: once the holder is acked, the next enqueue with the same key

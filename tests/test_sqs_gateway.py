@@ -17,11 +17,10 @@ import pytest
 from botocore.exceptions import ClientError
 from support.cli import BLIZZARD
 from support.gateway import gateway_process, listening
-from support.sqs import RunningGateway, boto, credentials_file
+from support.sqs import boto, code, credentials_file, gateway_on_new_cluster
 from support.wait import wait_for
 
 from blizzard import Client
-from blizzard.gateways.sqs import SqsConfig
 from blizzard.local.harness import free_port
 
 pytestmark = pytest.mark.cluster
@@ -29,21 +28,12 @@ pytestmark = pytest.mark.cluster
 
 @pytest.fixture
 def gateway(cluster_factory, tmp_path):
-    cluster = cluster_factory(datanodes=2, replication=2, heartbeat_s=0.2, dead_after_s=1.5)
-    gw = RunningGateway(SqsConfig(cluster.master_addr, "127.0.0.1", 0,
-                                  credentials=credentials_file(str(tmp_path)), admin=True))
-    gw.cluster = cluster
-    yield gw
-    gw.stop()
+    yield from gateway_on_new_cluster(cluster_factory, tmp_path)
 
 
 @pytest.fixture
 def sqs(gateway):
     return boto(gateway.url)
-
-
-def code(exc: ClientError) -> str:
-    return exc.response["Error"]["Code"]
 
 
 def md5_of_attributes(attrs: dict) -> str:

@@ -5,22 +5,18 @@ changes nothing; the gateway keeps serving."""
 
 from __future__ import annotations
 
-import datetime
 import http.client
 import json
 import socket
 import time
 import xml.etree.ElementTree as ET
-from unittest import mock
-from urllib.parse import urlencode
 
 import pytest
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
-from support.sqs import KEYS, RunningGateway, boto, credentials_file
-from support.wait import wait_for
+from support.sqs import KEYS, boto, code, gateway_on_new_cluster, signed
 
 from blizzard.gateways import sigv4
 from blizzard.gateways.sqs import SqsConfig, SqsServer
@@ -31,40 +27,7 @@ NS = {"q": "http://queue.amazonaws.com/doc/2012-11-05/"}
 
 @pytest.fixture
 def gateway(cluster_factory, tmp_path):
-    cluster = cluster_factory(datanodes=2, replication=2, heartbeat_s=0.2, dead_after_s=1.5)
-    gw = RunningGateway(SqsConfig(cluster.master_addr, "127.0.0.1", 0,
-                                  credentials=credentials_file(str(tmp_path)), admin=True,
-                                  max_connections=32))
-    gw.cluster = cluster
-    yield gw
-    gw.stop()
-
-
-def code(exc: ClientError) -> str:
-    return exc.response["Error"]["Code"]
-
-
-def signed(gw, params: dict, role: str = "admin", secret: str | None = None,
-           path: str = "/", when: float | None = None) -> tuple[int, bytes]:
-    """A query protocol request (a form), signed as botocore signs it (at ``when``: a
-    request captured then), sent; (status, body)."""
-    key_id, real = KEYS[role]
-    req = AWSRequest(method="POST", url=gw.url + path, data=urlencode(params),
-                     headers={"Content-Type": "application/x-www-form-urlencoded"})
-    auth = SigV4Auth(Credentials(key_id, secret or real), "sqs", "us-east-1")
-    if when is None:
-        auth.add_auth(req)
-    else:
-        then = datetime.datetime.fromtimestamp(when, datetime.timezone.utc)
-        with mock.patch("botocore.auth.get_current_datetime", lambda: then):
-            auth.add_auth(req)
-    prepared = req.prepare()
-    conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=30)
-    conn.request("POST", path, body=prepared.body, headers=dict(prepared.headers))
-    resp = conn.getresponse()
-    out = resp.status, resp.read()
-    conn.close()
-    return out
+    yield from gateway_on_new_cluster(cluster_factory, tmp_path, max_connections=32)
 
 
 def xml_code(body: bytes) -> str:

@@ -13,16 +13,9 @@ from blizzard.wire import protocol as p
 from blizzard.wire.errors import InvalidArgument
 from master import records
 from master.records import AckItems, CommitItems, DeleteQueue
+from support.records import commit
 from master.state import State
 from master.uniques import Uniques
-
-
-def commit(ids: list[int], uniques: list[str], at: float, until: float,
-           queue: str = "q") -> CommitItems:
-    n = len(ids)
-    return CommitItems(queue=queue, ids=ids, sizes=[1] * n, crcs=[0] * n, priorities=[0] * n,
-                       not_befores=[0.0] * n, keys=[""] * n, coalesce=False, nodes=["dn-a"],
-                       at=at, request="", uniques=uniques, unique_until=until)
 
 
 def test_keys_are_taken_by_records_and_run_out_as_later_records_apply():

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import datetime
+import http.client
 import os
 import threading
-from typing import Any
+from typing import Any, Iterator
+from unittest import mock
+from urllib.parse import urlencode
 
 import boto3
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
 from botocore.config import Config
+from botocore.credentials import Credentials
+from botocore.exceptions import ClientError
 
 from blizzard.gateways.sqs import SqsConfig, SqsServer
 
@@ -43,3 +51,45 @@ def boto(url: str, role: str = "admin", key: tuple[str, str] | None = None, **co
     return boto3.client("sqs", endpoint_url=url, region_name="us-east-1",
                         aws_access_key_id=key_id, aws_secret_access_key=secret,
                         config=Config(retries={"max_attempts": 0}, **config))
+
+
+def gateway_on_new_cluster(cluster_factory: Any, tmp_path: Any, **config: Any
+                           ) -> Iterator[RunningGateway]:
+    """A fixture's body: an SQS gateway (admin, the test keys) in front of a new cluster of
+    two data nodes; stopped after the test. ``config``: more ``SqsConfig`` fields."""
+    cluster = cluster_factory(datanodes=2, replication=2, heartbeat_s=0.2, dead_after_s=1.5)
+    gw = RunningGateway(SqsConfig(cluster.master_addr, "127.0.0.1", 0,
+                                  credentials=credentials_file(str(tmp_path)), admin=True,
+                                  **config))
+    gw.cluster = cluster  # type: ignore[attr-defined]
+    yield gw
+    gw.stop()
+
+
+def code(exc: ClientError) -> str:
+    """The SQS error code of a boto3 ``ClientError``."""
+    return exc.response["Error"]["Code"]
+
+
+def signed(gw: RunningGateway, params: dict, role: str = "admin", secret: str | None = None,
+           path: str = "/", when: float | None = None) -> tuple[int, bytes]:
+    """A query protocol request (a form) POSTed to ``path``, signed as botocore signs it (at
+    ``when``: a request captured then); (status, body)."""
+    key_id, real = KEYS[role]
+    req = AWSRequest(method="POST", url=gw.url + path, data=urlencode(params),
+                     headers={"Content-Type": "application/x-www-form-urlencoded"})
+    auth = SigV4Auth(Credentials(key_id, secret or real), "sqs", "us-east-1")
+    if when is None:
+        auth.add_auth(req)
+    else:
+        then = datetime.datetime.fromtimestamp(when, datetime.timezone.utc)
+        with mock.patch("botocore.auth.get_current_datetime", lambda: then):
+            auth.add_auth(req)
+    prepared = req.prepare()
+    conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=30)
+    try:
+        conn.request("POST", path, body=prepared.body, headers=dict(prepared.headers))
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
