@@ -9,12 +9,11 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 import zlib
 
 import pytest
 from prometheus_client import generate_latest
-from prometheus_client.parser import text_string_to_metric_families
+from support.prometheus import parse, scrape, value
 from support.wait import wait_for
 
 from blizzard import Client
@@ -26,26 +25,6 @@ from datanode.store import LevelDbStore, MemoryStore
 from master.config import MasterConfig
 from master.server import MasterServer
 from master.wal import MemoryWal
-
-Samples = dict[tuple[str, frozenset], float]
-
-
-def scrape(url: str) -> Samples:
-    """Every sample at ``url``, by (sample name, its labels)."""
-    with urllib.request.urlopen(url, timeout=5) as reply:
-        assert reply.headers["Content-Type"].startswith("text/plain")
-        text = reply.read().decode()
-    return parse(text)
-
-
-def parse(text: str) -> Samples:
-    return {(s.name, frozenset(s.labels.items())): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
-
-
-def value(samples: Samples, name: str, **labels: str) -> float | None:
-    return samples.get((name, frozenset(labels.items())))
-
 
 class NoRouter:
     """Stands in for the master's socket: requests are handed in by the test."""

@@ -7,8 +7,8 @@ import time
 import zlib
 
 import pytest
+from support.prometheus import scrape, value
 from support.wait import wait_for
-from test_metrics import scrape, value
 
 from blizzard import Client
 from blizzard.local.harness import free_port
