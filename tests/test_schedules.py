@@ -73,6 +73,8 @@ def test_an_unknown_timezone_and_a_double_or_missing_spec_are_refused():
         task("q", cron="* * * * *", every_s=5)(lambda: None)
     with pytest.raises(InvalidArgument, match="every_s"):
         task("q", every_s=0.5)(lambda: None)
+    with pytest.raises(InvalidArgument, match="overlap=True is not offered"):
+        task("q", every_s=5, overlap=True)(lambda: None)
 
 
 def test_every_n_seconds_keeps_to_its_grid_and_skips_ticks_a_long_run_overlapped():
@@ -146,24 +148,28 @@ def armed_ticks(wal_dir: str, item: int) -> list[float]:
 
 def test_each_tick_is_enqueued_once_across_a_master_kill(cluster_factory, jobs_dir):
     cluster = cluster_factory(datanodes=2, heartbeat_s=0.2, dead_after_s=1.5)
-    worker = start_worker(jobs_dir, cluster.master_addr, "--queues", "ticks")
+    worker = start_worker(jobs_dir, cluster.master_addr, "--queues", "ticks,crons")
     try:
-        wait_for(lambda: len(runs(jobs_dir, "tick")) >= 3, 30, "three ticks to run")
+        wait_for(lambda: len(runs(jobs_dir, "tick")) >= 3 and len(runs(jobs_dir, "cron")) >= 3,
+                 30, "three ticks of each schedule")
         cluster.master.kill()  # kill -9, mid-schedule
         cluster.restart_master()
-        before = len(runs(jobs_dir, "tick"))
-        wait_for(lambda: len(runs(jobs_dir, "tick")) >= before + 3, 30, "three more ticks")
+        before = {k: len(runs(jobs_dir, k)) for k in ("tick", "cron")}
+        wait_for(lambda: all(len(runs(jobs_dir, k)) >= n + 3 for k, n in before.items()), 30,
+                 "three more ticks of each")
     finally:
         worker.terminate()
         finish(worker)
     with Client(cluster.master_addr) as c:
-        (s,) = c.schedules(["heartbeat"])
-    armed = armed_ticks(os.path.join(cluster.base_dir, "master", "wal"), s.job)
-    assert len(armed) == len(set(armed)) and armed == sorted(armed)  # never a tick twice
-    assert all(b - a >= 1.0 - 1e-6 for a, b in zip(armed, armed[1:]))  # on the 1 s grid
-    ran = runs(jobs_dir, "tick")
-    assert set(ran) <= {round(t, 3) for t in armed}  # every run is for a tick armed once
-    assert s.runs >= 6
+        schedules = {s.name: s for s in c.schedules()}
+    for name, prefix in (("heartbeat", "tick"), ("every_second", "cron")):
+        s = schedules[name]
+        armed = armed_ticks(os.path.join(cluster.base_dir, "master", "wal"), s.job)
+        assert len(armed) == len(set(armed)) and armed == sorted(armed)  # never a tick twice
+        assert all(b - a >= 1.0 - 1e-6 for a, b in zip(armed, armed[1:]))  # a second apart
+        ran = runs(jobs_dir, prefix)
+        assert set(ran) <= {round(t, 3) for t in armed}  # every run is for a tick armed once
+        assert s.runs >= 6
 
 
 def test_a_standby_takes_over_the_schedule_and_arms_no_tick_twice(cluster_factory, jobs_dir):

@@ -361,16 +361,17 @@ class Client:
     # -- schedules (blizzard/client/schedules.py) --------------------------------------------
 
     def schedule(self, name: str, queue: str, payload: bytes, *, cron: str = "",
-                 every_s: float = 0.0, timezone: str = "UTC",
-                 catch_up: bool = True) -> ScheduleStatus:
+                 every_s: float = 0.0, timezone: str = "UTC", catch_up: bool = True,
+                 overlap: bool = False) -> ScheduleStatus:
         """Make schedule ``name``: ``payload`` is enqueued to ``queue`` at each tick of
         ``cron`` (5 fields, or 6 with seconds first; in ``timezone``) or every ``every_s``
         seconds, each tick once (also across master restarts and failover), never
-        overlapping its previous run. ``catch_up``: a tick missed while no master ran runs
-        once when one is back (else it is skipped). The same schedule declared again is
-        kept as it is; another spec or payload replaces it."""
+        overlapping its previous run (``overlap`` must be False: a tick whose previous run
+        is queued or running is skipped). ``catch_up``: a tick missed while no master ran
+        runs once when one is back (else it is skipped). The same schedule declared again
+        is kept as it is; another spec or payload replaces it."""
         return set_schedule(self, name, queue, payload, cron=cron, every_s=every_s,
-                            timezone=timezone, catch_up=catch_up)
+                            timezone=timezone, catch_up=catch_up, overlap=overlap)
 
     def schedules(self, names: Sequence[str] = ()) -> list[ScheduleStatus]:
         """The schedules named (none: all)."""

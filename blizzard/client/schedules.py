@@ -46,9 +46,13 @@ def _status(info: p.ScheduleInfo) -> ScheduleStatus:
                           info.error)
 
 
-def check_spec(cron: str, every_s: float, timezone: str) -> None:
+def check_spec(cron: str, every_s: float, timezone: str, overlap: bool = False) -> None:
     """``InvalidArgument`` unless exactly one of ``cron`` and ``every_s`` is given, valid,
-    and ``timezone`` is a known IANA name."""
+    ``timezone`` is a known IANA name, and ``overlap`` is False."""
+    if overlap:
+        raise InvalidArgument("overlap=True is not offered: a schedule's ticks never overlap (a "
+                              "tick whose previous run is still queued or running is skipped); "
+                              "for runs side by side, enqueue jobs from a scheduled task")
     if bool(cron) == bool(every_s):
         raise InvalidArgument("a schedule needs a cron expression or every_s, one of them")
     if cron:
@@ -60,11 +64,11 @@ def check_spec(cron: str, every_s: float, timezone: str) -> None:
 
 
 def set_schedule(client: Any, name: str, queue: str, payload: bytes, *, cron: str = "",
-                 every_s: float = 0.0, timezone: str = "UTC",
-                 catch_up: bool = True) -> ScheduleStatus:
+                 every_s: float = 0.0, timezone: str = "UTC", catch_up: bool = True,
+                 overlap: bool = False) -> ScheduleStatus:
     """``Client.schedule``: make schedule ``name`` (or keep it, if the same)."""
     check_queue_name(queue)
-    check_spec(cron, every_s, timezone)
+    check_spec(cron, every_s, timezone, overlap)
     listed = client.master.call(p.ListSchedules([name])).schedules
     if listed and _same(listed[0], queue, payload, cron, every_s, timezone, catch_up):
         return _status(listed[0])

@@ -345,7 +345,7 @@ class ScheduleSpec:
 
 def task(queue: str, *, name: str | None = None, unique_for_s: float | None = None,
          result_ttl_s: float | None = None, cron: str = "", every_s: float = 0.0,
-         timezone: str = "UTC", catch_up: bool = True,
+         timezone: str = "UTC", catch_up: bool = True, overlap: bool = False,
          **settings: Any) -> Callable[[Callable[..., Any]], Task]:
     """Decorator: make a function a ``Task`` on ``queue``.
 
@@ -356,10 +356,13 @@ def task(queue: str, *, name: str | None = None, unique_for_s: float | None = No
     a day by default; 0: none kept); ``cron`` (5 fields, or 6 with seconds first) or
     ``every_s``: a ``blizzard worker`` serving the queue declares the schedule, and the task
     runs, without arguments, at each tick (in ``timezone``; ``catch_up``: a tick missed while
-    no master ran runs once when one is back); other keywords are the queue's settings when
+    no master ran runs once when one is back; ``overlap`` must be False: a tick whose last
+    run is still queued or running is skipped); other keywords are the queue's settings when
     this creates it (``max_attempts=5``, ``backoff_base_s=2``, ...; see
     ``blizzard.wire.queue_settings``).
     """
+    if overlap:
+        check_spec(cron, every_s, timezone, overlap)  # refused, saying why
     schedule = ScheduleSpec(cron, float(every_s), timezone, catch_up) \
         if cron or every_s else None
 

@@ -397,11 +397,11 @@ class ShardedClient:
     # -- schedules: each on the shard of its name --------------------------------------------
 
     def schedule(self, name: str, queue: str, payload: bytes, *, cron: str = "",
-                 every_s: float = 0.0, timezone: str = "UTC",
-                 catch_up: bool = True) -> ScheduleStatus:
+                 every_s: float = 0.0, timezone: str = "UTC", catch_up: bool = True,
+                 overlap: bool = False) -> ScheduleStatus:
         status: ScheduleStatus = self._shard(self.shard_for(name)).schedule(
             name, queue, payload, cron=cron, every_s=every_s, timezone=timezone,
-            catch_up=catch_up)
+            catch_up=catch_up, overlap=overlap)
         return status
 
     def schedules(self, names: Sequence[str] = ()) -> list[ScheduleStatus]:
