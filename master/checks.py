@@ -73,3 +73,12 @@ def node_ids(values: list[str], what: str) -> list[str]:
     if values and max(map(len, values)) > MAX_NODE_ID:
         raise InvalidArgument(f"{what}: a node id is at most {MAX_NODE_ID} characters")
     return values
+
+
+ERROR_SHOWN = 2_000  # characters of an error in a reply, at most ...
+ERROR_BYTES = 4 * 1024 * 1024  # ... and a reply's errors together (a character: 4 bytes)
+
+
+def error_cut(n: int) -> int:
+    """Characters of each of ``n`` errors a reply shows, so all fit in ``ERROR_BYTES``."""
+    return min(ERROR_SHOWN, max(100, ERROR_BYTES // (4 * max(1, n))))

@@ -34,7 +34,8 @@ from blizzard.server.router import error_reply
 from blizzard.wire import protocol as p
 from blizzard.wire.codec import as_ids
 from blizzard.wire.queue_settings import RESULTS_SUFFIX
-from blizzard.wire.errors import (BlizzardError, Forbidden, InvalidArgument, NotEnoughDatanodes,
+from blizzard.wire.errors import (BlizzardError, Forbidden, InvalidArgument, LeaseExpired,
+                                  NotEnoughDatanodes,
                                   PayloadTooLarge, TooManyItems, UnknownItem,
                                   UnknownQueue)
 from master import checks
@@ -43,7 +44,8 @@ from master.config import MasterConfig
 from master.counts import QueueCounts
 from master.deletes import Deletes
 from master.queue_policy import QueuePolicy
-from master.job_book import MAX_DEPENDENCIES, MAX_RESULTS, MAX_WAITING as MAX_WAITING_JOBS
+from master.job_book import (MAX_DEPENDENCIES, MAX_EDGES, MAX_RESULTS,
+                             MAX_WAITING as MAX_WAITING_JOBS)
 from master.records import CommitItems, ExpireUniques
 from master.state import State
 from master.uniques import MAX_UNIQUE_S
@@ -510,6 +512,10 @@ class Enqueues:
         if len(jobs.waiting) + n > MAX_WAITING_JOBS:
             raise TooManyItems(f"{len(jobs.waiting)} jobs wait for dependencies; the master "
                                f"holds at most {MAX_WAITING_JOBS}")
+        if jobs.edges + n * len(msg.depends_on) > MAX_EDGES:
+            raise TooManyItems(f"jobs wait for {jobs.edges} (job, dependency) pairs; the master "
+                               f"holds at most {MAX_EDGES}: fewer dependencies per job (a "
+                               "group's callback can wait on a job that waits on the group)")
 
     def _check_results(self, msg: p.Enqueue, n: int) -> None:
         """Results go to a results queue, one job each, kept for a time (their delay), and
@@ -525,6 +531,15 @@ class Enqueues:
             raise InvalidArgument(f"results go to a queue whose name ends {RESULTS_SUFFIX}")
         if msg.hold or len(msg.result_of) != n or len(set(msg.result_of)) != n:
             raise InvalidArgument("results are enqueued, not staged, one per job")
+        if len(msg.result_leases) != n:
+            raise InvalidArgument("a result names its job's lease token: one per job")
+        if msg.request not in self.state.recent_commits and msg.request not in self.waiting:
+            lease_of = self.state.lease_of
+            stale = [job for job, lease in zip(msg.result_of, msg.result_leases)
+                     if lease_of(job) != lease]
+            if stale:
+                raise LeaseExpired(f"jobs {stale[:10]} are not leased under the tokens given: "
+                                   "only who holds a job's lease stores its result")
         if msg.result_kind not in (p.RESULT_DONE, p.RESULT_FAILED, p.RESULT_CANCELLED):
             raise InvalidArgument(f"result_kind {msg.result_kind} is none of 0 (done), 1 "
                                   "(failed), 2 (cancelled)")

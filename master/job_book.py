@@ -19,7 +19,9 @@ records), so a replay or a standby holds the same book. Kept here:
   (``DEPENDENCY_DEAD``), and so in turn are the jobs waiting on it. A job can only depend on
   jobs that exist before it, so dependencies form no cycle.
 
-Costs: a waiting job about 300 bytes plus 100 per dependency; a result link about 200 bytes (the result item's record is an item's, about 300);
+Costs: a waiting job about 300 bytes, plus about 100 per (job, unfinished dependency) pair
+(``MAX_EDGES`` pairs in all: 200 MB; the jobs of one enqueue share one set of dependencies);
+a result link about 200 bytes (the result item's record is an item's, about 300);
 progress the note and state plus about 200 bytes, states at most ``MAX_STATE_BYTES`` each and
 ``MAX_PROGRESS_BYTES`` in all; a recent cancel about 100 bytes.
 """
@@ -35,6 +37,7 @@ MAX_STATE_BYTES = 16 * 1024  # one job's progress state
 MAX_NOTE_CHARS = 200  # one job's progress note
 MAX_PROGRESS_BYTES = 64 * 1024 * 1024  # all jobs' progress states together
 MAX_WAITING = 1_000_000  # jobs waiting for their dependencies, at most
+MAX_EDGES = 2_000_000  # (waiting job, unfinished dependency) pairs, at most
 MAX_DEPENDENCIES = 100  # jobs one enqueue may depend on
 HELD_UNTIL = 1e11  # a waiting job's delay: until its dependencies are done
 DEPENDENCY_CANCEL, DEPENDENCY_DEAD = 0, 1  # what a failed dependency does to a waiting job
@@ -77,11 +80,24 @@ class JobBook:
         self.progress_bytes = 0
         self.waiting: dict[int, Waiting] = {}  # job -> what it waits for
         self.dependents: dict[int, set[int]] = {}  # unfinished job -> jobs waiting on it
+        self.edges = 0  # (waiting job, dependency) pairs: the dependents' entries
+        # soft: jobs someone waits for (master/jobs.py), and those of them that ended since
+        # it last looked (noted by ``State`` as it applies records; no durable state)
+        self.watched: set[int] = set()
+        self.touched: list[int] = []
+
+    def touch(self, job: int) -> None:
+        """``job`` may have become final: tell its waiters, if any."""
+        if job in self.watched:
+            self.touched.append(job)
 
     def wait(self, job: int, on: set[int], not_before: float, on_failure: int) -> None:
+        """``job`` waits for ``on`` (a set the jobs of one enqueue share: all wait for the
+        same, and a dependency done is done for all)."""
         self.waiting[job] = Waiting(on, not_before, on_failure)
         for parent in on:
             self.dependents.setdefault(parent, set()).add(job)
+        self.edges += len(on)
 
     def unwait(self, job: int) -> None:
         """``job`` waits no more (it is gone): its dependencies forget it."""
@@ -89,17 +105,20 @@ class JobBook:
         if entry is not None:
             for parent in entry.on:
                 children = self.dependents.get(parent)
-                if children is not None:
+                if children is not None and job in children:
                     children.discard(job)
+                    self.edges -= 1
                     if not children:
                         del self.dependents[parent]
 
     def parent_done(self, parent: int) -> list[tuple[int, float]]:
         """``parent`` is done: the jobs that wait for nothing more now, each with its delay."""
         freed = []
-        for child in sorted(self.dependents.pop(parent, ())):
+        children = self.dependents.pop(parent, ())
+        self.edges -= len(children)
+        for child in sorted(children):
             entry = self.waiting[child]
-            entry.on.discard(parent)
+            entry.on.discard(parent)  # (shared by its siblings: done for them too)
             if not entry.on:
                 del self.waiting[child]
                 freed.append((child, entry.not_before))
@@ -109,7 +128,9 @@ class JobBook:
         """``parent`` ended dead, cancelled or deleted: the jobs waiting on it, each with what
         that does to it (they wait no more for anything)."""
         failed = []
-        for child in sorted(self.dependents.pop(parent, ())):
+        children = self.dependents.pop(parent, ())
+        self.edges -= len(children)
+        for child in sorted(children):
             on_failure = self.waiting[child].on_failure
             self.unwait(child)
             failed.append((child, on_failure))
@@ -182,8 +203,9 @@ class JobBook:
         book.recent_cancels = OrderedDict.fromkeys(data["recent_cancels"])
         for job, fraction, note, state in data["progress"]:
             book.record_progress(job, fraction, note, state)
+        shared: dict[tuple[int, ...], set[int]] = {}  # one set per distinct dependencies
         for job, on, not_before, on_failure in data.get("waiting", ()):
-            book.wait(job, set(on), not_before, on_failure)
+            book.wait(job, shared.setdefault(tuple(on), set(on)), not_before, on_failure)
         return book
 
     def snapshot(self) -> tuple:

@@ -5,8 +5,10 @@ A job is an item (a task call); what the master keeps of it beyond the item is t
 
 - ``Jobs``: each job's status, attempts, last error, progress, and a grant to read its result
   from the data nodes. With ``wait_s`` the answer waits (parked, like a long poll) until every
-  job named is final: the master looks at the waiters again only after a pass that logged a
-  record, since only a record makes a job final.
+  job named is final. A waiter is looked at again only when one of its jobs ended (the state
+  notes the watched jobs a record finished, ``JobBook.touched``), or its time is up. Bounded:
+  ``MAX_WAITERS`` in all, ``MAX_WAITERS_PER_PEER`` a connection, ``MAX_WAIT_IDS`` jobs each;
+  dropped with their connection.
 - ``Cancel``: a waiting job is forgotten at once (its blob dropped), a leased one marked; the
   mark rides on the reply to its worker's next extension (``Leases.extend``).
 - Progress riding on an extension (``Extend.progress_ids``): logged as ``ProgressItems``
@@ -22,6 +24,7 @@ forgotten: results are kept for their time to live, plain acks for the last 100,
 
 from __future__ import annotations
 
+import heapq
 import logging
 import math
 from dataclasses import dataclass
@@ -45,33 +48,43 @@ too_much_progress = Throttled(log)
 
 MAX_WAIT_S = 60.0  # the longest a Jobs request waits
 MAX_WAITERS = 10_000  # Jobs requests waiting at once
+MAX_WAITERS_PER_PEER = 256  # of one connection
+MAX_WAIT_IDS = 100  # jobs one waiting request names (a client waits for more in parts)
 EXPIRE_BATCH = 10_000  # results forgotten per pass, at most
 EXPIRE_EVERY_S = 1.0  # how often results' times to live are looked at
-ERROR_SHOWN = 2_000  # characters of a job's last error in a reply
+PROGRESS_EVERY_S = 0.5  # a job's progress is logged at most this often (the WAL's share)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class JobWaiter:
     peer: bytes
     rid: int
     ids: list[int]
     until: float  # monotonic
+    fd: int  # its connection's descriptor (-1: unknown): dropped with it
+    pending: set[int]  # its jobs not final yet: answered when none is left
+    done: bool = False
 
 
 class JobDesk:
     """Handlers of ``Jobs`` and ``Cancel``; progress intake; results' time to live."""
 
     def __init__(self, state: State, log_record: Callable[[Any], None], leases: Leases,
-                 deletes: Deletes, records_appended: Callable[[], int]) -> None:
+                 deletes: Deletes) -> None:
         self.state = state
         self.log = log_record
         self.leases = leases
         self.deletes = deletes
-        self.records_appended = records_appended
-        self.waiters: list[JobWaiter] = []
-        self.seen_records = -1  # the WAL's count when the waiters were last looked at
+        self.waiters: list[JobWaiter] = []  # by deadline: a heap of (until, seq, waiter)
+        self.by_job: dict[int, list[JobWaiter]] = {}
+        self.by_peer: dict[bytes, int] = {}
+        self.count = 0
+        self._seq = 0
+        # a connection's descriptor (the server's router), for dropping its waiters with it
+        self.connection_of: Callable[[bytes], tuple[str, int]] = lambda peer: ("", -1)
         self.expire_at = 0.0  # monotonic: when results' times to live are looked at next
-        leases.progress = self.progress
+        self.progress_at: dict[int, float] = {}  # job -> when its progress was last logged
+        leases.check_progress, leases.progress = self.check_progress, self.progress
 
     # -- status ------------------------------------------------------------------------------
 
@@ -80,12 +93,48 @@ class JobDesk:
         checks.batch(len(msg.ids), "ids")
         checks.seconds(msg.wait_s, "wait_s", low=0, high=MAX_WAIT_S)
         ids = list(dict.fromkeys(msg.ids))
-        if msg.wait_s and not self.all_final(ids):
-            if len(self.waiters) >= MAX_WAITERS:
-                raise TooManyItems(f"{MAX_WAITERS} requests wait for jobs already; retry later")
-            self.waiters.append(JobWaiter(peer, rid, ids, mono + msg.wait_s))
+        pending = {i for i in ids if self.status(i, now) not in p.FINAL_STATES} \
+            if msg.wait_s else set()
+        if pending:
+            self._park(JobWaiter(peer, rid, ids, mono + msg.wait_s,
+                                 self.connection_of(peer)[1], pending))
             return None
         return self.describe(ids, now)
+
+    def _park(self, w: JobWaiter) -> None:
+        if len(w.ids) > MAX_WAIT_IDS:
+            raise TooManyItems(f"a request that waits names at most {MAX_WAIT_IDS} jobs, not "
+                               f"{len(w.ids)} (wait for more in parts)")
+        if self.count >= MAX_WAITERS:
+            raise TooManyItems(f"{MAX_WAITERS} requests wait for jobs already; retry later")
+        if self.by_peer.get(w.peer, 0) >= MAX_WAITERS_PER_PEER:
+            raise TooManyItems(f"this connection has {MAX_WAITERS_PER_PEER} requests waiting "
+                               "for jobs, at most")
+        self.count += 1
+        self.by_peer[w.peer] = self.by_peer.get(w.peer, 0) + 1
+        self._seq += 1
+        heapq.heappush(self.waiters, (w.until, self._seq, w))
+        book = self.state.jobs
+        for job in w.pending:
+            self.by_job.setdefault(job, []).append(w)
+            book.watched.add(job)
+
+    def _unpark(self, w: JobWaiter) -> None:
+        w.done = True
+        self.count -= 1
+        left = self.by_peer[w.peer] - 1
+        if left:
+            self.by_peer[w.peer] = left
+        else:
+            del self.by_peer[w.peer]
+        book = self.state.jobs
+        for job in w.pending:
+            others = self.by_job.get(job)
+            if others is not None:
+                others.remove(w)
+                if not others:
+                    del self.by_job[job]
+                    book.watched.discard(job)
 
     def in_progress(self, msg: p.InProgress, now: float, *_: Any) -> p.JobStates:
         checks.batch(msg.limit, "jobs")
@@ -126,6 +175,7 @@ class JobDesk:
         states, queues, attempts, runs, errors, cancels, fractions, notes = \
             [], [], [], [], [], [], [], []
         kept: dict[str, list[tuple[int, int]]] = {}  # results queue -> (result item, job)
+        cut = checks.error_cut(len(ids))
         for job in ids:
             states.append(self.status(job, now))
             item = state.items.get(job)
@@ -133,7 +183,7 @@ class JobDesk:
             queues.append(item.queue if item is not None and job not in book.result_jobs
                           else "")
             attempts.append(item.attempts if item is not None else 0)
-            errors.append(state.errors.get(job, "")[:ERROR_SHOWN])
+            errors.append(state.errors.get(job, "")[:cut])
             runs.append(result.runs if result is not None else 0)
             cancels.append(job in book.cancels or (result is not None
                                                    and result.cancel_requested))
@@ -149,22 +199,45 @@ class JobDesk:
                            fractions, notes, described, as_ids([j for _, j in pairs]))
 
     def serve_waiters(self, now: float, mono: float) -> list[tuple[bytes, int, Any]]:
-        """Answers for the waiters whose jobs are all final, or whose time is up."""
-        if not self.waiters:
+        """Answers for the waiters whose time is up, and for those whose jobs are all final,
+        looked at only when one of their jobs ended (``JobBook.touched``)."""
+        book = self.state.jobs
+        touched, book.touched = book.touched, []
+        if not self.count:
             return []
-        appended = self.records_appended()
-        changed, self.seen_records = appended != self.seen_records, appended
-        replies, still = [], []
-        for w in self.waiters:
-            if mono >= w.until or (changed and self.all_final(w.ids)):
+        replies = []
+        for job in dict.fromkeys(touched):
+            if self.status(job, now) not in p.FINAL_STATES:
+                continue
+            for w in list(self.by_job.get(job, ())):  # each waiter: one job fewer to wait for
+                w.pending.discard(job)
+                self.by_job[job].remove(w)
+                if not w.pending:
+                    self._unpark(w)
+                    replies.append((w.peer, w.rid, self.describe(w.ids, now)))
+            if not self.by_job.get(job):
+                self.by_job.pop(job, None)
+                self.state.jobs.watched.discard(job)
+        while self.waiters and (self.waiters[0][2].done or self.waiters[0][0] <= mono):
+            _, _, w = heapq.heappop(self.waiters)
+            if not w.done:
+                self._unpark(w)
                 replies.append((w.peer, w.rid, self.describe(w.ids, now)))
-            else:
-                still.append(w)
-        self.waiters = still
         return replies
 
+    def drop_departed(self, fds: set[int]) -> int:
+        """Forget the waits of connections that ended: nobody is there to answer."""
+        if not fds or not self.count:
+            return 0
+        gone = [w for _, _, w in self.waiters if not w.done and w.fd in fds]
+        for w in gone:
+            self._unpark(w)
+        return len(gone)
+
     def next_wake(self) -> float | None:
-        return min(w.until for w in self.waiters) if self.waiters else None
+        while self.waiters and self.waiters[0][2].done:
+            heapq.heappop(self.waiters)
+        return self.waiters[0][0] if self.waiters else None
 
     # -- cancel ------------------------------------------------------------------------------
 
@@ -191,11 +264,11 @@ class JobDesk:
 
     # -- progress ----------------------------------------------------------------------------
 
-    def progress(self, msg: p.Extend, held: list[int]) -> None:
-        """Log the progress an extension carries for the items it held; refuse it whole
-        (``InvalidArgument``) if malformed, drop a state the master has no room for."""
-        n = checks.same_length(progress_ids=msg.progress_ids, fractions=msg.fractions,
-                               notes=msg.notes, states=msg.states)
+    def check_progress(self, msg: p.Extend) -> None:
+        """``InvalidArgument`` if an extension's progress is malformed (before anything of
+        the extension is logged)."""
+        checks.same_length(progress_ids=msg.progress_ids, fractions=msg.fractions,
+                           notes=msg.notes, states=msg.states)
         for fraction, note, saved in zip(msg.fractions, msg.notes, msg.states):
             if not (math.isfinite(fraction) and 0.0 <= fraction <= 1.0):
                 raise InvalidArgument(f"progress is a fraction in [0, 1], got {fraction!r}")
@@ -205,14 +278,23 @@ class JobDesk:
             if len(saved) > MAX_STATE_BYTES:
                 raise InvalidArgument(f"a progress state is at most {MAX_STATE_BYTES} bytes "
                                       f"encoded, got {len(saved)}")
+
+    def progress(self, msg: p.Extend, held: list[int], mono: float) -> None:
+        """Log the progress an extension carries (checked already) for the items it held, at
+        most once per ``PROGRESS_EVERY_S`` a job (a worker sends it about once a second);
+        drop a state the master has no room for."""
+        n = len(msg.progress_ids)
         mine = set(held)
+        if len(self.progress_at) > 2 * len(self.state.held) + 1024:  # jobs gone since
+            self.progress_at = {j: t for j, t in self.progress_at.items() if j in self.state.held}
         book = self.state.jobs
         room = MAX_PROGRESS_BYTES - book.progress_bytes
         ids, fractions, notes, states = [], [], [], []
         for k in range(n):
             job = msg.progress_ids[k]
-            if job not in mine:
+            if job not in mine or mono - self.progress_at.get(job, -1e9) < PROGRESS_EVERY_S:
                 continue
+            self.progress_at[job] = mono
             saved = msg.states[k]
             if len(saved) > room:
                 too_much_progress("progress", "progress states fill the master's %d bytes; "

@@ -113,8 +113,11 @@ class Leases:
         # not): a parked long poll of a revoked key must not lease items nobody will get
         self.key_admitted: Callable[[str], bool] = lambda key: True
         self.buckets: dict[str, TokenBucket] = {}  # queue -> rate limiter (soft state)
-        # an extension's progress, for the items it held (master/jobs.py sets it)
-        self.progress: Callable[[p.Extend, list[int]], None] = lambda msg, held: None
+        # an extension's progress: checked first, then logged for the items it held
+        # (master/jobs.py sets them)
+        self.check_progress: Callable[[p.Extend], None] = lambda msg: None
+        self.progress: Callable[[p.Extend, list[int], float], None] = \
+            lambda msg, held, now: None
         # schedules' items: their runs' ends re-arm them (master/schedules.py sets it)
         self.schedules: Any = None
 
@@ -202,12 +205,12 @@ class Leases:
                 bucket = self.buckets[msg.queue] = TokenBucket(config.rate_per_s, config.burst)
             tokens = bucket.take(msg.n, mono)
             # only new items need a token; redeliveries pass (``master/admission.py``)
-            ids = self._named(msg.queue, msg.ids, msg.n, tokens) if msg.ids \
+            ids = self._named(msg.queue, msg.ids, msg.n, tokens, now) if msg.ids \
                 else self.state.head(msg.queue, msg.n, now, new=tokens)
             fresh = sum(1 for i in ids if self.state.items[i].attempts == 0)
             bucket.tokens += tokens - fresh  # unused grants go back
         elif msg.ids:  # these items, those ready or delayed in the queue
-            ids = self._named(msg.queue, msg.ids, msg.n)
+            ids = self._named(msg.queue, msg.ids, msg.n, now=now)
         else:
             ids = self.state.head(msg.queue, msg.n, now)
         if ids:
@@ -220,20 +223,25 @@ class Leases:
             self.counts.add("leased", msg.queue, len(ids))
         return ids
 
-    def _named(self, queue: str, wanted: list[int], n: int, new: int | None = None) -> list[int]:
+    def _named(self, queue: str, wanted: list[int], n: int, new: int | None = None,
+               now: float = 0.0) -> list[int]:
         """Of ``wanted``, at most ``n`` in ``queue``, ready or delayed (by its producer, not
         by a retry's back-off, which the queue's settings set), whose key (if any) no leased
         item holds (beanstalkd's ``reserve-job``); ``new``: at most that many never
-        delivered (a rate-limited queue's tokens)."""
-        items, q = self.state.items, self.state.queues.get(queue)
+        delivered (a rate-limited queue's tokens). Never a job waiting for its dependencies,
+        nor a schedule's item before its tick."""
+        state = self.state
+        items, q = state.items, state.queues.get(queue)
+        waiting, scheduled = state.jobs.waiting, state.schedules.by_item
         out: list[int] = []
         keys: set[str] = set()
         for item_id in dict.fromkeys(wanted):
             item = items.get(item_id)
             if item is None or item.queue != queue or item.status == LEASED or q is None:
                 continue
-            if item.status == DELAYED and item.attempts:  # a retry's back-off holds it
-                continue
+            if item.status == DELAYED and (item.attempts or item_id in waiting or (
+                    item_id in scheduled and state.delays.get(item_id, 0.0) > now)):
+                continue  # a retry's back-off, dependencies or a schedule's tick hold it
             if item.key and (item.key in q.active or item.key in keys):
                 continue
             if new is not None and item.attempts == 0:
@@ -402,6 +410,8 @@ class Leases:
 
     def extend(self, msg: p.Extend, now: float, *_: Any) -> p.Acked:
         checks.seconds(msg.lease_s, "lease_s", low=0, high=self.config.max_lease_s, low_ok=False)
+        if msg.progress_ids:
+            self.check_progress(msg)  # a refused extension changes nothing
         out = self._settle(msg.ids, msg.leases, msg.queue)
         if out.gone:  # acked already: nothing to extend
             for i in msg.ids:
@@ -413,7 +423,7 @@ class Leases:
             self.log(LeaseItems(ids=out.held, leases=[holding[i][0] for i in out.held],
                                 deadline=now + msg.lease_s, request=""))
         if msg.progress_ids:
-            self.progress(msg, out.held)
+            self.progress(msg, out.held, time.monotonic())
         cancels = self.state.jobs.cancels
         cancel = [i for i in out.held if i in cancels] if cancels else []
         return p.replace(out.reply(), cancel=cancel) if cancel else out.reply()

@@ -36,7 +36,7 @@ from typing import Any, Callable
 
 from blizzard.wire import cron as cronexpr
 from blizzard.wire import protocol as p
-from blizzard.wire.errors import InvalidArgument, TooManyItems, UnknownItem
+from blizzard.wire.errors import Forbidden, InvalidArgument, TooManyItems, UnknownItem
 from master import checks
 from master.deletes import Deletes
 from master.item import LEASED
@@ -113,6 +113,20 @@ def next_tick(s: Schedule | AddSchedule | p.SetSchedule, after: float,
     return anchor + (math.floor((after - anchor) / s.every_s) + 1) * s.every_s
 
 
+FALLBACK_S = 3600.0  # a schedule whose next tick cannot be computed here waits this long
+
+
+def next_tick_or_later(s: Schedule, after: float) -> float:
+    """``next_tick``, or (its timezone unknown on this machine, say: a standby's tz database
+    older than the primary's) an hour later, logged, so the master's loop never fails."""
+    try:
+        return next_tick(s, after, s.next_at)
+    except InvalidArgument as exc:
+        log.error("schedule %s: its next tick cannot be computed (%s); trying again in an "
+                  "hour", s.name, exc.message)
+        return after + FALLBACK_S
+
+
 class ScheduleDesk:
     """``SetSchedule``, ``ListSchedules``, ``RemoveSchedule``; re-arming items as their runs
     end (``rearm``, from the ack, nack and bury handlers); skipping the ticks missed while no
@@ -128,9 +142,12 @@ class ScheduleDesk:
         self.started_at = time.time()
         self.skipped_missed = False
 
-    def set(self, msg: p.SetSchedule, now: float, *_: Any) -> p.ScheduleList:
+    def set(self, msg: p.SetSchedule, now: float, *_: Any,
+            may_replace: bool = True) -> p.ScheduleList:
         """The staged call is committed (the grants checked by the server first) only when
-        it makes or changes the schedule; else it is left to expire, as a staged item does."""
+        it makes or changes the schedule; else it is left to expire, as a staged item does.
+        Changing a schedule that exists needs ``may_replace`` (an admin key, with security
+        on): a client key may declare a schedule, not change or end another's."""
         spec = self._check(msg)
         state, book = self.state, self.state.schedules
         staged = self.enqueues.pending.get(msg.item)
@@ -143,6 +160,10 @@ class ScheduleDesk:
         if old is not None and old_item is not None and self._same(old, msg) \
                 and (old_item.size, old_item.crc) == (size, crc):
             return self.listing([old], now)  # one schedule: the new call is not committed
+        if old is not None and not may_replace:
+            raise Forbidden(f"schedule {msg.name} exists with another spec or call; changing "
+                            "it needs an admin key (or `blizzard schedule remove "
+                            f"{msg.name}` first, an admin's)")
         if old is None and len(book.by_name) >= MAX_SCHEDULES:
             raise TooManyItems(f"the master holds {MAX_SCHEDULES} schedules, at most")
         self.enqueues.commit(p.Commit([msg.item], msg.stored_on, "", msg.grants), now)
@@ -176,6 +197,7 @@ class ScheduleDesk:
 
     def listing(self, schedules: list[Schedule], now: float) -> p.ScheduleList:
         items, errors = self.state.items, self.state.errors
+        cut = checks.error_cut(len(schedules))
         rows = []
         for s in schedules:
             item = items.get(s.item)
@@ -183,7 +205,7 @@ class ScheduleDesk:
                                        s.catch_up, s.next_at, s.runs,
                                        item.size if item else 0, item.crc if item else 0,
                                        self.describe_job(s.item, now),
-                                       errors.get(s.item, "")[:2000]))
+                                       errors.get(s.item, "")[:cut]))
         return p.ScheduleList(rows)
 
     # -- re-arming ---------------------------------------------------------------------------
@@ -204,7 +226,7 @@ class ScheduleDesk:
         for item_id in ids:
             s = book.of_item(item_id)
             assert s is not None
-            nexts.append(next_tick(s, now, s.next_at))
+            nexts.append(next_tick_or_later(s, now))
         self.log(RearmItems(ids=ids, not_befores=nexts, error=error, ran=True))
 
     def skip_missed(self, now: float) -> None:
@@ -221,7 +243,7 @@ class ScheduleDesk:
             log.info("skipping the ticks missed while no master ran of %d schedules without "
                      "catch_up", len(missed))
             self.log(RearmItems(ids=[s.item for s in missed],
-                                not_befores=[next_tick(s, now, s.next_at) for s in missed],
+                                not_befores=[next_tick_or_later(s, now) for s in missed],
                                 error="", ran=False))
 
     # -- checks ------------------------------------------------------------------------------

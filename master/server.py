@@ -198,8 +198,8 @@ class MasterServer:
                                          self.repair, self.deletes, self.safe_mode,
                                          self.enqueues, self.capabilities, self.router.role_of)
         self.tasks = Tasks(self.state, self.log_record, self.counts)
-        self.jobs = JobDesk(self.state, self.log_record, self.leases, self.deletes,
-                            lambda: self.wal.records_appended)
+        self.jobs = JobDesk(self.state, self.log_record, self.leases, self.deletes)
+        self.jobs.connection_of = self.leases.connection_of
         self.schedules = ScheduleDesk(self.state, self.log_record, self.deletes, self.jobs.status,
                                       self.enqueues)
         self.leases.schedules = self.tasks.schedules = self.schedules
@@ -283,11 +283,12 @@ class MasterServer:
                      rid: int) -> Any:
         """A schedule's call is a staged item: with security on, the grants must show the
         caller staged it, as for a commit."""
-        if self.router.role_of(peer) is not None:
+        role = self.router.role_of(peer)
+        if role is not None:
             self.enqueues.check_stager(
                 p.Commit([msg.item], msg.stored_on, "", msg.grants),
                 lambda grant: self.capabilities.check_owned(grant, [grant.first]))
-        return self.schedules.set(msg, now)
+        return self.schedules.set(msg, now, may_replace=role in (None, ADMIN))
 
     # -- data nodes: each request's checks in order, then its collaborator -------------------
 
@@ -393,9 +394,12 @@ class MasterServer:
         wait_ms = max(0, int((self.wakes.next_pass(time.time(), mono) - mono) * 1000) + 1)
         requests = self.router.receive(wait_ms if timeout_ms is None else min(wait_ms, timeout_ms))
         if self.departures is not None:  # after the batch came, before it is handled: see there
-            self.leases.drop_departed(self.departures.read())
+            self._drop_departed(self.departures.read())
         now, mono = time.time(), time.monotonic()
-        self.schedules.skip_missed(now)  # once, before any lease: ticks missed while down
+        try:
+            self.schedules.skip_missed(now)  # once, before any lease: ticks missed while down
+        except Exception:  # a bug here must not stop the master; the ticks then run late
+            log.exception("internal error skipping the schedules' missed ticks")
         callers = self._handle_all(requests, now, mono)
         self._tick(now, mono)
         if requests and self.wal.dirty:
@@ -436,6 +440,11 @@ class MasterServer:
                 self._replies.append((peer, rid, reply))
         return callers
 
+    def _drop_departed(self, fds: set[int]) -> None:
+        """The long polls and job waits of connections that ended go with them."""
+        self.leases.drop_departed(fds)
+        self.jobs.drop_departed(fds)
+
     def _tick(self, now: float, mono: float) -> None:
         try:
             self.tick(now, mono)
@@ -452,7 +461,7 @@ class MasterServer:
                 break
             now, mono = time.time(), time.monotonic()
             if self.departures is not None:
-                self.leases.drop_departed(self.departures.read())
+                self._drop_departed(self.departures.read())
             self.hold.saw(self._handle_all(more, now, mono), mono)
         return now, mono
 

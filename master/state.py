@@ -64,6 +64,8 @@ class State:
         self.recent_acks: OrderedDict[int, int] = OrderedDict()  # id -> lease it was acked under
         self.uniques = Uniques()  # unique keys taken (master/uniques.py)
         self.jobs = JobBook()  # results, cancellations, progress (master/job_book.py)
+        # jobs with dependents that ended while a record applied: (id, done), settled after it
+        self._ended: list[tuple[int, bool]] = []
         self.schedules = ScheduleBook()  # re-armed items (master/schedules.py)
         self._replica_sets: dict[tuple[str, ...], tuple[str, ...]] = {}
 
@@ -71,6 +73,8 @@ class State:
 
     def apply(self, rec: object) -> None:
         self._APPLY[type(rec)](self, rec)
+        if self._ended:  # dependencies settled after the record's own loop, never inside it
+            self._settle_dependencies()
 
     def _apply_reserve(self, rec: Reserve) -> None:
         self.id_hi = max(self.id_hi, rec.id_hi)
@@ -138,7 +142,18 @@ class State:
                 q = self.queues[item.queue]
                 self._leave(q, item)
                 self._place(q, items[item_id], HELD_UNTIL)
-                jobs.wait(item_id, set(pending), rec.not_befores[k], rec.on_dependency_failure)
+                jobs.wait(item_id, pending, rec.not_befores[k], rec.on_dependency_failure)
+
+    def _settle_dependencies(self) -> None:
+        """The jobs whose dependencies ended during the record just applied: placed in line
+        (all done), or failed, in turn down their chains (a loop: chains may be long; and
+        after the record's own loop, so nothing it walks changes under it)."""
+        while self._ended:
+            parent, done = self._ended.pop(0)
+            if done:
+                self._dependency_done(parent)
+            else:
+                self._dependency_failed(parent)
 
     def _dependency_done(self, parent: int) -> None:
         """``parent`` is done: the jobs that waited only for it take their places in line."""
@@ -236,14 +251,18 @@ class State:
             item = items.get(item_id)
             if item is None:
                 continue
-            if jobs.dependents and item_id in jobs.dependents:
-                self._dependency_done(item_id)
             if item.status != LEASED:
                 token = lapsed.get(item_id) if lapsed else None
                 if token is not None:  # a late ack (``Ack.late``): a retry is answered done
                     acks[item_id] = token
-                self.forget(item)
+                    if jobs.dependents and item_id in jobs.dependents:
+                        self._ended.append((item_id, True))
+                self.forget(item)  # else purged: its dependents fail (``forget``)
                 continue
+            if jobs.dependents and item_id in jobs.dependents:
+                self._ended.append((item_id, True))
+            if jobs.watched:
+                jobs.touch(item_id)
             q = queues[item.queue]
             acks[item_id] = held.pop(item_id)[0]
             q.n_leased -= 1
@@ -288,8 +307,10 @@ class State:
                 self.origins[item_id] = item.queue
                 dead = self.queue(q.config.dead_letter_queue(q.name))
                 self._place(dead, item, 0.0, queue=dead.name, attempts=attempts)
+                self.jobs.drop(item_id)  # a dead job's progress is kept no longer
+                self.jobs.touch(item_id)
                 if self.jobs.dependents and item_id in self.jobs.dependents:
-                    self._dependency_failed(item_id)
+                    self._ended.append((item_id, False))
             else:
                 self._place(q, item, not_before, attempts=attempts)
 
@@ -564,12 +585,15 @@ class State:
             jobs.drop(item.id)
         if jobs.result_jobs:
             jobs.unlink(item.id)
+        if jobs.watched:
+            jobs.touch(item.id)
         if jobs.waiting:
             jobs.unwait(item.id)
         if self.schedules.by_item and item.id in self.schedules.by_item:
             self.schedules.drop(self.schedules.by_item[item.id])  # its item deleted: it ends
         if jobs.dependents and item.id in jobs.dependents:  # gone unfinished: cancelled, deleted
-            self._dependency_failed(item.id)
+            if (item.id, True) not in self._ended:
+                self._ended.append((item.id, False))
 
     # -- pure queries (time is passed in) ----------------------------------------------------
 

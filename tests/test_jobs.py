@@ -14,7 +14,7 @@ from support.worker_proc import BLIZZARD, finish, start_worker
 
 from blizzard import Client, JobCancelled, JobFailed, JobHandle, ResultUnavailable, group
 from blizzard.wire import protocol as p
-from blizzard.wire.errors import InvalidArgument, TooManyItems
+from blizzard.wire.errors import InvalidArgument, LeaseExpired, TooManyItems
 from blizzard.worker.results import decode_result, encode_result
 from blizzard.worker.task import task
 
@@ -235,8 +235,9 @@ def test_progress_is_shown_and_its_state_is_handed_to_the_retry(cluster, worker,
 def test_a_job_run_twice_keeps_its_last_result_and_says_so(cluster):
     with Client(cluster.master_addr) as c:
         job = c.enqueue("twice", b"payload")
-        first = c.store_results("twice", [job], [encode_result("first", 1, 0.1)])
-        second = c.store_results("twice", [job], [encode_result("second", 2, 0.1)])
+        (held,) = c.dequeue_many("twice", 1)
+        first = c.store_results("twice", [held], [encode_result("first", 1, 0.1)])
+        second = c.store_results("twice", [held], [encode_result("second", 2, 0.1)])
         assert first != second
         seen = c.jobs([job])[0]
         assert seen.runs == 2 and decode_result(seen.result).value == "second"
@@ -254,8 +255,12 @@ def test_bad_job_requests_get_clear_errors_and_change_nothing(cluster):
             c.enqueue("plain.results", b"not a result")
         with pytest.raises(InvalidArgument, match="read, not leased"):
             c.dequeue_many("plain.results", 1)
+        (held,) = c.dequeue_many("plain", 1)
         with pytest.raises(InvalidArgument, match="time to live"):
-            c.store_results("plain", [job], [b"r"], ttl_s=0)
+            c.store_results("plain", [held], [b"r"], ttl_s=0)
+        held.nack(delay_s=0)
+        with pytest.raises(LeaseExpired, match="not leased under the tokens"):
+            c.store_results("plain", [held], [b"r"])  # no longer its lease holder
         assert c.jobs([job, 999])[0].state == "queued"
         assert c.jobs([999])[0].state == "unknown"
         assert c.stats("plain")["ready"] == 1

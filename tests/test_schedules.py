@@ -239,8 +239,12 @@ def test_eight_workers_declaring_one_schedule_make_one(cluster):
         (s,) = c.schedules(["one"])
         assert s.every_s == 60 and s.state == "delayed"
         assert c.stats("ticks")["delayed"] == 1  # one item: the others' calls were dropped
-        changed = c.schedule("one", "ticks", payload, every_s=30)  # another spec replaces it
-        assert changed.every_s == 30 and c.stats("ticks")["delayed"] == 1
+        with pytest.raises(Forbidden, match="needs an admin key"):
+            c.schedule("one", "ticks", payload, every_s=30)  # a client key may not change it
+    with Client(cluster.master_addr, admin=True) as admin:
+        changed = admin.schedule("one", "ticks", payload, every_s=30)  # an admin may
+        assert changed.every_s == 30 and admin.stats("ticks")["delayed"] == 1
+    with Client(cluster.master_addr) as c:
         with pytest.raises(UnknownItem):
             c.master.call(p.SetSchedule("two", "ticks", 424242, "", 5.0, "UTC", True, [], []))
         with pytest.raises(InvalidArgument, match="unknown timezone"):

@@ -81,8 +81,8 @@ class FakeClient:
 
     def store_results(self, queue: str, jobs: list[int], blobs: list[bytes], *, kind: int,
                       ttl_s: float) -> list[int]:
-        self.results.append((queue, list(jobs), kind))
-        return list(jobs)
+        self.results.append((queue, [m.id for m in jobs], kind))
+        return [m.id for m in jobs]
 
     def _settle(self, calls: list[list[int]], msgs: list[Message]) -> None:
         calls.append([m.id for m in msgs])

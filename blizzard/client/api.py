@@ -141,7 +141,7 @@ class BlizzardClient(Protocol):
 
     def cancel(self, ids: Iterable[int]) -> list[int]: ...
 
-    def store_results(self, queue: str, jobs: Sequence[int], blobs: Sequence[bytes], *,
+    def store_results(self, queue: str, jobs: Sequence[Any], blobs: Sequence[bytes], *,
                       kind: int = 0, ttl_s: float = 86400.0) -> list[int]: ...
 
     def schedule(self, name: str, queue: str, payload: bytes, *, cron: str = "",

@@ -352,10 +352,11 @@ class Client:
         done, dead or cancelled; or unknown)."""
         return cancel_jobs(self, ids)
 
-    def store_results(self, queue: str, jobs: Sequence[int], blobs: Sequence[bytes], *,
+    def store_results(self, queue: str, jobs: Sequence[Any], blobs: Sequence[bytes], *,
                       kind: int = p.RESULT_DONE, ttl_s: float = 86400.0) -> list[int]:
-        """Store ``blobs`` as the results of ``jobs`` of ``queue`` for ``ttl_s`` (what
-        ``blizzard worker`` does before it acks a job); the result items' ids."""
+        """Store ``blobs`` as the results of ``jobs``, messages of ``queue`` this client
+        holds the leases of, for ``ttl_s`` (what ``blizzard worker`` does before it acks a
+        job); the result items' ids."""
         return store_results(self, queue, jobs, blobs, kind, ttl_s)
 
     # -- schedules (blizzard/client/schedules.py) --------------------------------------------

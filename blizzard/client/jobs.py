@@ -22,6 +22,7 @@ from blizzard.wire.errors import InvalidArgument
 from blizzard.wire.queue_settings import results_queue
 
 MAX_WAIT_S = 60.0  # the master's longest wait for one Jobs request (master/jobs.py)
+MAX_WAIT_IDS = 100  # jobs one waiting Jobs request may name (master/jobs.py)
 MAX_RESULT_TTL_S = 30 * 86400.0
 
 
@@ -63,8 +64,9 @@ def job_statuses(client: Any, ids: Sequence[int], wait_s: float = 0.0,
         raise InvalidArgument(f"wait_s must be a non-negative number of seconds, got {wait_s!r}")
     until = time.monotonic() + wait_s
     by_id: dict[int, JobStatus] = {}
-    for start in range(0, len(ids), p.MAX_BATCH):
-        part = list(dict.fromkeys(ids[start:start + p.MAX_BATCH]))
+    step = MAX_WAIT_IDS if wait_s > 0 else p.MAX_BATCH
+    for start in range(0, len(ids), step):
+        part = list(dict.fromkeys(ids[start:start + step]))
         while True:
             left = max(0.0, until - time.monotonic())
             reply: p.JobStates = client.master.call(p.Jobs(part, min(left, MAX_WAIT_S)),
@@ -106,12 +108,12 @@ def cancel_jobs(client: Any, ids: Iterable[int]) -> list[int]:
     return done
 
 
-def store_results(client: Any, queue: str, jobs: Sequence[int], blobs: Sequence[bytes],
+def store_results(client: Any, queue: str, jobs: Sequence[Any], blobs: Sequence[bytes],
                   kind: int, ttl_s: float) -> list[int]:
-    """``Client.store_results``: blobs as the results of ``jobs`` (of ``queue``), kept
-    ``ttl_s``; each job's result replaces the one an earlier run stored. The result items'
-    ids, once durable (a job's ack should wait for that: "done" then never shows without
-    its result)."""
+    """``Client.store_results``: blobs as the results of ``jobs`` (leased messages of
+    ``queue``: only a job's lease holder stores its result), kept ``ttl_s``; each job's
+    result replaces the one an earlier run stored. The result items' ids, once durable (a
+    job's ack should wait for that: "done" then never shows without its result)."""
     if len(jobs) != len(blobs):
         raise InvalidArgument(f"{len(jobs)} jobs but {len(blobs)} results")
     if isinstance(ttl_s, bool) or not isinstance(ttl_s, (int, float)) \
@@ -122,5 +124,6 @@ def store_results(client: Any, queue: str, jobs: Sequence[int], blobs: Sequence[
         return []
     opts = EnqueueOptions(delay_s=float(ttl_s), result_kind=kind)
     made: list[int] = client.pipeline.enqueue(results_queue(queue), blobs, opts,
-                                              result_of=as_ids(list(jobs)))
+                                              result_of=as_ids([m.id for m in jobs]),
+                                              result_leases=[m.lease for m in jobs])
     return made

@@ -77,6 +77,7 @@ class Chunk:
     opts: EnqueueOptions
     commit: bool  # False: done once stored, kept pending by the master (Client.stage)
     result_of: list[int] = dataclasses.field(default_factory=list)  # results: each its job
+    result_leases: list[int] = dataclasses.field(default_factory=list)  # and its lease token
     step: int = PLACE
     ids: list[int] = dataclasses.field(default_factory=list)
     placement: p.Placement | None = None
@@ -142,7 +143,7 @@ class EnqueuePipeline:
 
     def chunks(self, queue: str, items: Iterable[Any], opts: EnqueueOptions, *,
                commit: bool = True, chunk_items: int = CHUNK_ITEMS,
-               result_of: Sequence[int] = ()) -> list[Chunk]:
+               result_of: Sequence[int] = (), result_leases: Sequence[int] = ()) -> list[Chunk]:
         """``items`` cut into chunks, not started yet (a payload that is not bytes fails here);
         ``result_of``: the items are results, item i of job ``result_of[i]``."""
         check_queue_name(queue)
@@ -152,13 +153,14 @@ class EnqueuePipeline:
             start = 0
             for chunk in chunks:
                 chunk.result_of = list(result_of[start:start + len(chunk.blobs)])
+                chunk.result_leases = list(result_leases[start:start + len(chunk.blobs)])
                 start += len(chunk.blobs)
         return chunks
 
     def enqueue(self, queue: str, items: Iterable[Any], opts: EnqueueOptions,
-                result_of: Sequence[int] = ()) -> list[int]:
+                result_of: Sequence[int] = (), result_leases: Sequence[int] = ()) -> list[int]:
         """Every item committed, in order; their ids."""
-        chunks = self.chunks(queue, items, opts, result_of=result_of)
+        chunks = self.chunks(queue, items, opts, result_of=result_of, result_leases=result_leases)
         if len(chunks) == 1:  # the common call: no window needed
             self.start(chunks[0])
             while not chunks[0].done:
@@ -267,7 +269,8 @@ class EnqueuePipeline:
                                   o.unique_for_s, o.unique_until_done, not o.create,
                                   [o.lease_s] * n if o.lease_s else [],
                                   as_ids(c.result_of), o.result_kind,
-                                  as_ids(list(o.depends_on)), o.on_dependency_failure)
+                                  as_ids(list(o.depends_on)), o.on_dependency_failure,
+                                  c.result_leases)
         c.since = time.monotonic()
         self._send_enqueue(c)
 

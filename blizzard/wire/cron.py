@@ -79,7 +79,7 @@ def _field(part: str, name: str, low: int, high: int, names: list[str] | None, o
         rng, _, step_text = piece.partition("/")
         step = 1
         if step_text:
-            if not step_text.isdigit() or int(step_text) == 0:
+            if not (step_text.isascii() and step_text.isdigit()) or int(step_text) == 0:
                 raise InvalidArgument(f"cron expression {text!r}: the {name} step "
                                       f"{step_text!r} is not a positive number")
             step = int(step_text)
@@ -104,7 +104,7 @@ def _value(text_value: str, name: str, low: int, high: int, names: list[str] | N
     lowered = text_value.lower()
     if names is not None and lowered in names:
         return names.index(lowered) + offset
-    if not lowered.isdigit() or not low <= int(lowered) <= high:
+    if not (lowered.isascii() and lowered.isdigit()) or not low <= int(lowered) <= high:
         raise InvalidArgument(f"cron expression {text!r}: the {name} {text_value!r} is not a "
                               f"number from {low} to {high}" +
                               (f" or a name ({', '.join(names)})" if names else ""))
@@ -119,7 +119,7 @@ def timezone(name: str) -> zoneinfo.ZoneInfo:
                               "Europe/Berlin")
     try:
         return zoneinfo.ZoneInfo(name)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):  # a folder: IsADirectoryError
         raise InvalidArgument(f"unknown timezone {name!r} (an IANA name such as UTC or "
                               "Europe/Berlin)") from None
 

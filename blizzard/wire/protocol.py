@@ -142,6 +142,8 @@ class Enqueue:
     # them ending dead or cancelled does to it (``DEPENDENCY_*``)
     depends_on: list[Id] = field(default_factory=list)
     on_dependency_failure: int = 0
+    # results: each job's lease token; only who holds a job's lease stores its result
+    result_leases: list[int] = field(default_factory=list)
 
 
 # How a job ended, as its result says (``Enqueue.result_kind``)

@@ -316,7 +316,7 @@ class Worker:
         """Store the results of the jobs that ended: a success's return value, a cancelled
         job's None, a last failure's error (one call per queue, time to live and kind). A
         result that cannot be stored is logged; the job is settled all the same."""
-        groups: dict[tuple[str, float, int], tuple[list[int], list[bytes]]] = {}
+        groups: dict[tuple[str, float, int], tuple[list[Message], list[bytes]]] = {}
         for o in outcomes:
             if o.task is None:
                 continue
@@ -335,14 +335,14 @@ class Worker:
             else:
                 continue
             jobs, blobs = groups.setdefault((queue, ttl, kind), ([], []))
-            jobs.append(o.msg.id)
+            jobs.append(o.msg)
             blobs.append(blob)
         for (queue, ttl, kind), (jobs, blobs) in groups.items():
             try:
                 self.client.store_results(queue, jobs, blobs, kind=kind, ttl_s=ttl)
             except ClusterError as exc:
                 log.warning("could not store the results of jobs %s of %s: %s (%s); they are "
-                            "settled without them", jobs[:20], queue, exc.message,
+                            "settled without them", brief_ids(jobs), queue, exc.message,
                             type(exc).__name__)
 
     def _last_attempt(self, outcome: Outcome) -> bool:

@@ -381,12 +381,12 @@ class ShardedClient:
         return [i for k, part in self._ids_by_shard(list(ids)).items()
                 for i in self._shard(k).cancel(part)]
 
-    def store_results(self, queue: str, jobs: Sequence[int], blobs: Sequence[bytes], *,
+    def store_results(self, queue: str, jobs: Sequence[Any], blobs: Sequence[bytes], *,
                       kind: int = 0, ttl_s: float = 86400.0) -> list[int]:
         """Each result on its job's shard, whose master links them."""
         where: dict[int, list[int]] = {}
         for n, job in enumerate(jobs):
-            where.setdefault(self._shard_of(job), []).append(n)
+            where.setdefault(self._shard_of(job.id), []).append(n)
         made: dict[int, int] = {}
         for k, at in where.items():
             ids = self._shard(k).store_results(queue, [jobs[n] for n in at],
