@@ -17,7 +17,7 @@ from master.enqueue import Enqueues
 from master.leases import Leases
 from master.membership import Membership
 from master.queue_policy import QueuePolicy
-from master.records import AckItems, ConfigureQueue, RedriveItems, WakeItems
+from master.records import ConfigureQueue, DeleteItems, RedriveItems, WakeItems
 from master.repair import Repairer
 from master.safe_mode import SafeMode
 from master.state import DELAYED, LEASED, State
@@ -110,7 +110,7 @@ class QueueAdmin:
         for start in range(0, len(waiting), p.MAX_BATCH):
             part = waiting[start:start + p.MAX_BATCH]
             holders = [self.state.items[i].nodes for i in part]
-            self.log(AckItems(ids=part))
+            self.log(DeleteItems(ids=part))  # gone, not done: what waits on them fails
             for item_id, nodes in zip(part, holders):
                 self.deletes.drop_blobs(item_id, nodes)
         return p.Acked(done=len(waiting), lost=[])
@@ -154,8 +154,9 @@ class QueueAdmin:
         if msg.ids:  # these only: dead ones go home, delayed ones of the queue are woken
             wanted = [i for i in dict.fromkeys(msg.ids) if i in items][:msg.n]
             ids = [i for i in wanted if i in origins and dead_of_queue(i)]
+            held = self.state.jobs.waiting, self.state.schedules.by_item  # not these
             woken = [i for i in wanted if i not in origins and items[i].queue == msg.queue
-                     and items[i].status == DELAYED]
+                     and items[i].status == DELAYED and i not in held[0] and i not in held[1]]
             if woken:
                 self.log(WakeItems(ids=woken))
         else:

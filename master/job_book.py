@@ -41,6 +41,7 @@ MAX_EDGES = 2_000_000  # (waiting job, unfinished dependency) pairs, at most
 MAX_DEPENDENCIES = 100  # jobs one enqueue may depend on
 HELD_UNTIL = 1e11  # a waiting job's delay: until its dependencies are done
 DEPENDENCY_CANCEL, DEPENDENCY_DEAD = 0, 1  # what a failed dependency does to a waiting job
+RESULT_DONE = 0  # a result's kind: the job finished (protocol.RESULT_DONE)
 
 
 class JobResult(NamedTuple):
@@ -110,6 +111,18 @@ class JobBook:
                     self.edges -= 1
                     if not children:
                         del self.dependents[parent]
+
+    def transfer(self, old: int, new: int) -> None:
+        """Job ``new`` replaced ``old`` (coalescing: the same work, later): the jobs waiting
+        on ``old`` wait on ``new`` instead."""
+        children = self.dependents.pop(old, None)
+        if not children:
+            return
+        for child in children:
+            on = self.waiting[child].on
+            on.discard(old)
+            on.add(new)
+        self.dependents.setdefault(new, set()).update(children)
 
     def parent_done(self, parent: int) -> list[tuple[int, float]]:
         """``parent`` is done: the jobs that wait for nothing more now, each with its delay."""

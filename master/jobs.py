@@ -195,8 +195,11 @@ class JobDesk:
                 kept.setdefault(home, []).append((result.item, job))
         pairs = [pair for group in kept.values() for pair in group]
         described = self.leases.describe("", [r for r, _ in pairs], [], now)
+        by_item = state.schedules.by_item
+        schedules = [by_item.get(job, "") for job in ids] if by_item else []
         return p.JobStates(as_ids(ids), states, queues, attempts, runs, errors, cancels,
-                           fractions, notes, described, as_ids([j for _, j in pairs]))
+                           fractions, notes, described, as_ids([j for _, j in pairs]),
+                           schedules if any(schedules) else [])
 
     def serve_waiters(self, now: float, mono: float) -> list[tuple[bytes, int, Any]]:
         """Answers for the waiters whose time is up, and for those whose jobs are all final,
@@ -245,13 +248,20 @@ class JobDesk:
         checks.batch(len(msg.ids), "ids")
         state = self.state
         book = state.jobs
-        ids, lost = [], []
+        ids, lost, why = [], [], []
         for job in dict.fromkeys(msg.ids):
             item = state.items.get(job)
-            if item is None or job in book.result_jobs or job in book.cancels \
-                    or job in state.origins or item.queue.endswith(RESULTS_SUFFIX) \
-                    or job in state.schedules.by_item:  # a schedule's: remove it instead
+            if job in state.schedules.by_item:  # a schedule's: remove the schedule instead
                 lost.append(job)
+                why.append(p.NOT_CANCELLED_SCHEDULE)
+            elif item is None or job in book.result_jobs \
+                    or item.queue.endswith(RESULTS_SUFFIX):
+                lost.append(job)
+                why.append(p.NOT_CANCELLED_FINAL if self.status(job, now) != "unknown"
+                           else p.NOT_CANCELLED_UNKNOWN)
+            elif job in book.cancels or job in state.origins:
+                lost.append(job)
+                why.append(p.NOT_CANCELLED_FINAL)
             else:
                 ids.append(job)
         if ids:
@@ -260,7 +270,7 @@ class JobDesk:
             self.log(CancelItems(ids=ids))
             for item_id, nodes in waiting:
                 self.deletes.drop_blobs(item_id, nodes)
-        return p.Acked(done=len(ids), lost=as_ids(lost))
+        return p.Acked(done=len(ids), lost=as_ids(lost), why=why)
 
     # -- progress ----------------------------------------------------------------------------
 

@@ -226,7 +226,8 @@ class ScheduleDesk:
         for item_id in ids:
             s = book.of_item(item_id)
             assert s is not None
-            nexts.append(next_tick_or_later(s, now))
+            nexts.append(next_tick_or_later(s, max(now, s.next_at)))  # a run before its tick
+            # (leased by id, woken) does not make that tick run again
         self.log(RearmItems(ids=ids, not_befores=nexts, error=error, ran=True))
 
     def skip_missed(self, now: float) -> None:
@@ -238,7 +239,7 @@ class ScheduleDesk:
         items = self.state.items
         missed = [s for s in self.state.schedules.by_name.values()
                   if not s.catch_up and s.next_at < self.started_at and s.item in items
-                  and items[s.item].status != LEASED]
+                  and items[s.item].status != LEASED and not items[s.item].attempts]
         if missed:
             log.info("skipping the ticks missed while no master ran of %d schedules without "
                      "catch_up", len(missed))

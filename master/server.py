@@ -112,7 +112,7 @@ ROUTES = Routes([
     Route(p.Stats,        "admin.stats",           USERS),
     Route(p.ListQueues,   "admin.list_queues",     USERS),
     Route(p.Configure,    "admin.configure",       OPERATORS, (R.ConfigureQueue,)),
-    Route(p.Purge,        "admin.purge",           OPERATORS, (R.AckItems,)),
+    Route(p.Purge,        "admin.purge",           OPERATORS, (R.DeleteItems,)),
     Route(p.Redrive,      "admin.redrive",         OPERATORS, (R.RedriveItems, R.WakeItems)),
     Route(p.Peek,         "admin.peek",            OPERATORS),
     # operator removals: forget a dead node, delete an item or a queue (master/removal.py)

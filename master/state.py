@@ -21,7 +21,7 @@ from typing import Any, Iterable, Iterator
 from master import admission, checkpoint_schema as schema
 from master.expiries import Expiries
 from master.item import DELAYED, LEASED, READY, Item, QueueState
-from master.job_book import DEPENDENCY_DEAD, HELD_UNTIL, JobBook
+from master.job_book import DEPENDENCY_DEAD, HELD_UNTIL, RESULT_DONE, JobBook
 from master.schedules import Schedule, ScheduleBook
 from master.queues import QueueConfig
 from master.ready import ReadyLine
@@ -95,6 +95,8 @@ class State:
                 for old in self.waiting_with_key(rec.queue, key):
                     priority = min(priority, old.priority)
                     order = min(order, old.order)
+                    if self.jobs.dependents:  # what waited on it waits on its replacement
+                        self.jobs.transfer(old.id, item_id)
                     self.forget(old)
             item = make(Item, (priority, order, item_id, q.name, rec.sizes[i], rec.crcs[i], key,
                                nodes, rec.at, 0, DELAYED if rec.not_befores[i] > 0 else READY))
@@ -130,8 +132,9 @@ class State:
                 else:
                     pending.add(parent)
             elif parent in jobs.recent_cancels or (parent in jobs.results
-                                                   and jobs.results[parent].kind):
-                failed = parent
+                                                   and jobs.results[parent].kind) or \
+                    (parent not in jobs.results and parent not in self.recent_acks):
+                failed = parent  # dead, cancelled, or gone unfinished (deleted meanwhile)
         for k, item_id in enumerate(rec.ids):
             item = items.get(item_id)
             if item is None or item_id in jobs.waiting or item.enqueued_at != rec.at:
@@ -259,6 +262,12 @@ class State:
                         self._ended.append((item_id, True))
                 self.forget(item)  # else purged: its dependents fail (``forget``)
                 continue
+            if jobs.cancels and item_id in jobs.cancels:
+                result = jobs.results.get(item_id)
+                if result is None or result.kind != RESULT_DONE:  # stopped, not finished
+                    jobs.cancelled(item_id)
+                    if jobs.dependents and item_id in jobs.dependents:
+                        self._ended.append((item_id, False))
             if jobs.dependents and item_id in jobs.dependents:
                 self._ended.append((item_id, True))
             if jobs.watched:
@@ -401,9 +410,12 @@ class State:
             s.runs += rec.ran
 
     def _apply_wake(self, rec: WakeItems) -> None:
+        """Delayed items become ready now; not a job waiting for its dependencies, nor a
+        schedule's call before its tick."""
         for item_id in rec.ids:
             item = self.items.get(item_id)
-            if item is not None and item.status == DELAYED:
+            if item is not None and item.status == DELAYED and item_id not in self.jobs.waiting \
+                    and item_id not in self.schedules.by_item:
                 q = self.queues[item.queue]
                 self._leave(q, item)
                 self._place(q, item, 0.0)

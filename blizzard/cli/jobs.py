@@ -56,17 +56,22 @@ def job(ids: tuple[int, ...], wait_s: float, master: str, timeout_s: float,
                                                 and s.state != "cancelled" else ""))
         if s.queue:
             click.echo(f"  queue: {s.queue}, attempts: {s.attempts}")
-        if s.runs > 1:
+        if s.schedule:
+            click.echo(f"  schedule {s.schedule}: {s.runs} runs, one a tick; the last one's "
+                       "result is kept")
+        elif s.runs > 1:
             click.echo(f"  ran {s.runs} times (delivery is at least once): its last result "
                        "is kept")
         if s.progress is not None:
             click.echo(f"  progress: {s.progress:.0%}" + (f" ({s.note})" if s.note else ""))
         if s.error:
             click.echo(f"  last error: {s.error}")
-        if s.result is not None:
+        if s.result is not None and s.state != "cancelled" and not (s.state == "dead"
+                                                                    and s.error):
             value, ok = _value(s)
-            shown = repr(value) if ok else f"<{len(s.result)} bytes, not a result>"
-            label = "error" if s.state == "dead" else "result"
+            shown = (str(value) if s.state == "dead" else repr(value)) if ok \
+                else f"<{len(s.result)} bytes, not a result>"
+            label = "last error" if s.state == "dead" else "result"
             click.echo(f"  {label}: {shown[:RESULT_CHARS]}")
 
 
@@ -83,12 +88,13 @@ def cancel(ids: tuple[int, ...], master: str, timeout_s: float) -> None:
 
     if len(ids) > 10_000:
         raise click.UsageError("at most 10,000 ids at once")
+    from blizzard.client.jobs import cancel_explained
+
     with Client(master, timeout_s=timeout_s) as c:
-        done = set(c.cancel(list(ids)))
-    for item_id in dict.fromkeys(ids):
-        click.echo(f"job {item_id}: " + ("cancelled (a running one stops at its next check)"
-                                        if item_id in done else
-                                        "not cancelled: it had ended, or is unknown"))
+        outcome = cancel_explained(c, list(ids))
+    for item_id, why in outcome.items():
+        click.echo(f"job {item_id}: " + (f"not cancelled: {why}" if why else
+                                        "cancelled (a running one stops at its next check)"))
 
 
 def _value(s: JobStatus) -> tuple[Any, bool]:
@@ -128,8 +134,8 @@ def schedule() -> None:
 @click.option("--queue", required=True, help="The queue each tick's job goes to.")
 @click.option("--cron", default="", help="When: minute hour day-of-month month day-of-week "
               "(or six fields, a second first), e.g. '*/5 * * * *'.")
-@click.option("--every-s", default=0.0, type=Seconds(0, 366 * 86400.0),
-              help="Or: every this many seconds (at least 1).")
+@click.option("--every-s", default=None, type=Seconds(1, 366 * 86400.0),
+              help="Or: every this many seconds.")
 @click.option("--timezone", default="UTC", show_default=True,
               help="The cron expression's timezone (an IANA name).")
 @click.option("--catch-up/--no-catch-up", default=True, show_default=True,
@@ -145,7 +151,7 @@ def schedule() -> None:
 @master_opt
 @keys_opt
 @timeout_opt
-def schedule_add(name: str, queue: str, cron: str, every_s: float, timezone: str,
+def schedule_add(name: str, queue: str, cron: str, every_s: float | None, timezone: str,
                  catch_up: bool, task_name: str | None, args_json: str, kwargs_json: str,
                  data: str | None, master: str, timeout_s: float) -> None:
     """Make schedule NAME (or replace it; the same schedule again changes nothing)."""
@@ -166,8 +172,8 @@ def schedule_add(name: str, queue: str, cron: str, every_s: float, timezone: str
         assert data is not None
         payload = data.encode()
     with Client(master, timeout_s=timeout_s) as c:
-        made = c.schedule(name, queue, payload, cron=cron, every_s=every_s, timezone=timezone,
-                          catch_up=catch_up)
+        made = c.schedule(name, queue, payload, cron=cron, every_s=every_s or 0.0,
+                          timezone=timezone, catch_up=catch_up)
     click.echo(f"schedule {made.name}: job {made.job} on {made.queue}, next tick "
                f"{_when(made.next_at)}")
 

@@ -63,7 +63,12 @@ class EnqueueOptions:
                 lease_s, (int, float)) or not 0 < lease_s <= MAX_LEASE_S):
             raise InvalidArgument(f"lease_s must be a number of seconds in (0, "
                                   f"{MAX_LEASE_S:g}], got {lease_s!r}")
-        parents = tuple(int(d) for d in depends_on)  # a JobHandle is its id
+        parents = tuple(depends_on)  # job ids (a JobHandle is its id)
+        if not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 1 << 63
+                   for d in parents):
+            raise InvalidArgument(f"depends_on names jobs by their handles or ids (integers), "
+                                  f"not {parents[:3]!r}")
+        parents = tuple(int(d) for d in parents)
         if len(parents) > MAX_DEPENDENCIES:
             raise InvalidArgument(f"a job may depend on at most {MAX_DEPENDENCIES} jobs")
         failure = DEPENDENCY_FAILURE.get(on_dependency_failure)

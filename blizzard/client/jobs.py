@@ -46,6 +46,7 @@ class JobStatus:
     progress: float | None
     note: str
     result: bytes | None
+    schedule: str = ""  # a schedule's job: the schedule's name (each run is for a tick)
 
     @property
     def final(self) -> bool:
@@ -83,10 +84,11 @@ def _statuses(client: Any, reply: p.JobStates, read: bool) -> list[JobStatus]:
         by_item, _ = client.fetch(leased_items(reply.results))
         payloads = {job: by_item[item] for item, job in zip(reply.results.ids, reply.result_of)
                     if item in by_item}
+    schedules = reply.schedules or [""] * len(reply.ids)
     return [JobStatus(job, reply.states[k], reply.queues[k], reply.attempts[k], reply.runs[k],
                       reply.errors[k], reply.cancel_requested[k],
                       reply.progress[k] if reply.progress[k] >= 0 else None, reply.notes[k],
-                      payloads.get(job))
+                      payloads.get(job), schedules[k])
             for k, job in enumerate(reply.ids)]
 
 
@@ -96,16 +98,30 @@ def jobs_in_progress(client: Any, limit: int = 50) -> list[JobStatus]:
     return _statuses(client, reply, read=False)
 
 
-def cancel_jobs(client: Any, ids: Iterable[int]) -> list[int]:
-    """``Client.cancel``: the ids it cancelled (or asked to stop, if running)."""
+NOT_CANCELLED = {p.NOT_CANCELLED_FINAL: "it had ended (done, dead or cancelled)",
+                 p.NOT_CANCELLED_UNKNOWN: "no such job (never made, or forgotten)",
+                 p.NOT_CANCELLED_SCHEDULE: "a schedule's job: remove the schedule instead "
+                                           "(blizzard schedule remove NAME)"}
+
+
+def cancel_explained(client: Any, ids: Iterable[int]) -> dict[int, str]:
+    """Each id, in order, and "" if it was cancelled (or asked to stop, if running), else
+    why not."""
     ids = as_ids(list(dict.fromkeys(ids)))
-    done: list[int] = []
+    out: dict[int, str] = {}
     for start in range(0, len(ids), p.MAX_BATCH):
         part = ids[start:start + p.MAX_BATCH]
         reply: p.Acked = client.master.call(p.Cancel(part))
-        lost = set(reply.lost)
-        done += [i for i in part if i not in lost]
-    return done
+        why = list(reply.why) + [p.NOT_CANCELLED_FINAL] * (len(reply.lost) - len(reply.why))
+        refused = dict(zip(reply.lost, why))
+        out.update((i, NOT_CANCELLED.get(refused[i], "refused") if i in refused else "")
+                   for i in part)
+    return out
+
+
+def cancel_jobs(client: Any, ids: Iterable[int]) -> list[int]:
+    """``Client.cancel``: the ids it cancelled (or asked to stop, if running)."""
+    return [i for i, why in cancel_explained(client, ids).items() if not why]
 
 
 def store_results(client: Any, queue: str, jobs: Sequence[Any], blobs: Sequence[bytes],

@@ -58,7 +58,8 @@ def parse(text: str) -> Cron:
     if len(parts) == 5:
         parts = ["0", *parts]
     elif len(parts) != 6:
-        raise InvalidArgument(f"cron expression {text!r} has {len(parts)} fields: give five "
+        raise InvalidArgument(f"cron expression {text!r} has {len(parts)} field"
+                              f"{'' if len(parts) == 1 else 's'}: give five "
                               "(minute hour day-of-month month day-of-week) or six (a second "
                               "first)")
     values = [_field(part, *spec, text) for part, spec in zip(parts, FIELDS)]

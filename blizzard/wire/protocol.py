@@ -560,6 +560,7 @@ class JobStates:
     notes: list[str]
     results: Leased
     result_of: list[Id]
+    schedules: list[str] = field(default_factory=list)  # a schedule's job: its name ([]: none)
 
 
 @message(67)
@@ -631,10 +632,16 @@ class InProgress:
     limit: int
 
 
+# Why a job was not cancelled (``Acked.why`` of a Cancel's reply, one per ``lost`` id)
+NOT_CANCELLED_FINAL = 0  # done, dead or cancelled already
+NOT_CANCELLED_UNKNOWN = 1  # no such job (never made, or finished and forgotten)
+NOT_CANCELLED_SCHEDULE = 2  # a schedule's job: remove the schedule instead
+
+
 @message(66)
 class Cancel:
     """Cancel jobs: a queued or delayed one is removed at once, a running one is told on its
-    worker's next lease extension (``Acked.cancel``). Reply ``Acked``: ``lost`` the ids
-    that were final already (done, dead, cancelled) or unknown."""
+    worker's next lease extension (``Acked.cancel``). Reply ``Acked``: ``lost`` the ids not
+    cancelled, each for the reason (``NOT_CANCELLED_*``) at the same place in ``why``."""
 
     ids: list[Id]

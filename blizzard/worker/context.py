@@ -57,12 +57,10 @@ class JobContext:
 _local = threading.local()
 
 
-def _current() -> JobContext:
-    ctx = getattr(_local, "job", None)
-    if ctx is None:
-        raise RuntimeError("no job runs in this thread: blizzard.progress(), cancelled() and "
-                           "last_state() are for a task that `blizzard worker` runs")
-    return ctx
+def _current() -> JobContext | None:
+    """The job this thread runs, or None: the task was called directly (``fn(...)``), where
+    progress goes nowhere, nothing is cancelled and there is no earlier state or tick."""
+    return getattr(_local, "job", None)
 
 
 def running(ctx: JobContext | None) -> None:
@@ -75,7 +73,8 @@ def progress(fraction: float, note: str = "", state: Any = None) -> None:
     characters at most), and a ``state`` (msgpack types, 16 KiB encoded at most) that a retry
     of this job gets back from ``last_state()``. Sent on the job's next lease extension
     (within about a second); a later call before then replaces it. A safe point: raises
-    ``Cancelled`` if the job was cancelled."""
+    ``Cancelled`` if the job was cancelled. Called outside a worker's job (the task called
+    directly), it checks its arguments and does nothing."""
     ctx = _current()
     if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) \
             or not 0.0 <= fraction <= 1.0:
@@ -91,27 +90,33 @@ def progress(fraction: float, note: str = "", state: Any = None) -> None:
         if len(saved) > MAX_STATE_BYTES:
             raise InvalidArgument(f"a progress state is at most {MAX_STATE_BYTES} bytes "
                                   f"encoded; this one is {len(saved)}")
+    if ctx is None:
+        return
     with ctx.lock:
         ctx.unsent = (float(fraction), note, saved)
     cancelled()
 
 
 def cancelled() -> bool:
-    """A safe point: raises ``Cancelled`` if the job was cancelled, else returns False."""
-    if _current().cancel.is_set():
+    """A safe point: raises ``Cancelled`` if the job was cancelled, else returns False
+    (always False outside a worker's job)."""
+    ctx = _current()
+    if ctx is not None and ctx.cancel.is_set():
         raise Cancelled("the job was cancelled")
     return False
 
 
 def cancel_requested() -> bool:
     """Whether the job was cancelled, without raising (for a task that cleans up first)."""
-    return _current().cancel.is_set()
+    ctx = _current()
+    return ctx is not None and ctx.cancel.is_set()
 
 
 def last_state() -> Any:
     """The state an earlier attempt of this job saved with ``progress(state=...)``, or None:
-    a retry resumes from it."""
-    saved = _current().msg.state
+    a retry resumes from it (None outside a worker's job)."""
+    ctx = _current()
+    saved = ctx.msg.state if ctx is not None else b""
     if not saved:
         return None
     try:
@@ -121,10 +126,14 @@ def last_state() -> Any:
 
 
 def current_tick() -> float | None:
-    """The tick (unix time) a scheduled job runs for, or None for a job of no schedule."""
-    return _current().msg.tick or None
+    """The tick (unix time) a scheduled job runs for, or None for a job of no schedule (and
+    outside a worker's job)."""
+    ctx = _current()
+    return (ctx.msg.tick or None) if ctx is not None else None
 
 
-def current_job() -> Message:
-    """The running job's message (its ``id``, ``queue``, ``attempts``, ...)."""
-    return _current().msg
+def current_job() -> Message | None:
+    """The running job's message (its ``id``, ``queue``, ``attempts``, ...); None outside a
+    worker's job."""
+    ctx = _current()
+    return ctx.msg if ctx is not None else None

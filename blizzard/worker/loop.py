@@ -288,9 +288,11 @@ class Worker:
         burials: dict[tuple[str, bool], list[Message]] = {}
         for outcome in outcomes:
             held = self.held.pop((outcome.msg.id, outcome.msg.lease))
-            if outcome.cancelled:
+            if outcome.cancelled:  # given back: the master ends a cancelled job so
                 log.info("job %d of %s stopped: it was cancelled", outcome.msg.id,
                          outcome.msg.queue)
+                nacks.setdefault(("cancelled", 0.0, held.doubtful), []).append(outcome.msg)
+                continue
             if not outcome.error:
                 if not self.acks:
                     self.acks_since = now

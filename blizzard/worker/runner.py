@@ -70,6 +70,10 @@ def run_job(tasks: Mapping[str, Task], ctx: JobContext) -> Outcome:
                             f"{', '.join(sorted(tasks))[:1000]}", poison=True)
     if ctx.cancel.is_set():  # cancelled while it waited for a thread
         return Outcome(msg, task=found, cancelled=True)
+    try:
+        found.check_call(args, kwargs)
+    except BlizzardError as exc:  # no attempt can succeed: buried at once
+        return Outcome(msg, f"TypeError: {exc.message}", bury=True, task=found)
     started = time.perf_counter()
     running(ctx)
     try:

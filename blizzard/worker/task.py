@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import inspect
 import logging
 import os
 import threading
@@ -47,7 +48,8 @@ from blizzard.client.schedules import check_spec
 from blizzard.net.defaults import DEFAULT_MASTER
 from blizzard.wire.codec import brief, dumps, loads
 from blizzard.wire.errors import InvalidArgument, ProtocolError, QueueExists
-from blizzard.wire.queue_settings import BY_NAME, check_changes, check_queue_name
+from blizzard.wire.queue_settings import (BY_NAME, RESULTS_SUFFIX, check_changes,
+                                          check_queue_name)
 from blizzard.worker.results import JobHandle
 
 __all__ = ["Task", "Group", "group", "configure", "task", "encode_call", "decode_call", "format_call",
@@ -222,6 +224,8 @@ class Sender:
     def _send(self, calls: Iterable[Any], client: Client) -> list[int]:
         task = self.task
         split = [_split(call) for call in calls]
+        for args, kwargs in split:
+            task.check_call(args, kwargs)
         items = [encode_call(task.name, args, kwargs) for args, kwargs in split]
         if task.settings:
             _ensure_once(client, task.queue, task.settings)
@@ -284,13 +288,31 @@ class Task:
         if result_ttl_s is not None:
             BY_NAME["result_ttl_s"].check(result_ttl_s)  # the queue setting's bounds
         self.result_ttl_s = result_ttl_s  # None: its queue's
+        if self.queue.endswith(RESULTS_SUFFIX):
+            raise InvalidArgument(f"queue {self.queue} would hold results (its name ends "
+                                  f"{RESULTS_SUFFIX}): choose another name")
+        try:
+            self.signature: inspect.Signature | None = inspect.signature(fn)
+        except (TypeError, ValueError):  # a builtin without one: not checked
+            self.signature = None
         if schedule is not None:
             check_spec(schedule.cron, schedule.every_s, schedule.timezone)
+            self.check_call((), {})  # a scheduled run has no arguments
         self.schedule = schedule  # None: it runs when enqueued only
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
+
+    def check_call(self, args: Iterable[Any], kwargs: Mapping[str, Any]) -> None:
+        """``InvalidArgument`` if the function cannot take these arguments (as Python would
+        say it: ``missing 1 required positional argument: 'y'``)."""
+        if self.signature is None:
+            return
+        try:
+            self.signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise InvalidArgument(f"task {self.name}{self.signature}: {exc}") from None
 
     @property
     def keeps_results(self) -> bool:
@@ -363,6 +385,8 @@ def task(queue: str, *, name: str | None = None, unique_for_s: float | None = No
     """
     if overlap:
         check_spec(cron, every_s, timezone, overlap)  # refused, saying why
+    if not (cron or every_s) and (timezone != "UTC" or not catch_up):
+        raise InvalidArgument("timezone and catch_up are a schedule's: give cron or every_s")
     schedule = ScheduleSpec(cron, float(every_s), timezone, catch_up) \
         if cron or every_s else None
 
