@@ -1,6 +1,6 @@
-"""Review of the job features (results, cancellation, dependencies, schedules) as a replicated
-state machine: a randomized property test (replay == live, restore(export) == live, invariants)
-and one minimal failing test per defect found."""
+"""The job features (results, cancellation, dependencies, schedules) as a replicated state
+machine: a randomized property test (replay == live, restore(export) == live, invariants) and
+one test per promise a distributed-systems review found broken, now kept."""
 
 from __future__ import annotations
 
@@ -100,9 +100,8 @@ class Driver:
     """Makes records from the current state, as the master's handlers do (their checks
     included), without a clock (no promote_due: a replay never calls it either)."""
 
-    def __init__(self, draw, allow_known_defects: bool) -> None:
+    def __init__(self, draw) -> None:
         self.draw = draw
-        self.known = allow_known_defects
         self.next_id = 1
         self.token = 1
         self.at = 100.0
@@ -219,24 +218,18 @@ class Driver:
             ids = self.pick(list(items))
             return [DeleteItems(ids=ids)] if ids else []
         if op == "delete_queue":
-            if not self.known and any(items[w].queue == queue for w in book.waiting):
-                return []  # known defect: test_delete_queue_with_a_waiting_job_...
             return [DeleteQueue(queue)] if queue in s.queues else []
         if op == "purge":  # QueueAdmin.purge
             ids = [i for i, it in items.items() if it.queue == queue
                    and it.status != LEASED and i not in sched]
-            if not self.known and any(i in book.dependents or i in s.lapsed for i in ids):
-                return []  # known defects: test_purging_a_parent_..., test_a_purged_job_...
-            return [AckItems(ids=ids)] if ids else []
+            return [DeleteItems(ids=ids)] if ids else []  # a purge logs deletes
         if op == "redrive":
             ids = [i for i in self.pick(list(s.origins)) if items[i].status != LEASED]
             return [RedriveItems(ids=ids)] if ids else []
         if op == "wake":  # redrive of named delayed items / beanstalkd kick
             ids = [i for i in self.pick([i for i in jobs if items[i].status == DELAYED])
                    if i not in s.origins]
-            if not self.known:
-                ids = [i for i in ids if i not in book.waiting]  # known defect
-            return [WakeItems(ids=ids)] if ids else []
+            return [WakeItems(ids=ids)] if ids else []  # (waiting jobs are not woken)
         if op == "schedule":  # ScheduleDesk.set: the staged call committed, then armed
             self.n_sched += 1
             name = d(st.sampled_from(["s1", "s2", f"s{self.n_sched}"]))
@@ -276,10 +269,10 @@ def through_checkpoint(state: State) -> State:
     return State.restore(codec.iter_loads(body))
 
 
-def run_random_history(data, allow_known_defects: bool) -> None:
+def run_random_history(data) -> None:
     live = State()
     resumed = State()  # the same records, but restored from a checkpoint now and then
-    driver = Driver(data.draw, allow_known_defects)
+    driver = Driver(data.draw)
     log: list[bytes] = []
     for _ in range(data.draw(st.integers(5, 60))):
         for rec in driver.records(live):
@@ -300,21 +293,19 @@ def run_random_history(data, allow_known_defects: bool) -> None:
     check_invariants(restored)
 
 
-# Replay == live, restore(export) == live and the invariants, over histories the handlers
-# could log (the known defects below left out, so this stays a guard for the rest).
 @settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.data())
 def test_random_histories_replay_and_restore_the_same_and_keep_the_invariants(data):
-    run_random_history(data, allow_known_defects=False)
+    """Random histories of the records the handlers log (dependencies, results, cancels,
+    deletes, purges, wakes, schedules, progress): the live state, its replay and its
+    checkpoint agree, and the book's invariants hold."""
+    run_random_history(data)
 
 
-# -- defects ---------------------------------------------------------------------------------
+# -- promises a review found broken, kept now -------------------------------------------------
 
-# DeleteQueue (forced) of a queue holding a job and one waiting on it: forgetting the parent
-# cancels the child, then the loop forgets the stale child again -> KeyError mid-apply. The
-# record is in the WAL already, so the live master is left half-applied and every replay (restart,
-# standby) dies on it. Should: delete every item of the queue once, no exception.
 def test_delete_queue_with_a_waiting_job_applies_and_replays():
+    """Deleting a queue that holds a job and one waiting on it applies and replays."""
     master = in_process_master(replication=1, min_replicas=1)
     ids = place(master, 2).ids
     report(master, ids)
@@ -329,9 +320,9 @@ def test_delete_queue_with_a_waiting_job_applies_and_replays():
     assert not master.state.items and "q" not in master.state.queues
 
 
-# The same, the waiting job asking to be dead-lettered: KeyError too (and were it not, the
-# child would be forgotten from the dead-letter queue by the stale record).
 def test_delete_queue_with_a_dead_lettering_dependent_applies():
+    """Deleting a queue deletes a waiting job that asked to be dead-lettered too; nothing is
+    left half-applied."""
     s = State()
     s.apply(commit([1]))
     s.apply(commit([2], depends_on=[1], on_failure=1))
@@ -340,10 +331,8 @@ def test_delete_queue_with_a_dead_lettering_dependent_applies():
     check_invariants(s)
 
 
-# Purge logs AckItems; _apply_ack treats an acked parent as done, so purging a parent's queue
-# releases the jobs waiting on it to run. Should: a purged (deleted) parent fails its
-# dependents, as DeleteItems does.
 def test_purging_a_parent_does_not_run_what_waits_on_it():
+    """A purged dependency never ran: what waits on it does not run."""
     master = in_process_master(replication=1, min_replicas=1)
     ids = place(master, 2).ids
     report(master, ids)
@@ -356,9 +345,8 @@ def test_purging_a_parent_does_not_run_what_waits_on_it():
     assert leased.ids == [], "the child ran although its parent was purged, never run"
 
 
-# Purging a queue that holds a waiting job frees the jobs waiting on *it* (its grandchildren
-# run, though neither it nor its parent ever ran). Should: they are cancelled/dead-lettered.
 def test_purging_a_waiting_job_does_not_free_its_own_dependents():
+    """A waiting job purged before it ran does not free the jobs waiting on it."""
     s = State()
     s.apply(commit([1], "a"))
     s.apply(commit([2], "b", depends_on=[1]))
@@ -367,12 +355,9 @@ def test_purging_a_waiting_job_does_not_free_its_own_dependents():
     assert s.head("c", 5, 200.0) == [], "job 3 runs though 2 was purged before it ran"
 
 
-# A leased job cancelled: its worker stops it, stores a RESULT_CANCELLED result and *acks* it
-# (blizzard/worker/loop.py, outcome.cancelled has no error). _apply_ack then treats it as done:
-# its dependents run, and with result_ttl_s=0 it even shows "done". Should: a job acked with a
-# cancel requested counts as cancelled (dependents fail, recent_cancels), or the worker gives
-# it back (nack) so _apply_release cancels it.
 def test_a_cancelled_job_that_its_worker_acks_does_not_run_its_dependents():
+    """A job cancelled while it ran and acked without a finished result counts as cancelled:
+    the jobs waiting on it do not run."""
     s = State()
     s.apply(commit([1]))
     s.apply(commit([2], depends_on=[1]))
@@ -385,6 +370,7 @@ def test_a_cancelled_job_that_its_worker_acks_does_not_run_its_dependents():
 
 
 def test_a_cancelled_job_acked_without_a_kept_result_shows_cancelled():
+    """Such a job shows cancelled, also when its task keeps no result."""
     master = in_process_master(replication=1, min_replicas=1)
     ids = place(master, 1).ids
     report(master, ids)
@@ -395,10 +381,8 @@ def test_a_cancelled_job_acked_without_a_kept_result_shows_cancelled():
     assert call(master, p.Jobs(leased.ids)).states == ["cancelled"]
 
 
-# A job waiting for its dependencies is DELAYED with attempts 0, which a named lease (Lease
-# with ids: beanstalkd's reserve-job) takes: it runs before its parent. Should: _named skips
-# jobs in state.jobs.waiting.
 def test_a_named_lease_does_not_take_a_job_waiting_for_its_dependencies():
+    """A named lease does not take a job waiting for its dependencies."""
     master = in_process_master(replication=1, min_replicas=1)
     ids = place(master, 2).ids
     report(master, ids)
@@ -408,9 +392,8 @@ def test_a_named_lease_does_not_take_a_job_waiting_for_its_dependencies():
     assert leased.ids == [], "the child was leased before its parent ran"
 
 
-# Redrive with ids (WakeItems; beanstalkd kick-job) wakes a waiting job: it is READY while
-# still in jobs.waiting, and runs before its parent. Should: waiting jobs are not woken.
 def test_waking_a_job_waiting_for_its_dependencies_does_not_run_it():
+    """Waking (redrive by id, beanstalkd's kick-job) does not make a waiting job ready."""
     s = State()
     s.apply(commit([1]))
     s.apply(commit([2], depends_on=[1]))
@@ -419,12 +402,9 @@ def test_waking_a_job_waiting_for_its_dependencies_does_not_run_it():
     check_invariants(s)
 
 
-# Not new, made visible by this change: purge logs AckItems, and _apply_ack records a once-leased
-# (now given back) item's lapsed token in recent_acks; lapsed is not checkpointed, so the live
-# master says the purged job is "done" (JobDesk.status reads recent_acks) and a master restored
-# from a checkpoint (or a standby that loaded one) says "unknown": replicas diverge. Should: a
-# purge/delete does not touch recent_acks (only a late ack does), or lapsed is checkpointed.
 def test_a_purged_job_reads_the_same_on_a_restored_master():
+    """A purge is a delete: a live master and one restored from a checkpoint say the same of
+    the purged job."""
     s = State()
     s.apply(commit([1]))
     s.apply(lease([1]))
@@ -436,12 +416,9 @@ def test_a_purged_job_reads_the_same_on_a_restored_master():
     assert 1 not in s.recent_acks, "a purged job is not done"
 
 
-# _check_dependencies runs when the Enqueue arrives, _hold_for when its CommitItems is logged,
-# possibly later (parked for its data nodes' reports). A parent deleted meanwhile is neither in
-# items nor remembered, and _hold_for counts an unknown parent as done: the child runs. Had it
-# been committed a moment earlier, the delete would have cancelled it. Should: _hold_for
-# treats a parent it does not know (not in items, recent_acks or results) as failed.
 def test_a_parent_deleted_while_the_childs_enqueue_is_parked_does_not_let_the_child_run():
+    """A dependency deleted while its dependent's enqueue waits for its data nodes fails the
+    dependent when it is committed."""
     master = in_process_master(replication=1, min_replicas=1)
     ids = place(master, 2).ids
     report(master, ids[:1])
@@ -458,10 +435,9 @@ def test_a_parent_deleted_while_the_childs_enqueue_is_parked_does_not_let_the_ch
     assert child is None or child.status != READY, "the child runs: its parent was deleted"
 
 
-# Coalescing replaces a waiting parent by a newer item with its key (the same work, done
-# later); forget() takes that as the parent ending deleted and cancels the jobs waiting on it.
-# Should (arguably): the dependents wait on the item that replaced it.
 def test_coalescing_a_parent_does_not_cancel_its_dependents():
+    """Coalescing replaces a waiting dependency with a newer item of its key (the same work,
+    later): what waited on it waits on the newer one."""
     s = State()
     s.apply(commit([1], keys=["k"]))
     s.apply(commit([2], "other", depends_on=[1]))
@@ -470,13 +446,9 @@ def test_coalescing_a_parent_does_not_cancel_its_dependents():
     assert 2 in s.items, "job 2 was cancelled though the work it waits for is still queued"
 
 
-# A schedule's item waits (DELAYED, attempts 0) for its tick; a named lease (beanstalkd's
-# reserve-job) or a redrive by id (WakeItems) runs it before the tick, and the ack re-arms it
-# for next_tick(s, now, s.next_at) with now < next_at: the same tick again. So one tick runs
-# twice and the task is told the same tick twice. Should: the re-arm goes past the tick the item
-# was armed for (next_tick(s, max(now, s.next_at), ...)), and/or named leases skip schedules'
-# items before their tick.
-def test_a_schedule_run_early_is_not_armed_for_the_same_tick_again():
+def test_a_schedules_call_is_neither_leased_nor_woken_before_its_tick():
+    """A schedule's call is neither leased by id nor woken before its tick (and a run that
+    ended early is re-armed for the tick after)."""
     from blizzard.client.schedules import STAGED_DELAY_S
     from support.in_process_master import alloc
     master = in_process_master(replication=1, min_replicas=1)
