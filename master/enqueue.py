@@ -33,8 +33,7 @@ from blizzard.net.hedge import HedgeDelays
 from blizzard.server.router import error_reply
 from blizzard.wire import protocol as p
 from blizzard.wire.codec import as_ids
-from blizzard.wire.queue_settings import RESULTS_SUFFIX
-from blizzard.wire.errors import (BlizzardError, Forbidden, InvalidArgument, LeaseExpired,
+from blizzard.wire.errors import (BlizzardError, Forbidden, InvalidArgument,
                                   NotEnoughDatanodes,
                                   PayloadTooLarge, TooManyItems, UnknownItem,
                                   UnknownQueue)
@@ -44,8 +43,7 @@ from master.config import MasterConfig
 from master.counts import QueueCounts
 from master.deletes import Deletes
 from master.queue_policy import QueuePolicy
-from master.job_book import (MAX_DEPENDENCIES, MAX_EDGES, MAX_RESULTS,
-                             MAX_WAITING as MAX_WAITING_JOBS)
+from master.enqueue_checks import check_dependencies, check_results
 from master.records import CommitItems, ExpireUniques
 from master.state import State
 from master.uniques import MAX_UNIQUE_S
@@ -169,9 +167,10 @@ class Enqueues:
                     or any(t and t < MIN_LEASE_S for t in msg.ttrs) or min(msg.ttrs) < 0:
                 raise InvalidArgument(f"an item's own lease (ttr) must be 0 (the queue's) or "
                                       f"{MIN_LEASE_S:g} to {self.config.max_lease_s:g} seconds")
-        self._check_results(msg, n)
+        check_results(self.state, msg, n, msg.request in self.state.recent_commits
+                      or msg.request in self.waiting)
         if msg.depends_on:
-            self._check_dependencies(msg, n)
+            check_dependencies(self.state, msg, n)
         if msg.request in self.state.recent_commits:  # a retry of an enqueue that landed
             return p.Committed(count=n, firsts=as_ids(self._retry_firsts(msg, now)))
         parked = self.waiting.get(msg.request)
@@ -482,75 +481,6 @@ class Enqueues:
         gone += dropped
         for item_id, holders in gone:
             self.deletes.drop_blobs(item_id, holders)
-
-    def _check_dependencies(self, msg: p.Enqueue, n: int) -> None:
-        """Each job depended on exists, or is done; none has failed; the waiting jobs fit."""
-        if msg.hold or msg.result_of:
-            raise InvalidArgument("dependencies are for enqueues, not staged items or results")
-        if len(msg.depends_on) > MAX_DEPENDENCIES:
-            raise TooManyItems(f"a job may depend on at most {MAX_DEPENDENCIES} jobs, not "
-                               f"{len(msg.depends_on)} (a group's callback: chain groups)")
-        if msg.on_dependency_failure not in (p.DEPENDENCY_CANCEL, p.DEPENDENCY_DEAD):
-            raise InvalidArgument(f"on_dependency_failure {msg.on_dependency_failure} is none "
-                                  "of 0 (cancel) and 1 (dead-letter)")
-        state = self.state
-        jobs = state.jobs
-        for parent in msg.depends_on:
-            if parent in state.items and parent not in jobs.result_jobs:
-                if parent in state.origins:
-                    raise InvalidArgument(f"job {parent} is dead: a job that depends on it "
-                                          "would never run")
-                continue
-            result = jobs.results.get(parent)
-            if parent in jobs.recent_cancels or (result is not None and result.kind):
-                raise InvalidArgument(f"job {parent} ended dead or cancelled: a job that "
-                                      "depends on it would never run")
-            if result is None and parent not in state.recent_acks:
-                raise InvalidArgument(f"no job {parent} is known to the master (never made, "
-                                      "or finished so long ago that it was forgotten): a job "
-                                      "cannot depend on it")
-        if len(jobs.waiting) + n > MAX_WAITING_JOBS:
-            raise TooManyItems(f"{len(jobs.waiting)} jobs wait for dependencies; the master "
-                               f"holds at most {MAX_WAITING_JOBS}")
-        if jobs.edges + n * len(msg.depends_on) > MAX_EDGES:
-            raise TooManyItems(f"jobs wait for {jobs.edges} (job, dependency) pairs; the master "
-                               f"holds at most {MAX_EDGES}: fewer dependencies per job (a "
-                               "group's callback can wait on a job that waits on the group)")
-
-    def _check_results(self, msg: p.Enqueue, n: int) -> None:
-        """Results go to a results queue, one job each, kept for a time (their delay), and
-        nothing else goes there."""
-        results_queue = msg.queue.endswith(RESULTS_SUFFIX)
-        if not msg.result_of:
-            if results_queue:
-                raise InvalidArgument(f"queue {msg.queue} holds task results (its name ends "
-                                      f"{RESULTS_SUFFIX}); read them with handle.result() or "
-                                      "`blizzard job ID`")
-            return
-        if not results_queue:
-            raise InvalidArgument(f"results go to a queue whose name ends {RESULTS_SUFFIX}")
-        if msg.hold or len(msg.result_of) != n or len(set(msg.result_of)) != n:
-            raise InvalidArgument("results are enqueued, not staged, one per job")
-        if len(msg.result_leases) != n:
-            raise InvalidArgument("a result names its job's lease token: one per job")
-        if msg.request not in self.state.recent_commits and msg.request not in self.waiting:
-            lease_of = self.state.lease_of
-            stale = [job for job, lease in zip(msg.result_of, msg.result_leases)
-                     if lease_of(job) != lease]
-            if stale:
-                raise LeaseExpired(f"jobs {stale[:10]} are not leased under the tokens given: "
-                                   "only who holds a job's lease stores its result")
-        if msg.result_kind not in (p.RESULT_DONE, p.RESULT_FAILED, p.RESULT_CANCELLED):
-            raise InvalidArgument(f"result_kind {msg.result_kind} is none of 0 (done), 1 "
-                                  "(failed), 2 (cancelled)")
-        if n and min(msg.delays) <= 0:
-            raise InvalidArgument("a result's delay is its time to live: it must be positive")
-        if msg.uniques or msg.ttrs or msg.coalesce:
-            raise InvalidArgument("results take no unique keys, leases or coalescing")
-        held = len(self.state.jobs.results)
-        if held + n > MAX_RESULTS:
-            raise TooManyItems(f"the master keeps {held} results, at most {MAX_RESULTS}: "
-                               "keep them for less time (result_ttl_s)")
 
     def _check_items(self, msg: p.Enqueue) -> None:
         """Every item's size, checksum, priority, delay and key, whole columns at a time.

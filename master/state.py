@@ -18,11 +18,11 @@ from collections import OrderedDict
 from dataclasses import asdict
 from typing import Any, Iterable, Iterator
 
-from master import admission, checkpoint_schema as schema
+from master import admission, checkpoint_schema as schema, job_records
 from master.expiries import Expiries
 from master.item import DELAYED, LEASED, READY, Item, QueueState
-from master.job_book import DEPENDENCY_DEAD, HELD_UNTIL, RESULT_DONE, JobBook
-from master.schedules import Schedule, ScheduleBook
+from master.job_book import RESULT_DONE, JobBook
+from master.schedules import ScheduleBook
 from master.queues import QueueConfig
 from master.ready import ReadyLine
 from master.records import (AckItems, AddReplicas, AddSchedule, BuryItems, CancelItems,
@@ -74,7 +74,7 @@ class State:
     def apply(self, rec: object) -> None:
         self._APPLY[type(rec)](self, rec)
         if self._ended:  # dependencies settled after the record's own loop, never inside it
-            self._settle_dependencies()
+            job_records.settle_dependencies(self)
 
     def _apply_reserve(self, rec: Reserve) -> None:
         self.id_hi = max(self.id_hi, rec.id_hi)
@@ -112,89 +112,13 @@ class State:
                 if key:
                     self.uniques.take(rec.queue, key, item_id, rec.unique_until)
         if rec.depends_on:
-            self._hold_for(rec)
+            job_records.hold_for(self, rec)
         if rec.result_of:
             for item_id, job in zip(rec.ids, rec.result_of):
                 if item_id in self.items and item_id not in self.jobs.result_jobs:
                     replaced = self.jobs.link(job, item_id, rec.result_kind)
                     if replaced is not None and replaced in self.items:
                         self.forget(self.items[replaced])
-
-    def _hold_for(self, rec: CommitItems) -> None:
-        """The new items of ``rec`` wait for its dependencies: those unfinished are waited for,
-        those done count no more, and one that failed fails them at once."""
-        jobs, items = self.jobs, self.items
-        pending, failed = set(), None
-        for parent in rec.depends_on:
-            if parent in items and parent not in jobs.result_jobs:
-                if parent in self.origins:
-                    failed = parent
-                else:
-                    pending.add(parent)
-            elif parent in jobs.recent_cancels or (parent in jobs.results
-                                                   and jobs.results[parent].kind) or \
-                    (parent not in jobs.results and parent not in self.recent_acks):
-                failed = parent  # dead, cancelled, or gone unfinished (deleted meanwhile)
-        for k, item_id in enumerate(rec.ids):
-            item = items.get(item_id)
-            if item is None or item_id in jobs.waiting or item.enqueued_at != rec.at:
-                continue  # not made by this record
-            if failed is not None:
-                self._fail_dependent(item_id, rec.on_dependency_failure, failed)
-            elif pending:
-                q = self.queues[item.queue]
-                self._leave(q, item)
-                self._place(q, items[item_id], HELD_UNTIL)
-                jobs.wait(item_id, pending, rec.not_befores[k], rec.on_dependency_failure)
-
-    def _settle_dependencies(self) -> None:
-        """The jobs whose dependencies ended during the record just applied: placed in line
-        (all done), or failed, in turn down their chains (a loop: chains may be long; and
-        after the record's own loop, so nothing it walks changes under it)."""
-        while self._ended:
-            parent, done = self._ended.pop(0)
-            if done:
-                self._dependency_done(parent)
-            else:
-                self._dependency_failed(parent)
-
-    def _dependency_done(self, parent: int) -> None:
-        """``parent`` is done: the jobs that waited only for it take their places in line."""
-        for child, not_before in self.jobs.parent_done(parent):
-            item = self.items.get(child)
-            if item is not None and item.status == DELAYED:
-                q = self.queues[item.queue]
-                self._leave(q, item)
-                self._place(q, item, not_before)
-
-    def _dependency_failed(self, parent: int) -> None:
-        """``parent`` ended dead, cancelled or deleted: the jobs waiting on it fail, and so in
-        turn do the jobs waiting on them (a loop, not a recursion: a chain may be long)."""
-        work = [(child, on_failure, parent) for child, on_failure
-                in self.jobs.parent_failed(parent)]
-        while work:
-            child, on_failure, cause = work.pop()
-            work += [(grandchild, again, child) for grandchild, again
-                     in self.jobs.parent_failed(child)]
-            self._fail_dependent(child, on_failure, cause)
-
-    def _fail_dependent(self, child: int, on_failure: int, parent: int) -> None:
-        """One job waiting on ``parent`` fails: moved dead, or cancelled (the jobs waiting on
-        it are the caller's)."""
-        item = self.items.get(child)
-        if item is None:
-            return
-        if on_failure == DEPENDENCY_DEAD and child not in self.origins:
-            q = self.queues[item.queue]
-            self._leave(q, item)
-            q.unindex(item)
-            self.origins[child] = item.queue
-            self.errors[child] = f"job {parent}, a dependency, ended dead or cancelled"
-            dead = self.queue(q.config.dead_letter_queue(q.name))
-            self._place(dead, item, 0.0, queue=dead.name)
-        else:
-            self.forget(item)
-            self.jobs.cancelled(child)
 
     def _apply_lease(self, rec: LeaseItems) -> None:
         """Lease ready items, or extend leased ones. It runs for every item a consumer takes,
@@ -344,71 +268,6 @@ class State:
     def _apply_expire_uniques(self, rec: ExpireUniques) -> None:
         self.uniques.expire(rec.at)
 
-    def _apply_cancel(self, rec: CancelItems) -> None:
-        for item_id in rec.ids:
-            item = self.items.get(item_id)
-            if item is None:
-                continue
-            if item.status == LEASED:
-                self.jobs.cancels.add(item_id)
-            else:
-                self.forget(item)
-                self.jobs.cancelled(item_id)
-
-    def _apply_progress(self, rec: ProgressItems) -> None:
-        for item_id, fraction, note, saved in zip(rec.ids, rec.fractions, rec.notes, rec.states):
-            item = self.items.get(item_id)
-            if item is not None and item.status == LEASED:
-                self.jobs.record_progress(item_id, fraction, note, saved)
-
-    def _apply_forget_results(self, rec: ForgetResults) -> None:
-        for item_id in rec.ids:
-            item = self.items.get(item_id)
-            if item is not None:
-                self.forget(item)
-
-    def _apply_add_schedule(self, rec: AddSchedule) -> None:
-        item = self.items.get(rec.item)
-        if item is None or item.status == LEASED:
-            return  # the handler checked it: a replay meets the same
-        replaced = self.schedules.add(Schedule(rec.name, rec.queue, rec.item, rec.cron,
-                                               rec.every_s, rec.timezone, rec.catch_up,
-                                               rec.next_at))
-        if replaced is not None and replaced in self.items \
-                and self.items[replaced].status != LEASED:
-            self.forget(self.items[replaced])  # (a running one finishes as a plain job)
-        q = self.queues[item.queue]
-        self._leave(q, item)
-        self._place(q, item, rec.next_at)
-
-    def _apply_drop_schedule(self, rec: DropSchedule) -> None:
-        item_id = self.schedules.drop(rec.name)
-        item = self.items.get(item_id) if item_id is not None else None
-        if item is not None and item.status != LEASED:
-            self.forget(item)
-
-    def _apply_rearm(self, rec: RearmItems) -> None:
-        """Schedules' items wait for their next ticks, with no attempts counted."""
-        for item_id, not_before in zip(rec.ids, rec.not_befores):
-            s = self.schedules.of_item(item_id)
-            item = self.items.get(item_id)
-            if s is None or item is None:
-                continue
-            held = self.held.get(item_id)
-            if held is not None:  # a retried ack of this run is answered done
-                self.recent_acks[item_id] = held[0]
-            q = self.queues[item.queue]
-            self._leave(q, item)
-            if rec.error:
-                self.errors[item_id] = rec.error
-            elif rec.ran:
-                self.errors.pop(item_id, None)
-            self.jobs.drop(item_id)  # the next run starts afresh
-            self.lapsed.pop(item_id, None)
-            self._place(q, item, not_before, attempts=0)
-            s.next_at = not_before
-            s.runs += rec.ran
-
     def _apply_wake(self, rec: WakeItems) -> None:
         """Delayed items become ready now; not a job waiting for its dependencies, nor a
         schedule's call before its tick."""
@@ -503,9 +362,11 @@ class State:
         AckItems: _apply_ack, ReleaseItems: _apply_release, BuryItems: _apply_release,
         RedriveItems: _apply_redrive, ConfigureQueue: _apply_configure, WakeItems: _apply_wake,
         ExpireUniques: _apply_expire_uniques,
-        CancelItems: _apply_cancel, ProgressItems: _apply_progress,
-        ForgetResults: _apply_forget_results, AddSchedule: _apply_add_schedule,
-        DropSchedule: _apply_drop_schedule, RearmItems: _apply_rearm,
+        # the job features' records (master/job_records.py)
+        CancelItems: job_records.apply_cancel, ProgressItems: job_records.apply_progress,
+        ForgetResults: job_records.apply_forget_results,
+        AddSchedule: job_records.apply_add_schedule,
+        DropSchedule: job_records.apply_drop_schedule, RearmItems: job_records.apply_rearm,
         NodeSeen: _apply_node_seen, AddReplicas: _apply_add_replicas,
         NodeKeyBound: _apply_node_key_bound,
         DropReplicas: _apply_drop_replicas,

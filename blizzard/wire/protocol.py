@@ -9,7 +9,8 @@ re-exported here:
 - ``meta_messages``: item metadata kept beside the blobs, and the paged read a rebuild makes;
 - ``task_messages``: task delivery (items by id, counts by task state);
 - ``ha_messages``: a standby following the primary's WAL, and promotion;
-- ``shard_messages``: a queue's head on one shard.
+- ``shard_messages``: a queue's head on one shard;
+- ``job_messages``: cancelling jobs and keeping schedules.
 
 The codec (frame layout, type checks, msgpack) is ``blizzard.wire.codec``; its public
 functions are re-exported here too (``encode``/``decode``/``pack``/``unpack``; ``WIRE`` is the
@@ -25,6 +26,11 @@ from blizzard.wire.codec import (MAX_BATCH, MAX_FRAME_BYTES, MAX_ID, MAX_ITEM_BY
                                  message, op_name, op_of, pack, peek_request_id, refusal, replace,
                                  unpack)
 from blizzard.wire.ha_messages import Follow, Promote, Promoted, SnapshotData, WalData
+from blizzard.wire.job_messages import (DEPENDENCY_CANCEL, DEPENDENCY_DEAD, FINAL_STATES,
+                                        JOB_STATES, NOT_CANCELLED_FINAL, NOT_CANCELLED_SCHEDULE,
+                                        NOT_CANCELLED_UNKNOWN, RESULT_CANCELLED, RESULT_DONE,
+                                        RESULT_FAILED, Cancel, ListSchedules, RemoveSchedule,
+                                        ScheduleInfo, ScheduleList, SetSchedule)
 from blizzard.wire.meta_messages import ItemMeta, ListMeta, MetaPage
 from blizzard.wire.node_messages import (BadReplica, Blobs, CapabilityKey, CopyOrder, Delete, Get,
                                          GetGrant, Heartbeat, HeartbeatReply, Inventory, NodeRef,
@@ -45,6 +51,10 @@ __all__ += ["ItemMeta", "ListMeta", "MetaPage"]  # meta_messages.py
 __all__ += ["Bury", "ItemStates", "Lookup", "TaskCounts", "TaskStats"]  # task_messages.py
 __all__ += ["Follow", "Promote", "Promoted", "SnapshotData", "WalData"]  # ha_messages.py
 __all__ += ["Head", "QueueHead"]  # shard_messages.py
+__all__ += ["DEPENDENCY_CANCEL", "DEPENDENCY_DEAD", "FINAL_STATES", "JOB_STATES",
+            "NOT_CANCELLED_FINAL", "NOT_CANCELLED_SCHEDULE", "NOT_CANCELLED_UNKNOWN",
+            "RESULT_CANCELLED", "RESULT_DONE", "RESULT_FAILED", "Cancel", "ListSchedules",
+            "RemoveSchedule", "ScheduleInfo", "ScheduleList", "SetSchedule"]  # job_messages.py
 
 
 # ---------------------------------------------------------------------------------------------
@@ -144,12 +154,6 @@ class Enqueue:
     on_dependency_failure: int = 0
     # results: each job's lease token; only who holds a job's lease stores its result
     result_leases: list[int] = field(default_factory=list)
-
-
-# How a job ended, as its result says (``Enqueue.result_kind``)
-RESULT_DONE, RESULT_FAILED, RESULT_CANCELLED = 0, 1, 2
-# What a dependency ending dead or cancelled does to a job waiting on it
-DEPENDENCY_CANCEL, DEPENDENCY_DEAD = 0, 1
 
 
 @message(46)
@@ -520,13 +524,7 @@ class Removed:
 
 
 # ---------------------------------------------------------------------------------------------
-# Jobs: how a job is doing, its result, its cancellation (master/jobs.py)
-
-# A job's status, as ``JobStates.states`` says it ("waiting": for its dependencies)
-JOB_STATES = ("queued", "delayed", "waiting", "running", "failed", "done", "dead", "cancelled",
-              "unknown")
-FINAL_STATES = frozenset(("done", "dead", "cancelled", "unknown"))
-
+# Jobs: how a job is doing and its result (master/jobs.py; the rest is job_messages.py)
 
 @message(64)
 class Jobs:
@@ -563,67 +561,6 @@ class JobStates:
     schedules: list[str] = field(default_factory=list)  # a schedule's job: its name ([]: none)
 
 
-@message(67)
-class SetSchedule:
-    """Make (or replace) schedule ``name``: ``item``, an item of ``queue`` staged for this
-    (``Client.stage``: its call, stored on ``stored_on``, which ``grants`` prove the caller
-    staged), runs at each tick of ``cron`` (in ``timezone``) or every ``every_s`` seconds;
-    ``catch_up``: a tick missed while no master ran runs once when one is back (else it is
-    skipped). A schedule of that name that is the same already (spec and call) is kept and
-    ``item`` is not committed: several workers declaring one schedule make one. Reply
-    ``ScheduleList``."""
-
-    name: str
-    queue: str
-    item: Id
-    cron: str
-    every_s: float
-    timezone: str
-    catch_up: bool
-    stored_on: list[str]
-    grants: list[PutGrant]
-
-
-@message(68)
-class ListSchedules:
-    """The schedules named (none: all). Reply ``ScheduleList``."""
-
-    names: list[str] = field(default_factory=list)
-
-
-@message(69)
-class RemoveSchedule:
-    """End schedule ``name``. Reply ``ScheduleList``: it, as it was (none: no such)."""
-
-    name: str
-
-
-@message(85)
-class ScheduleInfo:
-    """One schedule: its spec, its item (the job id each run has), the next tick (unix
-    time), its runs since it was made, its item's size and checksum (the call's), and the
-    item's state and last error."""
-
-    name: str
-    queue: str
-    item: Id
-    cron: str
-    every_s: float
-    timezone: str
-    catch_up: bool
-    next_at: float
-    runs: int
-    size: int
-    crc: int
-    state: str
-    error: str
-
-
-@message(86)
-class ScheduleList:
-    schedules: list[ScheduleInfo]
-
-
 @message(87)
 class InProgress:
     """The running jobs that reported progress, up to ``limit`` (the status page's). Reply
@@ -632,16 +569,3 @@ class InProgress:
     limit: int
 
 
-# Why a job was not cancelled (``Acked.why`` of a Cancel's reply, one per ``lost`` id)
-NOT_CANCELLED_FINAL = 0  # done, dead or cancelled already
-NOT_CANCELLED_UNKNOWN = 1  # no such job (never made, or finished and forgotten)
-NOT_CANCELLED_SCHEDULE = 2  # a schedule's job: remove the schedule instead
-
-
-@message(66)
-class Cancel:
-    """Cancel jobs: a queued or delayed one is removed at once, a running one is told on its
-    worker's next lease extension (``Acked.cancel``). Reply ``Acked``: ``lost`` the ids not
-    cancelled, each for the reason (``NOT_CANCELLED_*``) at the same place in ``why``."""
-
-    ids: list[Id]
