@@ -102,7 +102,7 @@ class ScheduleBook:
         return book
 
 
-def next_tick(s: Schedule | AddSchedule | p.SetSchedule, after: float,
+def next_tick(s: Schedule | AddSchedule | p.ScheduleSpec, after: float,
               anchor: float | None = None) -> float:
     """The first tick of ``s`` strictly after ``after``; every-N-seconds ticks keep to the
     grid of ``anchor`` (a tick they had)."""
@@ -148,32 +148,32 @@ class ScheduleDesk:
         it makes or changes the schedule; else it is left to expire, as a staged item does.
         Changing a schedule that exists needs ``may_replace`` (an admin key, with security
         on): a client key may declare a schedule, not change or end another's."""
-        spec = self._check(msg)
+        spec = self._check(msg.spec)
         state, book = self.state, self.state.schedules
         staged = self.enqueues.pending.get(msg.item)
-        if staged is None or staged.queue != msg.queue:
-            raise UnknownItem(f"item {msg.item} is not staged for queue {msg.queue} (staged "
+        if staged is None or staged.queue != spec.queue:
+            raise UnknownItem(f"item {msg.item} is not staged for queue {spec.queue} (staged "
                               "items expire): stage the schedule's call again")
-        old = book.by_name.get(msg.name)
+        old = book.by_name.get(spec.name)
         size, crc = self.enqueues.size_and_crc(msg.item)
         old_item = state.items.get(old.item) if old is not None else None
-        if old is not None and old_item is not None and self._same(old, msg) \
+        if old is not None and old_item is not None and self._same(old, spec) \
                 and (old_item.size, old_item.crc) == (size, crc):
             return self.listing([old], now)  # one schedule: the new call is not committed
         if old is not None and not may_replace:
-            raise Forbidden(f"schedule {msg.name} exists with another spec or call; changing "
+            raise Forbidden(f"schedule {spec.name} exists with another spec or call; changing "
                             "it needs an admin key (or `blizzard schedule remove "
-                            f"{msg.name}` first, an admin's)")
+                            f"{spec.name}` first, an admin's)")
         if old is None and len(book.by_name) >= MAX_SCHEDULES:
             raise TooManyItems(f"the master holds {MAX_SCHEDULES} schedules, at most")
         self.enqueues.commit(p.Commit([msg.item], msg.stored_on, "", msg.grants), now)
         first = next_tick(spec, now)
-        self.log(AddSchedule(name=msg.name, queue=msg.queue, item=msg.item, cron=msg.cron,
-                             every_s=msg.every_s, timezone=msg.timezone,
-                             catch_up=msg.catch_up, next_at=first))
+        self.log(AddSchedule(name=spec.name, queue=spec.queue, item=msg.item, cron=spec.cron,
+                             every_s=spec.every_s, timezone=spec.timezone,
+                             catch_up=spec.catch_up, next_at=first))
         if old_item is not None and old_item.id not in state.items:  # replaced, forgotten
             self.deletes.drop_blobs(old_item.id, old_item.nodes)
-        return self.listing([book.by_name[msg.name]], now)
+        return self.listing([book.by_name[spec.name]], now)
 
     def list(self, msg: p.ListSchedules, now: float, *_: Any) -> p.ScheduleList:
         if len(msg.names) > MAX_SCHEDULES:
@@ -201,8 +201,9 @@ class ScheduleDesk:
         rows = []
         for s in schedules:
             item = items.get(s.item)
-            rows.append(p.ScheduleInfo(s.name, s.queue, s.item, s.cron, s.every_s, s.timezone,
-                                       s.catch_up, s.next_at, s.runs,
+            rows.append(p.ScheduleInfo(p.ScheduleSpec(s.name, s.queue, s.cron, s.every_s,
+                                                      s.timezone, s.catch_up),
+                                       s.item, s.next_at, s.runs,
                                        item.size if item else 0, item.crc if item else 0,
                                        self.describe_job(s.item, now),
                                        errors.get(s.item, "")[:cut]))
@@ -249,7 +250,7 @@ class ScheduleDesk:
 
     # -- checks ------------------------------------------------------------------------------
 
-    def _check(self, msg: p.SetSchedule) -> p.SetSchedule:
+    def _check(self, msg: p.ScheduleSpec) -> p.ScheduleSpec:
         if not NAME.fullmatch(msg.name):
             raise InvalidArgument(f"a schedule's name is 1-200 of A-Z a-z 0-9 . _ : -, not "
                                   f"{msg.name[:50]!r}")
@@ -264,7 +265,7 @@ class ScheduleDesk:
         return msg
 
     @staticmethod
-    def _same(old: Schedule, msg: p.SetSchedule) -> bool:
+    def _same(old: Schedule, msg: p.ScheduleSpec) -> bool:
         """Whether ``msg`` declares ``old``'s spec again."""
         return (old.queue, old.cron, old.every_s, old.timezone, old.catch_up) == \
             (msg.queue, msg.cron, msg.every_s, msg.timezone, msg.catch_up)

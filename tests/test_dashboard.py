@@ -130,8 +130,8 @@ def test_before_any_answer_the_document_has_no_cluster():
 
 def test_schedules_and_jobs_in_progress_are_in_the_document():
     h = History()
-    tick = p.ScheduleInfo("nightly", "etl", 7, "30 2 * * *", 0.0, "Europe/Berlin", True,
-                          1_800_000_000.0, 3, 10, 1, "delayed", "")
+    tick = p.ScheduleInfo(p.ScheduleSpec("nightly", "etl", "30 2 * * *", 0.0, "Europe/Berlin",
+                                         True), 7, 1_800_000_000.0, 3, 10, 1, "delayed", "")
     leased = p.Leased("", [], [], [], [], [], [], [], [], [], [], [], p.GetGrant([], [], 0, 0.0,
                                                                                   b""), [])
     running = p.JobStates([9], ["running"], ["etl"], [1], [0], [""], [True], [0.25],

@@ -453,7 +453,8 @@ def test_a_schedules_call_is_neither_leased_nor_woken_before_its_tick():
     from support.in_process_master import alloc
     master = in_process_master(replication=1, min_replicas=1)
     staged = alloc(master, 1, delays=[STAGED_DELAY_S])
-    call(master, p.SetSchedule("s", "q", staged.ids[0], "", 60.0, "UTC", True, ["dn-a"], []))
+    call(master, p.SetSchedule(p.ScheduleSpec("s", "q", "", 60.0, "UTC", True), staged.ids[0],
+                               ["dn-a"], []))
     tick = master.state.schedules.by_name["s"].next_at
     leased = call(master, p.Lease("q", 1, 30.0, 0.0, "l1", [], [], ids=staged.ids))
     assert leased.ids == []  # not before its tick, even named

@@ -162,8 +162,8 @@ def test_a_schedules_item_cannot_be_leased_by_id_before_its_tick():
     """A schedule's call is not leased before its tick, not even by id: each tick runs once."""
     m = master()
     staged = alloc(m, 1, queue="sq")
-    call(m, p.SetSchedule("hourly", "sq", staged.ids[0], "0 * * * *", 0.0, "UTC", False,
-                          ["dn-a"], []))
+    call(m, p.SetSchedule(p.ScheduleSpec("hourly", "sq", "0 * * * *", 0.0, "UTC", False),
+                          staged.ids[0], ["dn-a"], []))
     runs = 0
     for k in range(3):
         leased = call(m, p.Lease("sq", 1, 30.0, 0.0, f"l{k}", [], [], ids=staged.ids))
@@ -306,8 +306,8 @@ def test_a_bad_cron_or_timezone_gets_a_clear_error(expr, zone):
         cron.next_after(cron.parse(expr), time.time(), cron.timezone(zone).key)
     m = master()
     staged = alloc(m, 1, queue="sq")
-    reply = send(m, p.SetSchedule("s", "sq", staged.ids[0], expr, 0.0, zone, False,
-                                  ["dn-a"], []))
+    reply = send(m, p.SetSchedule(p.ScheduleSpec("s", "sq", expr, 0.0, zone, False),
+                                  staged.ids[0], ["dn-a"], []))
     assert isinstance(reply, p.Error) and reply.code == "invalid_argument", reply
 
 

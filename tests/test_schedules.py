@@ -246,7 +246,8 @@ def test_eight_workers_declaring_one_schedule_make_one(cluster):
         assert changed.every_s == 30 and admin.stats("ticks")["delayed"] == 1
     with Client(cluster.master_addr) as c:
         with pytest.raises(UnknownItem):
-            c.master.call(p.SetSchedule("two", "ticks", 424242, "", 5.0, "UTC", True, [], []))
+            c.master.call(p.SetSchedule(p.ScheduleSpec("two", "ticks", "", 5.0, "UTC", True),
+                                        424242, [], []))
         with pytest.raises(InvalidArgument, match="unknown timezone"):
             c.schedule("three", "ticks", payload, cron="* * * * *", timezone="Nowhere/City")
         with pytest.raises(Forbidden, match="admin key"):

@@ -41,8 +41,9 @@ class ScheduleStatus:
 
 
 def _status(info: p.ScheduleInfo) -> ScheduleStatus:
-    return ScheduleStatus(info.name, info.queue, info.item, info.cron, info.every_s,
-                          info.timezone, info.catch_up, info.next_at, info.runs, info.state,
+    spec = info.spec
+    return ScheduleStatus(spec.name, spec.queue, info.job, spec.cron, spec.every_s,
+                          spec.timezone, spec.catch_up, info.next_at, info.runs, info.state,
                           info.error)
 
 
@@ -69,21 +70,15 @@ def set_schedule(client: Any, name: str, queue: str, payload: bytes, *, cron: st
     """``Client.schedule``: make schedule ``name`` (or keep it, if the same)."""
     check_queue_name(queue)
     check_spec(cron, every_s, timezone, overlap)
+    spec = p.ScheduleSpec(name, queue, cron, float(every_s), timezone, bool(catch_up))
     listed = client.master.call(p.ListSchedules([name])).schedules
-    if listed and _same(listed[0], queue, payload, cron, every_s, timezone, catch_up):
-        return _status(listed[0])
+    if listed and listed[0].spec == spec and (listed[0].size, listed[0].crc) == \
+            (len(payload), zlib.crc32(payload)):
+        return _status(listed[0])  # the same: nothing to do
     staged = client.pipeline.stage(queue, [payload], EnqueueOptions(delay_s=STAGED_DELAY_S))
     (ids, nodes, grants), = staged
-    reply: p.ScheduleList = client.master.call(p.SetSchedule(
-        name, queue, ids[0], cron, float(every_s), timezone, bool(catch_up), nodes, grants))
+    reply: p.ScheduleList = client.master.call(p.SetSchedule(spec, ids[0], nodes, grants))
     return _status(reply.schedules[0])
-
-
-def _same(info: p.ScheduleInfo, queue: str, payload: bytes, cron: str, every_s: float,
-          timezone: str, catch_up: bool) -> bool:
-    return (info.queue, info.cron, info.every_s, info.timezone, info.catch_up, info.size,
-            info.crc) == (queue, cron, float(every_s), timezone, bool(catch_up), len(payload),
-                          zlib.crc32(payload))
 
 
 def list_schedules(client: Any, names: list[str] | None = None) -> list[ScheduleStatus]:

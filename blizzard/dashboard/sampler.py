@@ -263,9 +263,10 @@ def _series(runs: list[list[Sample]], name: str) -> dict[str, list[Any]]:
 def _jobs_doc(view: JobsView | None) -> dict[str, Any]:
     if view is None:
         return {"schedules": [], "progress": []}
-    schedules = [{"name": s.name, "queue": s.queue, "job": s.item,
-                  "when": s.cron or f"every {s.every_s:g} s", "timezone": s.timezone,
-                  "next_at": s.next_at, "runs": s.runs, "state": s.state, "error": s.error}
+    schedules = [{"name": s.spec.name, "queue": s.spec.queue, "job": s.job,
+                  "when": s.spec.cron or f"every {s.spec.every_s:g} s",
+                  "timezone": s.spec.timezone, "next_at": s.next_at, "runs": s.runs,
+                  "state": s.state, "error": s.error}
                  for s in view.schedules]
     r = view.running
     progress = [] if r is None else [

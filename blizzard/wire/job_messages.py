@@ -38,23 +38,30 @@ class Cancel:
     ids: list[Id]
 
 
-@message(67)
-class SetSchedule:
-    """Make (or replace) schedule ``name``: ``item``, an item of ``queue`` staged for this
-    (``Client.stage``: its call, stored on ``stored_on``, which ``grants`` prove the caller
-    staged), runs at each tick of ``cron`` (in ``timezone``) or every ``every_s`` seconds;
-    ``catch_up``: a tick missed while no master ran runs once when one is back (else it is
-    skipped). A schedule of that name that is the same already (spec and call) is kept and
-    ``item`` is not committed: several workers declaring one schedule make one. Reply
-    ``ScheduleList``."""
+@message(88)
+class ScheduleSpec:
+    """A schedule as declared: its name, the queue its job goes to, when (a cron expression
+    in ``timezone``, or every ``every_s`` seconds) and whether a tick missed while no master
+    ran runs once when one is back (``catch_up``) or is skipped."""
 
     name: str
     queue: str
-    item: Id
     cron: str
     every_s: float
     timezone: str
     catch_up: bool
+
+
+@message(67)
+class SetSchedule:
+    """Make (or change) schedule ``spec``: ``item``, an item of its queue staged for this
+    (``Client.stage``: its call, stored on ``stored_on``, which ``grants`` prove the caller
+    staged), runs at each of its ticks. A schedule of that name that is the same already
+    (spec and call) is kept and ``item`` is not committed: several workers declaring one
+    schedule make one. Reply ``ScheduleList``."""
+
+    spec: ScheduleSpec
+    item: Id
     stored_on: list[str]
     grants: list[PutGrant]
 
@@ -75,17 +82,12 @@ class RemoveSchedule:
 
 @message(85)
 class ScheduleInfo:
-    """One schedule: its spec, its item (the job id each run has), the next tick (unix
-    time), its runs since it was made, its item's size and checksum (the call's), and the
-    item's state and last error."""
+    """One schedule: its spec, its job (the item each run is), the next tick (unix time),
+    its runs since it was made, its call's size and checksum, and its job's state and last
+    error."""
 
-    name: str
-    queue: str
-    item: Id
-    cron: str
-    every_s: float
-    timezone: str
-    catch_up: bool
+    spec: ScheduleSpec
+    job: Id
     next_at: float
     runs: int
     size: int

@@ -30,7 +30,7 @@ from blizzard.wire.job_messages import (DEPENDENCY_CANCEL, DEPENDENCY_DEAD, FINA
                                         JOB_STATES, NOT_CANCELLED_FINAL, NOT_CANCELLED_SCHEDULE,
                                         NOT_CANCELLED_UNKNOWN, RESULT_CANCELLED, RESULT_DONE,
                                         RESULT_FAILED, Cancel, ListSchedules, RemoveSchedule,
-                                        ScheduleInfo, ScheduleList, SetSchedule)
+                                        ScheduleInfo, ScheduleList, ScheduleSpec, SetSchedule)
 from blizzard.wire.meta_messages import ItemMeta, ListMeta, MetaPage
 from blizzard.wire.node_messages import (BadReplica, Blobs, CapabilityKey, CopyOrder, Delete, Get,
                                          GetGrant, Heartbeat, HeartbeatReply, Inventory, NodeRef,
@@ -54,7 +54,8 @@ __all__ += ["Head", "QueueHead"]  # shard_messages.py
 __all__ += ["DEPENDENCY_CANCEL", "DEPENDENCY_DEAD", "FINAL_STATES", "JOB_STATES",
             "NOT_CANCELLED_FINAL", "NOT_CANCELLED_SCHEDULE", "NOT_CANCELLED_UNKNOWN",
             "RESULT_CANCELLED", "RESULT_DONE", "RESULT_FAILED", "Cancel", "ListSchedules",
-            "RemoveSchedule", "ScheduleInfo", "ScheduleList", "SetSchedule"]  # job_messages.py
+            "RemoveSchedule", "ScheduleInfo", "ScheduleList", "ScheduleSpec",
+            "SetSchedule"]  # job_messages.py
 
 
 # ---------------------------------------------------------------------------------------------
