@@ -224,9 +224,9 @@ def test_progress_is_shown_and_its_state_is_handed_to_the_retry(cluster, worker,
     out = jobs_dir / "out"
     with Client(cluster.master_addr) as c:
         job = resumable.with_options(client=c).enqueue("c")
-        seen = wait_for(lambda: (lambda i: i if i.progress == 0.5 else None)(job.info()), 20,
+        seen = wait_for(lambda: (lambda s: s if s.progress == 0.5 else None)(job.status()), 20,
                         "the progress to show")
-        assert seen.note == "halfway" and seen.state == "running"
+        assert seen == "running" and seen.note == "halfway"  # the state, with its progress
         assert "progress: 50% (halfway)" in blizzard_cli(cluster, "job", str(job.id))
         (out / "fail-c").write_text("")  # the first attempt fails; the retry resumes
         assert job.result(timeout_s=30) == {"resumed_from": {"step": 5}, "attempt": 2}
@@ -295,3 +295,30 @@ def test_a_groups_callback_runs_once_every_job_is_done(cluster, worker, jobs_dir
         assert label == "all three"
         assert all(float((out / f"ran-g{k}").read_text()) <= ran_at for k in range(3))
         assert group(jobs).results() == ["g0", "g1", "g2"]
+
+
+def test_dependencies_cancels_and_results_hold_across_a_standby_takeover(cluster_factory):
+    """The job book is the WAL's: after the primary is killed and its standby takes over, a job
+    still waits for its dependency (and runs after it), a cancelled job stays cancelled, and a
+    stored result is still read."""
+    cluster = cluster_factory(standby=True, heartbeat_s=0.2, dead_after_s=1.5, datanodes=2)
+    wait_for(lambda: "replies now wait for it" in cluster.master.head(), 30, "the standby")
+    with Client(cluster.masters, timeout_s=30) as c:
+        first = c.enqueue("flow", b"a", delay_s=2.0)
+        second = c.enqueue("flow", b"b", depends_on=[first])
+        doomed = c.enqueue("flow", b"c", delay_s=600)
+        assert c.cancel([doomed]) == [doomed]
+        c.enqueue("done", b"d")
+        (held,) = c.dequeue_many("done", 1)
+        c.store_results("done", [held], [encode_result("kept", 1, 0.1)])
+        held.ack(wait=True)
+        cluster.master.kill()
+        wait_for(lambda: "promoted" in cluster.second.head(), 30, "the standby's promotion")
+        seen = {s.id: s for s in c.jobs([first, second, doomed, held.id])}
+        assert (seen[second].state, seen[doomed].state) == ("waiting", "cancelled")
+        assert decode_result(seen[held.id].result).value == "kept"
+        got = wait_for(lambda: c.dequeue_many("flow", 1, wait_s=1.0), 30, "the first job")
+        assert [m.id for m in got] == [first]
+        got[0].ack(wait=True)
+        then = wait_for(lambda: c.dequeue_many("flow", 1, wait_s=1.0), 30, "the second job")
+        assert [m.id for m in then] == [second]

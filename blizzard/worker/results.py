@@ -79,6 +79,25 @@ def decode_result(blob: bytes) -> Result:
     return Result(*fields[1:5])
 
 
+class JobState(str):
+    """A job's state word (``"running"``, ``"done"``, ...: it compares as that text), with
+    the rest of what the master says: ``progress`` and ``note`` (its last progress),
+    ``attempts``, ``runs``, ``error``, ``cancel_requested``, and ``info`` (the whole
+    ``JobStatus``)."""
+
+    info: JobStatus
+
+    def __new__(cls, info: JobStatus) -> "JobState":
+        state = super().__new__(cls, info.state)
+        state.info = info
+        return state
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "info":
+            raise AttributeError(name)
+        return getattr(self.info, name)
+
+
 class JobHandle(int):
     """A job that was enqueued: its item id (a handle is that int, as ``enqueue`` returned
     before handles: ``handle.id`` says so), ``status()``, ``result()``, ``cancel()``.
@@ -102,10 +121,11 @@ class JobHandle(int):
         """Everything the master says of the job (``read``: its result's payload too)."""
         return self._client().jobs([self.id], read=read)[0]
 
-    def status(self) -> str:
-        """queued, delayed, running, failed (its last run failed; a retry is due), done,
-        dead, cancelled or unknown."""
-        return self.info().state
+    def status(self) -> JobState:
+        """queued, delayed, waiting (for its dependencies), running, failed (its last run
+        failed; a retry is due), done, dead, cancelled or unknown: a ``JobState``, that text
+        with the job's ``progress``, ``note``, ``attempts``, ``runs`` and ``error``."""
+        return JobState(self.info())
 
     def result(self, timeout_s: float = 30.0) -> Any:
         """The task's return value, waiting up to ``timeout_s`` for the job to end (the master
