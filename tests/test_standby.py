@@ -47,10 +47,16 @@ def promote_when_caught_up(cluster) -> int:
     return wait_for(attempt, what="the standby to be in sync and promoted")
 
 
-def log_end(directory: str) -> tuple[int, int]:
-    """(last segment, its size) of a WAL directory."""
-    last = list_segments(directory)[-1]
-    return last, os.path.getsize(os.path.join(directory, segment_name(last)))
+def log_end(directory: str) -> tuple[int, int] | None:
+    """(last segment, its size) of a WAL directory; None while it has none (a standby that
+    starts over from a checkpoint empties its log first)."""
+    segments = list_segments(directory) if os.path.isdir(directory) else []
+    if not segments:
+        return None
+    try:
+        return segments[-1], os.path.getsize(os.path.join(directory, segment_name(segments[-1])))
+    except FileNotFoundError:  # removed between the listing and the look
+        return None
 
 
 def drain(client: Client, queue: str = "jobs") -> list[bytes]:
