@@ -28,9 +28,7 @@ from typing import Any
 
 from blizzard import Client
 from blizzard.wire.errors import BlizzardError
-from master import records
-from master.records import AddSchedule, RearmItems
-from master.wal import read_segments
+from master.inspect import armed_ticks
 
 log = logging.getLogger(__name__)
 
@@ -144,19 +142,6 @@ class JobsLane:
         result["valid"] = not any(twice.values()) and not unarmed and not order \
             and not unfinished and bool(self.chains) and bool(self.ticks_run)
         return result
-
-
-def armed_ticks(wal_dir: str, item: int) -> list[float]:
-    """The ticks the master armed ``item`` for, in log order (its WAL, as far as it goes)."""
-    ticks = []
-    for seg in read_segments(wal_dir):
-        for body in seg.bodies:
-            rec = records.unpack(body)
-            if type(rec) is AddSchedule and rec.item == item:
-                ticks.append(rec.next_at)
-            elif type(rec) is RearmItems and item in rec.ids:
-                ticks.append(rec.not_befores[rec.ids.index(item)])
-    return ticks
 
 
 def write(run_dir: str, result: dict[str, Any]) -> None:

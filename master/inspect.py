@@ -64,3 +64,18 @@ def recover(data_dir: str) -> tuple[Report, State]:
     report.id_hi = state.id_hi
     report.queues = {q.name: (q.n_ready, q.n_delayed, q.n_leased) for q in state.queues.values()}
     return report, state
+
+
+def armed_ticks(wal_dir: str, item: int) -> list[float]:
+    """Every tick a master armed a schedule's ``item`` for, in log order, read from its WAL
+    directory (as far as it goes back: checkpoints may have removed its start; a master
+    started with ``--keep-wal`` keeps it whole). A tick listed twice was enqueued twice."""
+    ticks = []
+    for seg in read_segments(wal_dir):
+        for body in seg.bodies:
+            rec = records.unpack(body)
+            if type(rec) is records.AddSchedule and rec.item == item:
+                ticks.append(rec.next_at)
+            elif type(rec) is records.RearmItems and item in rec.ids:
+                ticks.append(rec.not_befores[rec.ids.index(item)])
+    return ticks

@@ -388,16 +388,17 @@ class Leases:
         """Give leased items back: after ``delay_s``, or (None) after their queue's back-off;
         with ``priority``, at that priority."""
         not_befores, dying, rearmed = [], [], []
+        scheduled = self.state.schedules.by_item
         for item_id in list(ids):
             item = self.state.items[item_id]
             config = self.state.config(item.queue)
-            if self.state.dies(item_id, item.attempts + 1, config.max_attempts) and \
-                    self.schedules is not None and self.schedules.split([item_id])[0]:
+            dies = self.state.dies(item_id, item.attempts + 1, config.max_attempts)
+            if dies and item_id in scheduled:
                 rearmed.append(item_id)  # a schedule's run failed for good: its next tick
                 continue
             delay = delay_s if delay_s is not None else config.backoff_s(item.attempts + 1)
             not_befores.append(now + delay if delay > 0 else 0.0)
-            if self.state.dies(item_id, item.attempts + 1, config.max_attempts):
+            if dies:
                 dying.append(item.queue)
         if rearmed:
             self.schedules.rearm(rearmed, now, error or "failed")

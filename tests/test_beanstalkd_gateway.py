@@ -13,12 +13,11 @@ import time
 import greenstalk
 import pytest
 from support.cli import BLIZZARD
-from support.gateway import gateway_process
+from support.gateway import beanstalkd_on_new_cluster, gateway_process
 from support.sqs import boto
 from support.wait import wait_for
 
 from blizzard import Client
-from blizzard.gateways.beanstalkd import BeanstalkdGateway, GatewayConfig
 from blizzard.local.harness import free_port
 from blizzard.net import keys as k
 
@@ -27,16 +26,8 @@ pytestmark = pytest.mark.cluster
 
 @pytest.fixture
 def gateway(cluster_factory, monkeypatch):
-    monkeypatch.delenv(k.ENV, raising=False)
-    cluster = cluster_factory(datanodes=2, replication=2, keys=None)
-    gw = BeanstalkdGateway(GatewayConfig(cluster.master_addr, "127.0.0.1", 0,
-                                         max_connections=8, max_job_bytes=1024))
-    thread = threading.Thread(target=gw.serve_forever, daemon=True)
-    thread.start()
-    gw.cluster = cluster
-    yield gw
-    gw.stop()
-    thread.join(10)
+    yield from beanstalkd_on_new_cluster(cluster_factory, monkeypatch, max_connections=8,
+                                         max_job_bytes=1024)
 
 
 def connect(gw, **kw) -> greenstalk.Client:

@@ -5,18 +5,16 @@ limit, a tube's lease changed while workers are connected, stats-job's fields.""
 
 from __future__ import annotations
 
-import threading
 import time
 
 import greenstalk
 import pytest
 from botocore.exceptions import ClientError
+from support.gateway import beanstalkd_on_new_cluster
 from support.sqs import boto, gateway_on_new_cluster, signed
 from support.wait import wait_for
 
 from blizzard import Client
-from blizzard.gateways.beanstalkd import BeanstalkdGateway, GatewayConfig
-from blizzard.net import keys as k
 
 pytestmark = pytest.mark.cluster
 
@@ -30,15 +28,7 @@ def sqs_gateway(cluster_factory, tmp_path):
 
 @pytest.fixture
 def beans(cluster_factory, monkeypatch):
-    monkeypatch.delenv(k.ENV, raising=False)
-    cluster = cluster_factory(datanodes=2, replication=2, keys=None)
-    gw = BeanstalkdGateway(GatewayConfig(cluster.master_addr, "127.0.0.1", 0))
-    thread = threading.Thread(target=gw.serve_forever, daemon=True)
-    thread.start()
-    gw.cluster = cluster
-    yield gw
-    gw.stop()
-    thread.join(10)
+    yield from beanstalkd_on_new_cluster(cluster_factory, monkeypatch)
 
 
 def connect(gw, **kw) -> greenstalk.Client:

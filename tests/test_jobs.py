@@ -6,11 +6,11 @@ retry, a job run twice, ``blizzard job`` and ``blizzard cancel``."""
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
+from support.cli import output
 from support.wait import wait_for
-from support.worker_proc import BLIZZARD, finish, start_worker
+from support.worker_proc import running_worker
 
 from blizzard import Client, JobCancelled, JobFailed, JobHandle, ResultUnavailable, group
 from blizzard.wire import protocol as p
@@ -121,17 +121,8 @@ def jobs_dir(tmp_path):
 
 @pytest.fixture
 def worker(cluster, jobs_dir):
-    proc = start_worker(jobs_dir, cluster.master_addr, "--concurrency", "4")
-    yield proc
-    proc.terminate()
-    finish(proc)
-
-
-def blizzard_cli(cluster, *args: str) -> str:
-    done = subprocess.run([*BLIZZARD, *args, "--master", cluster.master_addr],
-                          capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout
+    with running_worker(jobs_dir, cluster.master_addr, "--concurrency", "4") as proc:
+        yield proc
 
 
 def test_a_result_comes_back_and_a_failure_says_why(cluster, worker):
@@ -147,9 +138,9 @@ def test_a_result_comes_back_and_a_failure_says_why(cluster, worker):
         assert "ValueError: cannot divide" in failed.value.error
         assert failing.status() == "dead"
         assert not failing.cancel()  # a dead job is final: nothing to cancel
-        shown = json.loads(blizzard_cli(cluster, "job", str(handle.id), "--json"))["jobs"][0]
+        shown = json.loads(output(cluster.master_addr, "job", str(handle.id), "--json"))["jobs"][0]
         assert shown["state"] == "done" and shown["result"] == {"sum": 5}
-        text = blizzard_cli(cluster, "job", str(failing.id))
+        text = output(cluster.master_addr, "job", str(failing.id))
         assert f"job {failing.id}: dead" in text and "cannot divide" in text
 
 
@@ -187,7 +178,7 @@ def test_a_queued_job_cancelled_never_runs(cluster, worker, jobs_dir):
         with pytest.raises(JobCancelled):
             later.result(timeout_s=5)
         assert c.stats("math")["delayed"] == 0
-        text = blizzard_cli(cluster, "cancel", str(later.id), "123456789")
+        text = output(cluster.master_addr, "cancel", str(later.id), "123456789")
         assert f"job {later.id}: not cancelled" in text and "job 123456789: not" in text
 
 
@@ -197,7 +188,7 @@ def test_a_running_job_stops_at_its_next_check_when_cancelled(cluster, worker, j
         job = loop_until_cancelled.with_options(client=c).enqueue("a")
         wait_for(lambda: (out / "started-a").exists(), 20, "the job to start")
         assert job.status() == "running"
-        assert "cancelled" in blizzard_cli(cluster, "cancel", str(job.id))
+        assert "cancelled" in output(cluster.master_addr, "cancel", str(job.id))
         info = job.info()
         assert info.state == "running" and info.cancel_requested  # until its worker hears
         with pytest.raises(JobCancelled):
@@ -217,7 +208,7 @@ def test_a_job_that_finishes_anyway_keeps_its_result_shown_as_cancel_requested(
         assert job.result(timeout_s=20) == 7
         info = job.info()
         assert info.state == "done" and info.cancel_requested
-        assert "(cancel requested)" in blizzard_cli(cluster, "job", str(job.id))
+        assert "(cancel requested)" in output(cluster.master_addr, "job", str(job.id))
 
 
 def test_progress_is_shown_and_its_state_is_handed_to_the_retry(cluster, worker, jobs_dir):
@@ -227,7 +218,7 @@ def test_progress_is_shown_and_its_state_is_handed_to_the_retry(cluster, worker,
         seen = wait_for(lambda: (lambda s: s if s.progress == 0.5 else None)(job.status()), 20,
                         "the progress to show")
         assert seen == "running" and seen.note == "halfway"  # the state, with its progress
-        assert "progress: 50% (halfway)" in blizzard_cli(cluster, "job", str(job.id))
+        assert "progress: 50% (halfway)" in output(cluster.master_addr, "job", str(job.id))
         (out / "fail-c").write_text("")  # the first attempt fails; the retry resumes
         assert job.result(timeout_s=30) == {"resumed_from": {"step": 5}, "attempt": 2}
 

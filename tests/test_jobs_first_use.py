@@ -4,11 +4,11 @@ whose arguments do not fit, a dead job's error shown once."""
 
 from __future__ import annotations
 
-import subprocess
 
 import pytest
+from support.cli import output
 from support.wait import wait_for
-from support.worker_proc import BLIZZARD, finish, start_worker
+from support.worker_proc import running_worker
 
 import blizzard
 from blizzard import Client, InvalidArgument, JobFailed, JobHandle
@@ -44,17 +44,8 @@ def explode() -> None: ...
 def worker(cluster, tmp_path):
     (tmp_path / "jobs.py").write_text(JOBS)
     (tmp_path / "out").mkdir()
-    proc = start_worker(tmp_path, cluster.master_addr)
-    yield proc
-    proc.terminate()
-    finish(proc)
-
-
-def cli(cluster, *args: str) -> str:
-    done = subprocess.run([*BLIZZARD, *args, "--master", cluster.master_addr],
-                          capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout
+    with running_worker(tmp_path, cluster.master_addr) as proc:
+        yield proc
 
 
 # -- in process ------------------------------------------------------------------------------
@@ -86,7 +77,7 @@ def test_blizzard_cancel_of_a_schedules_job_does_not_say_it_ended(cluster, worke
     with Client(cluster.master_addr) as c:
         wait_for(lambda: c.schedules(["heartbeat"]), 20, "the worker to declare its schedule")
         (s,) = c.schedules(["heartbeat"])
-    text = cli(cluster, "cancel", str(s.job))
+    text = output(cluster.master_addr, "cancel", str(s.job))
     assert f"job {s.job}: not cancelled" in text
     assert "had ended" not in text and "schedule" in text, text
 
@@ -99,7 +90,7 @@ def test_blizzard_job_does_not_call_a_schedules_ticks_repeated_deliveries(cluste
         wait_for(lambda: c.schedules(["heartbeat"]) and c.schedules(["heartbeat"])[0].runs >= 3,
                  30, "three ticks to run")
         (s,) = c.schedules(["heartbeat"])
-    text = cli(cluster, "job", str(s.job))
+    text = output(cluster.master_addr, "job", str(s.job))
     assert "delivery is at least once" not in text, text
 
 
@@ -127,5 +118,5 @@ def test_blizzard_job_shows_a_dead_jobs_error_once(cluster, worker):
         job = explode.with_options(client=c).enqueue()
         with pytest.raises(JobFailed):
             job.result(timeout_s=30)
-    text = cli(cluster, "job", str(job.id))
+    text = output(cluster.master_addr, "job", str(job.id))
     assert text.count("cannot do it") == 1, text

@@ -12,8 +12,9 @@ import time
 
 import pytest
 from support.records import commit
+from support.together import in_threads
 from support.wait import wait_for
-from support.worker_proc import finish, start_worker
+from support.worker_proc import running_worker
 
 from blizzard import Client
 from blizzard.wire import cron
@@ -23,7 +24,7 @@ from blizzard.worker.task import encode_call, task
 from master import records
 from master.records import AddSchedule, RearmItems
 from master.schedules import Schedule, next_tick
-from master.wal import read_segments
+from master.inspect import armed_ticks
 
 UTC = dt.timezone.utc
 
@@ -132,24 +133,9 @@ def runs(jobs_dir, prefix: str) -> list[float]:
                   if name.startswith(prefix + "-"))
 
 
-def armed_ticks(wal_dir: str, item: int) -> list[float]:
-    """Every tick the master armed ``item`` for, from its WAL: the first (AddSchedule) and
-    each re-arm, in log order."""
-    ticks = []
-    for seg in read_segments(wal_dir):
-        for body in seg.bodies:
-            rec = records.unpack(body)
-            if type(rec) is AddSchedule and rec.item == item:
-                ticks.append(rec.next_at)
-            elif type(rec) is RearmItems and item in rec.ids:
-                ticks.append(rec.not_befores[rec.ids.index(item)])
-    return ticks
-
-
 def test_each_tick_is_enqueued_once_across_a_master_kill(cluster_factory, jobs_dir):
     cluster = cluster_factory(datanodes=2, heartbeat_s=0.2, dead_after_s=1.5)
-    worker = start_worker(jobs_dir, cluster.master_addr, "--queues", "ticks,crons")
-    try:
+    with running_worker(jobs_dir, cluster.master_addr, "--queues", "ticks,crons"):
         wait_for(lambda: len(runs(jobs_dir, "tick")) >= 3 and len(runs(jobs_dir, "cron")) >= 3,
                  30, "three ticks of each schedule")
         cluster.master.kill()  # kill -9, mid-schedule
@@ -157,9 +143,6 @@ def test_each_tick_is_enqueued_once_across_a_master_kill(cluster_factory, jobs_d
         before = {k: len(runs(jobs_dir, k)) for k in ("tick", "cron")}
         wait_for(lambda: all(len(runs(jobs_dir, k)) >= n + 3 for k, n in before.items()), 30,
                  "three more ticks of each")
-    finally:
-        worker.terminate()
-        finish(worker)
     with Client(cluster.master_addr) as c:
         schedules = {s.name: s for s in c.schedules()}
     for name, prefix in (("heartbeat", "tick"), ("every_second", "cron")):
@@ -175,17 +158,13 @@ def test_each_tick_is_enqueued_once_across_a_master_kill(cluster_factory, jobs_d
 def test_a_standby_takes_over_the_schedule_and_arms_no_tick_twice(cluster_factory, jobs_dir):
     cluster = cluster_factory(standby=True, heartbeat_s=0.2, dead_after_s=1.5, datanodes=2)
     wait_for(lambda: "replies now wait for it" in cluster.master.head(), 30, "the standby")
-    worker = start_worker(jobs_dir, cluster.masters, "--queues", "ticks")
-    try:
+    with running_worker(jobs_dir, cluster.masters, "--queues", "ticks"):
         wait_for(lambda: len(runs(jobs_dir, "tick")) >= 2, 30, "two ticks to run")
         cluster.master.kill()
         wait_for(lambda: "promoted" in cluster.second.head(), 30, "the standby's promotion")
         before = len(runs(jobs_dir, "tick"))
         wait_for(lambda: len(runs(jobs_dir, "tick")) >= before + 3, 40,
                  "ticks from the new primary")
-    finally:
-        worker.terminate()
-        finish(worker)
     with Client(cluster.masters) as c:
         (s,) = c.schedules(["heartbeat"])
     armed = armed_ticks(os.path.join(cluster.base_dir, "standby", "wal"), s.job)
@@ -195,8 +174,7 @@ def test_a_standby_takes_over_the_schedule_and_arms_no_tick_twice(cluster_factor
 
 def test_a_tick_missed_while_no_master_ran_runs_once_or_is_skipped(cluster_factory, jobs_dir):
     cluster = cluster_factory(datanodes=2, heartbeat_s=0.2, dead_after_s=1.5)
-    worker = start_worker(jobs_dir, cluster.master_addr, "--queues", "ticks,crons")
-    try:
+    with running_worker(jobs_dir, cluster.master_addr, "--queues", "ticks,crons"):
         wait_for(lambda: len(runs(jobs_dir, "cron")) >= 2 and len(runs(jobs_dir, "tick")) >= 2,
                  30, "both schedules to run")
         cluster.master.kill()
@@ -207,9 +185,6 @@ def test_a_tick_missed_while_no_master_ran_runs_once_or_is_skipped(cluster_facto
         wait_for(lambda: any(t > restarted for t in runs(jobs_dir, "cron")) and
                  any(t > restarted for t in runs(jobs_dir, "tick")), 30,
                  "ticks after the restart")
-    finally:
-        worker.terminate()
-        finish(worker)
     skipped = [t for t in runs(jobs_dir, "cron") if stopped + 0.5 < t < restarted]
     assert not skipped, f"ticks missed while no master ran were run: {skipped}"
     with Client(cluster.master_addr) as c:
@@ -230,11 +205,7 @@ def test_eight_workers_declaring_one_schedule_make_one(cluster):
             barrier.wait()
             made.append(c.schedule("one", "ticks", payload, every_s=60).job)
 
-    threads = [threading.Thread(target=declare) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
+    in_threads(lambda k: declare(), 8, timeout_s=30)
     with Client(cluster.master_addr) as c:
         (s,) = c.schedules(["one"])
         assert s.every_s == 60 and s.state == "delayed"

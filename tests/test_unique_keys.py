@@ -14,6 +14,7 @@ from blizzard.wire.errors import InvalidArgument
 from master import records
 from master.records import AckItems, CommitItems, DeleteQueue
 from support.records import commit
+from support.together import in_threads
 from master.state import State
 from master.uniques import Uniques
 
@@ -76,11 +77,7 @@ def test_eight_concurrent_producers_of_one_unique_key_make_one_item(cluster_fact
             ids.append(c.enqueue("reports", f"from {k}".encode(), unique_key="daily-2026-11-26",
                                  unique_for_s=600))
 
-    threads = [threading.Thread(target=produce, args=(k,)) for k in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    in_threads(produce, 8)
     assert len(ids) == 8 and len(set(ids)) == 1
     with Client(cluster.master_addr, timeout_s=20) as c:
         assert c.stats("reports")["ready"] == 1
@@ -141,11 +138,7 @@ def test_a_unique_task_called_by_eight_producers_at_once_is_queued_once(cluster_
             start.wait()
             ids.append(nightly.with_options(client=c).enqueue("2026-11-26", full=True))
 
-    threads = [threading.Thread(target=produce) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    in_threads(lambda k: produce(), 8)
     assert len(ids) == 8 and len(set(ids)) == 1
     with Client(cluster.master_addr, timeout_s=20) as c:
         other_day = nightly.with_options(client=c).enqueue("2026-11-27", full=True)

@@ -19,3 +19,8 @@ def run(*args: str, master: str, stdin: bytes = b"",
     if check and proc.returncode != 0:
         raise AssertionError(f"exit {proc.returncode}: {proc.stdout!r}{proc.stderr!r}")
     return proc
+
+
+def output(master: str, *args: str) -> str:
+    """What ``blizzard ARGS`` against ``master`` printed, once it exited 0."""
+    return run(*args, master=master).stdout.decode()

@@ -6,10 +6,12 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-from typing import Any
+import threading
+from typing import Any, Iterator
 
 from support.cli import BLIZZARD
 
+from blizzard.gateways.beanstalkd import BeanstalkdGateway, GatewayConfig
 from blizzard.net import keys as k
 
 
@@ -30,3 +32,18 @@ def listening(port: int) -> bool:
         return True
     except OSError:
         return False
+
+
+def beanstalkd_on_new_cluster(cluster_factory: Any, monkeypatch: Any,
+                              **config: Any) -> Iterator[BeanstalkdGateway]:
+    """A fixture's body: a beanstalkd gateway in a thread in front of a new insecure cluster
+    of two data nodes; stopped after the test. ``config``: more ``GatewayConfig`` fields."""
+    monkeypatch.delenv(k.ENV, raising=False)
+    cluster = cluster_factory(datanodes=2, replication=2, keys=None)
+    gw = BeanstalkdGateway(GatewayConfig(cluster.master_addr, "127.0.0.1", 0, **config))
+    thread = threading.Thread(target=gw.serve_forever, daemon=True)
+    thread.start()
+    gw.cluster = cluster  # type: ignore[attr-defined]
+    yield gw
+    gw.stop()
+    thread.join(10)

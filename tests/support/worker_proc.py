@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
+from typing import Iterator
 
 BLIZZARD = [sys.executable, "-m", "blizzard.cli"]
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -24,3 +26,14 @@ def finish(proc: subprocess.Popen, timeout_s: float = 30) -> tuple[int, str]:
     """Wait for the worker to end: its exit code and output."""
     out, _ = proc.communicate(timeout=timeout_s)
     return proc.returncode, out
+
+
+@contextlib.contextmanager
+def running_worker(jobs_dir, master: str, *args: str) -> Iterator[subprocess.Popen]:
+    """``start_worker`` for the ``with`` block; terminated (SIGTERM) and waited for after."""
+    proc = start_worker(jobs_dir, master, *args)
+    try:
+        yield proc
+    finally:
+        proc.terminate()
+        finish(proc)
