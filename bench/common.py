@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import shutil
 import signal
 import sys
@@ -102,6 +103,24 @@ def client_keys(cluster: LocalCluster) -> str:
 
 def security_of(cluster: LocalCluster) -> str:
     return "off" if cluster.keys is None else "on"
+
+
+NO_SYNC_SITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "no_sync_site")
+
+
+def no_sync_option(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--no-sync", action="store_true",
+                    help="UNSAFE, a bound: the servers skip every fsync and synced LevelDB "
+                         "write (bench/no_sync_site), to measure the most any change in where "
+                         "or when they sync could win; the lines are tagged")
+
+
+def unsafe_no_sync() -> None:
+    """The servers started from now on by this process skip their syncs (see
+    ``bench/no_sync_site``); never a way to run Blizzard."""
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [NO_SYNC_SITE, *filter(None, [os.environ.get("PYTHONPATH")])])
+    os.environ["BLIZZARD_BENCH_NO_SYNC"] = "1"
 
 
 def start(tag: str) -> str:

@@ -26,7 +26,8 @@ import time
 from typing import Any, Callable
 
 from bench.common import (client_keys, clusters_for, int_list, metrics_of, metrics_option,
-                          on_clusters, parser, security_of, security_option, start)
+                          no_sync_option, on_clusters, parser, security_of, security_option,
+                          start, unsafe_no_sync)
 from blizzard.client.core import Client
 from blizzard.local.harness import LocalCluster
 
@@ -266,7 +267,8 @@ def measure(cluster: LocalCluster, size: int, batch: int, n: int,
     master = cluster.master_addr
     keys = client_keys(cluster)
     common = {"size": size, "batch": batch, "replication": args.replication,
-              "security": security_of(cluster), "metrics": metrics_of(cluster)}
+              "security": security_of(cluster), "metrics": metrics_of(cluster),
+              **({"bound": ["no-sync"]} if args.no_sync else {})}
     queue = f"bench-{size}-{batch}"
     log.info("enqueue: %d items of %d B, batch %d", n, size, batch)
     prod = run_workers({"producer": (produce, (master, keys, queue, size, n, batch, args.max_seconds, 1))},
@@ -317,6 +319,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="also run the pipeline with this many producer batches in flight "
                          "(Client.producer); 1 to skip")
     ap.add_argument("--quick", action="store_true", help="smoke run: 500 items per measurement")
+    no_sync_option(ap)
     security_option(ap)
     metrics_option(ap)
     args = ap.parse_args(argv)
@@ -332,6 +335,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.no_sync:
+        unsafe_no_sync()
     base = start("bench")
     clusters = clusters_for(base, args.security, args.metrics, datanodes=args.datanodes,
                             replication=args.replication)

@@ -11,6 +11,14 @@ all clients together: the CPU microseconds, the voluntary wake-ups (context swit
 the process's threads, ZeroMQ's I/O threads included, from ``/proc``) and, with
 ``--metrics on``, the ZeroMQ messages received (every message is received once, so their sum
 is the messages an item costs). Also how many of the consumers' reads were hedged.
+
+Bounds: what a change of design could win at most, measured by leaving work out (the line
+is tagged ``bound``). ``--no-read``: consumers lease and ack without reading the payload (the
+most a lease answered with its payload could save). ``--no-sync``: the servers skip every
+fsync and synced LevelDB write (``bench/no_sync_site``; the most any change in where or when
+they sync could save, such as the master logging an enqueue while the nodes store it).
+``--replication 1``: the most a producer sending one copy (chain replication) could save.
+None of these is a way to run Blizzard.
 """
 
 from __future__ import annotations
@@ -24,8 +32,9 @@ import sys
 import time
 from typing import Any
 
-from bench.common import (client_keys, clusters_for, metrics_of, metrics_option, on_clusters,
-                          parser, security_of, security_option, start)
+from bench.common import (client_keys, clusters_for, metrics_of, metrics_option,
+                          no_sync_option, on_clusters, parser, security_of, security_option,
+                          start, unsafe_no_sync)
 from bench.throughput import machine_cpu, own_cpu_s, percentile, proc_cpu_s
 from blizzard.client.core import Client
 from blizzard.local.harness import LocalCluster
@@ -37,8 +46,10 @@ MP = mp.get_context("spawn")
 QUEUE = "w"
 
 
-def worker(role: str, master: str, keys: str, size: int, seconds: float, barrier: Any, out: Any) -> None:
-    """One producer (``role`` "p") or consumer ("c") loop, bounded by ``seconds``."""
+def worker(role: str, master: str, keys: str, size: int, seconds: float, barrier: Any, out: Any,
+           read: bool = True) -> None:
+    """One producer (``role`` "p") or consumer ("c") loop, bounded by ``seconds``; a consumer
+    that does not ``read`` leases and acks without fetching the payload (``--no-read``)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         body = os.urandom(size)
@@ -52,6 +63,11 @@ def worker(role: str, master: str, keys: str, size: int, seconds: float, barrier
                 t0 = time.perf_counter_ns()
                 if role == "p":
                     client.enqueue(QUEUE, body)
+                elif not read:
+                    leased = client.lease(QUEUE, 1, wait_s=0.5)
+                    if not leased:
+                        continue
+                    client.leases.ack_unawaited(leased)
                 else:
                     msg = client.dequeue(QUEUE, wait_s=0.5)
                     if msg is None:
@@ -100,12 +116,13 @@ def received(cluster: LocalCluster) -> dict[str, float]:
 
 
 def run(cluster: LocalCluster, producers: int, consumers: int, size: int,
-        seconds: float) -> dict[str, Any]:
+        seconds: float, bounds: tuple[str, ...] = ()) -> dict[str, Any]:
     out = MP.Queue()
     barrier = MP.Barrier(producers + consumers + 1)
     roles = ["p"] * producers + ["c"] * consumers
     procs = [MP.Process(target=worker, args=(r, cluster.master_addr, client_keys(cluster), size,
-                                                     seconds, barrier, out),
+                                                     seconds, barrier, out,
+                                                     "no-read" not in bounds),
                         daemon=True) for r in roles]
     for proc in procs:
         proc.start()
@@ -159,7 +176,7 @@ def run(cluster: LocalCluster, producers: int, consumers: int, size: int,
     line: dict[str, Any] = {
         "system": "blizzard", "op": "workers", "producers": producers, "consumers": consumers,
         "size": size, "replication": cluster.replication, "security": security_of(cluster),
-        "metrics": metrics_of(cluster),
+        "metrics": metrics_of(cluster), **({"bound": list(bounds)} if bounds else {}),
         "enqueued_per_s": round(counts["p"] / elapsed), "acked_per_s": round(acked / elapsed),
         "seconds": round(elapsed, 1), "cpu_us_per_acked_item": cpu_us,
         "wakeups_per_acked_item": wakes, "messages_received_per_acked_item": msgs or None,
@@ -190,6 +207,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--replication", type=int, default=2, help="replicas per item (R)")
     ap.add_argument("--datanodes", type=int, default=2, help="data nodes to start")
     ap.add_argument("--repeat", type=int, default=1, help="measurements on the same cluster")
+    ap.add_argument("--no-read", action="store_true",
+                    help="a bound: consumers lease and ack without reading the payload")
+    no_sync_option(ap)
     security_option(ap)
     metrics_option(ap)
     args = ap.parse_args(argv)
@@ -198,12 +218,15 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--workers needs at least one of each; --seconds in (0, 600]; --size >= 1")
     if not 1 <= args.replication <= args.datanodes:
         ap.error("--replication must be between 1 and --datanodes")
+    if args.no_sync:
+        unsafe_no_sync()
+    bounds = tuple(b for b, on in (("no-read", args.no_read), ("no-sync", args.no_sync)) if on)
     base = start("bench")
     clusters = clusters_for(base, args.security, args.metrics, datanodes=args.datanodes,
                             replication=args.replication)
 
     def body() -> int:
-        lines = [run(cluster, producers, consumers, args.size, args.seconds)
+        lines = [run(cluster, producers, consumers, args.size, args.seconds, bounds)
                  for _ in range(args.repeat) for cluster in clusters]
         return 1 if any(line["errors"] for line in lines) else 0
     return on_clusters(base, clusters, body)

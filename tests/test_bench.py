@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -55,3 +56,37 @@ def test_the_shard_rate_bench_counts_what_the_masters_did():
         assert work["enqueue_requests"] >= 1 and work["ack_requests"] >= 1
         assert work["enqueue_fsyncs"] > 0 and work["ack_fsyncs"] > 0
         assert work["enqueue_wakeups"] > 0 and line["cpu_us_per_item"]["ack_masters"] > 0
+
+
+@pytest.mark.cluster  # a script in a process of its own
+@pytest.mark.parametrize("unsafe", ["1", ""])
+def test_the_no_sync_bound_unsyncs_only_the_processes_it_is_asked_for(unsafe):
+    """``--no-sync`` (a bound, never a way to run Blizzard) puts ``bench/no_sync_site`` on the
+    servers' path: with its variable set, fsyncs and LevelDB's synced writes are no-ops; without
+    it, nothing changes, so a stray path entry cannot weaken a real server."""
+    from bench.common import NO_SYNC_SITE
+
+    probe = ("import os, plyvel, tempfile\n"
+             "db = plyvel.DB(tempfile.mkdtemp(), create_if_missing=True)\n"
+             "with db.write_batch(sync=True) as wb:\n"
+             "    wb.put(b'k', b'v')\n"
+             "print(os.fdatasync.__name__, type(db).__name__, db.get(b'k').decode())\n")
+    env = {**os.environ, "PYTHONPATH": NO_SYNC_SITE, "BLIZZARD_BENCH_NO_SYNC": unsafe}
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         env=env, timeout=60)
+    assert out.returncode == 0, out.stderr
+    expected = "_no_sync UnsyncedDB v" if unsafe else "fdatasync DB v"
+    assert out.stdout.split() == expected.split()
+
+
+@pytest.mark.cluster
+def test_the_workers_bench_measures_its_bounds_and_tags_them():
+    """``scripts/bench --workers 1,1 --no-read --no-sync`` end to end at a toy length: items
+    flow, consumers read no payload (no Gets sent), and the line says which bounds it ran."""
+    proc = subprocess.run([sys.executable, "-m", "bench.workers", "--workers", "1,1",
+                           "--seconds", "1", "--security", "off", "--no-read", "--no-sync"],
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = json.loads(proc.stdout.splitlines()[-1])
+    assert line["bound"] == ["no-read", "no-sync"]
+    assert line["acked_per_s"] > 0 and line["gets"] == 0 and not line["errors"]

@@ -1,0 +1,47 @@
+"""Unsafe, for one benchmark only: with ``BLIZZARD_BENCH_NO_SYNC=1``, no fsync and no synced
+LevelDB write in this process.
+
+``scripts/bench --workers P,C --bound no-sync`` puts this folder on ``PYTHONPATH`` for the
+cluster it starts, so every server imports it at start-up (Python's ``sitecustomize`` hook).
+It measures what the servers' syncs cost, an upper bound for any change in where or when they
+happen (such as the master logging an enqueue while the data nodes store it). A cluster run so
+breaks P1 and P6; nothing but that benchmark sets the variable.
+"""
+
+import os
+from typing import Any
+
+
+def _no_sync(fd: int) -> None:
+    return None
+
+
+def unsync() -> None:
+    """Make this process's fsyncs and synced LevelDB writes no-ops."""
+    os.fsync = os.fdatasync = _no_sync
+    try:
+        import plyvel
+    except ImportError:  # a process without plyvel has no LevelDB to change
+        return
+    real_db = plyvel.DB
+
+    class UnsyncedDB:
+        """plyvel's DB (which cannot be subclassed) with every write unsynced."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            self._db = real_db(*args, **kwargs)
+
+        def write_batch(self, *args: Any, **kwargs: Any) -> Any:
+            return self._db.write_batch(*args, **{**kwargs, "sync": False})
+
+        def put(self, key: bytes, value: bytes, *args: Any, **kwargs: Any) -> Any:
+            return self._db.put(key, value, *args, **{**kwargs, "sync": False})
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._db, name)
+
+    plyvel.DB = UnsyncedDB
+
+
+if os.environ.get("BLIZZARD_BENCH_NO_SYNC") == "1":
+    unsync()
