@@ -9,6 +9,7 @@ breaks P1 and P6; nothing but that benchmark sets the variable.
 """
 
 import os
+import sys
 from typing import Any
 
 
@@ -17,7 +18,10 @@ def _no_sync(fd: int) -> None:
 
 
 def unsync() -> None:
-    """Make this process's fsyncs and synced LevelDB writes no-ops."""
+    """Make this process's fsyncs and synced LevelDB writes no-ops, and say so on stderr (a
+    server's log)."""
+    print(f"BLIZZARD_BENCH_NO_SYNC=1: process {os.getpid()} skips every fsync and synced "
+          "write; UNSAFE, for a benchmark's bound only (bench/no_sync_site)", file=sys.stderr)
     os.fsync = os.fdatasync = _no_sync
     try:
         import plyvel
