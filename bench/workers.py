@@ -12,13 +12,15 @@ the process's threads, ZeroMQ's I/O threads included, from ``/proc``) and, with
 ``--metrics on``, the ZeroMQ messages received (every message is received once, so their sum
 is the messages an item costs). Also how many of the consumers' reads were hedged.
 
-Bounds: what a change of design could win at most, measured by leaving work out (the line
-is tagged ``bound``). ``--no-read``: consumers lease and ack without reading the payload (the
-most a lease answered with its payload could save). ``--no-sync``: the servers skip every
-fsync and synced LevelDB write (``bench/no_sync_site``; the most any change in where or when
-they sync could save, such as the master logging an enqueue while the nodes store it).
-``--replication 1``: the most a producer sending one copy (chain replication) could save.
-None of these is a way to run Blizzard.
+Bounds: what a change of design could win, measured by leaving work out (the line is tagged
+``bound``). ``--no-read``: consumers lease and ack without reading the payload (what a lease
+answered with its payload could save at most, beside ``--ride``). ``--ride``: consumers ack
+each item with their next lease instead of on its own. ``--no-sync``: the servers skip their
+own fsyncs and synced LevelDB writes and hold no pass for a shared sync
+(``bench/no_sync_site``; what any change in where or when they sync could save, such as the
+master logging an enqueue while the nodes store it); ``unsynced_servers`` counts the servers
+whose logs say so. ``--replication 1``: a producer sends one copy. None of these is a way to
+run Blizzard.
 """
 
 from __future__ import annotations
@@ -30,11 +32,11 @@ import os
 import signal
 import sys
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
-from bench.common import (client_keys, clusters_for, metrics_of, metrics_option,
-                          no_sync_option, on_clusters, parser, security_of, security_option,
-                          start, unsafe_no_sync)
+from bench.common import (NO_SYNC_NOTICE, client_keys, clusters_for, metrics_of,
+                          metrics_option, no_sync_option, on_clusters, parser, security_of,
+                          security_option, start, unsafe_no_sync)
 from bench.throughput import machine_cpu, own_cpu_s, percentile, proc_cpu_s
 from blizzard.client.core import Client
 from blizzard.local.harness import LocalCluster
@@ -47,9 +49,10 @@ QUEUE = "w"
 
 
 def worker(role: str, master: str, keys: str, size: int, seconds: float, barrier: Any, out: Any,
-           read: bool = True) -> None:
-    """One producer (``role`` "p") or consumer ("c") loop, bounded by ``seconds``; a consumer
-    that does not ``read`` leases and acks without fetching the payload (``--no-read``)."""
+           read: bool = True, ride: bool = False) -> None:
+    """One producer (``role`` "p") or consumer ("c") loop, bounded by ``seconds``. A consumer
+    that does not ``read`` leases and acks without fetching the payload (``--no-read``); one
+    that ``ride``s acks each item with its next lease (``--ride``) instead of on its own."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         body = os.urandom(size)
@@ -59,28 +62,47 @@ def worker(role: str, master: str, keys: str, size: int, seconds: float, barrier
             cpu0, wakes0, frames0 = own_cpu_s(), wakeups(os.getpid()), FRAMES["received"]
             end = time.monotonic() + seconds
             n, lats = 0, []
+            done: list[Any] = []  # (ride) the last item, acked with the next lease
             while time.monotonic() < end:
                 t0 = time.perf_counter_ns()
                 if role == "p":
                     client.enqueue(QUEUE, body)
-                elif not read:
-                    leased = client.lease(QUEUE, 1, wait_s=0.5)
-                    if not leased:
+                else:  # (acks that rode on a lease are settled, items or none)
+                    got = consume_one(client, read, done)
+                    done = got if ride else []
+                    if not got:
                         continue
-                    client.leases.ack_unawaited(leased)
-                else:
-                    msg = client.dequeue(QUEUE, wait_s=0.5)
-                    if msg is None:
-                        continue
-                    msg.ack()
+                    if not ride:
+                        client.leases.ack_unawaited(got)  # what ``Message.ack()`` sends
                 lats.append(time.perf_counter_ns() - t0)
                 n += 1
+            if done:
+                client.leases.ack_unawaited(done)
             client.close()  # anything the client still holds is settled before the count
             counts = (client.datanodes.gets, client.datanodes.hedges,
                       (wakeups(os.getpid()) or 0) - (wakes0 or 0), FRAMES["received"] - frames0)
             out.put((role, n, lats, own_cpu_s() - cpu0, None, counts))
     except Exception as exc:  # reported to the parent
         out.put((role, 0, [], 0.0, repr(exc), (0, 0, 0, 0)))
+
+
+def consume_one(client: Client, read: bool, ack: list[Any]) -> list[Any]:
+    """Lease one item, acking ``ack`` with the lease, and read it if ``read``: the item (not
+    acked) as a list of one, or [] if the queue stayed empty."""
+    if read:
+        got: list[Any] = client.dequeue_many(QUEUE, 1, wait_s=0.5, ack=ack)
+    else:  # ids and lease tokens only, named with their queue as a Message is
+        got = [Taken(i.id, i.lease, QUEUE)
+               for i in client.lease(QUEUE, 1, wait_s=0.5, ack=ack)]
+    return got
+
+
+class Taken(NamedTuple):
+    """A leased item the consumer did not read: what an ack needs."""
+
+    id: int
+    lease: int
+    queue: str
 
 
 def wakeups(pid: int) -> int | None:
@@ -117,12 +139,14 @@ def received(cluster: LocalCluster) -> dict[str, float]:
 
 def run(cluster: LocalCluster, producers: int, consumers: int, size: int,
         seconds: float, bounds: tuple[str, ...] = ()) -> dict[str, Any]:
+    """One measurement; ``bounds`` (``no-read``, ``ride``, ``no-sync``) as the module says."""
     out = MP.Queue()
     barrier = MP.Barrier(producers + consumers + 1)
     roles = ["p"] * producers + ["c"] * consumers
     procs = [MP.Process(target=worker, args=(r, cluster.master_addr, client_keys(cluster), size,
                                                      seconds, barrier, out,
-                                                     "no-read" not in bounds),
+                                                     "no-read" not in bounds,
+                                                     "ride" in bounds),
                         daemon=True) for r in roles]
     for proc in procs:
         proc.start()
@@ -177,6 +201,8 @@ def run(cluster: LocalCluster, producers: int, consumers: int, size: int,
         "system": "blizzard", "op": "workers", "producers": producers, "consumers": consumers,
         "size": size, "replication": cluster.replication, "security": security_of(cluster),
         "metrics": metrics_of(cluster), **({"bound": list(bounds)} if bounds else {}),
+        # the servers that said they skip their syncs (bench/no_sync_site): evidence, not the flag
+        "unsynced_servers": sum(unsynced(proc) for proc in [cluster.master, *cluster.nodes]),
         "enqueued_per_s": round(counts["p"] / elapsed), "acked_per_s": round(acked / elapsed),
         "seconds": round(elapsed, 1), "cpu_us_per_acked_item": cpu_us,
         "wakeups_per_acked_item": wakes, "messages_received_per_acked_item": msgs or None,
@@ -191,6 +217,17 @@ def run(cluster: LocalCluster, producers: int, consumers: int, size: int,
         line["machine_busy"] = round((machine1[0] - machine0[0]) / (machine1[1] - machine0[1]), 2)
     print(json.dumps(line), flush=True)
     return line
+
+
+def unsynced(proc: Any) -> bool:
+    """Whether a server's log says it skips its syncs (``bench/no_sync_site``)."""
+    if proc is None:
+        return False
+    try:
+        with open(proc.log_path, "rb") as f:
+            return NO_SYNC_NOTICE.encode() in f.read()
+    except OSError:
+        return False
 
 
 def parse_workers(text: str) -> tuple[int, int]:
@@ -209,6 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=1, help="measurements on the same cluster")
     ap.add_argument("--no-read", action="store_true",
                     help="a bound: consumers lease and ack without reading the payload")
+    ap.add_argument("--ride", action="store_true",
+                    help="consumers ack each item with their next lease, not on its own")
     no_sync_option(ap)
     security_option(ap)
     metrics_option(ap)
@@ -220,7 +259,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--replication must be between 1 and --datanodes")
     if args.no_sync:
         unsafe_no_sync()
-    bounds = tuple(b for b, on in (("no-read", args.no_read), ("no-sync", args.no_sync)) if on)
+    bounds = tuple(b for b, on in (("no-read", args.no_read), ("ride", args.ride),
+                                   ("no-sync", args.no_sync)) if on)
     base = start("bench")
     clusters = clusters_for(base, args.security, args.metrics, datanodes=args.datanodes,
                             replication=args.replication)

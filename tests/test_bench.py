@@ -81,12 +81,19 @@ def test_the_no_sync_bound_unsyncs_only_the_processes_it_is_asked_for(unsafe):
 
 @pytest.mark.cluster
 def test_the_workers_bench_measures_its_bounds_and_tags_them():
-    """``scripts/bench --workers 1,1 --no-read --no-sync`` end to end at a toy length: items
-    flow, consumers read no payload (no Gets sent), and the line says which bounds it ran."""
-    proc = subprocess.run([sys.executable, "-m", "bench.workers", "--workers", "1,1",
-                           "--seconds", "1", "--security", "off", "--no-read", "--no-sync"],
-                          capture_output=True, text=True, timeout=240)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    line = json.loads(proc.stdout.splitlines()[-1])
-    assert line["bound"] == ["no-read", "no-sync"]
+    """``scripts/bench --workers 1,1 --no-read --ride --no-sync`` end to end at a toy length:
+    items flow, consumers read no payload (no Gets
+    sent), all three servers said in their logs that they skip their syncs, and the line
+    says which bounds it ran. Without bounds, no server says so."""
+    def bench(*bounds: str) -> dict:
+        proc = subprocess.run([sys.executable, "-m", "bench.workers", "--workers", "1,1",
+                               "--seconds", "1", "--security", "off", *bounds],
+                              capture_output=True, text=True, timeout=240)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return json.loads(proc.stdout.splitlines()[-1])
+
+    line = bench("--no-read", "--ride", "--no-sync")
+    assert line["bound"] == ["no-read", "ride", "no-sync"] and line["unsynced_servers"] == 3
     assert line["acked_per_s"] > 0 and line["gets"] == 0 and not line["errors"]
+    plain = bench()
+    assert "bound" not in plain and plain["unsynced_servers"] == 0 and plain["gets"] > 0

@@ -1,8 +1,9 @@
 """Unsafe, for one benchmark only: with ``BLIZZARD_BENCH_NO_SYNC=1``, no fsync and no synced
-LevelDB write in this process.
+LevelDB write of this process's own (LevelDB's background work still syncs its files).
 
-``scripts/bench --workers P,C --bound no-sync`` puts this folder on ``PYTHONPATH`` for the
-cluster it starts, so every server imports it at start-up (Python's ``sitecustomize`` hook).
+``scripts/bench --no-sync`` (and ``--workers P,C --no-sync``) puts this folder on
+``PYTHONPATH`` for the cluster it starts, so every server imports it at start-up (Python's
+``sitecustomize`` hook; the benchmark's client processes too, where it changes nothing).
 It measures what the servers' syncs cost, an upper bound for any change in where or when they
 happen (such as the master logging an enqueue while the data nodes store it). A cluster run so
 breaks P1 and P6; nothing but that benchmark sets the variable.
@@ -20,8 +21,8 @@ def _no_sync(fd: int) -> None:
 def unsync() -> None:
     """Make this process's fsyncs and synced LevelDB writes no-ops, and say so on stderr (a
     server's log)."""
-    print(f"BLIZZARD_BENCH_NO_SYNC=1: process {os.getpid()} skips every fsync and synced "
-          "write; UNSAFE, for a benchmark's bound only (bench/no_sync_site)", file=sys.stderr)
+    print(f"BLIZZARD_BENCH_NO_SYNC=1: process {os.getpid()} skips its fsyncs and synced LevelDB "
+          "writes; UNSAFE, for a benchmark's bound only (bench/no_sync_site)", file=sys.stderr)
     os.fsync = os.fdatasync = _no_sync
     try:
         import plyvel
@@ -47,5 +48,5 @@ def unsync() -> None:
     plyvel.DB = UnsyncedDB
 
 
-if os.environ.get("BLIZZARD_BENCH_NO_SYNC") == "1":
+if os.environ.get("BLIZZARD_BENCH_NO_SYNC") == "1":  # (the notice's first words: bench/common.py)
     unsync()
