@@ -112,20 +112,18 @@ NO_SYNC_NOTICE = "BLIZZARD_BENCH_NO_SYNC=1"  # how a server unsynced so begins i
 def no_sync_option(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--no-sync", action="store_true",
                     help="UNSAFE, a bound: the servers skip their fsyncs and synced LevelDB "
-                         "writes and hold no pass for a shared sync (bench/no_sync_site), to "
-                         "measure the most any change in where or when they sync could win; "
-                         "the lines are tagged")
+                         "writes (bench/no_sync_site), to measure the most any change in where "
+                         "or when they sync could win; the lines are tagged")
 
 
 def unsafe_no_sync() -> None:
     """The servers started from now on by this process skip their syncs (see
-    ``bench/no_sync_site``), and hold no pass to share one (``--sync-hold-ms 0``: with nothing
-    to share, a hold only adds latency); never a way to run Blizzard."""
+    ``bench/no_sync_site``); never a way to run Blizzard. Their passes still hold for one
+    another's callers as configured (``--sync-hold-ms``): the hold shares syncs, and also
+    gathers put reports into fewer messages."""
     os.environ["PYTHONPATH"] = os.pathsep.join(
         [NO_SYNC_SITE, *filter(None, [os.environ.get("PYTHONPATH")])])
     os.environ["BLIZZARD_BENCH_NO_SYNC"] = "1"
-    os.environ["BLIZZARD_MASTER_SYNC_HOLD_MS"] = "0"
-    os.environ["BLIZZARD_DATANODE_SYNC_HOLD_MS"] = "0"
 
 
 def start(tag: str) -> str:

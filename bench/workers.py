@@ -16,10 +16,10 @@ Bounds: what a change of design could win, measured by leaving work out (the lin
 ``bound``). ``--no-read``: consumers lease and ack without reading the payload (what a lease
 answered with its payload could save at most, beside ``--ride``). ``--ride``: consumers ack
 each item with their next lease instead of on its own. ``--no-sync``: the servers skip their
-own fsyncs and synced LevelDB writes and hold no pass for a shared sync
-(``bench/no_sync_site``; what any change in where or when they sync could save, such as the
-master logging an enqueue while the nodes store it); ``unsynced_servers`` counts the servers
-whose logs say so. ``--replication 1``: a producer sends one copy. None of these is a way to
+own fsyncs and synced LevelDB writes (``bench/no_sync_site``; what any change in where or
+when they sync could save, such as the master logging an enqueue while the nodes store it);
+``unsynced_servers`` counts the servers whose logs say so. ``--sync-hold-ms`` sets the
+servers' hold (without syncs it still gathers put reports, and adds latency). ``--replication 1``: a producer sends one copy. None of these is a way to
 run Blizzard.
 """
 
@@ -201,6 +201,7 @@ def run(cluster: LocalCluster, producers: int, consumers: int, size: int,
         "system": "blizzard", "op": "workers", "producers": producers, "consumers": consumers,
         "size": size, "replication": cluster.replication, "security": security_of(cluster),
         "metrics": metrics_of(cluster), **({"bound": list(bounds)} if bounds else {}),
+        **({"sync_hold_ms": float(cluster.master_args[1])} if cluster.master_args else {}),
         # the servers that said they skip their syncs (bench/no_sync_site): evidence, not the flag
         "unsynced_servers": sum(unsynced(proc) for proc in [cluster.master, *cluster.nodes]),
         "enqueued_per_s": round(counts["p"] / elapsed), "acked_per_s": round(acked / elapsed),
@@ -249,6 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ride", action="store_true",
                     help="consumers ack each item with their next lease, not on its own")
     no_sync_option(ap)
+    ap.add_argument("--sync-hold-ms", type=float, default=None,
+                    help="the master's and data nodes' --sync-hold-ms (default: theirs)")
     security_option(ap)
     metrics_option(ap)
     args = ap.parse_args(argv)
@@ -262,8 +265,9 @@ def main(argv: list[str] | None = None) -> int:
     bounds = tuple(b for b, on in (("no-read", args.no_read), ("ride", args.ride),
                                    ("no-sync", args.no_sync)) if on)
     base = start("bench")
+    hold = () if args.sync_hold_ms is None else ("--sync-hold-ms", str(args.sync_hold_ms))
     clusters = clusters_for(base, args.security, args.metrics, datanodes=args.datanodes,
-                            replication=args.replication)
+                            replication=args.replication, master_args=hold, node_args=hold)
 
     def body() -> int:
         lines = [run(cluster, producers, consumers, args.size, args.seconds, bounds)
