@@ -139,7 +139,8 @@ def run(cluster: LocalCluster, plan: Plan, emit: Emit) -> list[str]:
                                   *(n.node_id for n in nodes), *(n.addr for n in nodes)})
     quiet = _without_strays(cluster, plan.items)
     if not quiet:  # the master orders them deleted within a heartbeat or two
-        problems.append(f"the setup's stray blobs were still there after 30 s: {cluster.status().nodes}")
+        problems.append("the setup's stray blobs were still there after 30 s: "
+                        f"{cluster.status().nodes}")
     before = read_stopped(cluster)
     emit({"phase": "before", "without_strays": quiet, **before.summary()})
     procs = [cluster.master, *cluster.nodes]  # (a restart makes new ones)
