@@ -111,9 +111,9 @@ NO_SYNC_NOTICE = "BLIZZARD_BENCH_NO_SYNC=1"  # how a server unsynced so begins i
 
 def no_sync_option(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--no-sync", action="store_true",
-                    help="UNSAFE, a bound: the servers skip their fsyncs and synced LevelDB "
-                         "writes (bench/no_sync_site), to measure the most any change in where "
-                         "or when they sync could win; the lines are tagged")
+                    help="UNSAFE, an estimate: the servers skip their fsyncs and synced "
+                         "LevelDB writes (bench/no_sync_site), to see what a change in where or "
+                         "when they sync could win; the lines are tagged")
 
 
 def unsafe_no_sync() -> None:

@@ -12,15 +12,16 @@ the process's threads, ZeroMQ's I/O threads included, from ``/proc``) and, with
 ``--metrics on``, the ZeroMQ messages received (every message is received once, so their sum
 is the messages an item costs). Also how many of the consumers' reads were hedged.
 
-Bounds: what a change of design could win, measured by leaving work out (the line is tagged
-``bound``). ``--no-read``: consumers lease and ack without reading the payload (what a lease
-answered with its payload could save at most, beside ``--ride``). ``--ride``: consumers ack
+Estimates of what a change of design could win, by leaving work out (the line is tagged
+``bound``; docs/benchmarks.md says what each leaves out and what it keeps). ``--no-read``:
+consumers lease and ack without reading the payload (with ``--ride``, a lease answered with
+its payload). ``--ride``: consumers ack
 each item with their next lease instead of on its own. ``--no-sync``: the servers skip their
 own fsyncs and synced LevelDB writes (``bench/no_sync_site``; what any change in where or
 when they sync could save, such as the master logging an enqueue while the nodes store it);
 ``unsynced_servers`` counts the servers whose logs say so. ``--sync-hold-ms`` sets the
-servers' hold (without syncs it still gathers put reports, and adds latency). ``--replication 1``: a producer sends one copy. None of these is a way to
-run Blizzard.
+servers' hold (without syncs it still gathers put reports, and adds latency).
+``--replication 1``: a producer sends one copy. None of these is a way to run Blizzard.
 """
 
 from __future__ import annotations
@@ -246,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--datanodes", type=int, default=2, help="data nodes to start")
     ap.add_argument("--repeat", type=int, default=1, help="measurements on the same cluster")
     ap.add_argument("--no-read", action="store_true",
-                    help="a bound: consumers lease and ack without reading the payload")
+                    help="an estimate: consumers lease and ack without reading the payload")
     ap.add_argument("--ride", action="store_true",
                     help="consumers ack each item with their next lease, not on its own")
     no_sync_option(ap)

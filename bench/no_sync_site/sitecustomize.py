@@ -4,9 +4,9 @@ LevelDB write of this process's own (LevelDB's background work still syncs its f
 ``scripts/bench --no-sync`` (and ``--workers P,C --no-sync``) puts this folder on
 ``PYTHONPATH`` for the cluster it starts, so every server imports it at start-up (Python's
 ``sitecustomize`` hook; the benchmark's client processes too, where it changes nothing).
-It measures what the servers' syncs cost, an upper bound for any change in where or when they
-happen (such as the master logging an enqueue while the data nodes store it). A cluster run so
-breaks P1 and P6; nothing but that benchmark sets the variable.
+It measures what the servers' syncs cost: an estimate of what a change in where or when
+they happen could win (such as the master logging an enqueue while the data nodes store it).
+A cluster run so breaks P1 and P6; nothing but that benchmark sets the variable.
 """
 
 import os
