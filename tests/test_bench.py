@@ -61,7 +61,7 @@ def test_the_shard_rate_bench_counts_what_the_masters_did():
 @pytest.mark.cluster  # a script in a process of its own
 @pytest.mark.parametrize("unsafe", ["1", ""])
 def test_the_no_sync_bound_unsyncs_only_the_processes_it_is_asked_for(unsafe):
-    """``--no-sync`` (a bound, never a way to run Blizzard) puts ``bench/no_sync_site`` on the
+    """``--no-sync`` (an estimate, never a way to run Blizzard) puts ``bench/no_sync_site`` on the
     servers' path: with its variable set, fsyncs and LevelDB's synced writes are no-ops; without
     it, nothing changes, so a stray path entry cannot weaken a real server."""
     from bench.common import NO_SYNC_SITE
