@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -302,15 +303,23 @@ def test_random_histories_replay_and_restore_the_same_and_keep_the_invariants(da
     run_random_history(data)
 
 
-# -- promises a review found broken, kept now -------------------------------------------------
-
-def test_delete_queue_with_a_waiting_job_applies_and_replays():
-    """Deleting a queue that holds a job and one waiting on it applies and replays."""
+def parent_and_child(child_queue: str = "q") -> tuple[Any, list[int]]:
+    """An in-process master holding a job in ``q`` and one (in ``child_queue``) waiting on it;
+    the master and the two ids."""
     master = in_process_master(replication=1, min_replicas=1)
     ids = place(master, 2).ids
     report(master, ids)
     call(master, enqueue_msg(ids[:1], request="parent"))
-    call(master, p.replace(enqueue_msg(ids[1:], request="child"), depends_on=[ids[0]]))
+    call(master, p.replace(enqueue_msg(ids[1:], queue=child_queue, request="child"),
+                           depends_on=[ids[0]]))
+    return master, ids
+
+
+# -- promises a review found broken, kept now -------------------------------------------------
+
+def test_delete_queue_with_a_waiting_job_applies_and_replays():
+    """Deleting a queue that holds a job and one waiting on it applies and replays."""
+    master, ids = parent_and_child()
     reply = master.handle(b"peer", 1, p.DeleteQueue("q", True), time.time(), time.monotonic())
     master.wal.flush()
     replayed = State()
@@ -333,12 +342,7 @@ def test_delete_queue_with_a_dead_lettering_dependent_applies():
 
 def test_purging_a_parent_does_not_run_what_waits_on_it():
     """A purged dependency never ran: what waits on it does not run."""
-    master = in_process_master(replication=1, min_replicas=1)
-    ids = place(master, 2).ids
-    report(master, ids)
-    call(master, enqueue_msg(ids[:1], request="parent"))
-    call(master, p.replace(enqueue_msg(ids[1:], queue="other", request="child"),
-                           depends_on=[ids[0]]))
+    master, ids = parent_and_child("other")
     call(master, p.Purge("q"))
     assert ids[0] not in master.state.items
     leased = call(master, p.Lease("other", 1, 30.0, 0.0, "l1", [], []))
@@ -383,11 +387,7 @@ def test_a_cancelled_job_acked_without_a_kept_result_shows_cancelled():
 
 def test_a_named_lease_does_not_take_a_job_waiting_for_its_dependencies():
     """A named lease does not take a job waiting for its dependencies."""
-    master = in_process_master(replication=1, min_replicas=1)
-    ids = place(master, 2).ids
-    report(master, ids)
-    call(master, enqueue_msg(ids[:1], request="parent"))
-    call(master, p.replace(enqueue_msg(ids[1:], request="child"), depends_on=[ids[0]]))
+    master, ids = parent_and_child()
     leased = call(master, p.Lease("q", 1, 30.0, 0.0, "l1", [], [], ids=[ids[1]]))
     assert leased.ids == [], "the child was leased before its parent ran"
 
