@@ -61,7 +61,7 @@ class Node:
     def wait(self, timeout_ms: int) -> bool:
         return bool(self.replies)
 
-    def read_ready(self) -> None:
+    def read_ready(self, want: int = 0) -> None:
         pass
 
     def take(self, rid: int) -> Any:
@@ -117,7 +117,7 @@ def nodes_answering(monkeypatch: pytest.MonkeyPatch, **answers: Any) -> dict[str
         def __init__(self, endpoints: Any) -> None:
             pass
 
-        def read(self, timeout_ms: int) -> None:
+        def read(self, timeout_ms: int, want: int = 0) -> None:
             pass
     monkeypatch.setattr(datanodes, "Replies", Replies)
     return nodes

@@ -48,7 +48,7 @@ class FakeEndpoint:
     def wait(self, timeout_ms: int) -> bool:
         return False
 
-    def read_ready(self) -> None:
+    def read_ready(self, want: int = 0) -> None:
         pass
 
 

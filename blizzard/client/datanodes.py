@@ -205,7 +205,7 @@ class DatanodePool:
             while reply is None and time.monotonic() < sent + wait_s:
                 left_ms = int((sent + wait_s - time.monotonic()) * 1000)
                 if ep.has(rid) or ep.wait(max(left_ms, 1)):
-                    ep.read_ready()
+                    ep.read_ready(rid)
                 reply = ep.take(rid) or ep.refused
             if reply is None:
                 ep.forget(rid)
@@ -325,7 +325,8 @@ class _HedgedRead:
         if any(a.ep.has(a.rid) for a in self.asks):
             return
         due = min(a.until if a.hedged else a.hedge_at for a in self.asks)
-        Replies({a.ep for a in self.asks}).read(max(1, int((due - time.monotonic()) * 1000)))
+        Replies({a.ep for a in self.asks}).read(max(1, int((due - time.monotonic()) * 1000)),
+                                                self.asks[0].rid if len(self.asks) == 1 else 0)
 
     def _answered(self, ask: _Ask, reply: Any, now: float) -> list[tuple[LeasedItem, int]]:
         if not isinstance(reply, p.Blobs):

@@ -210,7 +210,8 @@ class EnqueuePipeline:
         wait_ms = 0
         if block and not any(c.ep is not None and c.ep.has(c.rid) for c in live):
             wait_ms = max(0, int((min(c.until for c in live) - time.monotonic()) * 1000))
-        Replies({c.ep for c in live if c.ep is not None}).read(wait_ms)
+        Replies({c.ep for c in live if c.ep is not None}).read(
+            wait_ms, live[0].rid if len(live) == 1 else 0)
         now = time.monotonic()
         for c in live:
             reply = c.ep.take(c.rid) if c.ep is not None else None

@@ -176,15 +176,22 @@ class Endpoint:
             return cast(int, sock.get(_EVENTS)) & _POLLIN != 0
         return False
 
-    def read_ready(self) -> None:
-        """Read every reply waiting now into the early-reply table, without blocking.
+    def read_ready(self, want: int = 0) -> None:
+        """Read every reply waiting now into the early-reply table, without blocking; stop
+        early once the reply to request ``want`` is in (the rest wait for the next read).
 
-        ``EVENTS`` says whether a frame is there, which is cheaper than a ``recv`` that raises
-        ``zmq.Again`` at the end of every batch.
+        A caller reads after a poll said a reply is there, so the first ``recv`` goes
+        unchecked. ``EVENTS`` then says whether another frame is there: each check is a
+        system call, but cheaper than a ``recv`` that raises ``zmq.Again``.
         """
         sock = self.open_socket()
-        while self.sock is sock and cast(int, sock.get(_EVENTS)) & _POLLIN:
-            self._keep(sock.recv(zmq.NOBLOCK, copy=True))
+        try:
+            while self.sock is sock:
+                self._keep(sock.recv(zmq.NOBLOCK, copy=True))
+                if (want and want in self._early) or not cast(int, sock.get(_EVENTS)) & _POLLIN:
+                    return
+        except zmq.Again:  # nothing was there after all
+            return
 
     def _keep(self, body: bytes) -> None:
         FRAMES["received"] += 1
@@ -241,12 +248,13 @@ class Replies:
                 assert ep.watch is not None
                 self.poller.register(ep.watch.monitor, zmq.POLLIN)
 
-    def read(self, timeout_ms: int) -> None:
-        """Wait up to ``timeout_ms`` for a reply on any endpoint, then read all that are there."""
+    def read(self, timeout_ms: int, want: int = 0) -> None:
+        """Wait up to ``timeout_ms`` for a reply on any endpoint, then read all that are there
+        (``want``: the request awaited, where only one is: see ``Endpoint.read_ready``)."""
         if self.poller is None:
             for ep in self.endpoints:
                 if ep.wait(timeout_ms):
-                    ep.read_ready()
+                    ep.read_ready(want)
             return
         ready = {sock for sock, _ in self.poller.poll(timeout_ms)}
         for ep in self.endpoints:
@@ -298,7 +306,7 @@ def call_many(calls: Iterable[tuple[Endpoint, Any]], timeout_s: float,
         left_ms = int((min(deadline, probes.next) - time.monotonic()) * 1000)
         if time.monotonic() >= deadline:
             break
-        replies.read(max(left_ms, 1))
+        replies.read(max(left_ms, 1), next(iter(waiting.values()))[1] if len(waiting) == 1 else 0)
     for i, (ep, _) in waiting.items():
         results[i] = ep.handshake_failure() or \
             ep.silence(f"no reply from {ep.addr} within {timeout_s:g}s")

@@ -99,9 +99,11 @@ class RouterServer:
         if not cast(int, sock.get(_EVENTS)) & _POLLIN and not self.poller.poll(timeout_ms):
             return out
         taken = 0
-        while len(out) < self.max_batch and taken < PASS_BYTES \
-                and cast(int, sock.get(_EVENTS)) & _POLLIN:
-            peer, body, extra = self._frames()
+        while len(out) < self.max_batch and taken < PASS_BYTES:
+            try:  # ``EVENTS`` before each message would cost a system call each: one
+                peer, body, extra = self._frames()  # ``Again`` ends the pass instead
+            except zmq.Again:
+                break
             if extra or body is None:
                 if extra:
                     self.reply(peer, 0, protocol.Error(
@@ -141,6 +143,7 @@ class RouterServer:
         The role is read from every message, never remembered across batches: a peer may
         choose its routing id, so an id is no proof of the connection it once named. Two
         connections with one id and different roles in one batch both count as unknown.
+        Raises ``zmq.Again`` when no message is waiting.
         """
         sock = self.sock
         if self.secure:  # the role is a property of the frame: take it as a Frame
