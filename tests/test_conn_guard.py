@@ -222,3 +222,48 @@ def test_a_burst_of_real_clients_from_one_address_is_served(tmp_path):
         guard(server_ctx, keys).stop()
         client_ctx.term()
         server_ctx.term()
+
+
+def test_a_proven_connections_messages_cost_no_drain_and_a_new_one_is_proven_afresh():
+    """Reading the monitor is a system call: the server's loop does it only for a message
+    from a connection not proven yet (issue 35). A connection that ends and a new one (which
+    may take its descriptor number) is proven again by its own first message."""
+    import threading
+    ctx = zmq.Context.instance()
+    addr = f"tcp://127.0.0.1:{free_port()}"
+    server = RouterServer(ctx, addr)
+    guard = server.guard
+    assert guard is not None
+    drains = []
+    real_drain = guard._drain
+
+    def counted() -> None:
+        if threading.current_thread() is threading.main_thread():
+            drains.append(1)
+        real_drain()
+    guard._drain = counted  # type: ignore[method-assign]
+    first = ctx.socket(zmq.DEALER)
+    first.setsockopt(zmq.LINGER, 0)
+    first.connect(addr)
+    second = None
+    try:
+        _ping(first, 1)
+        assert [rid for _, rid, _ in server.receive(5000)] == [1]
+        assert len(drains) == 1 and not guard.admission.pending
+        _ping(first, 2)
+        assert [rid for _, rid, _ in server.receive(5000)] == [2]
+        assert len(drains) == 1  # proven already: no drain
+        first.close()
+        wait_for(lambda: not guard.admission.open, 10, "the first connection's end")
+        second = ctx.socket(zmq.DEALER)
+        second.setsockopt(zmq.LINGER, 0)
+        second.connect(addr)
+        _ping(second, 3)
+        assert [rid for _, rid, _ in server.receive(5000)] == [3]
+        assert len(drains) == 2  # its descriptor was not proven: drained, then proven
+        assert len(guard.admission.open) == 1 and not guard.admission.pending
+    finally:
+        first.close()
+        if second is not None:
+            second.close()
+        server.close()

@@ -263,6 +263,9 @@ class ConnectionGuard:
         # fd -> the peer (address, port) accepted on it: an fd is shut as evicted only if it
         # still names that connection (under a flood the events lag, and numbers are reused)
         self._peers: dict[int, tuple] = {}
+        # fds proven since they were accepted: a message from one of them needs no drain of
+        # the monitor, a system call a pass (an fd's accept or end takes it out again)
+        self._proven: set[int] = set()
         self._ended = False  # the monitor stopped
         self._closing = False
         inproc = f"inproc://blizzard.conn-guard.{next(_guard_ids)}"
@@ -291,12 +294,20 @@ class ConnectionGuard:
     def established(self, fds: Iterable[int]) -> None:
         """The server read a message from each of ``fds`` (``source_fd``, -1 for none): their
         connections are proven, they pend no more. The events waiting are handled first, so
-        a connection accepted a moment ago is known before it is proven."""
+        a connection accepted a moment ago is known before it is proven; when every one of
+        ``fds`` was proven already, there is nothing to do.
+
+        (An fd whose connection ended and whose number a new connection took, both events
+        not read yet, counts as proven until they are: the new connection then pends from
+        its accept, as if it had sent nothing yet, until its next message proves it.)"""
+        fresh = [fd for fd in fds if fd >= 0 and fd not in self._proven]
+        if not fresh:
+            return
         with self.lock:
             self._drain()
-            for fd in fds:
-                if fd >= 0:
-                    self.admission.established(fd)
+            for fd in fresh:
+                self.admission.established(fd)
+                self._proven.add(fd)
 
     def read_departures(self) -> set[int]:
         """Descriptors of the connections that ended since the last call (the first call
@@ -345,8 +356,10 @@ class ConnectionGuard:
             try:
                 if kind == zmq.EVENT_ACCEPTED:
                     self._left.discard(fd)
+                    self._proven.discard(fd)
                     self._accepted(fd)
                 elif kind in (zmq.EVENT_DISCONNECTED, zmq.EVENT_CLOSED):
+                    self._proven.discard(fd)
                     self.admission.forget(fd)
                     self._peers.pop(fd, None)
                     if self._gone is not None and kind == zmq.EVENT_DISCONNECTED:
