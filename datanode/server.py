@@ -177,7 +177,7 @@ class DatanodeServer:
                 self._guarded(ep.read_ready)
                 self._guarded(self._collect, ep)
         if self.router.sock in ready:
-            self._handle(self.router.receive(0))
+            self._handle(self.router.receive(0, ready=True))
         now = time.monotonic()
         self._guarded(self._expire_jobs, now)
         if now >= self.next_heartbeat:

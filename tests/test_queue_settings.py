@@ -122,3 +122,21 @@ def test_a_message_class_may_not_declare_a_setting_itself():
         @queue_settings.with_settings()
         class Twice:
             lease_s: float
+
+
+def test_valid_queue_names_are_remembered_boundedly_and_invalid_ones_never():
+    """Every request names its queue, so a name found valid is remembered (issue 35: the
+    check was a regex per request); a flood of new names cannot grow that memory."""
+    from blizzard.wire import queue_settings as qs
+    from blizzard.wire.errors import InvalidArgument
+    qs._VALID_NAMES.clear()
+    assert qs.check_queue_name("jobs.results") == "jobs.results"
+    assert "jobs.results" in qs._VALID_NAMES
+    for bad in ("", "has space", "x" * 201, "ünïcode"):
+        for _ in range(2):
+            with pytest.raises(InvalidArgument, match="not valid"):
+                qs.check_queue_name(bad)
+        assert bad not in qs._VALID_NAMES
+    for i in range(qs.MAX_VALID_NAMES + 10):
+        qs.check_queue_name(f"q{i}")
+    assert len(qs._VALID_NAMES) <= qs.MAX_VALID_NAMES

@@ -85,8 +85,9 @@ class RouterServer:
         self.poller.register(self.sock, zmq.POLLIN)
         self.max_batch = max_batch
 
-    def receive(self, timeout_ms: int) -> list[tuple[bytes, int, Any]]:
+    def receive(self, timeout_ms: int, ready: bool = False) -> list[tuple[bytes, int, Any]]:
         """Up to ``max_batch`` decoded requests (``PASS_BYTES`` at most) as (peer, rid, message).
+        ``ready``: the caller's own poll just said a request is waiting (no check first).
 
         A request that fails to decode is answered with an error at once and not returned;
         so is a message of more than one body frame, whose extra frames are dropped as they
@@ -96,7 +97,8 @@ class RouterServer:
         self.roles = {}
         self.fds = {}
         sock = self.sock
-        if not cast(int, sock.get(_EVENTS)) & _POLLIN and not self.poller.poll(timeout_ms):
+        if not ready and not cast(int, sock.get(_EVENTS)) & _POLLIN \
+                and not self.poller.poll(timeout_ms):
             return out
         taken = 0
         # Each ``EVENTS`` is a system call: the first message goes unchecked (one is there),

@@ -33,6 +33,8 @@ DEAD_SUFFIX = ".dead"  # a queue's dead-letter queue by default: its name plus t
 RESULTS_SUFFIX = ".results"  # where a queue's task results are kept: its name plus this
 MAX_ATTRIBUTES = 4096  # characters of a queue's ``attributes`` text
 FIRST_SETTINGS = 7  # settings every record and frame has had; later ones have defaults there
+MAX_VALID_NAMES = 4096  # queue names remembered as valid (checked again once forgotten)
+_VALID_NAMES: set[str] = set()
 
 
 def results_queue(queue: str) -> str:
@@ -47,6 +49,8 @@ def check_queue_name(name: Any, what: str = "queue name") -> str:
     a URL or a metric label); a default dead-letter queue's name may add ".dead" to that, and
     a results queue's ".results".
     """
+    if type(name) is str and name in _VALID_NAMES:  # every request names its queue
+        return name
     limit = MAX_QUEUE_NAME
     if isinstance(name, str):
         limit += sum(len(suffix) for suffix in (DEAD_SUFFIX, RESULTS_SUFFIX)
@@ -55,6 +59,9 @@ def check_queue_name(name: Any, what: str = "queue name") -> str:
     if type(name) is not str or not 0 < len(name) <= limit or not _QUEUE_NAME.fullmatch(name):
         raise InvalidArgument(f"{what} {brief(name)} is not valid: use 1-{MAX_QUEUE_NAME} of the "
                               f"characters {QUEUE_NAME_CHARS} (no spaces)")
+    if len(_VALID_NAMES) >= MAX_VALID_NAMES:  # a peer naming new queues must not grow it
+        _VALID_NAMES.clear()
+    _VALID_NAMES.add(name)
     return name
 
 
