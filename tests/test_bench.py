@@ -97,3 +97,21 @@ def test_the_workers_bench_measures_its_bounds_and_tags_them():
     assert line["acked_per_s"] > 0 and line["gets"] == 0 and not line["errors"]
     plain = bench()
     assert "bound" not in plain and plain["unsynced_servers"] == 0 and plain["gets"] > 0
+
+
+@pytest.mark.cluster
+def test_the_calls_bench_gives_each_processs_cpu_per_call_main_thread_and_all():
+    """``scripts/bench --calls`` at a toy length: a line per op, with CPU per call of every
+    process's main thread, at most its threads' total, and the queue drained by the calls."""
+    proc = subprocess.run([sys.executable, "-m", "bench.calls", "--calls", "50"],
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [x["op"] for x in lines] == ["enqueue", "dequeue_ack"]
+    for line in lines:
+        main, every = line["cpu_us_main_thread"], line["cpu_us_all_threads"]
+        assert set(main) == {"client", "master", "datanode0", "datanode1"}
+        assert set(every) == {"master", "datanode0", "datanode1"}
+        assert main["client"] > 0 and main["master"] > 0 and line["wall_us"] > 0
+        assert all(0 <= main[name] <= every[name] for name in every)
+    assert "the queue ran dry" not in proc.stderr
