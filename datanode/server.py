@@ -45,6 +45,7 @@ from datanode.jobs import PutJob, Refusals
 from datanode.leader import Leader
 from datanode.metrics import DatanodeMetrics
 from datanode.reads import read
+from datanode.serves import Serving
 from datanode.store import BlobStore, LevelDbStore, is_disk_full
 
 log = logging.getLogger(__name__)
@@ -96,7 +97,7 @@ class DatanodeServer:
         self.cluster = ClusterMembership(self.store, config.join_cluster)
         server_keys, self.keys = k.node_keys(config.keys, config.node_key) \
             if config.keys else (None, None)
-        self.router = RouterServer(self.ctx, config.bind, keys=server_keys)
+        self.router = RouterServer(self.ctx, config.bind, keys=server_keys, pushes=True)
         self.leader = Leader(self.ctx, config.master, self.keys)  # the primary, by epoch
         self.gate = Gate(self.node_id, self.router.role_of) if config.keys is not None else None
         self.peers: dict[str, Endpoint] = {}
@@ -115,6 +116,7 @@ class DatanodeServer:
         # blob nobody ordered (a node key's planted put) is a stray the master deletes
         self.copied: dict[int, float] = {}
         self.handlers = ROUTES.bind(self)  # who serves which op
+        self.serving = Serving(self.node_id, self.store, self.router)  # leases answered here
 
     @property
     def master(self) -> Endpoint:
@@ -179,6 +181,7 @@ class DatanodeServer:
         if self.router.sock in ready:
             self._handle(self.router.receive(0, ready=True))
         now = time.monotonic()
+        self._guarded(self.serving.ask, self.master, now)
         self._guarded(self._expire_jobs, now)
         if now >= self.next_heartbeat:
             self._guarded(self._heartbeat, now)
@@ -442,6 +445,7 @@ class DatanodeServer:
                 log.warning("replica %s refused a forwarded put: %s", ep.addr, reply)
             self._maybe_finish(job)
         if ep is self.master:
+            self.serving.collect(ep, time.monotonic())  # leases to answer (datanode/serves.py)
             reply = ep.take(self.heartbeat_rid) if self.heartbeat_rid is not None else None
             ep.discard_received()  # replies to reports need no action
             if reply is not None:
@@ -451,6 +455,7 @@ class DatanodeServer:
                 elif self.cluster.accepts(reply):
                     self.leader.learn(reply)
                     self._obey(reply)
+                    self.serving.not_before = 0.0  # registered: orders may come now
 
     def _obey(self, reply: p.HeartbeatReply) -> None:
         """Carry out the master's commands from a heartbeat reply; learn its capability keys."""

@@ -52,6 +52,7 @@ from master.membership import Membership
 from master.meta_sync import MetaSync
 from master.metrics import MasterMetrics
 from master.node_keys import NodeKeys
+from master.pushes import Pushes
 from master.queue_policy import QueuePolicy
 from master.removal import Removals
 from master.repair import Repairer
@@ -89,7 +90,7 @@ ROUTES = Routes([
     Route(p.Enqueue,      "enqueue",               USERS,     (R.CommitItems, R.ExpireUniques)),
     Route(p.Commit,       "commit",                USERS,     (R.CommitItems,)),
     # consumers: leases and how they end (master/leases.py)
-    Route(p.Lease,        "leases.lease_request",  USERS,     (R.LeaseItems, R.AckItems)),
+    Route(p.Lease,        "lease",                 USERS,     (R.LeaseItems, R.AckItems)),
     Route(p.Ack,          "leases.ack",            USERS,     (R.AckItems,)),
     Route(p.Nack,         "leases.nack",           USERS,     (R.ReleaseItems,)),
     Route(p.Extend,       "leases.extend",         USERS,     (R.LeaseItems, R.ProgressItems)),
@@ -124,6 +125,7 @@ ROUTES = Routes([
     Route(p.PutReport,    "put_report",            (NODE,)),
     Route(p.Replicated,   "replicated",            (NODE,),   (R.AddReplicas, R.DropReplicas)),
     Route(p.Inventory,    "inventory",             (NODE,),   (R.AddReplicas, R.DropReplicas)),
+    Route(p.AwaitServes,  "await_serves",          (NODE,)),  # leases a node answers (master/pushes.py)
     # a standby following the log (master/wal_shipping.py)
     Route(p.Follow,       "replication.follow",    (STANDBY,), (R.StandbySynced,)),
 ])
@@ -204,6 +206,7 @@ class MasterServer:
                                       self.enqueues)
         self.leases.schedules = self.tasks.schedules = self.schedules
         self._replies: list[tuple[bytes, int, Any]] = []
+        self.pushes = Pushes(self.router.reply)  # leases data nodes answer (master/pushes.py)
         self._stopping = False
         self.wakes = Wakes(self)  # when the loop must pass again; ``stop`` wakes it
         self.hold = SyncHold(config.sync_hold_ms / 1000)  # group commit across callers
@@ -307,6 +310,21 @@ class MasterServer:
         reply = self.datanodes.heartbeat(msg, now, mono, peer, rid)
         reply = p.replace(reply, cluster_id=self.identity.cluster_id)
         return self.replication.stamp(self.meta_sync.add_to(reply, msg.node_id))
+
+    def await_serves(self, msg: p.AwaitServes, now: float, mono: float, peer: bytes,
+                     rid: int) -> p.Serves | None:
+        """A data node waits for leases to answer itself (``master/pushes.py``)."""
+        self.node_keys.check_own(msg.node_id, peer)
+        if msg.node_id not in self.state.node_addrs:
+            raise InvalidArgument(f"no data node {msg.node_id[:64]!r} is registered here")
+        return self.pushes.await_serves(msg, peer, rid)
+
+    def lease(self, msg: p.Lease, now: float, mono: float, peer: bytes,
+              rid: int) -> p.Leased | None:
+        """A lease (``master/leases.py``); its answer may be pushed by a data node
+        (``master/pushes.py``)."""
+        self.pushes.want(msg, peer, rid)
+        return self.leases.lease_request(msg, now, mono, peer, rid)
 
     def put_report(self, msg: p.PutReport, now: float, mono: float, peer: bytes,
                    rid: int) -> None:
@@ -415,6 +433,7 @@ class MasterServer:
         # heads first: a producer told its item is in should find subscribers told too
         self.heads.publish(bool(requests or replies), mono)
         self.replication.release(replies)  # at once, or when a sync standby holds the pass
+        self.pushes.flush()  # the leases data nodes answer: their orders (master/pushes.py)
         self.replication.serve_parked(mono)
         self._maybe_checkpoint()
 
@@ -435,7 +454,7 @@ class MasterServer:
             if reply is None:
                 continue
             if self._answer_now(msg, reply, logged):
-                self.router.reply(peer, rid, reply)
+                self.pushes.send(peer, rid, reply)
             else:
                 self._replies.append((peer, rid, reply))
         return callers
@@ -478,7 +497,7 @@ class MasterServer:
         without that attempt counted.
         """
         kind = type(msg)
-        if kind is p.Follow or kind is p.Hello or \
+        if kind is p.Follow or kind is p.Hello or kind is p.AwaitServes or \
                 (kind is p.Heartbeat and isinstance(reply, p.HeartbeatReply) and not reply.delete):
             return True
         if self.replication.sync_name:
@@ -505,6 +524,7 @@ class MasterServer:
 
     def tick(self, now: float, mono: float) -> None:
         self.leases.expire(now)
+        self.pushes.expire()
         self.enqueues.expire(mono)
         self._replies += self.enqueues.serve_waiting(now, mono)
         self._replies += self.leases.serve_waiters(now, mono)

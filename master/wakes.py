@@ -40,7 +40,8 @@ class Wakes:
         """The monotonic time by which the loop must pass again."""
         s = self.server
         soon = [t for t in (s.leases.next_wake(), s.heads.wake(), s.heads.next_round(),
-                            s.enqueues.next_wake(), s.jobs.next_wake()) if t is not None]
+                            s.enqueues.next_wake(), s.jobs.next_wake(), s.pushes.next_wake())
+                if t is not None]
         for heap in (s.enqueues.expiry, s.id_blocks.expiry):
             if heap:  # (monotonic deadline, ...): staged items, id blocks
                 soon.append(heap[0][0])

@@ -214,7 +214,7 @@ class Replication:
             _, id_hi, ready = self.held.popleft()
             server.ids.synced(id_hi)
             for peer, rid, reply in ready:
-                server.router.reply(peer, rid, reply)
+                server.pushes.send(peer, rid, reply)  # or a data node's (master/pushes.py)
 
     def watch(self, mono: float) -> None:
         """With the sync standby silent, ask it now and then whether it was promoted: if so,

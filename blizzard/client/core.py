@@ -106,7 +106,7 @@ class Client:
         self.datanodes = DatanodePool(self.ctx, node_timeout_s=self.node_timeout_s,
                                       keys=self.keys, node_key=self.master.node_key)
         self.pipeline = EnqueuePipeline(self.master, self.datanodes)
-        self.leases = Leases(self.master, self.datanodes.heard)
+        self.leases = Leases(self.master, self.datanodes.heard, self.datanodes)
         self.admin = QueueAdmin(self.master)
 
     def __enter__(self) -> "Client":

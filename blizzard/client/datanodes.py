@@ -23,6 +23,7 @@ after the hedge delay (the reader then falls back on ``read``).
 from __future__ import annotations
 
 import logging
+import os
 import time
 import zlib
 from collections import defaultdict
@@ -126,6 +127,12 @@ class DatanodePool:
         self.gets = 0  # Gets sent, and how many of them were hedges (a read's second ask)
         self.hedges = 0
         self.closed = False
+        # the routing id of every connection to a data node: a lease naming it (``push_to``)
+        # may be answered by a node, payloads and all (``master/pushes.py``); the payloads
+        # of the last such answer wait here for ``read``
+        self.routing_id = os.urandom(16)
+        self.pushed: dict[int, bytes] = {}
+        self.pushes = 0  # leases answered by a data node
 
     def endpoint(self, addr: str) -> Endpoint:
         ep = self.endpoints.get(addr)
@@ -133,8 +140,23 @@ class DatanodePool:
             if self.closed:
                 raise ClientClosed()
             ep = self.endpoints[addr] = Endpoint(self.ctx, addr, self.keys,
-                                                 self.node_key() if self.keys else None)
+                                                 self.node_key() if self.keys else None,
+                                                 self.routing_id)
         return ep
+
+    def connected(self) -> list[Endpoint]:
+        """The connections open to data nodes: where a pushed answer may come."""
+        return [ep for ep in self.endpoints.values() if ep.sock is not None]
+
+    def take_pushed(self, reply: Any) -> Any:
+        """A lease's answer as the master's ``Leased``: one a data node sent (``Pushed``)
+        leaves its payloads for the next ``read`` (checked there, as read ones are)."""
+        if not isinstance(reply, p.Pushed):
+            self.pushed = {}
+            return reply
+        self.pushes += 1
+        self.pushed = dict(zip(reply.ids, reply.blobs))
+        return reply.leased
 
     def close(self) -> None:
         for ep in self.endpoints.values():
@@ -227,8 +249,19 @@ class DatanodePool:
 
     def read(self, items: list[LeasedItem]) -> Reads:
         """Read payloads, each item from its replicas, hedged (see the module docstring);
-        verify size and checksum (P5)."""
-        return _HedgedRead(self, items).run()
+        verify size and checksum (P5). Those a data node pushed with the lease are taken as
+        they are, if intact; only the rest are asked for."""
+        pushed, self.pushed = self.pushed, {}
+        if not pushed:
+            return _HedgedRead(self, items).run()
+        have = {i.id: blob for i in items
+                if (blob := pushed.get(i.id)) is not None and intact(blob, i.size, i.crc)}
+        rest = [i for i in items if i.id not in have]
+        if not rest:
+            return Reads(have, [], [])
+        reads = _HedgedRead(self, rest).run()
+        reads.payloads.update(have)
+        return reads
 
 
 class _HedgedRead:

@@ -24,24 +24,32 @@ class Leases:
     """Lease, ack, nack and extend through the master link."""
 
     def __init__(self, master: MasterLink,
-                 heard: Callable[[list[str]], None] = lambda suspects: None) -> None:
+                 heard: Callable[[list[str]], None] = lambda suspects: None,
+                 pool: Any = None) -> None:
         self.master = master
         self.heard = heard  # told the master's suspect data nodes from each lease reply
+        # the data-node pool (``DatanodePool``) whose connections a data node may answer a
+        # lease on, payloads and all (``master/pushes.py``); None: the master answers
+        self.pool = pool
         self.quiet_sent = False  # quiet acks sent since the last flush
 
     def lease(self, queue: str, n: int, *, lease_s: float | None = None, wait_s: float = 0.0,
               ack: Sequence[Any] = ()) -> list[LeasedItem]:
-        """Up to ``n`` head items of ``queue``, leased; ``ack`` settles a previous batch first."""
-        return leased_items(self.lease_columns(queue, n, lease_s=lease_s, wait_s=wait_s, ack=ack))
+        """Up to ``n`` head items of ``queue``, leased; ``ack`` settles a previous batch first.
+        A data node may answer with the payloads too: the next ``DatanodePool.read`` takes them."""
+        return leased_items(self.lease_columns(queue, n, lease_s=lease_s, wait_s=wait_s, ack=ack,
+                                               push=self.pool is not None))
 
     def lease_columns(self, queue: str, n: int, *, lease_s: float | None = None,
                       wait_s: float = 0.0, ack: Sequence[Any] = (), head: bool = False,
-                      timeout_s: float | None = None, ids: Sequence[int] = ()) -> p.Leased:
+                      timeout_s: float | None = None, ids: Sequence[int] = (),
+                      push: bool = False) -> p.Leased:
         """``lease`` as the master's reply: one list per field, no object per item (what a
         Spark driver leasing a million items wants). ``head``: the reply also tells the
         queue's head after the lease (a sharded client's news of this shard). ``timeout_s``:
         give up sooner than the client's own (a sharded client turns to another shard).
-        ``ids``: lease these items (those ready or delayed in ``queue``), not the head."""
+        ``ids``: lease these items (those ready or delayed in ``queue``), not the head.
+        ``push``: a data node may answer, payloads and all (kept for the pool's next read)."""
         check_queue_name(queue)
         if type(n) is not int:
             raise InvalidArgument("n must be an integer")
@@ -52,11 +60,15 @@ class Leases:
         if isinstance(lease_s, bool) or not isinstance(lease_s, (int, float)) \
                 or isinstance(wait_s, bool) or not isinstance(wait_s, (int, float)):
             raise InvalidArgument("lease_s and wait_s must be numbers of seconds")
-        leased: p.Leased = self.master.call(
+        pool = self.pool if push else None
+        reply = self.master.call(
             p.Lease(queue, n, float(lease_s), float(wait_s), self.master.call_id(),
-                    [m.id for m in ack], [m.lease for m in ack], head, as_ids(list(ids))),
+                    [m.id for m in ack], [m.lease for m in ack], head, as_ids(list(ids)),
+                    pool.routing_id if pool is not None else b""),
             extra_s=float(wait_s) if wait_s > 0 else 0.0,
-            since=None if timeout_s is None else time.monotonic() - self.master.timeout_s + timeout_s)
+            since=None if timeout_s is None else time.monotonic() - self.master.timeout_s + timeout_s,
+            also=pool.connected() if pool is not None else ())
+        leased: p.Leased = pool.take_pushed(reply) if pool is not None else reply
         self.heard(leased.suspects)
         if leased.lost:
             if leased.ids:

@@ -14,7 +14,7 @@ import logging
 import os
 import random
 import time
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 import zmq
 
@@ -118,11 +118,12 @@ class MasterLink:
         return next(self._call_ids)
 
     def call_many(self, msgs: list[Any], extra_s: float = 0.0, raise_errors: bool = True,
-                  since: float | None = None) -> list[Any]:
+                  since: float | None = None, also: Iterable[Endpoint] = ()) -> list[Any]:
         """Send requests at once, resending those not answered, until the deadline.
 
         The deadline is ``timeout_s + extra_s`` after ``since`` (a monotonic time; default
         now). With ``raise_errors`` False, error replies are returned as ``protocol.Error``.
+        ``also``: endpoints the replies may come on as well (``transport.call_many``).
         """
         deadline = (time.monotonic() if since is None else since) + self.timeout_s + extra_s
         results: list[Any] = [None] * len(msgs)
@@ -138,7 +139,7 @@ class MasterLink:
             # left soon; before any master answered, so a refused connection is told soon
             probe = extra_s and (self.standby or not self.answered)
             replies = call_many([(ep, msgs[i]) for i in todo], max(attempt_s, 0.01),
-                                probe_s=PROBE_S if probe else None)
+                                probe_s=PROBE_S if probe else None, also=also)
             again = []
             for i, reply in zip(todo, replies):
                 if isinstance(reply, AuthenticationFailed):
@@ -184,9 +185,10 @@ class MasterLink:
             raise MasterUnavailable(f"{nothing_listens(self.addr)}; "
                                     f"{start_hint(self.origin, cli=False)}", self.addr, True)
 
-    def call(self, msg: Any, extra_s: float = 0.0, since: float | None = None) -> Any:
+    def call(self, msg: Any, extra_s: float = 0.0, since: float | None = None,
+             also: Iterable[Endpoint] = ()) -> Any:
         """One request (see ``call_many``); raises the reply's ``BlizzardError``."""
-        return self.call_many([msg], extra_s, since=since)[0]
+        return self.call_many([msg], extra_s, since=since, also=also)[0]
 
     def enqueue_wait_s(self, node_wait_s: float) -> float:
         """How long the pipeline waits for an enqueue the master may park ``node_wait_s`` for

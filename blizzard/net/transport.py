@@ -59,9 +59,13 @@ class Endpoint:
     """
 
     def __init__(self, ctx: zmq.Context[zmq.Socket[bytes]], addr: str,
-                 keys: ClientKeys | None = None, server_key: bytes | None = None) -> None:
+                 keys: ClientKeys | None = None, server_key: bytes | None = None,
+                 routing_id: bytes | None = None) -> None:
         self.ctx = ctx
         self.addr = check_addr(addr)
+        # the id the server knows this connection by (None: one it picks): a data node that
+        # answers a lease on the master's order sends to it (``master/pushes.py``)
+        self.routing_id = routing_id
         if keys is not None and server_key is None:
             raise InvalidArgument(f"no server key for {addr}")
         self.keys = keys
@@ -88,6 +92,8 @@ class Endpoint:
             harden(sock, protocol.MAX_FRAME_BYTES)
             sock.setsockopt(zmq.RECONNECT_IVL, 50)
             sock.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
+            if self.routing_id is not None:
+                sock.setsockopt(zmq.ROUTING_ID, self.routing_id)
             if self.keys is not None:
                 assert self.server_key is not None
                 connect_curve(sock, self.keys, self.server_key)
@@ -265,7 +271,7 @@ class Replies:
 
 
 def call_many(calls: Iterable[tuple[Endpoint, Any]], timeout_s: float,
-              probe_s: float | None = None) -> list[Any]:
+              probe_s: float | None = None, also: Iterable[Endpoint] = ()) -> list[Any]:
     """Send every request at once, wait for all replies; a reply is a message, a
     ``TimeoutError``, or an ``AuthenticationFailed`` (the server refused our handshake).
 
@@ -275,9 +281,11 @@ def call_many(calls: Iterable[tuple[Endpoint, Any]], timeout_s: float,
 
     Error replies are returned as messages (``protocol.Error``); the caller decides what they mean.
     Endpoints that timed out or were refused are reset so late replies cannot be mistaken for
-    new ones.
+    new ones. ``also``: endpoints a reply may come on as well (a lease a data node answers,
+    ``master/pushes.py``); the first reply to a request wins, a later one is dropped unread.
     """
     calls = list(calls)
+    also = [ep for ep in also if ep.sock is not None]
     results: list[Any] = [None] * len(calls)
     waiting: dict[int, tuple[Endpoint, int]] = {}
     for i, (ep, msg) in enumerate(calls):
@@ -286,11 +294,13 @@ def call_many(calls: Iterable[tuple[Endpoint, Any]], timeout_s: float,
         except TimeoutError as exc:
             results[i] = exc
     deadline = time.monotonic() + timeout_s
-    replies = Replies(ep for ep, _ in waiting.values())
+    replies = Replies([*{ep for ep, _ in waiting.values()}, *also])
     probes = Probes(probe_s)
     while waiting:
         for i, (ep, rid) in list(waiting.items()):
             reply = ep.take(rid) or ep.refused
+            if also:  # the first answer wins; the others drop theirs
+                reply = _first_answer(reply, ep, also, rid)
             if reply is not None:
                 results[i] = reply
                 del waiting[i]
@@ -312,6 +322,23 @@ def call_many(calls: Iterable[tuple[Endpoint, Any]], timeout_s: float,
             ep.silence(f"no reply from {ep.addr} within {timeout_s:g}s")
         ep.reset()
     return results
+
+
+def _first_answer(reply: Any | None, ep: Endpoint, also: list[Endpoint],
+                  rid: int) -> Any | None:
+    """The reply to request ``rid`` (sent on ``ep``, or None if none came on it) or one that
+    came on ``also``; once there is one, the other endpoints drop theirs when it comes."""
+    source = ep if reply is not None else None
+    for other in also if reply is None else ():
+        reply = other.take(rid)
+        if reply is not None:
+            source = other
+            break
+    if source is not None:
+        for other in [ep, *also]:
+            if other is not source:
+                other.forget(rid)
+    return reply
 
 
 def call(ep: Endpoint, msg: Any, timeout_s: float) -> Any:

@@ -40,9 +40,13 @@ _RCVMORE = int(zmq.RCVMORE)
 
 def bind_router(ctx: zmq.Context[zmq.Socket[bytes]], addr: str,
                 max_frame_bytes: int = protocol.MAX_FRAME_BYTES, keys: ServerKeys | None = None,
-                send_hwm: int = SEND_HWM) -> zmq.Socket[bytes]:
+                send_hwm: int = SEND_HWM, pushes: bool = False) -> zmq.Socket[bytes]:
     """A server's ROUTER socket, bounded in message size and queues, bound to ``addr``;
     a CURVE server admitting only the keys of ``keys.directory`` when ``keys`` is given.
+    ``pushes``: it also sends messages nobody asked it for on this connection (a data node's
+    ``Pushed``), so a send to a peer not connected fails instead of vanishing, and a
+    client's reconnection takes over the routing id it chose (``Endpoint``'s
+    ``routing_id``) from its old connection, which may linger.
 
     The bounds are per frame and per message: libzmq holds a message of many frames whole
     until its last frame has come, and no socket option caps that (see ``receive``).
@@ -54,7 +58,9 @@ def bind_router(ctx: zmq.Context[zmq.Socket[bytes]], addr: str,
         serve_curve(sock, keys)
     sock.setsockopt(zmq.RCVHWM, RECEIVE_HWM)
     sock.setsockopt(zmq.SNDHWM, send_hwm)
-    sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
+    sock.setsockopt(zmq.ROUTER_MANDATORY, 1 if pushes else 0)
+    if pushes:
+        sock.setsockopt(zmq.ROUTER_HANDOVER, 1)
     sock.bind(addr)
     return sock
 
@@ -71,8 +77,9 @@ class RouterServer:
 
     def __init__(self, ctx: zmq.Context[zmq.Socket[bytes]], addr: str, max_batch: int = 512,
                  max_frame_bytes: int = protocol.MAX_FRAME_BYTES,
-                 keys: ServerKeys | None = None, send_hwm: int = SEND_HWM) -> None:
-        self.sock = bind_router(ctx, addr, max_frame_bytes, keys, send_hwm)
+                 keys: ServerKeys | None = None, send_hwm: int = SEND_HWM,
+                 pushes: bool = False) -> None:
+        self.sock = bind_router(ctx, addr, max_frame_bytes, keys, send_hwm, pushes)
         self.secure = keys is not None
         # the key directory's current keys: a revoked key's open connection stops working
         self.admitted = guard(ctx, keys.directory).keys if keys is not None else None
@@ -201,6 +208,17 @@ class RouterServer:
             log.exception("cannot encode a %s reply", protocol.op_name(msg))
             return
         self._send(peer, body)
+
+    def push(self, peer: bytes, rid: int, msg: Any) -> bool:
+        """Send ``msg`` as the answer to request ``rid`` of ``peer``, which it did not send
+        here (a data node's ``Pushed``): False if it cannot go (``peer`` is not connected, or
+        its queue is full), so whoever ordered it answers another way."""
+        try:
+            self.sock.send_multipart([peer, protocol.encode(rid, msg)], zmq.NOBLOCK, copy=True)
+        except zmq.ZMQError:
+            return False
+        FRAMES["sent"] += 1
+        return True
 
     def _send(self, peer: bytes, body: bytes) -> None:
         try:

@@ -218,6 +218,9 @@ class Lease:
     head: bool = False  # also tell the queue's head after this lease (``Leased.head_*``)
     # lease these, if ready or delayed, not the head (a pause and a rate limit apply alike)
     ids: list[Id] = field(default_factory=list)
+    # the routing id of the caller's connections to data nodes (b"": none): a data node may
+    # answer this lease, payloads and all (``Pushed``), on the master's order (``Serves``)
+    push_to: bytes = b""
 
 
 @message(15)
@@ -261,6 +264,46 @@ class Leased:
     states: list[bytes] = field(default_factory=list)
     # a schedule's item: the tick (unix time) it was armed for ([]: none is one)
     ticks: list[float] = field(default_factory=list)
+
+
+@message(92)
+class AwaitServes:
+    """A data node waits (parked at the master) for orders to answer leases itself
+    (``Serves``), and tells which orders of the last ``Serves`` it carried out."""
+
+    node_id: str
+    served: list[int]  # the orders' ``seq``s answered with ``Pushed``
+    failed: list[int]  # ... not answered (the consumer is not connected here, say)
+
+
+@message(93)
+class ServeOrder:
+    """Answer the lease that consumer ``to`` (its connection's routing id) sent as request
+    ``rid``: ``leased`` with the payloads of its items (``Pushed``)."""
+
+    seq: int
+    to: bytes
+    rid: int
+    leased: Leased
+
+
+@message(94)
+class Serves:
+    """Reply to ``AwaitServes``: leases for the data node to answer (none: ask again)."""
+
+    orders: list[ServeOrder]
+
+
+@message(95)
+class Pushed:
+    """A lease's answer sent by a data node on the master's order: the master's ``Leased``
+    and, as a ``Blobs``, the payloads the node holds intact (``missing``: the others)."""
+
+    leased: Leased
+    ids: list[Id]
+    blobs: list[bytes]
+    crcs: list[int]
+    missing: list[Id]
 
 
 @message(17)
