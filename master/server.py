@@ -206,7 +206,8 @@ class MasterServer:
                                       self.enqueues)
         self.leases.schedules = self.tasks.schedules = self.schedules
         self._replies: list[tuple[bytes, int, Any]] = []
-        self.pushes = Pushes(self.router.reply)  # leases data nodes answer (master/pushes.py)
+        # leases data nodes answer (master/pushes.py); sent on the router of the moment
+        self.pushes = Pushes(lambda peer, rid, msg: self.router.reply(peer, rid, msg))
         self._stopping = False
         self.wakes = Wakes(self)  # when the loop must pass again; ``stop`` wakes it
         self.hold = SyncHold(config.sync_hold_ms / 1000)  # group commit across callers

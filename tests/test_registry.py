@@ -67,7 +67,7 @@ def test_the_allow_list_is_made_from_the_routes():
     assert ALLOWED is ROUTES.allowed
     for role in ROLES:
         assert ALLOWED[role] == {r.op for r in ROUTES if role in r.roles}
-    assert NODE_OPS == {p.Heartbeat, p.PutReport, p.Replicated, p.Inventory}
+    assert NODE_OPS == {p.Heartbeat, p.PutReport, p.Replicated, p.Inventory, p.AwaitServes}
     assert ALLOWED[STANDBY] - ALLOWED[CLIENT] == {p.Follow}
     assert ADMIN_OPS <= ALLOWED[ADMIN] and not ADMIN_OPS & ALLOWED[CLIENT]
     assert ALLOWED[CLIENT] < ALLOWED[ADMIN]  # an admin may do what a client may, and more
