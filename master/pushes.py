@@ -26,7 +26,9 @@ from blizzard.wire.errors import InvalidArgument
 
 PUSH_TIMEOUT_S = 0.25  # a data node's longest time to report an order done (liveness: < 1 s)
 AWAIT_S = 5.0  # a parked ``AwaitServes`` is answered empty after this long (the node asks again)
-MAX_ROUTING_ID = 255  # bytes (ZeroMQ's limit)
+# bytes of a consumer's routing id: ids ZeroMQ makes up are 5 bytes (and guessable), so a
+# lease cannot have its answer pushed to a connection whose id the consumer did not choose
+PUSH_ID_BYTES = 16
 MAX_WANTED = 20_000  # leases remembered as wanting a push (a parked one waits up to its wait_s)
 MAX_OUT = 20_000  # orders not yet reported done, all nodes together (more: answered directly)
 MAX_SERVES = 1_000  # orders in one ``Serves``
@@ -56,8 +58,9 @@ class Pushes:
         """A lease arrived: remember where its answer may be pushed (checked first)."""
         if not msg.push_to:
             return
-        if len(msg.push_to) > MAX_ROUTING_ID:
-            raise InvalidArgument(f"push_to is a routing id of at most {MAX_ROUTING_ID} bytes")
+        if len(msg.push_to) != PUSH_ID_BYTES:
+            raise InvalidArgument(f"push_to is a routing id of {PUSH_ID_BYTES} bytes (the one "
+                                  "this client gives its connections to data nodes)")
         if len(self.wanted) >= MAX_WANTED:
             self.wanted.popitem(last=False)  # the oldest: answered directly when its time comes
         self.wanted[peer, rid] = msg.push_to
@@ -115,9 +118,14 @@ class Pushes:
             return None
         return self.out.pop(seq)
 
-    def _answer(self, entry: tuple[str, bytes, int, p.Leased, float] | None) -> None:
+    def _answer(self, entry: tuple[str, bytes, int, p.Leased, float] | None,
+                late: bool = False) -> None:
+        """The master answers an order's lease itself; a ``late`` node is named a suspect in
+        the answer, so the consumer's read asks it last (no hedge delay on it again)."""
         if entry is not None:
-            _, peer, rid, leased, _ = entry
+            node, peer, rid, leased, _ = entry
+            if late and node not in leased.suspects:
+                leased = p.replace(leased, suspects=[*leased.suspects, node])
             self.direct += 1
             self.reply(peer, rid, leased)
 
@@ -148,12 +156,12 @@ class Pushes:
                 break
             del self.out[seq]
             late_nodes.add(entry[0])
-            self._answer(entry)
+            self._answer(entry, late=True)
         for node in late_nodes:
             self.listening.pop(node, None)
             self.awaiting.pop(node, None)
             for order in self.queued.pop(node, []):
-                self._answer(self.out.pop(order.seq, None))
+                self._answer(self.out.pop(order.seq, None), late=True)
         for node, (peer, rid, until) in list(self.awaiting.items()):
             if until <= now:
                 del self.awaiting[node]

@@ -420,6 +420,7 @@ class MasterServer:
         except Exception:  # a bug here must not stop the master; the ticks then run late
             log.exception("internal error skipping the schedules' missed ticks")
         callers = self._handle_all(requests, now, mono)
+        self.pushes.flush()  # leases answered before the fsync may be a data node's to answer
         self._tick(now, mono)
         if requests and self.wal.dirty:
             # the clients waiting on this pass's fsync: their requests logged something, or

@@ -90,7 +90,8 @@ def test_a_late_node_costs_its_consumers_the_timeout_once_then_gets_no_orders(de
     assert sent == []
     clock.now += PUSH_TIMEOUT_S
     pushes.expire()
-    assert sent == [(b"c", 5, answer)]  # the master answers: the consumer reads as before
+    # the master answers, naming the late node a suspect: the consumer's read asks it last
+    assert sent == [(b"c", 5, p.replace(answer, suspects=["n1"]))]
     sent.clear()
     pushes.want(lease(), b"c", 6)
     pushes.send(b"c", 6, answer)
@@ -132,6 +133,8 @@ def test_hostile_requests_are_refused_and_what_is_remembered_is_bounded(desk, mo
     pushes, sent, _ = desk
     with pytest.raises(InvalidArgument, match="routing id"):
         pushes.want(lease(b"x" * 256), b"c", 5)
+    with pytest.raises(InvalidArgument, match="routing id"):  # one ZeroMQ made up: 5 bytes
+        pushes.want(lease(b"\x00\x80\x00\x00\x01"), b"c", 5)
     with pytest.raises(InvalidArgument, match="at most"):
         pushes.await_serves(p.AwaitServes("n1", list(range(1001)), []), b"N1", 1)
     assert not pushes.listening  # refused before anything changed

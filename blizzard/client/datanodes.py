@@ -130,7 +130,7 @@ class DatanodePool:
         # the routing id of every connection to a data node: a lease naming it (``push_to``)
         # may be answered by a node, payloads and all (``master/pushes.py``); the payloads
         # of the last such answer wait here for ``read``
-        self.routing_id = os.urandom(16)
+        self.routing_id = os.urandom(16)  # master/pushes.py: PUSH_ID_BYTES
         self.pushed: dict[int, bytes] = {}
         self.pushes = 0  # leases answered by a data node
 
