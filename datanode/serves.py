@@ -22,7 +22,8 @@ log = logging.getLogger(__name__)
 
 ANSWER_S = 10.0  # an AwaitServes unanswered this long is sent again (the master answers in 5 s)
 REFUSED_S = 1.0  # ... after a refusal (this node not registered yet; a master of before)
-MAX_REPORTED = 1_000  # orders one AwaitServes reports (the master takes no more)
+MAX_REPORTED = 500  # served and failed orders one AwaitServes reports, each (1,000 in all: the
+# master takes no more; the rest go with the next one)
 
 
 class Serving:
