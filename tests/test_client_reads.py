@@ -174,3 +174,23 @@ def test_a_healthy_read_sends_one_get_per_node_and_no_hedge(pool, monkeypatch):
     reads = pool.read([item(i, "a", "b") for i in range(5)] + [item(9, "b", "a")])
     assert set(reads.payloads) == {0, 1, 2, 3, 4, 9}
     assert pool.hedges == 0 and len(nodes["a"].sent) == 1 and len(nodes["b"].sent) == 1
+
+
+def test_payloads_pushed_with_a_lease_are_taken_if_intact_and_only_the_rest_are_read(
+        pool, monkeypatch):
+    # Given a lease a data node answered with item 1 intact, item 2 damaged, item 3 not at all
+    nodes = nodes_answering(monkeypatch, a=blobs(GOOD))
+    leased = pool.take_pushed(p.Pushed(p.Leased("q", [1, 2, 3], [], [], [], [], [], [], [], [],
+                                                [], [], p.GetGrant([], [], 0, 0.0, b""), []),
+                                       [1, 2], [GOOD, b"payloaX"], [0, 0], [3]))
+    assert leased.ids == [1, 2, 3] and pool.pushes == 1
+    # When the three are read
+    reads = pool.read([item(i, "a") for i in (1, 2, 3)])
+    # Then item 1 is not asked for again (P5: checked as a read one is); 2 and 3 are read
+    assert reads.payloads == {1: GOOD, 2: GOOD, 3: GOOD} and not reads.failed
+    assert [msg.ids for msg in nodes["a"].sent] == [[2, 3]]
+    # and the pushed payloads serve that one read only
+    assert pool.pushed == {}
+    pool.take_pushed(p.Leased("q", [], [], [], [], [], [], [], [], [], [], [],
+                              p.GetGrant([], [], 0, 0.0, b""), []))
+    assert pool.pushed == {} and pool.pushes == 1
