@@ -323,8 +323,10 @@ class MasterServer:
     def lease(self, msg: p.Lease, now: float, mono: float, peer: bytes,
               rid: int) -> p.Leased | None:
         """A lease (``master/leases.py``); its answer may be pushed by a data node
-        (``master/pushes.py``)."""
-        self.pushes.want(msg, peer, rid)
+        (``master/pushes.py``), unless it is a retry: the first answer may have been pushed
+        and lost on the way, so a retry's comes from the master."""
+        if msg.request not in self.state.recent_leases:
+            self.pushes.want(msg, peer, rid)
         return self.leases.lease_request(msg, now, mono, peer, rid)
 
     def put_report(self, msg: p.PutReport, now: float, mono: float, peer: bytes,

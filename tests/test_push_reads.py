@@ -96,3 +96,22 @@ def test_only_a_data_node_may_ask_for_orders(cluster_factory):
         reply = c.master.call_many([p.AwaitServes(node_id, [], [])], raise_errors=False)[0]
         assert isinstance(reply, p.Error) and reply.code == Forbidden.code
         assert "only data nodes" in reply.message
+
+
+def test_a_push_the_consumer_never_gets_costs_one_attempt_then_the_master_answers(
+        cluster_factory, monkeypatch):
+    cluster = cluster_factory(datanodes=2, replication=2, heartbeat_s=0.2)
+    with Client(cluster.master_addr, timeout_s=30) as c:
+        ids = c.enqueue_many("jobs", [b"job-%d" % i for i in range(60)])
+        warm(c)
+        # When the node's push reaches the consumer's connection but is never read (as if
+        # lost on the way): the consumer listens to the master alone
+        monkeypatch.setattr(c.datanodes, "connected", lambda: [])
+        pushes = c.datanodes.pushes
+        t0 = time.monotonic()
+        msg = c.dequeue("jobs")
+        took = time.monotonic() - t0
+        # Then the retry of the lease (same request id) is answered by the master
+        assert msg is not None and msg.data == b"job-%d" % ids.index(msg.id)
+        assert c.datanodes.pushes == pushes and took < c.master.attempt_s + 2.0
+        msg.ack()
