@@ -17,7 +17,7 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from blizzard.server import metrics
 from blizzard.server.metrics import Timing
 
-OPS = ("put", "get", "delete")
+OPS = ("put", "get", "delete", "push")  # push: a lease answered on the master's order
 
 
 class DatanodeMetrics(metrics.ServedCollector):

@@ -116,7 +116,8 @@ class DatanodeServer:
         # blob nobody ordered (a node key's planted put) is a stray the master deletes
         self.copied: dict[int, float] = {}
         self.handlers = ROUTES.bind(self)  # who serves which op
-        self.serving = Serving(self.node_id, self.store, self.router)  # leases answered here
+        # leases answered here on the master's order (datanode/serves.py)
+        self.serving = Serving(self.node_id, self.store, self.router, self.metrics.since)
 
     @property
     def master(self) -> Endpoint:

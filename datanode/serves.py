@@ -11,6 +11,8 @@ told was served: a node that stops pushing costs its consumers ``PUSH_TIMEOUT_S`
 from __future__ import annotations
 
 import logging
+from time import perf_counter
+from typing import Callable
 
 from blizzard.net.transport import Endpoint
 from blizzard.server.router import RouterServer
@@ -29,10 +31,12 @@ MAX_REPORTED = 500  # served and failed orders one AwaitServes reports, each (1,
 class Serving:
     """The parked ``AwaitServes`` and the orders carried out since the last one."""
 
-    def __init__(self, node_id: str, store: BlobStore, router: RouterServer) -> None:
+    def __init__(self, node_id: str, store: BlobStore, router: RouterServer,
+                 timed: Callable[[str, float], None] = lambda op, began: None) -> None:
         self.node_id = node_id
         self.store = store
         self.router = router
+        self.timed = timed  # the node's request timings: (op, perf_counter when it began)
         self.rid: int | None = None  # the AwaitServes out
         self.sent_at = 0.0
         self.not_before = 0.0
@@ -67,6 +71,7 @@ class Serving:
 
     def serve(self, order: p.ServeOrder) -> None:
         """Answer one lease with its payloads; noted as served or failed for the master."""
+        began = perf_counter()
         try:
             blobs = read(self.store, p.Get(order.leased.ids, None), None, b"")
             sent = self.router.push(order.to, order.rid, p.Pushed(
@@ -75,3 +80,4 @@ class Serving:
             log.exception("cannot serve a lease of %d items", len(order.leased.ids))
             sent = False
         (self.served if sent else self.failed).append(order.seq)
+        self.timed("push", began)

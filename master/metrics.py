@@ -215,6 +215,13 @@ class MasterMetrics(metrics.ServedCollector):
                                   "Enqueues whose placed data nodes had not all stored the items "
                                   "within the hedge delay, so the master named other nodes to "
                                   "put them on as well (PutAlso).", value=server.enqueues.hedged)
+        pushed = CounterMetricFamily(
+            "blizzard_pushed_leases", "Leases a data node was ordered to answer, payloads and "
+            "all (master/pushes.py), by who answered: the node, or the master when the node "
+            "could not or was late.", labels=["by"])
+        pushed.add_metric(["node"], server.pushes.pushed)
+        pushed.add_metric(["master"], server.pushes.direct)
+        yield pushed
         under = _retrying(lambda: server.repair.under_replicated(mono))
         if under is not None:
             yield GaugeMetricFamily("blizzard_under_replicated_items",

@@ -178,6 +178,10 @@ def test_metrics_of_a_cluster_after_a_known_workload_and_a_node_kill(cluster_fac
         assert value(m, "blizzard_datanodes", state="suspect") == 0
         assert value(m, "blizzard_datanodes", state="dead") == 0
         assert value(m, "blizzard_write_hedges_total") == 0  # no node was slow
+        pushed = value(m, "blizzard_pushed_leases_total", by="node") + \
+            value(m, "blizzard_pushed_leases_total", by="master")
+        assert pushed <= value(m, "blizzard_master_request_duration_seconds_bucket", op="Lease",
+                               le="+Inf")  # at most one order per lease
         assert value(m, "blizzard_master_sync_holds_total") == 0  # one client: never held
         assert value(m, "blizzard_under_replicated_items") == 0
         held.ack(wait=True)
@@ -196,8 +200,8 @@ def test_metrics_of_a_cluster_after_a_known_workload_and_a_node_kill(cluster_fac
         assert value(d, "blizzard_datanode_sync_holds_total") == 0
         assert value(d, "blizzard_datanode_checksum_failures_total") == 0
     reads = sum(value(scrape(cluster.metrics_url(n)), "blizzard_datanode_request_duration_seconds_count",
-                      op="get") for n in ("datanode0", "datanode1"))
-    assert reads >= 5  # each dequeue read its payloads from one of them
+                      op=op) for n in ("datanode0", "datanode1") for op in ("get", "push"))
+    assert reads >= 5  # each dequeue's payloads came from one of them: read, or pushed
 
     # When a data node dies, Then its items are counted under-replicated (no third node to copy to)
     cluster.nodes[1].kill()
