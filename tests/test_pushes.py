@@ -62,8 +62,9 @@ def test_a_lease_that_wants_a_push_is_handed_to_a_waiting_node_and_reported_serv
     assert sent == [] and pushes.pushed == 1 and not pushes.out  # nobody else answers it
 
 
-def test_an_order_the_node_could_not_carry_out_is_answered_by_the_master(desk):
-    pushes, sent, _ = desk
+def order_out(pushes: Pushes, sent: list) -> tuple[p.Leased, int]:
+    """Node n1 waits for orders and is handed the lease of consumer c's request 5: its
+    answer, and the order's seq (the messages sent so far are forgotten)."""
     pushes.await_serves(p.AwaitServes("n1", [], []), b"N1", 1)
     pushes.want(lease(), b"c", 5)
     answer = leased([11])
@@ -71,19 +72,19 @@ def test_an_order_the_node_could_not_carry_out_is_answered_by_the_master(desk):
     pushes.flush()
     seq = sent[0][2].orders[0].seq
     sent.clear()
+    return answer, seq
+
+
+def test_an_order_the_node_could_not_carry_out_is_answered_by_the_master(desk):
+    pushes, sent, _ = desk
+    answer, seq = order_out(pushes, sent)
     pushes.await_serves(p.AwaitServes("n1", [], [seq]), b"N1", 2)
     assert sent == [(b"c", 5, answer)] and pushes.direct == 1
 
 
 def test_a_late_node_costs_its_consumers_the_timeout_once_then_gets_no_orders(desk):
     pushes, sent, clock = desk
-    pushes.await_serves(p.AwaitServes("n1", [], []), b"N1", 1)
-    pushes.want(lease(), b"c", 5)
-    answer = leased([11])
-    pushes.send(b"c", 5, answer)
-    pushes.flush()
-    seq = sent[0][2].orders[0].seq
-    sent.clear()
+    answer, seq = order_out(pushes, sent)
     assert pushes.next_wake() == pytest.approx(clock.now + PUSH_TIMEOUT_S)
     clock.now += PUSH_TIMEOUT_S / 2
     pushes.expire()
