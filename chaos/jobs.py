@@ -70,6 +70,9 @@ class JobsLane:
         """Stop making chains; let the consumers finish what was made; stop them."""
         self.stop_producing.set()
         deadline = time.monotonic() + timeout_s
+        # the chain being made goes in when it is whole: waited for, or the consumers could
+        # stop before its later links come out (its first already acked)
+        self.threads[0].join(timeout_s)
         while time.monotonic() < deadline:
             with self.lock:
                 if all(chain[-1] in self.acked for chain in self.chains):

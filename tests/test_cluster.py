@@ -329,4 +329,6 @@ def test_a_dead_replica_costs_a_consumer_one_timeout_not_one_per_read(cluster_fa
         got = [m.data for _ in range(6) for m in c.dequeue_many("dr", 100)]
         assert len(got) == 600
         asked = [addr for addr, msg in sent if isinstance(msg, p.Get)]
-        assert asked.count(victim.addr) == 1  # then its items are read elsewhere
+        # once at most, then its items are read elsewhere (not at all when a lease it was to
+        # answer went unanswered: the master's answer past PUSH_TIMEOUT_S named it a suspect)
+        assert asked.count(victim.addr) <= 1
