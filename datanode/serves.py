@@ -24,8 +24,11 @@ log = logging.getLogger(__name__)
 
 ANSWER_S = 10.0  # an AwaitServes unanswered this long is sent again (the master answers in 5 s)
 REFUSED_S = 1.0  # ... after a refusal (this node not registered yet; a master of before)
-MAX_REPORTED = 500  # served and failed orders one AwaitServes reports, each (1,000 in all: the
-# master takes no more; the rest go with the next one)
+MAX_REPORTED = 500  # served and failed orders one AwaitServes reports, each: as many as a
+# ``Serves`` holds (the master takes no more; the rest go with the next one)
+# the time one ``Serves`` may take: orders left past it are reported failed, so the master
+# answers them at once rather than after its timeout (master/pushes.py: PUSH_TIMEOUT_S)
+SERVE_BUDGET_S = 0.1
 
 
 class Serving:
@@ -63,8 +66,12 @@ class Serving:
             return
         self.rid = None
         if isinstance(reply, p.Serves):
+            until = perf_counter() + SERVE_BUDGET_S
             for order in reply.orders:
-                self.serve(order)
+                if perf_counter() < until:
+                    self.serve(order)
+                else:  # a slow disk or a big batch: the master answers the rest
+                    self.failed.append(order.seq)
         else:  # not registered yet, or a master that gives no orders: ask again later
             log.debug("the master refused to give serve orders: %s", reply)
             self.not_before = now + REFUSED_S
@@ -75,7 +82,7 @@ class Serving:
         try:
             blobs = read(self.store, p.Get(order.leased.ids, None), None, b"")
             sent = self.router.push(order.to, order.rid, p.Pushed(
-                order.leased, blobs.ids, blobs.blobs, blobs.crcs, blobs.missing))
+                order.leased, order.mac, blobs.ids, blobs.blobs, blobs.crcs, blobs.missing))
         except Exception:  # a bad order or a store fault: the master answers it instead
             log.exception("cannot serve a lease of %d items", len(order.leased.ids))
             sent = False

@@ -15,6 +15,7 @@ from blizzard.client.datanodes import DatanodePool, intact
 from blizzard.client.message import LeasedItem
 from blizzard.net.hedge import HedgeDelays
 from blizzard.wire import protocol as p
+from blizzard.wire import push_signature
 from blizzard.wire.errors import DataCorrupt, DatanodeUnavailable, Forbidden
 
 NODE = p.NodeRef("n1", "tcp://127.0.0.1:9")
@@ -180,9 +181,15 @@ def test_payloads_pushed_with_a_lease_are_taken_if_intact_and_only_the_rest_are_
         pool, monkeypatch):
     # Given a lease a data node answered with item 1 intact, item 2 damaged, item 3 not at all
     nodes = nodes_answering(monkeypatch, a=blobs(GOOD))
-    leased = pool.take_pushed(p.Pushed(p.Leased("q", [1, 2, 3], [], [], [], [], [], [], [], [],
-                                                [], [], p.GetGrant([], [], 0, 0.0, b""), []),
-                                       [1, 2], [GOOD, b"payloaX"], [0, 0], [3]))
+    answer = p.Leased("q", [1, 2, 3], [], [], [], [], [], [], [], [], [], [],
+                      p.GetGrant([], [], 0, 0.0, b""), [])
+    mac = push_signature.sign(pool.push_key, p.encode(7, answer))
+    pushed = p.Pushed(answer, mac, [1, 2], [GOOD, b"payloaX"], [0, 0], [3])
+    # (taken only if the master signed it for this pool, as the answer to its request 7)
+    assert pool.genuine(7, pushed) and not pool.genuine(8, pushed)
+    assert not pool.genuine(7, p.replace(pushed, leased=p.replace(answer, ids=[1, 2, 4])))
+    assert not pool.genuine(7, p.Blobs([1], [GOOD], [0], []))
+    leased = pool.take_pushed(pushed)
     assert leased.ids == [1, 2, 3] and pool.pushes == 1
     # When the three are read
     reads = pool.read([item(i, "a") for i in (1, 2, 3)])

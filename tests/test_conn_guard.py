@@ -262,6 +262,11 @@ def test_a_proven_connections_messages_cost_no_drain_and_a_new_one_is_proven_afr
         assert [rid for _, rid, _ in server.receive(5000)] == [3]
         assert len(drains) == 2  # its descriptor was not proven: drained, then proven
         assert len(guard.admission.open) == 1 and not guard.admission.pending
+        guard.read_departures()  # departures read (the master's socket): every pass drains
+        drains.clear()
+        _ping(second, 4)
+        assert [rid for _, rid, _ in server.receive(5000)] == [4]
+        assert len(drains) == 1
     finally:
         first.close()
         if second is not None:

@@ -9,9 +9,11 @@ import pytest
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import InvalidArgument
 from master import pushes as pushes_mod
-from master.pushes import AWAIT_S, PUSH_TIMEOUT_S, Pushes
+from blizzard.wire.push_signature import genuine
+from master.pushes import AWAIT_S, MAX_PUSHED_BYTES, MAX_SERVES, PUSH_TIMEOUT_S, Pushes
 
 TO = b"r" * 16  # the consumer's routing id on its data-node connections
+KEY = b"k" * 16  # ... and its secret
 
 
 class Clock:
@@ -41,8 +43,8 @@ def desk():
     return Pushes(lambda peer, rid, msg: sent.append((peer, rid, msg)), clock), sent, clock
 
 
-def lease(push_to: bytes = TO) -> p.Lease:
-    return p.Lease("q", 1, 30.0, 0.0, "call-1", [], [], push_to=push_to)
+def lease(push_to: bytes = TO, push_key: bytes = KEY) -> p.Lease:
+    return p.Lease("q", 1, 30.0, 0.0, "call-1", [], [], push_to=push_to, push_key=push_key)
 
 
 def test_a_lease_that_wants_a_push_is_handed_to_a_waiting_node_and_reported_served(desk):
@@ -57,6 +59,8 @@ def test_a_lease_that_wants_a_push_is_handed_to_a_waiting_node_and_reported_serv
     assert (peer, rid) == (b"N2", 1)
     (order,) = serves.orders
     assert (order.to, order.rid, order.leased) == (TO, 5, answer)
+    assert genuine(KEY, 5, answer, order.mac)  # signed for the consumer alone
+    assert not genuine(b"x" * 16, 5, answer, order.mac) and not genuine(KEY, 6, answer, order.mac)
     sent.clear()
     assert pushes.await_serves(p.AwaitServes("n2", [order.seq], []), b"N2", 2) is None
     assert sent == [] and pushes.pushed == 1 and not pushes.out  # nobody else answers it
@@ -136,8 +140,10 @@ def test_hostile_requests_are_refused_and_what_is_remembered_is_bounded(desk, mo
         pushes.want(lease(b"x" * 256), b"c", 5)
     with pytest.raises(InvalidArgument, match="routing id"):  # one ZeroMQ made up: 5 bytes
         pushes.want(lease(b"\x00\x80\x00\x00\x01"), b"c", 5)
+    with pytest.raises(InvalidArgument, match="secret"):  # no secret to sign with
+        pushes.want(lease(push_key=b""), b"c", 5)
     with pytest.raises(InvalidArgument, match="at most"):
-        pushes.await_serves(p.AwaitServes("n1", list(range(1001)), []), b"N1", 1)
+        pushes.await_serves(p.AwaitServes("n1", list(range(MAX_SERVES + 1)), []), b"N1", 1)
     assert not pushes.listening  # refused before anything changed
     monkeypatch.setattr(pushes_mod, "MAX_WANTED", 3)
     for rid in range(10):
@@ -152,3 +158,36 @@ def test_hostile_requests_are_refused_and_what_is_remembered_is_bounded(desk, mo
     seq = sent[-1][2].orders[0].seq
     pushes.await_serves(p.AwaitServes("n2", [seq], []), b"N2", 3)
     assert seq in pushes.out and pushes.pushed == 0
+
+
+def test_big_answers_go_direct_and_a_serves_holds_a_bounded_share_each_timed_from_hand_out(
+        desk):
+    pushes, sent, clock = desk
+    pushes.await_serves(p.AwaitServes("n1", [], []), b"N1", 1)
+    big = p.replace(leased([11]), errors=["x" * MAX_PUSHED_BYTES])
+    pushes.want(lease(), b"c", 1)
+    pushes.send(b"c", 1, big)
+    assert sent == [(b"c", 1, big)]  # too big to push with payloads: the master's
+    sent.clear()
+    for rid in range(2, MAX_SERVES + 12):
+        pushes.want(lease(), b"c", rid)
+        pushes.send(b"c", rid, leased([11]))
+    clock.now += PUSH_TIMEOUT_S * 0.9  # the node is slow to come back for the rest
+    pushes.flush()
+    assert [len(msg.orders) for _, _, msg in sent] == [MAX_SERVES]
+    first = sent[0][2].orders
+    sent.clear()
+    clock.now += PUSH_TIMEOUT_S * 0.2
+    pushes.expire()  # the ten left in the queue were due: the master answers them
+    late = p.replace(leased([11]), suspects=["n1"])  # answered by the master, n1 suspected
+    assert [msg for _, _, msg in sent] == [late] * 10
+    assert all(order.seq in pushes.out for order in first)  # handed out just now: not due
+    sent.clear()
+    # the node, late for those ten, asks again meanwhile: it keeps its request and listens
+    pushes.await_serves(p.AwaitServes("n1", [o.seq for o in first], []), b"N1", 2)
+    assert "n1" in pushes.listening and "n1" in pushes.awaiting and not pushes.out
+
+
+def test_a_new_masters_order_numbers_are_not_an_old_ones():
+    a, b = Pushes(lambda *_: None), Pushes(lambda *_: None)
+    assert a.seq != b.seq and min(a.seq, b.seq) > 0

@@ -85,3 +85,20 @@ def test_a_server_pass_takes_at_most_its_batch_and_ends_at_again():
         dealer.close(linger=0)
         server.close()
         ctx.term()
+
+
+def test_an_answer_on_a_data_node_connection_is_taken_only_if_the_master_signed_it():
+    """A lease's answer may come on a data-node connection (a push, master/pushes.py): one
+    the check refuses (a node making up an answer for a request id it guessed) is dropped
+    and the call waits on; a genuine one wins, and the master's connection drops its own."""
+    master, _ = endpoint_with([])
+    node, _ = endpoint_with([p.encode(9, p.Ping())])
+    node.read_ready()
+    assert transport._first_answer(None, master, [node], 9, lambda rid, reply: False) is None
+    assert not node.has(9)  # dropped, not left to be taken later
+    node, _ = endpoint_with([p.encode(9, p.Ping())])
+    node.read_ready()
+    reply = transport._first_answer(None, master, [node], 9, lambda rid, reply: True)
+    assert isinstance(reply, p.Ping) and 9 in master._forgotten
+    node.version_refused = p.Error("version", "refused")  # a refusal of every request there
+    assert transport._first_answer(None, master, [node], 10, lambda rid, reply: True) is None

@@ -7,6 +7,7 @@ from __future__ import annotations
 import zlib
 
 from blizzard.wire import protocol as p
+from datanode import serves
 from datanode.serves import ANSWER_S, REFUSED_S, Serving
 from datanode.store import MemoryStore
 
@@ -45,7 +46,7 @@ def order(seq: int, to: bytes, ids: list[int]) -> p.ServeOrder:
     return p.ServeOrder(seq, to, 40 + seq, p.Leased(
         "q", ids, [1] * n, [4] * n, [0] * n, [0] * n, [0] * n, [0.0] * n, [""] * n, [0] * n,
         [p.ReplicaSet([p.NodeRef("n1", "tcp://127.0.0.1:9")])], [],
-        p.GetGrant(ids, ["n1"], 0, 0.0, b""), [""] * n))
+        p.GetGrant(ids, ["n1"], 0, 0.0, b""), [""] * n), b"m%d" % seq)
 
 
 def test_orders_are_answered_with_the_payloads_held_and_reported_in_the_next_ask():
@@ -61,7 +62,7 @@ def test_orders_are_answered_with_the_payloads_held_and_reported_in_the_next_ask
     ((peer, rid, pushed),) = router.pushed
     assert (peer, rid) == (b"c" * 16, 41)
     assert (pushed.ids, pushed.blobs, pushed.missing) == ([1, 2], [b"one!", b"two!"], [3])
-    assert pushed.leased.ids == [1, 2, 3]
+    assert pushed.leased.ids == [1, 2, 3] and pushed.mac == b"m1"  # the master's signature
     serving.ask(master, 12.0)
     assert master.sent[-1] == p.AwaitServes("n1", [1], [2])  # the second had no connection
 
@@ -84,3 +85,14 @@ def test_a_refused_or_unanswered_ask_is_sent_again_later_and_a_bad_order_fails_a
     serving.ask(master, 20.0)
     assert master.sent[-1] == p.AwaitServes("n1", [8], [7])
     assert router.pushed[0][2].missing == [5]
+
+
+def test_orders_past_the_time_budget_are_reported_failed_for_the_master_to_answer(monkeypatch):
+    master, router = FakeMaster(), FakeRouter({b"c" * 16})
+    serving = Serving("n1", MemoryStore(), router)  # type: ignore[arg-type]
+    serving.ask(master, 0.0)
+    monkeypatch.setattr(serves, "SERVE_BUDGET_S", -1.0)  # a slow disk: no time left at all
+    master.replies[1] = p.Serves([order(1, b"c" * 16, [5]), order(2, b"c" * 16, [6])])
+    serving.collect(master, 1.0)
+    serving.ask(master, 1.0)
+    assert master.sent[-1] == p.AwaitServes("n1", [], [1, 2]) and not router.pushed

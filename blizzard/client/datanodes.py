@@ -37,6 +37,7 @@ from blizzard.net.hedge import HedgeDelays
 from blizzard.net.keys import ClientKeys
 from blizzard.net.transport import Endpoint, Replies
 from blizzard.wire import protocol as p
+from blizzard.wire import push_signature
 from blizzard.wire.codec import as_ids
 from blizzard.wire.errors import (AuthenticationFailed, BlizzardError, ClientClosed, DataCorrupt,
                                   DatanodeUnavailable, Forbidden)
@@ -131,6 +132,8 @@ class DatanodePool:
         # may be answered by a node, payloads and all (``master/pushes.py``); the payloads
         # of the last such answer wait here for ``read``
         self.routing_id = os.urandom(16)  # master/pushes.py: PUSH_ID_BYTES
+        # the secret the master signs pushed answers with (blizzard/wire/push_signature.py)
+        self.push_key = os.urandom(push_signature.KEY_BYTES)
         self.pushed: dict[int, bytes] = {}
         self.pushes = 0  # leases answered by a data node
 
@@ -147,6 +150,12 @@ class DatanodePool:
     def connected(self) -> list[Endpoint]:
         """The connections open to data nodes: where a pushed answer may come."""
         return [ep for ep in self.endpoints.values() if ep.sock is not None]
+
+    def genuine(self, rid: int, reply: Any) -> bool:
+        """Whether ``reply``, come on a data-node connection as the answer to request ``rid``,
+        is one the master gave: a ``Pushed`` signed with this pool's ``push_key``."""
+        return isinstance(reply, p.Pushed) and \
+            push_signature.genuine(self.push_key, rid, reply.leased, reply.mac)
 
     def take_pushed(self, reply: Any) -> Any:
         """A lease's answer as the master's ``Leased``: one a data node sent (``Pushed``)

@@ -64,10 +64,12 @@ class Leases:
         reply = self.master.call(
             p.Lease(queue, n, float(lease_s), float(wait_s), self.master.call_id(),
                     [m.id for m in ack], [m.lease for m in ack], head, as_ids(list(ids)),
-                    pool.routing_id if pool is not None else b""),
+                    pool.routing_id if pool is not None else b"",
+                    pool.push_key if pool is not None else b""),
             extra_s=float(wait_s) if wait_s > 0 else 0.0,
             since=None if timeout_s is None else time.monotonic() - self.master.timeout_s + timeout_s,
-            also=pool.connected() if pool is not None else ())
+            also=pool.connected() if pool is not None else (),
+            genuine=pool.genuine if pool is not None else None)
         leased: p.Leased = pool.take_pushed(reply) if pool is not None else reply
         self.heard(leased.suspects)
         if leased.lost:

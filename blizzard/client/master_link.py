@@ -14,7 +14,7 @@ import logging
 import os
 import random
 import time
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import zmq
 
@@ -118,12 +118,14 @@ class MasterLink:
         return next(self._call_ids)
 
     def call_many(self, msgs: list[Any], extra_s: float = 0.0, raise_errors: bool = True,
-                  since: float | None = None, also: Iterable[Endpoint] = ()) -> list[Any]:
+                  since: float | None = None, also: Iterable[Endpoint] = (),
+                  genuine: Callable[[int, Any], bool] | None = None) -> list[Any]:
         """Send requests at once, resending those not answered, until the deadline.
 
         The deadline is ``timeout_s + extra_s`` after ``since`` (a monotonic time; default
         now). With ``raise_errors`` False, error replies are returned as ``protocol.Error``.
-        ``also``: endpoints the replies may come on as well (``transport.call_many``).
+        ``also``, ``genuine``: endpoints the replies may come on as well, and which of those to
+        take (``transport.call_many``).
         """
         deadline = (time.monotonic() if since is None else since) + self.timeout_s + extra_s
         results: list[Any] = [None] * len(msgs)
@@ -139,7 +141,8 @@ class MasterLink:
             # left soon; before any master answered, so a refused connection is told soon
             probe = extra_s and (self.standby or not self.answered)
             replies = call_many([(ep, msgs[i]) for i in todo], max(attempt_s, 0.01),
-                                probe_s=PROBE_S if probe else None, also=also)
+                                probe_s=PROBE_S if probe else None, also=also,
+                                genuine=genuine)
             again = []
             for i, reply in zip(todo, replies):
                 if isinstance(reply, AuthenticationFailed):
@@ -186,9 +189,10 @@ class MasterLink:
                                     f"{start_hint(self.origin, cli=False)}", self.addr, True)
 
     def call(self, msg: Any, extra_s: float = 0.0, since: float | None = None,
-             also: Iterable[Endpoint] = ()) -> Any:
+             also: Iterable[Endpoint] = (),
+             genuine: Callable[[int, Any], bool] | None = None) -> Any:
         """One request (see ``call_many``); raises the reply's ``BlizzardError``."""
-        return self.call_many([msg], extra_s, since=since, also=also)[0]
+        return self.call_many([msg], extra_s, since=since, also=also, genuine=genuine)[0]
 
     def enqueue_wait_s(self, node_wait_s: float) -> float:
         """How long the pipeline waits for an enqueue the master may park ``node_wait_s`` for

@@ -8,7 +8,7 @@ import itertools
 import logging
 import time
 import weakref
-from typing import Any, Iterable, cast
+from typing import Any, Callable, Iterable, cast
 
 import zmq
 
@@ -23,6 +23,7 @@ from blizzard.wire.errors import (AuthenticationFailed, ClientClosed, InvalidArg
 
 log = logging.getLogger(__name__)
 undecodable = Throttled(log)  # a peer's garbage makes a line per 10 s, not one per frame
+untrusted = Throttled(log)  # answers on a data-node connection the master did not sign
 
 _request_ids = itertools.count(1)
 # Frames this process sent and received, on every Endpoint and server socket (a server's ROUTER
@@ -148,6 +149,10 @@ class Endpoint:
         reply = self._early.pop(rid, None)
         return reply if reply is not None else self.version_refused
 
+    def take_early(self, rid: int) -> Any | None:
+        """The reply to ``rid`` if it came (not a refusal of every request, as ``take``)."""
+        return self._early.pop(rid, None)
+
     def has(self, rid: int) -> bool:
         """The reply to ``rid`` has arrived and not been taken."""
         return rid in self._early or self.version_refused is not None
@@ -271,7 +276,8 @@ class Replies:
 
 
 def call_many(calls: Iterable[tuple[Endpoint, Any]], timeout_s: float,
-              probe_s: float | None = None, also: Iterable[Endpoint] = ()) -> list[Any]:
+              probe_s: float | None = None, also: Iterable[Endpoint] = (),
+              genuine: Callable[[int, Any], bool] | None = None) -> list[Any]:
     """Send every request at once, wait for all replies; a reply is a message, a
     ``TimeoutError``, or an ``AuthenticationFailed`` (the server refused our handshake).
 
@@ -282,10 +288,12 @@ def call_many(calls: Iterable[tuple[Endpoint, Any]], timeout_s: float,
     Error replies are returned as messages (``protocol.Error``); the caller decides what they mean.
     Endpoints that timed out or were refused are reset so late replies cannot be mistaken for
     new ones. ``also``: endpoints a reply may come on as well (a lease a data node answers,
-    ``master/pushes.py``); the first reply to a request wins, a later one is dropped unread.
+    ``master/pushes.py``), taken only if ``genuine(request id, reply)`` says so (a server
+    there may send anything with any request id); the first reply to a request wins, a later
+    one is dropped unread.
     """
     calls = list(calls)
-    also = [ep for ep in also if ep.sock is not None]
+    also = [ep for ep in also if ep.sock is not None] if genuine is not None else []
     results: list[Any] = [None] * len(calls)
     waiting: dict[int, tuple[Endpoint, int]] = {}
     for i, (ep, msg) in enumerate(calls):
@@ -300,7 +308,8 @@ def call_many(calls: Iterable[tuple[Endpoint, Any]], timeout_s: float,
         for i, (ep, rid) in list(waiting.items()):
             reply = ep.take(rid) or ep.refused
             if also:  # the first answer wins; the others drop theirs
-                reply = _first_answer(reply, ep, also, rid)
+                assert genuine is not None
+                reply = _first_answer(reply, ep, also, rid, genuine)
             if reply is not None:
                 results[i] = reply
                 del waiting[i]
@@ -324,16 +333,21 @@ def call_many(calls: Iterable[tuple[Endpoint, Any]], timeout_s: float,
     return results
 
 
-def _first_answer(reply: Any | None, ep: Endpoint, also: list[Endpoint],
-                  rid: int) -> Any | None:
-    """The reply to request ``rid`` (sent on ``ep``, or None if none came on it) or one that
-    came on ``also``; once there is one, the other endpoints drop theirs when it comes."""
+def _first_answer(reply: Any | None, ep: Endpoint, also: list[Endpoint], rid: int,
+                  genuine: Callable[[int, Any], bool]) -> Any | None:
+    """The reply to request ``rid`` (sent on ``ep``, or None if none came on it) or a
+    ``genuine`` one that came on ``also`` (any other is dropped); once there is one, the
+    other endpoints drop theirs when it comes."""
     source = ep if reply is not None else None
     for other in also if reply is None else ():
-        reply = other.take(rid)
-        if reply is not None:
-            source = other
+        candidate = other.take_early(rid)
+        if candidate is None:
+            continue
+        if genuine(rid, candidate):
+            reply, source = candidate, other
             break
+        untrusted("untrusted", "dropped an answer to request %d from %s: not signed by the "
+                  "master", rid, other.addr)
     if source is not None:
         for other in [ep, *also]:
             if other is not source:

@@ -294,20 +294,24 @@ class ConnectionGuard:
     def established(self, fds: Iterable[int]) -> None:
         """The server read a message from each of ``fds`` (``source_fd``, -1 for none): their
         connections are proven, they pend no more. The events waiting are handled first, so
-        a connection accepted a moment ago is known before it is proven; when every one of
-        ``fds`` was proven already, there is nothing to do.
+        a connection accepted a moment ago is known before it is proven.
 
-        (An fd whose connection ended and whose number a new connection took, both events
-        not read yet, counts as proven until they are: the new connection then pends from
-        its accept, as if it had sent nothing yet, until its next message proves it.)"""
-        fresh = [fd for fd in fds if fd >= 0 and fd not in self._proven]
-        if not fresh:
-            return
+        Where nobody reads departures (a data node's socket), messages from fds proven
+        already need no drain (a system call a pass). An fd whose connection ended and whose
+        number a new connection took, both events not read yet, then counts as proven until
+        they are: the new connection pends from its accept until its next message. Where
+        departures are read (the master's), every pass drains anyway, so it always drains
+        here first and proves what it read."""
+        if self._gone is None:
+            fds = [fd for fd in fds if fd >= 0 and fd not in self._proven]
+            if not fds:
+                return
         with self.lock:
             self._drain()
-            for fd in fresh:
-                self.admission.established(fd)
-                self._proven.add(fd)
+            for fd in fds:
+                if fd >= 0:
+                    self.admission.established(fd)
+                    self._proven.add(fd)
 
     def read_departures(self) -> set[int]:
         """Descriptors of the connections that ended since the last call (the first call

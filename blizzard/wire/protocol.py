@@ -221,6 +221,9 @@ class Lease:
     # the routing id of the caller's connections to data nodes (b"": none): a data node may
     # answer this lease, payloads and all (``Pushed``), on the master's order (``Serves``)
     push_to: bytes = b""
+    # the caller's secret for that answer: the master signs the ``Leased`` with it, and the
+    # caller takes a pushed answer only under that signature (no node can forge one)
+    push_key: bytes = b""
 
 
 @message(15)
@@ -279,12 +282,14 @@ class AwaitServes:
 @message(93)
 class ServeOrder:
     """Answer the lease that consumer ``to`` (its connection's routing id) sent as request
-    ``rid``: ``leased`` with the payloads of its items (``Pushed``)."""
+    ``rid``: ``leased`` with the payloads of its items (``Pushed``), and ``mac``, the master's
+    signature of it under the consumer's ``push_key``."""
 
     seq: int
     to: bytes
     rid: int
     leased: Leased
+    mac: bytes
 
 
 @message(94)
@@ -297,9 +302,11 @@ class Serves:
 @message(95)
 class Pushed:
     """A lease's answer sent by a data node on the master's order: the master's ``Leased``
-    and, as a ``Blobs``, the payloads the node holds intact (``missing``: the others)."""
+    with its signature (``ServeOrder.mac``) and, as a ``Blobs``, the payloads the node holds
+    intact (``missing``: the others)."""
 
     leased: Leased
+    mac: bytes
     ids: list[Id]
     blobs: list[bytes]
     crcs: list[int]
