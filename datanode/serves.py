@@ -80,11 +80,11 @@ class Serving:
         """Answer one lease with its payloads; noted as served or failed for the master."""
         began = perf_counter()
         try:
-            blobs = read(self.store, p.Get(order.leased.ids, None), None, b"")
+            blobs = read(self.store, p.Get(order.ids, None), None, b"")
             sent = self.router.push(order.to, order.rid, p.Pushed(
-                order.leased, order.mac, blobs.ids, blobs.blobs, blobs.crcs, blobs.missing))
+                order.answer, order.mac, blobs.ids, blobs.blobs, blobs.crcs, blobs.missing))
         except Exception:  # a bad order or a store fault: the master answers it instead
-            log.exception("cannot serve a lease of %d items", len(order.leased.ids))
+            log.exception("cannot serve a lease of %d items", len(order.ids))
             sent = False
         (self.served if sent else self.failed).append(order.seq)
         self.timed("push", began)

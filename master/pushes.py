@@ -87,7 +87,7 @@ class Pushes:
                 assert wanted is not None
                 to, key = wanted
                 self.seq += 1
-                order = p.ServeOrder(self.seq, to, rid, reply, sign(key, frame))
+                order = p.ServeOrder(self.seq, to, rid, reply.ids, frame, sign(key, frame))
                 self.queued.setdefault(node, []).append((order, len(frame)))
                 self.out[self.seq] = (node, peer, rid, reply, self.clock() + PUSH_TIMEOUT_S)
                 return

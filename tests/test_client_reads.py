@@ -183,11 +183,16 @@ def test_payloads_pushed_with_a_lease_are_taken_if_intact_and_only_the_rest_are_
     nodes = nodes_answering(monkeypatch, a=blobs(GOOD))
     answer = p.Leased("q", [1, 2, 3], [], [], [], [], [], [], [], [], [], [],
                       p.GetGrant([], [], 0, 0.0, b""), [])
-    mac = push_signature.sign(pool.push_key, p.encode(7, answer))
-    pushed = p.Pushed(answer, mac, [1, 2], [GOOD, b"payloaX"], [0, 0], [3])
+    frame = p.encode(7, answer)
+    pushed = p.Pushed(frame, push_signature.sign(pool.push_key, frame), [1, 2],
+                      [GOOD, b"payloaX"], [0, 0], [3])
     # (taken only if the master signed it for this pool, as the answer to its request 7)
     assert pool.genuine(7, pushed) and not pool.genuine(8, pushed)
-    assert not pool.genuine(7, p.replace(pushed, leased=p.replace(answer, ids=[1, 2, 4])))
+    forged = p.encode(7, p.replace(answer, ids=[1, 2, 4]))
+    assert not pool.genuine(7, p.replace(pushed, answer=forged))
+    signed_ping = p.encode(7, p.Ping())  # signed, but no lease's answer
+    assert not pool.genuine(7, p.replace(pushed, answer=signed_ping,
+                                         mac=push_signature.sign(pool.push_key, signed_ping)))
     assert not pool.genuine(7, p.Blobs([1], [GOOD], [0], []))
     leased = pool.take_pushed(pushed)
     assert leased.ids == [1, 2, 3] and pool.pushes == 1

@@ -9,7 +9,7 @@ import pytest
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import InvalidArgument
 from master import pushes as pushes_mod
-from blizzard.wire.push_signature import genuine
+from blizzard.wire.push_signature import opened
 from master.pushes import AWAIT_S, MAX_PUSHED_BYTES, MAX_SERVES, PUSH_TIMEOUT_S, Pushes
 
 TO = b"r" * 16  # the consumer's routing id on its data-node connections
@@ -58,9 +58,10 @@ def test_a_lease_that_wants_a_push_is_handed_to_a_waiting_node_and_reported_serv
     ((peer, rid, serves),) = sent
     assert (peer, rid) == (b"N2", 1)
     (order,) = serves.orders
-    assert (order.to, order.rid, order.leased) == (TO, 5, answer)
-    assert genuine(KEY, 5, answer, order.mac)  # signed for the consumer alone
-    assert not genuine(b"x" * 16, 5, answer, order.mac) and not genuine(KEY, 6, answer, order.mac)
+    assert (order.to, order.rid, order.ids, order.answer) == (TO, 5, [11], p.encode(5, answer))
+    assert opened(KEY, 5, order.answer, order.mac) == answer  # signed for the consumer alone
+    assert opened(b"x" * 16, 5, order.answer, order.mac) is None
+    assert opened(KEY, 6, order.answer, order.mac) is None  # the answer to another request
     sent.clear()
     assert pushes.await_serves(p.AwaitServes("n2", [order.seq], []), b"N2", 2) is None
     assert sent == [] and pushes.pushed == 1 and not pushes.out  # nobody else answers it

@@ -42,11 +42,7 @@ class FakeRouter:
 
 
 def order(seq: int, to: bytes, ids: list[int]) -> p.ServeOrder:
-    n = len(ids)
-    return p.ServeOrder(seq, to, 40 + seq, p.Leased(
-        "q", ids, [1] * n, [4] * n, [0] * n, [0] * n, [0] * n, [0.0] * n, [""] * n, [0] * n,
-        [p.ReplicaSet([p.NodeRef("n1", "tcp://127.0.0.1:9")])], [],
-        p.GetGrant(ids, ["n1"], 0, 0.0, b""), [""] * n), b"m%d" % seq)
+    return p.ServeOrder(seq, to, 40 + seq, ids, b"answer %d" % seq, b"m%d" % seq)
 
 
 def test_orders_are_answered_with_the_payloads_held_and_reported_in_the_next_ask():
@@ -62,7 +58,7 @@ def test_orders_are_answered_with_the_payloads_held_and_reported_in_the_next_ask
     ((peer, rid, pushed),) = router.pushed
     assert (peer, rid) == (b"c" * 16, 41)
     assert (pushed.ids, pushed.blobs, pushed.missing) == ([1, 2], [b"one!", b"two!"], [3])
-    assert pushed.leased.ids == [1, 2, 3] and pushed.mac == b"m1"  # the master's signature
+    assert (pushed.answer, pushed.mac) == (b"answer 1", b"m1")  # passed on as they came
     serving.ask(master, 12.0)
     assert master.sent[-1] == p.AwaitServes("n1", [1], [2])  # the second had no connection
 

@@ -153,19 +153,22 @@ class DatanodePool:
 
     def genuine(self, rid: int, reply: Any) -> bool:
         """Whether ``reply``, come on a data-node connection as the answer to request ``rid``,
-        is one the master gave: a ``Pushed`` signed with this pool's ``push_key``."""
-        return isinstance(reply, p.Pushed) and \
-            push_signature.genuine(self.push_key, rid, reply.leased, reply.mac)
+        is one the master gave: a ``Pushed`` whose answer is signed with this pool's
+        ``push_key`` and is a ``Leased`` for that request."""
+        return isinstance(reply, p.Pushed) and isinstance(
+            push_signature.opened(self.push_key, rid, reply.answer, reply.mac), p.Leased)
 
     def take_pushed(self, reply: Any) -> Any:
-        """A lease's answer as the master's ``Leased``: one a data node sent (``Pushed``)
-        leaves its payloads for the next ``read`` (checked there, as read ones are)."""
+        """A lease's answer as the master's ``Leased``: one a data node sent (``Pushed``,
+        ``genuine`` already) leaves its payloads for the next ``read`` (checked there, as
+        read ones are)."""
         if not isinstance(reply, p.Pushed):
             self.pushed = {}
             return reply
         self.pushes += 1
         self.pushed = dict(zip(reply.ids, reply.blobs))
-        return reply.leased
+        _, leased = p.decode(reply.answer)
+        return leased
 
     def close(self) -> None:
         for ep in self.endpoints.values():

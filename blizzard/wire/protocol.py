@@ -282,13 +282,15 @@ class AwaitServes:
 @message(93)
 class ServeOrder:
     """Answer the lease that consumer ``to`` (its connection's routing id) sent as request
-    ``rid``: ``leased`` with the payloads of its items (``Pushed``), and ``mac``, the master's
-    signature of it under the consumer's ``push_key``."""
+    ``rid`` (``Pushed``): ``answer`` is the master's answer as its frame would be, the
+    ``Leased`` of items ``ids``, and ``mac`` its signature under the consumer's
+    ``push_key``; the node passes both on as they are, with the items' payloads."""
 
     seq: int
     to: bytes
     rid: int
-    leased: Leased
+    ids: list[Id]
+    answer: bytes
     mac: bytes
 
 
@@ -301,11 +303,11 @@ class Serves:
 
 @message(95)
 class Pushed:
-    """A lease's answer sent by a data node on the master's order: the master's ``Leased``
-    with its signature (``ServeOrder.mac``) and, as a ``Blobs``, the payloads the node holds
-    intact (``missing``: the others)."""
+    """A lease's answer sent by a data node on the master's order: the master's answer (the
+    frame of a ``Leased``) with its signature (``ServeOrder``) and, as a ``Blobs``, the
+    payloads the node holds intact (``missing``: the others)."""
 
-    leased: Leased
+    answer: bytes
     mac: bytes
     ids: list[Id]
     blobs: list[bytes]

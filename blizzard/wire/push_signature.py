@@ -1,11 +1,13 @@
 """The signature on a lease answer a data node pushes (docs/design.md "Dequeue").
 
 A consumer's ``Lease`` carries a secret of its own (``push_key``), which only the master gets.
-The master signs the answer it hands a data node with it (``ServeOrder.mac``: HMAC-SHA256 of
-the answer's frame, ``encode(rid, leased)``, cut to 16 bytes), the node passes it on in
-``Pushed``, and the consumer takes a pushed answer only if the signature is right: no data
-node, nor anyone holding a data node's key, can make a consumer take an answer the master did
-not give (wrong items, or payloads matching made-up sizes and checksums).
+The master hands a data node its answer as the bytes of its frame (``encode(rid, leased)``)
+with their signature (``ServeOrder.mac``: HMAC-SHA256 under that secret, cut to 16 bytes);
+the node passes both on in ``Pushed``, and the consumer takes a pushed answer only if the
+signature is right and the frame answers its request: no data node, nor anyone holding a
+data node's key, can make a consumer take an answer the master did not give (wrong items, or
+payloads matching made-up sizes and checksums). The bytes travel as they are, never decoded
+and encoded again on the way, so nothing can change them but a forger.
 """
 
 from __future__ import annotations
@@ -13,7 +15,10 @@ from __future__ import annotations
 import hashlib
 import hmac
 
-from blizzard.wire.codec import encode
+from typing import Any
+
+from blizzard.wire.codec import decode
+from blizzard.wire.errors import ProtocolError
 
 KEY_BYTES = 16
 MAC_BYTES = 16
@@ -24,6 +29,13 @@ def sign(key: bytes, frame: bytes) -> bytes:
     return hmac.new(key, frame, hashlib.sha256).digest()[:MAC_BYTES]
 
 
-def genuine(key: bytes, rid: int, leased: object, mac: bytes) -> bool:
-    """Whether ``mac`` is the master's signature of ``leased`` as the answer to ``rid``."""
-    return hmac.compare_digest(sign(key, encode(rid, leased)), mac)
+def opened(key: bytes, rid: int, frame: bytes, mac: bytes) -> Any | None:
+    """The answer in ``frame`` if ``mac`` is the master's signature of it under ``key`` and
+    it answers request ``rid``; None for anything else."""
+    if not hmac.compare_digest(sign(key, frame), mac):
+        return None
+    try:
+        answered, answer = decode(frame)
+    except ProtocolError:
+        return None
+    return answer if answered == rid else None
