@@ -263,9 +263,6 @@ class ConnectionGuard:
         # fd -> the peer (address, port) accepted on it: an fd is shut as evicted only if it
         # still names that connection (under a flood the events lag, and numbers are reused)
         self._peers: dict[int, tuple] = {}
-        # fds proven since they were accepted: a message from one of them needs no drain of
-        # the monitor, a system call a pass (an fd's accept or end takes it out again)
-        self._proven: set[int] = set()
         self._ended = False  # the monitor stopped
         self._closing = False
         inproc = f"inproc://blizzard.conn-guard.{next(_guard_ids)}"
@@ -294,24 +291,12 @@ class ConnectionGuard:
     def established(self, fds: Iterable[int]) -> None:
         """The server read a message from each of ``fds`` (``source_fd``, -1 for none): their
         connections are proven, they pend no more. The events waiting are handled first, so
-        a connection accepted a moment ago is known before it is proven.
-
-        Where nobody reads departures (a data node's socket), messages from fds proven
-        already need no drain (a system call a pass). An fd whose connection ended and whose
-        number a new connection took, both events not read yet, then counts as proven until
-        they are: the new connection pends from its accept until its next message. Where
-        departures are read (the master's), every pass drains anyway, so it always drains
-        here first and proves what it read."""
-        if self._gone is None:
-            fds = [fd for fd in fds if fd >= 0 and fd not in self._proven]
-            if not fds:
-                return
+        a connection accepted a moment ago is known before it is proven."""
         with self.lock:
             self._drain()
             for fd in fds:
                 if fd >= 0:
                     self.admission.established(fd)
-                    self._proven.add(fd)
 
     def read_departures(self) -> set[int]:
         """Descriptors of the connections that ended since the last call (the first call
@@ -360,10 +345,8 @@ class ConnectionGuard:
             try:
                 if kind == zmq.EVENT_ACCEPTED:
                     self._left.discard(fd)
-                    self._proven.discard(fd)
                     self._accepted(fd)
                 elif kind in (zmq.EVENT_DISCONNECTED, zmq.EVENT_CLOSED):
-                    self._proven.discard(fd)
                     self.admission.forget(fd)
                     self._peers.pop(fd, None)
                     if self._gone is not None and kind == zmq.EVENT_DISCONNECTED:
