@@ -10,7 +10,8 @@ re-exported here:
 - ``task_messages``: task delivery (items by id, counts by task state);
 - ``ha_messages``: a standby following the primary's WAL, and promotion;
 - ``shard_messages``: a queue's head on one shard;
-- ``job_messages``: cancelling jobs and keeping schedules.
+- ``job_messages``: cancelling jobs and keeping schedules;
+- ``push_messages``: leases a data node answers on the master's order.
 
 The codec (frame layout, type checks, msgpack) is ``blizzard.wire.codec``; its public
 functions are re-exported here too (``encode``/``decode``/``pack``/``unpack``; ``WIRE`` is the
@@ -36,6 +37,7 @@ from blizzard.wire.node_messages import (BadReplica, Blobs, CapabilityKey, CopyO
                                          GetGrant, Heartbeat, HeartbeatReply, Inventory, NodeRef,
                                          Put, PutGrant, PutReport, Regrant, Regranted, Replicated,
                                          Stored)
+from blizzard.wire.push_messages import AwaitServes, Pushed, ServeOrder, Serves
 from blizzard.wire.queue_settings import with_settings
 from blizzard.wire.shard_messages import Head, QueueHead
 from blizzard.wire.task_messages import Bury, ItemStates, Lookup, TaskCounts, TaskStats
@@ -51,6 +53,7 @@ __all__ += ["ItemMeta", "ListMeta", "MetaPage"]  # meta_messages.py
 __all__ += ["Bury", "ItemStates", "Lookup", "TaskCounts", "TaskStats"]  # task_messages.py
 __all__ += ["Follow", "Promote", "Promoted", "SnapshotData", "WalData"]  # ha_messages.py
 __all__ += ["Head", "QueueHead"]  # shard_messages.py
+__all__ += ["AwaitServes", "Pushed", "ServeOrder", "Serves"]  # push_messages.py
 __all__ += ["DEPENDENCY_CANCEL", "DEPENDENCY_DEAD", "FINAL_STATES", "JOB_STATES",
             "NOT_CANCELLED_FINAL", "NOT_CANCELLED_SCHEDULE", "NOT_CANCELLED_UNKNOWN",
             "RESULT_CANCELLED", "RESULT_DONE", "RESULT_FAILED", "Cancel", "ListSchedules",
@@ -267,52 +270,6 @@ class Leased:
     states: list[bytes] = field(default_factory=list)
     # a schedule's item: the tick (unix time) it was armed for ([]: none is one)
     ticks: list[float] = field(default_factory=list)
-
-
-@message(92)
-class AwaitServes:
-    """A data node waits (parked at the master) for orders to answer leases itself
-    (``Serves``), and tells which orders of the last ``Serves`` it carried out."""
-
-    node_id: str
-    served: list[int]  # the orders' ``seq``s answered with ``Pushed``
-    failed: list[int]  # ... not answered (the consumer is not connected here, say)
-
-
-@message(93)
-class ServeOrder:
-    """Answer the lease that consumer ``to`` (its connection's routing id) sent as request
-    ``rid`` (``Pushed``): ``answer`` is the master's answer as its frame would be, the
-    ``Leased`` of items ``ids``, and ``mac`` its signature under the consumer's
-    ``push_key``; the node passes both on as they are, with the items' payloads."""
-
-    seq: int
-    to: bytes
-    rid: int
-    ids: list[Id]
-    answer: bytes
-    mac: bytes
-
-
-@message(94)
-class Serves:
-    """Reply to ``AwaitServes``: leases for the data node to answer (none: ask again)."""
-
-    orders: list[ServeOrder]
-
-
-@message(95)
-class Pushed:
-    """A lease's answer sent by a data node on the master's order: the master's answer (the
-    frame of a ``Leased``) with its signature (``ServeOrder``) and, as a ``Blobs``, the
-    payloads the node holds intact (``missing``: the others)."""
-
-    answer: bytes
-    mac: bytes
-    ids: list[Id]
-    blobs: list[bytes]
-    crcs: list[int]
-    missing: list[Id]
 
 
 @message(17)
