@@ -135,6 +135,7 @@ class DatanodePool:
         # the secret the master signs pushed answers with (blizzard/wire/push_signature.py)
         self.push_key = os.urandom(push_signature.KEY_BYTES)
         self.pushed: dict[int, bytes] = {}
+        self._opened: tuple[Any, Any] | None = None  # the last genuine push, and its answer
         self.pushes = 0  # leases answered by a data node
 
     def endpoint(self, addr: str) -> Endpoint:
@@ -155,8 +156,13 @@ class DatanodePool:
         """Whether ``reply``, come on a data-node connection as the answer to request ``rid``,
         is one the master gave: a ``Pushed`` whose answer is signed with this pool's
         ``push_key`` and is a ``Leased`` for that request."""
-        return isinstance(reply, p.Pushed) and isinstance(
-            push_signature.opened(self.push_key, rid, reply.answer, reply.mac), p.Leased)
+        if not isinstance(reply, p.Pushed):
+            return False
+        leased = push_signature.opened(self.push_key, rid, reply.answer, reply.mac)
+        if not isinstance(leased, p.Leased):
+            return False
+        self._opened = (reply, leased)  # decoded once: ``take_pushed`` takes it from here
+        return True
 
     def take_pushed(self, reply: Any) -> Any:
         """A lease's answer as the master's ``Leased``: one a data node sent (``Pushed``,
@@ -167,8 +173,10 @@ class DatanodePool:
             return reply
         self.pushes += 1
         self.pushed = dict(zip(reply.ids, reply.blobs))
-        _, leased = p.decode(reply.answer)
-        return leased
+        opened, self._opened = self._opened, None
+        if opened is not None and opened[0] is reply:
+            return opened[1]
+        return p.decode(reply.answer)[1]
 
     def close(self) -> None:
         for ep in self.endpoints.values():

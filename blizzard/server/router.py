@@ -213,19 +213,17 @@ class RouterServer:
         """Send ``msg`` as the answer to request ``rid`` of ``peer``, which it did not send
         here (a data node's ``Pushed``): False if it cannot go (``peer`` is not connected, or
         its queue is full), so whoever ordered it answers another way."""
+        return self._send(peer, protocol.encode(rid, msg))
+
+    def _send(self, peer: bytes, body: bytes) -> bool:
+        """Whether it went: a peer gone or whose queue is full times out and retries."""
         try:
-            self.sock.send_multipart([peer, protocol.encode(rid, msg)], zmq.NOBLOCK, copy=True)
-        except zmq.ZMQError:
+            self.sock.send_multipart([peer, body], zmq.NOBLOCK, copy=True)  # see Endpoint.send
+        except zmq.ZMQError as exc:
+            log.debug("reply to a departed peer dropped: %s", exc)
             return False
         FRAMES["sent"] += 1
         return True
-
-    def _send(self, peer: bytes, body: bytes) -> None:
-        try:
-            self.sock.send_multipart([peer, body], zmq.NOBLOCK, copy=True)  # see Endpoint.send
-            FRAMES["sent"] += 1
-        except zmq.ZMQError as exc:  # peer gone or its queue full: it will time out and retry
-            log.debug("reply to a departed peer dropped: %s", exc)
 
     def departures(self) -> Departures | GuardDepartures:
         """What tells which of this socket's connections ended (``read``, ``close``): on TCP
