@@ -16,6 +16,7 @@ master restarted, or the block expired) orders that blob deleted at once.
 from __future__ import annotations
 
 import heapq
+import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -31,6 +32,7 @@ from master.safe_mode import SafeMode
 
 MAX_HELD = 1_000_000  # ids handed out and not yet enqueued, all producers together
 MAX_HELD_PER_PEER = 200_000  # ... one connection's share
+RELAY_KEY_BYTES = 16  # a placement's key for relayed enqueues (``master/relays.py``)
 
 
 @dataclass(slots=True, eq=False)
@@ -42,6 +44,10 @@ class Block:
     nodes: tuple[str, ...]
     peer: bytes
     left: int  # ids neither enqueued nor dropped yet
+    # the key the producer signs relayed enqueues of these ids with (``master/relays.py``),
+    # and the role and key of the connection that asked for them ("ROLE:KEY"; "" security off)
+    relay_key: bytes = b""
+    who: str = ""
 
 
 class Blocks:
@@ -63,6 +69,8 @@ class Blocks:
         self.expiry: list[tuple[float, int, Block]] = []
         self.by_peer: dict[bytes, int] = {}
         self.touched: set[int] = set()  # ids with news since ``take_news``
+        # "ROLE:KEY" of a connection of the pass (the server's router tells; "" security off)
+        self.who_of: Callable[[bytes], str] = lambda peer: ""
 
     def holds(self, item_id: int) -> bool:
         return item_id in self.by_id
@@ -87,14 +95,16 @@ class Blocks:
             raise NotEnoughDatanodes(f"{len(nodes)} live data nodes can take the write; "
                                      f"{min_replicas} needed")
         first = self.ids.take(n)
-        block = Block(first, n, tuple(node.node_id for node in nodes), peer, n)
+        block = Block(first, n, tuple(node.node_id for node in nodes), peer, n,
+                      os.urandom(RELAY_KEY_BYTES), self.who_of(peer))
         self.by_id.update(dict.fromkeys(range(first, first + n), block))
         self.by_peer[peer] = self.by_peer.get(peer, 0) + n
         deadline_s = self.config.pending_timeout_s
         heapq.heappush(self.expiry, (mono + deadline_s, first, block))
         grant = self.capabilities.put_grant(first, n, list(block.nodes), now + deadline_s)
         return p.Placement(first, n, [p.NodeRef(node.node_id, node.addr) for node in nodes],
-                           min_replicas, deadline_s, grant, self.membership.suspects(mono))
+                           min_replicas, deadline_s, grant, self.membership.suspects(mono),
+                           block.relay_key)
 
     # -- hedging a write -----------------------------------------------------------------------
 

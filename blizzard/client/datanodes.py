@@ -212,17 +212,21 @@ class DatanodePool:
     # -- puts --------------------------------------------------------------------------------
 
     def put_reported(self, nodes: Sequence[p.NodeRef], grant: p.PutGrant | None, ids: list[int],
-                     blobs: list[bytes], crcs: list[int], meta: p.ItemMeta) -> list[str]:
+                     blobs: list[bytes], crcs: list[int], meta: p.ItemMeta,
+                     relay: p.Relay | None = None, relay_by: str = "") -> list[str]:
         """Send the payloads to every node named, each to report to the master, not to us;
         each keeps ``meta`` (every id's) beside the blobs, for a rebuild of the master.
+        ``relay``: the enqueue node ``relay_by`` is to pass on to the master with its report.
 
         Returns the node ids the put could not even be sent to (a full send queue).
         """
         failed = []
+        ids = as_ids(ids)
         for ref in nodes:
             try:
-                self.endpoint(ref.addr).send(p.Put(as_ids(ids), blobs, crcs, [], 1, ref.node_id,
-                                                   True, grant, [meta]))
+                self.endpoint(ref.addr).send(p.Put(
+                    ids, blobs, crcs, [], 1, ref.node_id, True, grant, [meta],
+                    relay if ref.node_id == relay_by else None))
             except TimeoutError:
                 failed.append(ref.node_id)
         return failed
