@@ -153,7 +153,8 @@ class Blocks:
         if not self.membership.speaks_for(node, peer):
             raise InvalidArgument(f"put reports for {node[:64]!r} come only from that data "
                                   "node's own connection")
-        checks.batch(len(msg.ids) + len(msg.failed), "ids")
+        if msg.ids or msg.failed or not msg.relayed:  # (relays alone: a report of none)
+            checks.batch(len(msg.ids) + len(msg.failed), "ids")
         stray = []
         for item_id in msg.ids:
             block = self.by_id.get(item_id)
