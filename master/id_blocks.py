@@ -71,6 +71,8 @@ class Blocks:
         self.touched: set[int] = set()  # ids with news since ``take_news``
         # "ROLE:KEY" of a connection of the pass (the server's router tells; "" security off)
         self.who_of: Callable[[bytes], str] = lambda peer: ""
+        # whether these nodes all pass enqueues on (of this release: the server tells)
+        self.relay_by: Callable[[tuple[str, ...]], bool] = lambda nodes: True
 
     def holds(self, item_id: int) -> bool:
         return item_id in self.by_id
@@ -95,8 +97,10 @@ class Blocks:
             raise NotEnoughDatanodes(f"{len(nodes)} live data nodes can take the write; "
                                      f"{min_replicas} needed")
         first = self.ids.take(n)
-        block = Block(first, n, tuple(node.node_id for node in nodes), peer, n,
-                      os.urandom(RELAY_KEY_BYTES), self.who_of(peer))
+        placed = tuple(node.node_id for node in nodes)
+        block = Block(first, n, placed, peer, n,
+                      os.urandom(RELAY_KEY_BYTES) if self.relay_by(placed) else b"",
+                      self.who_of(peer))
         self.by_id.update(dict.fromkeys(range(first, first + n), block))
         self.by_peer[peer] = self.by_peer.get(peer, 0) + n
         deadline_s = self.config.pending_timeout_s

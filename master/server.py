@@ -180,6 +180,9 @@ class MasterServer:
         if roles is not None:
             self.id_blocks.who_of = lambda peer: self.router.roles.get(peer, "")
         self.relays = Relays(self.id_blocks)  # enqueues data nodes pass on (master/relays.py)
+        # nodes that ask for leases to answer are of the release that passes enqueues on: an
+        # older one would drop a relay, and its producer wait for nothing (docs/operations.md)
+        self.id_blocks.relay_by = lambda nodes: all(n in self.pushes.listening for n in nodes)
         # who may create queues, with which settings (master/queue_policy.py)
         self.queue_policy = QueuePolicy(config, self.state, self.router.role_of)
         self.enqueues = Enqueues(config, self.state, self.log_record, self.id_blocks, self.deletes,

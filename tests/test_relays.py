@@ -24,9 +24,16 @@ from master import relays as master_relays
 TO = b"t" * 16  # the producer's routing id on its master connection
 
 
+def relaying_master():
+    """A master whose data node ``dn-a`` asks for leases to answer: of this release."""
+    server = in_process_master(replication=1)
+    server.await_serves(p.AwaitServes("dn-a", [], []), time.time(), time.monotonic(), b"dn-a", 1)
+    return server
+
+
 @pytest.fixture
 def master():
-    server = in_process_master(replication=1)
+    server = relaying_master()
     yield server
     server.close()
 
@@ -57,7 +64,7 @@ def test_a_relayed_enqueue_is_served_as_its_producers_request_and_answered_there
 
 
 def test_a_relay_that_comes_before_its_reports_waits_for_them_like_any_enqueue():
-    server = in_process_master(replication=1)
+    server = relaying_master()
     try:
         placement = place(server, 1)
         relay = relay_of(placement, enqueue_msg(placement.ids, request="e1"))
@@ -95,6 +102,18 @@ def test_a_relay_not_signed_with_its_placements_key_is_dropped_and_changes_nothi
     assert master.relays.counts == {"taken": 0, "dropped": 1}
     # the producer, answered by nobody, sends its enqueue itself: its ids are still its own
     assert call(master, msg) == p.Committed(1)
+
+
+def test_a_master_offers_no_relays_unless_every_placed_node_passes_them_on():
+    server = in_process_master(replication=1)  # dn-a never asked for orders: an older node
+    try:
+        placement = place(server, 1)
+        assert placement.relay_key == b""
+        relay = relay_of(placement, enqueue_msg(placement.ids), key=b"k" * 16)
+        assert pass_of(server, (b"dn-a", p.PutReport("dn-a", placement.ids, [], "", [relay]))) \
+            == [] and server.state.items == {}
+    finally:
+        server.close()
 
 
 def test_a_relay_that_comes_after_its_enqueue_landed_is_not_applied_twice(master):
