@@ -176,9 +176,9 @@ class MasterServer:
         self.repair = Repairer(self.state, self.membership, config.replication)
         self.id_blocks = Blocks(config, self.ids, self.membership, self.safe_mode, self.deletes,
                                 self.capabilities, self._kept_on)
-        roles = getattr(self.router, "roles", None)  # a stand-in router in tests: none
-        if roles is not None:
-            self.id_blocks.who_of = lambda peer: self.router.roles.get(peer, "")
+        # (a stand-in router in tests may have no roles)
+        self.id_blocks.who_of = lambda peer: (getattr(self.router, "roles", None) or {}).get(
+            peer, "")
         self.relays = Relays(self.id_blocks)  # enqueues data nodes pass on (master/relays.py)
         # nodes that ask for leases to answer are of the release that passes enqueues on: an
         # older one would drop a relay, and its producer wait for nothing (docs/operations.md)
@@ -463,7 +463,7 @@ class MasterServer:
             self._handle_one(peer, rid, msg, now, mono, callers)
         if self.relays.waiting:  # enqueues the pass's put reports passed on
             vouch = getattr(self.router, "vouch", None)  # a stand-in router in tests: none
-            for peer, rid, msg, who in self.relays.take():
+            for peer, rid, msg, who in self.relays.take(self.enqueues.known):
                 if vouch is not None:
                     vouch(peer, who)
                 self._handle_one(peer, rid, msg, now, mono, callers)
@@ -482,6 +482,8 @@ class MasterServer:
             callers.add(peer)
         if reply is None:
             return
+        if kind is p.Enqueue and isinstance(reply, p.Error):
+            self.relays.refuse(msg.request)  # a late relay of it must not land (master/relays.py)
         if self._answer_now(msg, reply, logged):
             self.pushes.send(peer, rid, reply)
         else:

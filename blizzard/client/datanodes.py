@@ -216,17 +216,22 @@ class DatanodePool:
                      relay: p.Relay | None = None, relay_by: str = "") -> list[str]:
         """Send the payloads to every node named, each to report to the master, not to us;
         each keeps ``meta`` (every id's) beside the blobs, for a rebuild of the master.
-        ``relay``: the enqueue node ``relay_by`` is to pass on to the master with its report.
+        ``relay``: the enqueue node ``relay_by`` is to pass on to the master with its report;
+        its put goes last, and only if every other one went (else the caller gives the ids
+        up, which it may only while no enqueue of them is on its way).
 
         Returns the node ids the put could not even be sent to (a full send queue).
         """
-        failed = []
+        failed: list[str] = []
         ids = as_ids(ids)
-        for ref in nodes:
+        last = [ref for ref in nodes if relay is not None and ref.node_id == relay_by]
+        for ref in [ref for ref in nodes if ref not in last] + last:
+            if failed and ref in last:
+                break
             try:
                 self.endpoint(ref.addr).send(p.Put(
                     ids, blobs, crcs, [], 1, ref.node_id, True, grant, [meta],
-                    relay if ref.node_id == relay_by else None))
+                    relay if ref in last else None))
             except TimeoutError:
                 failed.append(ref.node_id)
         return failed

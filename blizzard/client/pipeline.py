@@ -26,9 +26,11 @@ When a step goes wrong the chunk is helped along synchronously, then moves on as
 - an enqueue answered ``Unstored`` (a node refused the payloads, or no node was left to hedge
   with and the placed ones did not report in ``node_timeout_s``) makes those nodes suspected
   and goes again under fresh ids placed without them, ``PUT_ATTEMPTS`` in all;
-- a relayed enqueue not answered within ``RELAY_WAIT_S`` goes to the master itself (under
-  its request id: one that arrived both ways is applied once), and the relaying node is
-  avoided for a while;
+- a relayed enqueue not answered within ``RELAY_WAIT_S`` (more for large payloads) goes to
+  the master itself, not waited for (under its request id: one that arrived both ways is
+  applied once), and that node relays nothing for a while; while a relay of a chunk's ids
+  may be on its way, the client never gives those ids up itself (only the master's
+  ``Unstored`` drops them), so a late relay cannot land beside a retry under fresh ids;
 - an enqueue not answered in time is sent again under its request id, so one that landed is
   applied once; one the master does not know (it restarted, so nothing of the chunk is
   visible) goes again under fresh ids, ``PUT_ATTEMPTS`` in all. Payloads stored under ids
@@ -71,6 +73,7 @@ MAX_EXCLUDE = 64  # nodes a place may ask to avoid (the master takes no more)
 # with BLIZZARD_RELAY_ENQUEUES=0 (every enqueue then goes to the master itself)
 RELAY = os.environ.get("BLIZZARD_RELAY_ENQUEUES", "1") != "0"
 RELAY_WAIT_S = 0.25  # no answer by then: the enqueue goes to the master itself
+RELAY_BYTES_PER_S = 20e6  # ... the wait grows with the payloads (a node's synced write)
 MAX_RELAY_BYTES = 64 * 1024  # larger enqueues go to the master itself (one message is little)
 
 PLACE, ENQUEUE, DONE = range(3)
@@ -100,6 +103,7 @@ class Chunk:
     meta: p.ItemMeta | None = None  # what the data nodes keep beside the blobs
     failures: int = 0  # enqueues refused for want of stored payloads, or forgotten
     relay_by: str = ""  # the data node passing the enqueue on to the master ("": none)
+    relayed: bool = False  # an enqueue of these ids is on its way through a data node
     ep: Endpoint | None = None  # where the step's request went (None: it could not be sent)
     rid: int = 0
     until: float = 0.0  # monotonic time the reply is overdue
@@ -154,6 +158,8 @@ class EnqueuePipeline:
         # chunks waiting for a placement: while one is, no other asks for spare ids (only one
         # block's spares can be kept, so more would sit unused at the master until they expire)
         self.placing: weakref.WeakSet[Chunk] = weakref.WeakSet()
+        # data nodes whose relays went unanswered lately -> when they may relay again
+        self.relay_avoid: dict[str, float] = {}
 
     def chunks(self, queue: str, items: Iterable[Any], opts: EnqueueOptions, *,
                commit: bool = True, chunk_items: int = CHUNK_ITEMS,
@@ -246,11 +252,9 @@ class EnqueuePipeline:
                                    time.monotonic() + placement.deadline_s / 3)
             self._send(c, placement, list(range(placement.first, placement.first + n)))
         elif c.step == ENQUEUE:
-            if reply is None and c.relay_by:  # the relaying node is slow or gone: avoid it
-                log.info("no answer to an enqueue data node %s passes on; sending it to the "
-                         "master", c.relay_by)
-                self.nodes.suspect([c.relay_by], SLOW_S)
-                c.relay_by = ""
+            if reply is None and c.relay_by:
+                self._relay_overdue(c)
+                return
             if isinstance(reply, p.Committed) and c.commit:
                 self._committed(c, reply)
             elif isinstance(reply, p.Stored) and not c.commit:
@@ -272,7 +276,7 @@ class EnqueuePipeline:
     def _send(self, c: Chunk, placement: p.Placement, ids: list[int]) -> None:
         """The payloads to every placed node and the enqueue to the master, all at once; the
         enqueue rides with the first healthy node's payloads where it may (``_relay``)."""
-        c.placement, c.ids, c.step, c.relay_by = placement, ids, ENQUEUE, ""
+        c.placement, c.ids, c.step, c.relay_by, c.relayed = placement, ids, ENQUEUE, "", False
         o = c.opts
         meta = p.ItemMeta([], c.queue, o.priority, time.time() + o.delay_s if o.delay_s else 0.0,
                           o.key, 0, "")  # kept by the nodes beside the blobs (a rebuild's)
@@ -291,10 +295,13 @@ class EnqueuePipeline:
         relay = self._relay(c, placement)
         failed = self.nodes.put_reported(placement.nodes, placement.grant, ids, c.blobs, c.crcs,
                                          meta, relay, c.relay_by)
-        if failed:  # a node's send queue is full: do not wait for its report
+        if failed:  # a node's send queue is full (the relay went nowhere): start again
+            c.relay_by = ""
             self._unstored(c, p.Unstored(failed, "cannot send to these data nodes"))
         elif relay is None:
             self._send_enqueue(c)
+        else:
+            c.relayed = True
 
     def _relay(self, c: Chunk, placement: p.Placement) -> p.Relay | None:
         """The chunk's enqueue for the first healthy placed node to pass on to the master with
@@ -304,7 +311,10 @@ class EnqueuePipeline:
         """
         if not RELAY or not placement.relay_key or not c.commit:
             return None
-        avoid = self.nodes.suspected()
+        now = time.monotonic()
+        if self.relay_avoid:
+            self.relay_avoid = {n: t for n, t in self.relay_avoid.items() if t > now}
+        avoid = set(self.nodes.suspected()) | set(self.relay_avoid)
         by = next((ref.node_id for ref in placement.nodes if ref.node_id not in avoid), "")
         if not by:
             return None
@@ -315,14 +325,28 @@ class EnqueuePipeline:
         if len(frame) > MAX_RELAY_BYTES:
             return None
         reply_to = self.master.routing_id
-        c.relay_by, c.ep, c.rid, c.until = by, ep, rid, c.since + RELAY_WAIT_S
-        return p.Relay(reply_to, frame, relay_signature.sign(placement.relay_key, reply_to, frame))
+        wait_s = RELAY_WAIT_S + sum(map(len, c.blobs)) / RELAY_BYTES_PER_S
+        c.relay_by, c.ep, c.rid, c.until = by, ep, rid, c.since + wait_s
+        return p.Relay(reply_to, frame, relay_signature.sign(placement.relay_key, reply_to, frame),
+                       c.ids[0])
 
     def _send_enqueue(self, c: Chunk) -> None:
         assert c.enqueue_msg is not None
         c.relay_by = ""
         self._send_to(c, self.master.endpoint, c.enqueue_msg,
                       time.monotonic() + self.master.enqueue_wait_s(self.nodes.node_timeout_s))
+
+    def _relay_overdue(self, c: Chunk) -> None:
+        """No answer to a relayed enqueue in time: the node may be slow or gone, or have
+        dropped it. The same enqueue (its request id: applied once) goes to the master now,
+        not waited for here, and that node relays nothing for a while (it is not suspected:
+        the hold-up may be the master's or another node's)."""
+        log.info("no answer to an enqueue data node %s passes on; sending it to the master",
+                 c.relay_by)
+        self.relay_avoid[c.relay_by] = time.monotonic() + SLOW_S
+        if c.ep is not None:
+            c.ep.forget(c.rid)  # a late answer there is dropped, not kept
+        self._send_enqueue(c)
 
     def _put_also(self, c: Chunk, reply: p.PutAlso) -> None:
         """Some placed nodes were slow to store the chunk: put it on the nodes the master
@@ -333,9 +357,12 @@ class EnqueuePipeline:
         self.nodes.suspect(reply.slow, SLOW_S)
         self.nodes.heard(reply.suspects)
         failed = self.nodes.put_reported(reply.nodes, reply.grant, c.ids, c.blobs, c.crcs, c.meta)
-        if failed:
+        if failed and not c.relayed:
             self._unstored(c, p.Unstored(failed, "cannot send to these data nodes"))
             return
+        # (a relay of these ids may still land: only the master may give them up, when the
+        # enqueue fails there, so it is asked again; the nodes that took no put are avoided)
+        self.nodes.suspect(failed)
         self._send_enqueue(c)
 
     def _ask_master(self, c: Chunk, msg: Any) -> None:

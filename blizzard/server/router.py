@@ -206,9 +206,12 @@ class RouterServer:
     def vouch(self, peer: bytes, who: str) -> None:
         """Take ``peer`` for a connection of ``who`` ("ROLE:KEY") until the next ``receive``:
         a request came for it by way of another connection, which the server checked
-        (a relayed enqueue: ``master/relays.py``)."""
-        if self.secure:
-            self.roles[peer] = who
+        (a relayed enqueue: ``master/relays.py``). A key no longer admitted is taken for
+        revoked, and so is a peer whose own connection showed a revoked key in this batch."""
+        if not self.secure or self.roles.get(peer) == REVOKED:
+            return
+        admitted = self.admitted is None or self.admitted.current(who)
+        self.roles[peer] = who if admitted else REVOKED
 
     def reply(self, peer: bytes, rid: int, msg: Any) -> None:
         try:

@@ -198,12 +198,15 @@ class Relay:
     ``reply_to`` the routing id of the producer's connection to the master, where the
     answer goes, and ``mac`` the signature of both under the key of the ids' placement
     (``Placement.relay_key``, which only the producer and the master know): a data node
-    passes the three on untouched and cannot make up or change an enqueue.
+    passes them on untouched and cannot make up or change an enqueue. ``first`` is the
+    enqueue's first id, whose placement's key the master checks the signature with before
+    it decodes the frame (and it must be the frame's first id).
     """
 
     reply_to: bytes
     frame: bytes
     mac: bytes
+    first: Id
 
 
 @message(41)
