@@ -45,7 +45,6 @@ from datanode.jobs import PutJob, Refusals
 from datanode.leader import Leader
 from datanode.metrics import DatanodeMetrics
 from datanode.reads import read
-from datanode.relays import check_relay, relay_groups
 from datanode.serves import Serving
 from datanode.store import BlobStore, LevelDbStore, is_disk_full
 
@@ -80,8 +79,6 @@ class Pass:
     refused: Refusals = dataclasses.field(default_factory=Refusals)  # reported puts refused
     # ids of granted puts stored here before: reported stored again, not rewritten
     again: list[int] = dataclasses.field(default_factory=list)
-    # producers' enqueues to pass on to the master with the pass's report (``Put.relay``)
-    relays: list[p.Relay] = dataclasses.field(default_factory=list)
 
 
 class DatanodeServer:
@@ -231,9 +228,9 @@ class DatanodeServer:
                     self._dispatch(more, batch)
                     self.hold.saw({peer for peer, _, _ in batch.puts[seen:]}, time.monotonic())
         if batch.puts:  # reports the pass's puts, refused ones too
-            self._write(batch.puts, batch.refused, batch.started, batch.again, batch.relays)
+            self._write(batch.puts, batch.refused, batch.started, batch.again)
         else:
-            self._send_report(batch.again, batch.refused, batch.relays)
+            self._send_report(batch.again, batch.refused)
 
     def _dispatch(self, requests: list[tuple[bytes, int, Any]], batch: Pass) -> None:
         for peer, rid, msg in requests:
@@ -259,8 +256,6 @@ class DatanodeServer:
                 raise
             batch.refused.add(msg.ids, exc.message)
             return
-        if msg.relay is not None:  # passed on with the report, whatever becomes of the put
-            batch.relays.append(msg.relay)
         if msg.grant is not None and msg.report and \
                 self._stored_before(msg, batch.again, batch.refused):
             return
@@ -321,8 +316,6 @@ class DatanodeServer:
             raise InvalidArgument(f"a put names at most {MAX_FORWARD} replicas")
         if msg.report and msg.forward:
             raise InvalidArgument("a put reported to the master forwards to no replica")
-        if msg.relay is not None:
-            check_relay(msg.relay, msg.report)
         if not 1 <= msg.min_replicas <= 1 + len(msg.forward):
             raise InvalidArgument("min_replicas must be between 1 and the number of replicas")
         for ref in msg.forward:
@@ -338,7 +331,7 @@ class DatanodeServer:
                 raise InvalidArgument("a blob does not match its checksum (damaged in transit?)")
 
     def _write(self, puts: list[tuple[bytes, int, p.Put]], refused: "Refusals",
-               started: float, again: list[int] = [], relays: list[p.Relay] = []) -> None:
+               started: float, again: list[int] = []) -> None:
         """One synced ``WriteBatch`` for every put of the pass, then the replies and reports."""
         ids, blobs, crcs, metas = [], [], [], []  # metas: each id's (None: none given)
         for _, _, msg in puts:
@@ -372,10 +365,10 @@ class DatanodeServer:
                 else:
                     self.router.reply(peer, rid, error_reply(error))
             if pressure:
-                self._send_report([], refused, relays)
+                self._send_report([], refused)
                 self._reopen_store()
             elif not is_disk_full(exc):  # a full disk: refused, reads go on
-                self._send_report([], refused, relays)
+                self._send_report([], refused)
                 log.critical("storage error that is not a full disk; stopping")
                 os._exit(70)
             return
@@ -396,7 +389,7 @@ class DatanodeServer:
                 job = PutJob(peer, rid, msg.min_replicas, time.monotonic() + FORWARD_TIMEOUT_S,
                              [self.node_id])
                 self._forward(job, msg, msg.forward)
-        self._send_report(reported, refused, relays)
+        self._send_report(reported, refused)
 
     def _reopen_store(self) -> None:
         """Open the store again (see ``LevelDbStore.reopen``), at most every ``REOPEN_S``."""
@@ -410,22 +403,14 @@ class DatanodeServer:
         except (OSError, plyvel.Error) as exc:
             self.pressure("reopen", "cannot reopen the store yet: %s", exc)
 
-    def _send_report(self, stored: list[int], refused: "Refusals",
-                     relays: list[p.Relay] = []) -> None:
-        """Tell the master which reported puts of this pass are durable and which were
-        refused, and pass on the enqueues that came with them (``relay_groups``: the first
-        report carries as many as fit)."""
-        groups = relay_groups(relays)
+    def _send_report(self, stored: list[int], refused: "Refusals") -> None:
+        """Tell the master which reported puts of this pass are durable and which were refused."""
         for start in range(0, len(stored), p.MAX_BATCH):
-            self._report(p.PutReport(self.node_id, stored[start:start + p.MAX_BATCH], [], "",
-                                     groups.pop() if groups else []))
+            self._report(p.PutReport(self.node_id, stored[start:start + p.MAX_BATCH], [], ""))
         for error, ids in refused.by_error.items():
             for start in range(0, len(ids), p.MAX_BATCH):
-                self._report(p.PutReport(self.node_id, [], ids[start:start + p.MAX_BATCH], error,
-                                         groups.pop() if groups else []))
+                self._report(p.PutReport(self.node_id, [], ids[start:start + p.MAX_BATCH], error))
         refused.by_error.clear()
-        for group in groups:
-            self._report(p.PutReport(self.node_id, [], [], "", group))
 
     def _forward(self, job: PutJob, put: p.Put, targets: list[p.NodeRef]) -> None:
         for ref in targets:

@@ -210,10 +210,6 @@ class Enqueues:
         self._hedge_later(parked, mono + self._hedge_delay(parked))
         return None
 
-    def known(self, request: str) -> bool:
-        """Whether enqueue ``request`` is waiting here or landed (as far as remembered)."""
-        return request in self.waiting or request in self.state.recent_commits
-
     def _landed(self, msg: p.Enqueue) -> p.Committed | p.Stored | None:
         """The answer to a retry of an enqueue that already landed, found by its ids."""
         if msg.hold:

@@ -16,7 +16,6 @@ master restarted, or the block expired) orders that blob deleted at once.
 from __future__ import annotations
 
 import heapq
-import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -32,7 +31,6 @@ from master.safe_mode import SafeMode
 
 MAX_HELD = 1_000_000  # ids handed out and not yet enqueued, all producers together
 MAX_HELD_PER_PEER = 200_000  # ... one connection's share
-RELAY_KEY_BYTES = 16  # a placement's key for relayed enqueues (``master/relays.py``)
 
 
 @dataclass(slots=True, eq=False)
@@ -44,10 +42,6 @@ class Block:
     nodes: tuple[str, ...]
     peer: bytes
     left: int  # ids neither enqueued nor dropped yet
-    # the key the producer signs relayed enqueues of these ids with (``master/relays.py``),
-    # and the role and key of the connection that asked for them ("ROLE:KEY"; "" security off)
-    relay_key: bytes = b""
-    who: str = ""
 
 
 class Blocks:
@@ -69,10 +63,6 @@ class Blocks:
         self.expiry: list[tuple[float, int, Block]] = []
         self.by_peer: dict[bytes, int] = {}
         self.touched: set[int] = set()  # ids with news since ``take_news``
-        # "ROLE:KEY" of a connection of the pass (the server's router tells; "" security off)
-        self.who_of: Callable[[bytes], str] = lambda peer: ""
-        # whether these nodes all pass enqueues on (of this release: the server tells)
-        self.relay_by: Callable[[tuple[str, ...]], bool] = lambda nodes: True
 
     def holds(self, item_id: int) -> bool:
         return item_id in self.by_id
@@ -97,18 +87,14 @@ class Blocks:
             raise NotEnoughDatanodes(f"{len(nodes)} live data nodes can take the write; "
                                      f"{min_replicas} needed")
         first = self.ids.take(n)
-        placed = tuple(node.node_id for node in nodes)
-        block = Block(first, n, placed, peer, n,
-                      os.urandom(RELAY_KEY_BYTES) if self.relay_by(placed) else b"",
-                      self.who_of(peer))
+        block = Block(first, n, tuple(node.node_id for node in nodes), peer, n)
         self.by_id.update(dict.fromkeys(range(first, first + n), block))
         self.by_peer[peer] = self.by_peer.get(peer, 0) + n
         deadline_s = self.config.pending_timeout_s
         heapq.heappush(self.expiry, (mono + deadline_s, first, block))
         grant = self.capabilities.put_grant(first, n, list(block.nodes), now + deadline_s)
         return p.Placement(first, n, [p.NodeRef(node.node_id, node.addr) for node in nodes],
-                           min_replicas, deadline_s, grant, self.membership.suspects(mono),
-                           block.relay_key)
+                           min_replicas, deadline_s, grant, self.membership.suspects(mono))
 
     # -- hedging a write -----------------------------------------------------------------------
 
@@ -157,8 +143,7 @@ class Blocks:
         if not self.membership.speaks_for(node, peer):
             raise InvalidArgument(f"put reports for {node[:64]!r} come only from that data "
                                   "node's own connection")
-        if msg.ids or msg.failed or not msg.relayed:  # (relays alone: a report of none)
-            checks.batch(len(msg.ids) + len(msg.failed), "ids")
+        checks.batch(len(msg.ids) + len(msg.failed), "ids")
         stray = []
         for item_id in msg.ids:
             block = self.by_id.get(item_id)

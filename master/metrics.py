@@ -222,14 +222,6 @@ class MasterMetrics(metrics.ServedCollector):
         pushed.add_metric(["node"], server.pushes.pushed)
         pushed.add_metric(["master"], server.pushes.direct)
         yield pushed
-        relayed = CounterMetricFamily(
-            "blizzard_relayed_enqueues", "Enqueues data nodes passed on for their producers "
-            "(master/relays.py), by outcome: taken (served as the producer's request), or "
-            "dropped (not signed with their placement's key, or their ids no longer handed out).",
-            labels=["outcome"])
-        for outcome, count in server.relays.counts.items():
-            relayed.add_metric([outcome], count)
-        yield relayed
         under = _retrying(lambda: server.repair.under_replicated(mono))
         if under is not None:
             yield GaugeMetricFamily("blizzard_under_replicated_items",

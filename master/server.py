@@ -54,7 +54,6 @@ from master.metrics import MasterMetrics
 from master.node_keys import NodeKeys
 from master.pushes import Pushes
 from master.queue_policy import QueuePolicy
-from master.relays import Relays
 from master.removal import Removals
 from master.repair import Repairer
 from master.wal_shipping import Replication
@@ -156,8 +155,7 @@ class MasterServer:
         # the port first: a second master started on the same address stops here, before it
         # reads (and might repair the torn tail of) a WAL that the running master writes
         self.router = router if router is not None else \
-            RouterServer(self.ctx, config.bind, max_frame_bytes=MAX_REQUEST_BYTES, keys=keys,
-                         handover=True)  # a client reconnecting keeps its routing id (relays)
+            RouterServer(self.ctx, config.bind, max_frame_bytes=MAX_REQUEST_BYTES, keys=keys)
         if wal is None:
             private_dir(config.data_dir)  # 0700: blizzard/net/file_modes.py
             wal = Wal(os.path.join(config.data_dir, "wal"), segment_bytes=config.segment_bytes)
@@ -176,13 +174,6 @@ class MasterServer:
         self.repair = Repairer(self.state, self.membership, config.replication)
         self.id_blocks = Blocks(config, self.ids, self.membership, self.safe_mode, self.deletes,
                                 self.capabilities, self._kept_on)
-        # (a stand-in router in tests may have no roles)
-        self.id_blocks.who_of = lambda peer: (getattr(self.router, "roles", None) or {}).get(
-            peer, "")
-        self.relays = Relays(self.id_blocks)  # enqueues data nodes pass on (master/relays.py)
-        # nodes that ask for leases to answer are of the release that passes enqueues on: an
-        # older one would drop a relay, and its producer wait for nothing (docs/operations.md)
-        self.id_blocks.relay_by = lambda nodes: all(n in self.pushes.listening for n in nodes)
         # who may create queues, with which settings (master/queue_policy.py)
         self.queue_policy = QueuePolicy(config, self.state, self.router.role_of)
         self.enqueues = Enqueues(config, self.state, self.log_record, self.id_blocks, self.deletes,
@@ -340,12 +331,8 @@ class MasterServer:
 
     def put_report(self, msg: p.PutReport, now: float, mono: float, peer: bytes,
                    rid: int) -> None:
-        """What a node stored, and the enqueues it passes on (served after the pass's other
-        requests, as their producers': ``master/relays.py``)."""
         self.node_keys.check_own(msg.node_id, peer)
-        self.id_blocks.report(msg, now, mono, peer, rid)
-        if msg.relayed:
-            self.relays.add(msg.node_id, msg.relayed)
+        return self.id_blocks.report(msg, now, mono, peer, rid)
 
     def replicated(self, msg: p.Replicated, now: float, mono: float, peer: bytes,
                    rid: int) -> p.Ok:
@@ -458,36 +445,23 @@ class MasterServer:
                     mono: float) -> set[bytes]:
         """Handle ``requests``; the clients among them whose requests logged something (a
         data node's reports not counted: ``SyncHold`` counts the clients)."""
+        timed = self.metrics.request
         callers: set[bytes] = set()
         for peer, rid, msg in requests:
-            self._handle_one(peer, rid, msg, now, mono, callers)
-        if self.relays.waiting:  # enqueues the pass's put reports passed on
-            vouch = getattr(self.router, "vouch", None)  # a stand-in router in tests: none
-            for peer, rid, msg, who in self.relays.take(self.enqueues.known):
-                if vouch is not None:
-                    vouch(peer, who)
-                self._handle_one(peer, rid, msg, now, mono, callers)
+            logged = self.wal.records_appended
+            started = perf_counter()
+            reply = self.handle(peer, rid, msg, now, mono)
+            kind = type(msg)
+            timed(kind, perf_counter() - started)
+            if self.wal.records_appended > logged and kind not in NODE_OPS:
+                callers.add(peer)
+            if reply is None:
+                continue
+            if self._answer_now(msg, reply, logged):
+                self.pushes.send(peer, rid, reply)
+            else:
+                self._replies.append((peer, rid, reply))
         return callers
-
-    def _handle_one(self, peer: bytes, rid: int, msg: Any, now: float, mono: float,
-                    callers: set[bytes]) -> None:
-        """One request handled, its reply sent now or kept for after the fsync; ``callers``
-        gets ``peer`` if it is a client whose request logged something."""
-        logged = self.wal.records_appended
-        started = perf_counter()
-        reply = self.handle(peer, rid, msg, now, mono)
-        kind = type(msg)
-        self.metrics.request(kind, perf_counter() - started)
-        if self.wal.records_appended > logged and kind not in NODE_OPS:
-            callers.add(peer)
-        if reply is None:
-            return
-        if kind is p.Enqueue and isinstance(reply, p.Error):
-            self.relays.refuse(msg.request)  # a late relay of it must not land (master/relays.py)
-        if self._answer_now(msg, reply, logged):
-            self.pushes.send(peer, rid, reply)
-        else:
-            self._replies.append((peer, rid, reply))
 
     def _drop_departed(self, fds: set[int]) -> None:
         """The long polls and job waits of connections that ended go with them."""

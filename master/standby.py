@@ -51,9 +51,8 @@ class StandbyServer:
         server_keys, self.keys = k.master_keys(config.keys) if config.keys else (None, None)
         self.node_key = k.load_public(config.keys, "datanode") if config.keys else b""
         from master.server import MAX_REQUEST_BYTES
-        # (handover: the master's own socket once promoted, as a primary's: master/server.py)
         self.router = RouterServer(self.ctx, config.bind, max_frame_bytes=MAX_REQUEST_BYTES,
-                                   keys=server_keys, handover=True)
+                                   keys=server_keys)
         private_dir(config.data_dir)  # 0700: blizzard/net/file_modes.py
         self.wal = Wal(os.path.join(config.data_dir, "wal"), segment_bytes=config.segment_bytes)
         self.wal.rolls = False  # it rolls where the primary did

@@ -301,9 +301,9 @@ def test_a_dead_data_node_costs_a_producer_one_stall_not_one_per_call(cluster_fa
         placed: list[set[str]] = []
         put_reported = c.datanodes.put_reported
 
-        def recording(nodes, grant, ids, blobs, crcs, meta, *relay):
+        def recording(nodes, grant, ids, blobs, crcs, meta):
             placed.append({n.node_id for n in nodes})
-            return put_reported(nodes, grant, ids, blobs, crcs, meta, *relay)
+            return put_reported(nodes, grant, ids, blobs, crcs, meta)
         c.datanodes.put_reported = recording
         for i in range(6):  # round-robin placement puts the dead node in the first few
             c.enqueue_many("dn", [b"%d" % i] * 100)  # a placement of its own each time

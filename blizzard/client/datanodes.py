@@ -212,26 +212,17 @@ class DatanodePool:
     # -- puts --------------------------------------------------------------------------------
 
     def put_reported(self, nodes: Sequence[p.NodeRef], grant: p.PutGrant | None, ids: list[int],
-                     blobs: list[bytes], crcs: list[int], meta: p.ItemMeta,
-                     relay: p.Relay | None = None, relay_by: str = "") -> list[str]:
+                     blobs: list[bytes], crcs: list[int], meta: p.ItemMeta) -> list[str]:
         """Send the payloads to every node named, each to report to the master, not to us;
         each keeps ``meta`` (every id's) beside the blobs, for a rebuild of the master.
-        ``relay``: the enqueue node ``relay_by`` is to pass on to the master with its report;
-        its put goes last, and only if every other one went (else the caller gives the ids
-        up, which it may only while no enqueue of them is on its way).
 
         Returns the node ids the put could not even be sent to (a full send queue).
         """
-        failed: list[str] = []
-        ids = as_ids(ids)
-        last = [ref for ref in nodes if relay is not None and ref.node_id == relay_by]
-        for ref in [ref for ref in nodes if ref not in last] + last:
-            if failed and ref in last:
-                break
+        failed = []
+        for ref in nodes:
             try:
-                self.endpoint(ref.addr).send(p.Put(
-                    ids, blobs, crcs, [], 1, ref.node_id, True, grant, [meta],
-                    relay if ref in last else None))
+                self.endpoint(ref.addr).send(p.Put(as_ids(ids), blobs, crcs, [], 1, ref.node_id,
+                                                   True, grant, [meta]))
             except TimeoutError:
                 failed.append(ref.node_id)
         return failed

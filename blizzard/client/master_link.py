@@ -24,7 +24,6 @@ from blizzard.net.keys import ClientKeys
 from blizzard.net.secure import ConnectionRefused
 from blizzard.net.transport import Endpoint, call, call_many, raise_if_error
 from blizzard.wire import protocol as p
-from blizzard.wire.relay_signature import REPLY_TO_BYTES as RELAY_REPLY_TO_BYTES
 from blizzard.wire.errors import (AuthenticationFailed, BlizzardError, ClientClosed,
                                   MasterUnavailable)
 
@@ -59,9 +58,6 @@ class MasterLink:
         self.epoch = 0  # the newest master epoch seen (``_check_epoch``)
         self.endpoints: dict[str, Endpoint] = {}
         self.closed = False  # by ``close``: no connection is made again
-        # the routing id of every connection to a master: an enqueue a data node passes on
-        # names it, so its answer comes here (``master/relays.py``)
-        self.routing_id = os.urandom(RELAY_REPLY_TO_BYTES)
         self._current = self._endpoint()
         self._found = len(self.choice.addrs) == 1  # which master is primary: asked at first use
         self._node_key = keys.datanode if keys else None
@@ -106,8 +102,7 @@ class MasterLink:
             if self.closed:
                 raise ClientClosed()
             self.endpoints[addr] = Endpoint(self.ctx, addr, self.keys,
-                                            self.keys.master if self.keys else None,
-                                            self.routing_id)
+                                            self.keys.master if self.keys else None)
         return self.endpoints[addr]
 
     def node_key(self) -> bytes | None:

@@ -8,10 +8,7 @@ is used up. Then the payloads go
 to every placed data node (``Put`` with ``report``: the node tells the master, not us) and, at
 the same time, the ``Enqueue`` to the master, which answers once enough nodes reported the
 payloads durable and the items are logged (P1). A one-item enqueue with a block in hand is
-therefore one round trip. Where the master allows (``Placement.relay_key``), a chunk's
-``Enqueue`` rides with the payloads to the first healthy placed node, signed, which passes it
-on to the master with its report (``master/relays.py``): one message fewer each way.
-Chunks move on by one step per reply, without waiting for the other
+therefore one round trip. Chunks move on by one step per reply, without waiting for the other
 chunks, so the round trips and fsyncs of the chunks in flight overlap.
 
 When a step goes wrong the chunk is helped along synchronously, then moves on as before:
@@ -26,11 +23,6 @@ When a step goes wrong the chunk is helped along synchronously, then moves on as
 - an enqueue answered ``Unstored`` (a node refused the payloads, or no node was left to hedge
   with and the placed ones did not report in ``node_timeout_s``) makes those nodes suspected
   and goes again under fresh ids placed without them, ``PUT_ATTEMPTS`` in all;
-- a relayed enqueue not answered within ``RELAY_WAIT_S`` (more for large payloads) goes to
-  the master itself, not waited for (under its request id: one that arrived both ways is
-  applied once), and that node relays nothing for a while; while a relay of a chunk's ids
-  may be on its way, the client never gives those ids up itself (only the master's
-  ``Unstored`` drops them), so a late relay cannot land beside a retry under fresh ids;
 - an enqueue not answered in time is sent again under its request id, so one that landed is
   applied once; one the master does not know (it restarted, so nothing of the chunk is
   visible) goes again under fresh ids, ``PUT_ATTEMPTS`` in all. Payloads stored under ids
@@ -41,7 +33,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import time
 import weakref
 import zlib
@@ -53,7 +44,6 @@ from blizzard.client.enqueue_options import EnqueueOptions, as_bytes
 from blizzard.client.master_link import MasterLink, is_retryable
 from blizzard.net.transport import Endpoint, Replies, raise_if_error
 from blizzard.wire import protocol as p
-from blizzard.wire import relay_signature
 from blizzard.wire.codec import as_ids
 from blizzard.wire.errors import (DatanodeUnavailable, NotEnoughDatanodes, PayloadTooLarge,
                                   ProtocolError, UnknownItem)
@@ -69,12 +59,6 @@ BLOCK_IDS = 64  # ids a client asks for at least, for small chunks
 BLOCK_CHUNKS = 4  # ... and enough for this many chunks of the size at hand
 BLOCK_MAX = 4000  # ... but no more than this
 MAX_EXCLUDE = 64  # nodes a place may ask to avoid (the master takes no more)
-# an enqueue rides with its payloads to a data node, which passes it on (``_relay``); off
-# with BLIZZARD_RELAY_ENQUEUES=0 (every enqueue then goes to the master itself)
-RELAY = os.environ.get("BLIZZARD_RELAY_ENQUEUES", "1") != "0"
-RELAY_WAIT_S = 0.25  # no answer by then: the enqueue goes to the master itself
-RELAY_BYTES_PER_S = 20e6  # ... the wait grows with the payloads (a node's synced write)
-MAX_RELAY_BYTES = 64 * 1024  # larger enqueues go to the master itself (one message is little)
 
 PLACE, ENQUEUE, DONE = range(3)
 
@@ -102,8 +86,6 @@ class Chunk:
     enqueue_msg: p.Enqueue | None = None
     meta: p.ItemMeta | None = None  # what the data nodes keep beside the blobs
     failures: int = 0  # enqueues refused for want of stored payloads, or forgotten
-    relay_by: str = ""  # the data node passing the enqueue on to the master ("": none)
-    relayed: bool = False  # an enqueue of these ids is on its way through a data node
     ep: Endpoint | None = None  # where the step's request went (None: it could not be sent)
     rid: int = 0
     until: float = 0.0  # monotonic time the reply is overdue
@@ -158,8 +140,6 @@ class EnqueuePipeline:
         # chunks waiting for a placement: while one is, no other asks for spare ids (only one
         # block's spares can be kept, so more would sit unused at the master until they expire)
         self.placing: weakref.WeakSet[Chunk] = weakref.WeakSet()
-        # data nodes whose relays went unanswered lately -> when they may relay again
-        self.relay_avoid: dict[str, float] = {}
 
     def chunks(self, queue: str, items: Iterable[Any], opts: EnqueueOptions, *,
                commit: bool = True, chunk_items: int = CHUNK_ITEMS,
@@ -252,9 +232,6 @@ class EnqueuePipeline:
                                    time.monotonic() + placement.deadline_s / 3)
             self._send(c, placement, list(range(placement.first, placement.first + n)))
         elif c.step == ENQUEUE:
-            if reply is None and c.relay_by:
-                self._relay_overdue(c)
-                return
             if isinstance(reply, p.Committed) and c.commit:
                 self._committed(c, reply)
             elif isinstance(reply, p.Stored) and not c.commit:
@@ -274,13 +251,17 @@ class EnqueuePipeline:
         c.step = DONE
 
     def _send(self, c: Chunk, placement: p.Placement, ids: list[int]) -> None:
-        """The payloads to every placed node and the enqueue to the master, all at once; the
-        enqueue rides with the first healthy node's payloads where it may (``_relay``)."""
-        c.placement, c.ids, c.step, c.relay_by, c.relayed = placement, ids, ENQUEUE, "", False
+        """The payloads to every placed node and the enqueue to the master, all at once."""
+        c.placement, c.ids, c.step = placement, ids, ENQUEUE
         o = c.opts
         meta = p.ItemMeta([], c.queue, o.priority, time.time() + o.delay_s if o.delay_s else 0.0,
                           o.key, 0, "")  # kept by the nodes beside the blobs (a rebuild's)
         c.meta = meta
+        failed = self.nodes.put_reported(placement.nodes, placement.grant, ids, c.blobs, c.crcs,
+                                         meta)
+        if failed:  # a node's send queue is full: do not wait for its report
+            self._unstored(c, p.Unstored(failed, "cannot send to these data nodes"))
+            return
         n = len(ids)
         c.enqueue_msg = p.Enqueue(c.queue, as_ids(ids), [len(b) for b in c.blobs], c.crcs,
                                   [o.priority] * n, [o.delay_s] * n, [o.key] * n, o.coalesce,
@@ -292,61 +273,12 @@ class EnqueuePipeline:
                                   as_ids(list(o.depends_on)), o.on_dependency_failure,
                                   c.result_leases)
         c.since = time.monotonic()
-        relay = self._relay(c, placement)
-        failed = self.nodes.put_reported(placement.nodes, placement.grant, ids, c.blobs, c.crcs,
-                                         meta, relay, c.relay_by)
-        if failed:  # a node's send queue is full (the relay went nowhere): start again
-            c.relay_by = ""
-            self._unstored(c, p.Unstored(failed, "cannot send to these data nodes"))
-        elif relay is None:
-            self._send_enqueue(c)
-        else:
-            c.relayed = True
-
-    def _relay(self, c: Chunk, placement: p.Placement) -> p.Relay | None:
-        """The chunk's enqueue for the first healthy placed node to pass on to the master with
-        its report (``master/relays.py``), signed with the placement's key; the master's
-        answer is awaited as if the enqueue had been sent. None where it goes to the master
-        itself: the master takes no relays, the chunk is staged, or its enqueue is large.
-        """
-        if not RELAY or not placement.relay_key or not c.commit:
-            return None
-        now = time.monotonic()
-        if self.relay_avoid:
-            self.relay_avoid = {n: t for n, t in self.relay_avoid.items() if t > now}
-        avoid = set(self.nodes.suspected()) | set(self.relay_avoid)
-        by = next((ref.node_id for ref in placement.nodes if ref.node_id not in avoid), "")
-        if not by:
-            return None
-        assert c.enqueue_msg is not None
-        ep = self.master.endpoint
-        rid = ep.expect()
-        frame = p.encode(rid, c.enqueue_msg)
-        if len(frame) > MAX_RELAY_BYTES:
-            return None
-        reply_to = self.master.routing_id
-        wait_s = RELAY_WAIT_S + sum(map(len, c.blobs)) / RELAY_BYTES_PER_S
-        c.relay_by, c.ep, c.rid, c.until = by, ep, rid, c.since + wait_s
-        return p.Relay(reply_to, frame, relay_signature.sign(placement.relay_key, reply_to, frame),
-                       c.ids[0])
+        self._send_enqueue(c)
 
     def _send_enqueue(self, c: Chunk) -> None:
         assert c.enqueue_msg is not None
-        c.relay_by = ""
         self._send_to(c, self.master.endpoint, c.enqueue_msg,
                       time.monotonic() + self.master.enqueue_wait_s(self.nodes.node_timeout_s))
-
-    def _relay_overdue(self, c: Chunk) -> None:
-        """No answer to a relayed enqueue in time: the node may be slow or gone, or have
-        dropped it. The same enqueue (its request id: applied once) goes to the master now,
-        not waited for here, and that node relays nothing for a while (it is not suspected:
-        the hold-up may be the master's or another node's)."""
-        log.info("no answer to an enqueue data node %s passes on; sending it to the master",
-                 c.relay_by)
-        self.relay_avoid[c.relay_by] = time.monotonic() + SLOW_S
-        if c.ep is not None:
-            c.ep.forget(c.rid)  # a late answer there is dropped, not kept
-        self._send_enqueue(c)
 
     def _put_also(self, c: Chunk, reply: p.PutAlso) -> None:
         """Some placed nodes were slow to store the chunk: put it on the nodes the master
@@ -357,12 +289,9 @@ class EnqueuePipeline:
         self.nodes.suspect(reply.slow, SLOW_S)
         self.nodes.heard(reply.suspects)
         failed = self.nodes.put_reported(reply.nodes, reply.grant, c.ids, c.blobs, c.crcs, c.meta)
-        if failed and not c.relayed:
+        if failed:
             self._unstored(c, p.Unstored(failed, "cannot send to these data nodes"))
             return
-        # (a relay of these ids may still land: only the master may give them up, when the
-        # enqueue fails there, so it is asked again; the nodes that took no put are avoided)
-        self.nodes.suspect(failed)
         self._send_enqueue(c)
 
     def _ask_master(self, c: Chunk, msg: Any) -> None:

@@ -145,12 +145,6 @@ class Endpoint:
             raise TimeoutError(f"cannot send to {self.addr}: queue full") from None
         return rid
 
-    def expect(self) -> int:
-        """A request id for a request that reaches the server another way (an enqueue a data
-        node passes on): its reply comes here, as any other's."""
-        self.open_socket()
-        return next(_request_ids)
-
     def take(self, rid: int) -> Any | None:
         reply = self._early.pop(rid, None)
         return reply if reply is not None else self.version_refused

@@ -40,15 +40,13 @@ _RCVMORE = int(zmq.RCVMORE)
 
 def bind_router(ctx: zmq.Context[zmq.Socket[bytes]], addr: str,
                 max_frame_bytes: int = protocol.MAX_FRAME_BYTES, keys: ServerKeys | None = None,
-                send_hwm: int = SEND_HWM, pushes: bool = False,
-                handover: bool = False) -> zmq.Socket[bytes]:
+                send_hwm: int = SEND_HWM, pushes: bool = False) -> zmq.Socket[bytes]:
     """A server's ROUTER socket, bounded in message size and queues, bound to ``addr``;
     a CURVE server admitting only the keys of ``keys.directory`` when ``keys`` is given.
     ``pushes``: it also sends messages nobody asked it for on this connection (a data node's
     ``Pushed``), so a send to a peer not connected fails instead of vanishing, and a
     client's reconnection takes over the routing id it chose (``Endpoint``'s
-    ``routing_id``) from its old connection, which may linger. ``handover``: that without
-    ``pushes`` (a master sends answers to the routing id a relayed enqueue names).
+    ``routing_id``) from its old connection, which may linger.
 
     The bounds are per frame and per message: libzmq holds a message of many frames whole
     until its last frame has come, and no socket option caps that (see ``receive``).
@@ -61,7 +59,7 @@ def bind_router(ctx: zmq.Context[zmq.Socket[bytes]], addr: str,
     sock.setsockopt(zmq.RCVHWM, RECEIVE_HWM)
     sock.setsockopt(zmq.SNDHWM, send_hwm)
     sock.setsockopt(zmq.ROUTER_MANDATORY, 1 if pushes else 0)
-    if pushes or handover:
+    if pushes:
         sock.setsockopt(zmq.ROUTER_HANDOVER, 1)
     sock.bind(addr)
     return sock
@@ -80,8 +78,8 @@ class RouterServer:
     def __init__(self, ctx: zmq.Context[zmq.Socket[bytes]], addr: str, max_batch: int = 512,
                  max_frame_bytes: int = protocol.MAX_FRAME_BYTES,
                  keys: ServerKeys | None = None, send_hwm: int = SEND_HWM,
-                 pushes: bool = False, handover: bool = False) -> None:
-        self.sock = bind_router(ctx, addr, max_frame_bytes, keys, send_hwm, pushes, handover)
+                 pushes: bool = False) -> None:
+        self.sock = bind_router(ctx, addr, max_frame_bytes, keys, send_hwm, pushes)
         self.secure = keys is not None
         # the key directory's current keys: a revoked key's open connection stops working
         self.admitted = guard(ctx, keys.directory).keys if keys is not None else None
@@ -202,16 +200,6 @@ class RouterServer:
         """The descriptor of ``peer``'s connection, like ``role_of`` (-1: unknown or security
         off), which a ``Departures`` of this socket names when the connection ends."""
         return self.fds.get(peer, -1)
-
-    def vouch(self, peer: bytes, who: str) -> None:
-        """Take ``peer`` for a connection of ``who`` ("ROLE:KEY") until the next ``receive``:
-        a request came for it by way of another connection, which the server checked
-        (a relayed enqueue: ``master/relays.py``). A key no longer admitted is taken for
-        revoked, and so is a peer whose own connection showed a revoked key in this batch."""
-        if not self.secure or self.roles.get(peer) == REVOKED:
-            return
-        admitted = self.admitted is None or self.admitted.current(who)
-        self.roles[peer] = who if admitted else REVOKED
 
     def reply(self, peer: bytes, rid: int, msg: Any) -> None:
         try:

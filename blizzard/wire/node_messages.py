@@ -155,8 +155,6 @@ class PutReport:
     ids: list[Id]
     failed: list[Id]
     error: str
-    # producers' enqueues that came with their puts, passed on untouched (``Relay``)
-    relayed: list[Relay] = field(default_factory=list)
 
 
 @message(35)
@@ -184,29 +182,6 @@ class Put:
     report: bool  # tell the master (``PutReport``), not the sender: a client's ``Enqueue`` waits on it
     grant: PutGrant | None  # None: a relay or copy between data nodes (their key proves who they are)
     meta: list[ItemMeta] = field(default_factory=list)  # kept beside the blobs (see ItemMeta)
-    # the producer's enqueue, for this node to pass on to the master in its report (with
-    # ``report`` and a grant; ``forward``: the other placed nodes, each put there reported)
-    relay: Relay | None = None
-
-
-@message(96)
-class Relay:
-    """A producer's ``Enqueue`` that a data node passes on to the master, so the producer
-    sends one message (its ``Put``) where it sent a put to each node and an enqueue.
-
-    ``frame`` is the request as the producer would have sent it (``encode(rid, enqueue)``),
-    ``reply_to`` the routing id of the producer's connection to the master, where the
-    answer goes, and ``mac`` the signature of both under the key of the ids' placement
-    (``Placement.relay_key``, which only the producer and the master know): a data node
-    passes them on untouched and cannot make up or change an enqueue. ``first`` is the
-    enqueue's first id, whose placement's key the master checks the signature with before
-    it decodes the frame (and it must be the frame's first id).
-    """
-
-    reply_to: bytes
-    frame: bytes
-    mac: bytes
-    first: Id
 
 
 @message(41)

@@ -35,8 +35,8 @@ from blizzard.wire.job_messages import (DEPENDENCY_CANCEL, DEPENDENCY_DEAD, FINA
 from blizzard.wire.meta_messages import ItemMeta, ListMeta, MetaPage
 from blizzard.wire.node_messages import (BadReplica, Blobs, CapabilityKey, CopyOrder, Delete, Get,
                                          GetGrant, Heartbeat, HeartbeatReply, Inventory, NodeRef,
-                                         Put, PutGrant, PutReport, Regrant, Regranted, Relay,
-                                         Replicated, Stored)
+                                         Put, PutGrant, PutReport, Regrant, Regranted, Replicated,
+                                         Stored)
 from blizzard.wire.push_messages import AwaitServes, Pushed, ServeOrder, Serves
 from blizzard.wire.queue_settings import with_settings
 from blizzard.wire.shard_messages import Head, QueueHead
@@ -48,7 +48,7 @@ __all__ = ["MAX_BATCH", "MAX_FRAME_BYTES", "MAX_ID", "MAX_ITEM_BYTES", "VERSION"
            "op_of", "pack", "peek_request_id", "refusal", "replace", "unpack"]  # codec.py
 __all__ += ["BadReplica", "Blobs", "CapabilityKey", "CopyOrder", "Delete", "Get", "GetGrant",
             "Heartbeat", "HeartbeatReply", "Inventory", "NodeRef", "Put", "PutGrant", "PutReport",
-            "Regrant", "Regranted", "Relay", "Replicated", "Stored"]  # node_messages.py
+            "Regrant", "Regranted", "Replicated", "Stored"]  # node_messages.py
 __all__ += ["ItemMeta", "ListMeta", "MetaPage"]  # meta_messages.py
 __all__ += ["Bury", "ItemStates", "Lookup", "TaskCounts", "TaskStats"]  # task_messages.py
 __all__ += ["Follow", "Promote", "Promoted", "SnapshotData", "WalData"]  # ha_messages.py
@@ -109,9 +109,6 @@ class Placement:
     grant: PutGrant
     # data nodes the master suspects now (silent past a few heartbeats, or dead): none of them is placed while others can be; a reader tries them last
     suspects: list[str] = field(default_factory=list)
-    # the key a producer signs an enqueue with that a data node passes on (``Relay``); empty:
-    # this master takes no relayed enqueues
-    relay_key: bytes = b""
 
     @property
     def ids(self) -> list[int]:
