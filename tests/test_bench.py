@@ -115,3 +115,12 @@ def test_the_calls_bench_gives_each_processs_cpu_per_call_main_thread_and_all():
         assert main["client"] > 0 and main["master"] > 0 and line["wall_us"] > 0
         assert all(0 <= main[name] <= every[name] for name in every)
     assert "the queue ran dry" not in proc.stderr
+
+
+def test_the_master_loop_puts_every_item_through_the_master_in_process():
+    """``scripts/bench --master-loop`` at a toy length: every item placed, enqueued (committed
+    on its two reports), leased (ordered pushed), acked; the master's CPU per item."""
+    from bench import master_loop
+
+    line = master_loop.run(300)  # raises if an item is left unacked or a lease unanswered
+    assert line["items"] == 300 and line["master_cpu_us_per_item"] > 0
