@@ -20,7 +20,7 @@ import os
 import secrets
 from typing import Callable
 
-from blizzard.server.capability import check_put_grant, node_key, sign_get, sign_put
+from blizzard.server.capability import Verified, check_put_grant, node_key, sign_get, sign_put
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import Forbidden, UnknownItem
 
@@ -45,6 +45,7 @@ class CapabilityKeys:
         self.period_s = period_s
         self.ring: list[p.CapabilityKey] = []  # previous, current, next
         self.rotated_at = now  # unix time: a restart must not postpone rotation forever
+        self.verified = Verified()  # put grants checked before: an enqueue's, once per block
         if self.path is not None and os.path.exists(self.path):
             self._load()
         else:
@@ -117,7 +118,7 @@ class CapabilityKeys:
             key = next((k.key for k in self.ring if k.key_id == grant.key_id), None)
             if key is None:
                 raise Forbidden(f"capability key {grant.key_id} is unknown (retired?)")
-            check_put_grant(key, grant, ids)
+            check_put_grant(key, grant, ids, self.verified)
         except Forbidden:
             if grant is None or any(map(held, ids)):
                 raise

@@ -182,3 +182,60 @@ def test_security_off_grants_carry_no_mac():
     keys = CapabilityKeys(None, 600.0, NOW, sign=False)
     assert keys.get_grant([1, 2], ["dn-a"], NOW).mac == b""
     assert keys.put_grant(1, 10, ["dn-a", "dn-b"], NOW + 30).mac == b""
+
+
+def test_a_put_grant_shown_again_is_not_signed_again_but_checked_for_what_changed(keys,
+                                                                                   monkeypatch):
+    from blizzard.server import capability
+
+    macs = []
+    node_mac = capability.node_mac
+    monkeypatch.setattr(capability, "node_mac", lambda *a: macs.append(a) or node_mac(*a))
+    grant = keys.put_grant(100, 64, ["dn-a", "dn-b"], NOW + 30)
+    ring = ring_of(keys)
+    for item_id in range(100, 110):  # a producer's puts, one item each, under one grant
+        ring.check_put(grant, [item_id], "dn-a", NOW)
+    assert len(macs) == 1
+    with pytest.raises(Forbidden, match="does not cover"):  # the ids: checked each time
+        ring.check_put(grant, [164], "dn-a", NOW)
+    with pytest.raises(Forbidden, match="expired"):  # the expiry too
+        ring.check_put(grant, [100], "dn-a", NOW + 31)
+    forged = p.replace(grant, mac=bytes(16) + grant.mac[16:])  # the same fields, another MAC
+    with pytest.raises(Forbidden, match="does not verify"):
+        ring.check_put(forged, [100], "dn-a", NOW)
+    wider = p.replace(grant, n=1000)  # the genuine MAC on other fields
+    with pytest.raises(Forbidden, match="does not verify"):
+        ring.check_put(wider, [900], "dn-a", NOW)
+    # a new ring (a heartbeat reply after a rotation): its keys check the grant afresh
+    keys.rotate(NOW + 600)
+    keys.rotate(NOW + 1200)  # the grant's key retired
+    ring.load(keys.keys_for("dn-a"))
+    with pytest.raises(Forbidden, match="unknown"):
+        ring.check_put(grant, [100], "dn-a", NOW)
+
+
+def test_the_master_checks_an_enqueues_grant_once_per_placement(keys, monkeypatch):
+    from master import capabilities
+
+    signed = []
+    sign_put = capabilities.check_put_grant.__globals__["sign_put"]
+    monkeypatch.setitem(capabilities.check_put_grant.__globals__, "sign_put",
+                        lambda *a: signed.append(a) or sign_put(*a))
+    grant = keys.put_grant(100, 64, ["dn-a", "dn-b"], NOW + 30)
+    for item_id in range(100, 110):
+        keys.check_owned(grant, [item_id])
+    assert len(signed) == 1
+    with pytest.raises(Forbidden):
+        keys.check_owned(p.replace(grant, first=0, n=1000), [5])
+    with pytest.raises(Forbidden):
+        keys.check_owned(grant, [164])
+
+
+def test_grants_remembered_as_verified_are_bounded():
+    from blizzard.server.capability import Verified
+
+    verified = Verified(size=3)
+    grant = p.PutGrant(1, 1, ["dn-a"], 1, NOW, b"m" * 16)
+    for first in range(10):
+        verified.check(b"k" * 32, p.replace(grant, first=first), b"m" * 16, lambda: b"m" * 16)
+    assert len(verified.seen) <= 3

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import functools
 import hmac
+from typing import Callable
 
 from blizzard.wire.codec import dumps
 from blizzard.wire.errors import Forbidden
 from blizzard.wire.node_messages import CapabilityKey, GetGrant, PutGrant
 
 MAC_BYTES = 16
+VERIFIED = 4096  # put grants remembered as verified (a producer's block shows one many times)
 
 
 @functools.lru_cache(maxsize=4096)  # a ring of 3 keys for up to 1,024 nodes, and no more
@@ -66,12 +68,43 @@ def _slice(mac: bytes, nodes: list[str], node_id: str) -> bytes:
     return mac[at:at + MAC_BYTES]
 
 
-def check_put_grant(key: bytes, grant: PutGrant, ids: list[int]) -> None:
+class Verified:
+    """Put grants whose MAC verified lately, each with the key it verified under.
+
+    A producer shows one grant with every put and enqueue of a placement (up to 4,000 ids,
+    one item a call), so one HMAC serves them all. The key is part of what is remembered: a
+    grant under a key since retired or replaced is checked again, and refused. At most
+    ``size`` grants; past that the memory starts afresh.
+    """
+
+    def __init__(self, size: int = VERIFIED) -> None:
+        self.size = size
+        self.seen: set[tuple[object, ...]] = set()
+
+    @staticmethod
+    def _entry(key: bytes, grant: PutGrant, mac: bytes) -> tuple[object, ...]:
+        return key, grant.key_id, grant.expiry, grant.first, grant.n, tuple(grant.nodes), mac
+
+    def check(self, key: bytes, grant: PutGrant, mac: bytes, expected: Callable[[], bytes]) -> None:
+        """Raise ``Forbidden`` unless ``mac`` is ``expected()`` (computed only for a grant not
+        verified under ``key`` before)."""
+        entry = self._entry(key, grant, mac)
+        if entry in self.seen:
+            return
+        if not hmac.compare_digest(mac, expected()):
+            raise Forbidden("the put grant's signature does not verify")
+        if len(self.seen) >= self.size:
+            self.seen.clear()
+        self.seen.add(entry)
+
+
+def check_put_grant(key: bytes, grant: PutGrant, ids: list[int],
+                    verified: Verified | None = None) -> None:
     """Raise ``Forbidden`` unless ``grant`` verifies under the ring key ``key`` (every node's
-    MAC) and covers ``ids`` (what the master checks of an enqueue)."""
-    if not hmac.compare_digest(grant.mac, sign_put(key, grant.key_id, grant.expiry,
-                                                   grant.first, grant.n, grant.nodes)):
-        raise Forbidden("the put grant's signature does not verify")
+    MAC) and covers ``ids`` (what the master checks of an enqueue); ``verified``: grants
+    checked before, not checked again."""
+    (verified or Verified(0)).check(key, grant, grant.mac, lambda: sign_put(
+        key, grant.key_id, grant.expiry, grant.first, grant.n, grant.nodes))
     _covers(grant, ids)
 
 
@@ -89,6 +122,7 @@ class KeyRing:
 
     def __init__(self) -> None:
         self.keys: dict[int, bytes] = {}
+        self.verified = Verified()  # put grants checked before (``Verified``)
 
     def load(self, keys: list[CapabilityKey]) -> None:
         """Take the master's current key ring (keys it no longer names are retired)."""
@@ -97,9 +131,8 @@ class KeyRing:
     def check_put(self, grant: PutGrant, ids: list[int], node_id: str, now: float) -> None:
         """Raise ``Forbidden`` unless ``grant`` lets ``ids`` be written (or deleted) on this node."""
         key = self._key(grant.key_id, grant.expiry, grant.nodes, node_id, now)
-        if not hmac.compare_digest(_slice(grant.mac, grant.nodes, node_id), node_mac(
-                key, "put", grant.nodes, grant.key_id, grant.expiry, grant.first, grant.n)):
-            raise Forbidden("the put grant's signature does not verify")
+        self.verified.check(key, grant, _slice(grant.mac, grant.nodes, node_id), lambda: node_mac(
+            key, "put", grant.nodes, grant.key_id, grant.expiry, grant.first, grant.n))
         _covers(grant, ids)
 
     def check_get(self, grant: GetGrant, ids: list[int], node_id: str, now: float) -> None:
