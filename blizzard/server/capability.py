@@ -5,8 +5,9 @@ data nodes), an expiry and the id of the key that signed it. Its MAC is one HMAC
 node it names, in the order of ``nodes``, each cut to 16 bytes, over the operation's name and
 those fields, under that node's own key: ``node_key(key, node_id)``, derived from the
 master's ring key. The master issues one grant per ``Placement`` and per ``Leased`` reply; a
-data node verifies its own MAC of one per request (``KeyRing``), with the keys it learned
-from the master's heartbeat replies, which carry that node's derived keys only. So a client
+data node verifies its own MAC of one per request (``KeyRing``; a put grant once, as it serves
+a placement's many puts: ``Verified``), with the keys it learned from the master's heartbeat
+replies, which carry that node's derived keys only. So a client
 can neither forge a grant nor widen one, and a data node (or a thief of its key) can sign
 grants that only it accepts.
 """
