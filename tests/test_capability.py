@@ -239,3 +239,30 @@ def test_grants_remembered_as_verified_are_bounded():
     for first in range(10):
         verified.check(b"k" * 32, p.replace(grant, first=first), b"m" * 16, lambda: b"m" * 16)
     assert len(verified.seen) <= 3
+
+
+def test_a_remembered_grant_is_refused_once_its_key_id_names_another_key(keys):
+    # a master restarted without its key file, or a standby that adopted another ring, signs
+    # with new keys under the same ids: what the old keys verified does not pass any more
+    grant = keys.put_grant(100, 64, ["dn-a", "dn-b"], NOW + 30)
+    ring = ring_of(keys)
+    ring.check_put(grant, [100], "dn-a", NOW)
+    keys.check_owned(grant, [100])
+    other = CapabilityKeys(None, 600.0, NOW)
+    assert [k.key_id for k in other.ring] == [k.key_id for k in keys.ring]
+    ring.load(other.keys_for("dn-a"))
+    with pytest.raises(Forbidden, match="does not verify"):
+        ring.check_put(grant, [100], "dn-a", NOW)
+    keys.adopt(other.ring, NOW)
+    with pytest.raises(Forbidden, match="does not verify"):
+        keys.check_owned(grant, [100])
+
+
+def test_a_grant_that_failed_its_check_is_not_remembered(keys):
+    grant = keys.put_grant(100, 64, ["dn-a", "dn-b"], NOW + 30)
+    ring = ring_of(keys)
+    for forged in (p.replace(grant, mac=bytes(32)),  # twice each: refused both times
+                   p.replace(grant, mac=grant.mac[16:] + grant.mac[:16])):  # the slices swapped
+        for _ in range(2):
+            with pytest.raises(Forbidden, match="does not verify"):
+                ring.check_put(forged, [100], "dn-a", NOW)
