@@ -116,7 +116,7 @@ def run(n: int) -> dict[str, Any]:
         leased = leased_of(server, one_pass(server, [(CONSUMER, 2 * i + 3, p.Lease(
             "q", 1, 30.0, 0.0, f"l{i}", [], [], push_to=CONSUMER, push_key=b"k" * 16))]))
         # the node reports it pushed the answer, in its next ask for orders
-        served = [seq for seq in server.pushes.out]
+        served = list(server.pushes.out)
         one_pass(server, [(NODES[0].encode(), 1, p.AwaitServes(NODES[0], served, [])),
                           (NODES[1].encode(), 1, p.AwaitServes(NODES[1], [], [])),
                           (CONSUMER, 0, p.Ack(leased.ids, leased.leases, True, "q"))])

@@ -99,12 +99,11 @@ class Verified:
         self.seen.add(entry)
 
 
-def check_put_grant(key: bytes, grant: PutGrant, ids: list[int],
-                    verified: Verified | None = None) -> None:
+def check_put_grant(key: bytes, grant: PutGrant, ids: list[int], verified: Verified) -> None:
     """Raise ``Forbidden`` unless ``grant`` verifies under the ring key ``key`` (every node's
     MAC) and covers ``ids`` (what the master checks of an enqueue); ``verified``: grants
     checked before, not checked again."""
-    (verified or Verified(0)).check(key, grant, grant.mac, lambda: sign_put(
+    verified.check(key, grant, grant.mac, lambda: sign_put(
         key, grant.key_id, grant.expiry, grant.first, grant.n, grant.nodes))
     _covers(grant, ids)
 
