@@ -223,7 +223,9 @@ class HandshakeWatch:
         self.secure = secure
         self.unexplained = 0
         self.unexplained_since = 0.0  # monotonic time of the first of them
-        self.turned_away = 0  # connections the server reset in the handshake, since a success
+        # connections the server reset in the handshake since it last answered (``answered``):
+        # a handshake that got through and was then cut unanswered does not clear them
+        self.turned_away = 0
         self.failure: AuthenticationFailed | None = None
         self.connected = False  # a TCP connection was made at least once
         self.refusals = 0  # attempts that failed before any connection was made
@@ -243,7 +245,7 @@ class HandshakeWatch:
                     self.refused_at = self.refused_at or time.monotonic()
                 continue
             if kind == zmq.EVENT_HANDSHAKE_SUCCEEDED:
-                self.unexplained, self.turned_away, self.failure = 0, 0, None
+                self.unexplained, self.failure = 0, None
                 continue
             if kind == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL and \
                     event["value"] == errno.ECONNRESET:

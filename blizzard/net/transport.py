@@ -213,6 +213,8 @@ class Endpoint:
                         type(exc).__name__, str(exc)[:300])
             return
         self.answered = True
+        if self.watch is not None:  # the server answers: turned away no more (``silence``)
+            self.watch.turned_away = 0
         if not rid and isinstance(reply, protocol.Error):  # a refusal it could not address
             if reply.code == VersionMismatch.code:  # (request ids start at 1): a server of
                 self.version_refused = reply  # another wire version; fails every call now
