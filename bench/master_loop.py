@@ -23,7 +23,7 @@ from typing import Any
 from blizzard.wire import protocol as p
 from master.config import MasterConfig
 from master.server import MasterServer
-from master.wal import MemoryWal
+from master.log.wal import MemoryWal
 
 PRODUCER, CONSUMER = b"p" * 16, b"c" * 16  # their connections' routing ids
 NODES = ("dn-a", "dn-b")

@@ -42,9 +42,9 @@ from bench.common import int_list, parser, start
 from blizzard.local.harness import LOOPBACK, Proc, free_port
 from blizzard.net.transport import Endpoint, call
 from blizzard.wire import protocol as p
-from master import checkpoint
-from master.records import CommitItems, NodeSeen, Reserve
-from master.wal import Wal
+from master.log import checkpoint_file
+from master.state.records import CommitItems, NodeSeen, Reserve
+from master.log.wal import Wal
 
 log = logging.getLogger(__name__)
 
@@ -219,7 +219,7 @@ class Restarts:
             self.stop(proc)
         finally:
             proc.kill()
-        if not checkpoint.list_checkpoints(os.path.join(data_dir, "wal")):
+        if not checkpoint_file.list_checkpoints(os.path.join(data_dir, "wal")):
             raise RuntimeError(f"no checkpoint after a clean shutdown:\n{proc.tail()}")
         return data_dir
 

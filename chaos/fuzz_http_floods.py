@@ -12,7 +12,7 @@ heads (``--heads-bind``), and a status page it starts itself:
    for ``seconds``; figures: the body's size, scrapes served, the master's latency before
    and during;
 4. subscriptions: one connection sends ``subscriptions`` distinct topics, then 20 each send
-   their share (``master/subscribers.py``) of topics of queues that do not exist; figures:
+   their share (``master/shard/subscribers.py``) of topics of queues that do not exist; figures:
    the master's count of subscriptions and memory before, at the peak and after they left,
    and whether a well-behaved subscriber still hears of a change.
 
@@ -48,7 +48,7 @@ from blizzard.server.metrics import MAX_SCRAPES
 from blizzard.wire import protocol as p
 from blizzard.wire.shard_messages import topic
 from chaos.fuzz_campaign import rss_mib
-from master.subscribers import PER_CONNECTION
+from master.shard.subscribers import PER_CONNECTION
 
 Emit = Callable[[dict[str, Any]], None]
 SLOW_MS = 250.0  # a master round trip slower than this under a flood is a problem

@@ -25,7 +25,7 @@ from typing import Any
 
 from blizzard.local.harness import LocalCluster
 from datanode.store import LevelDbStore
-from master.inspect import recover
+from master.log.inspect import recover
 
 
 @dataclass(frozen=True)

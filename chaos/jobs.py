@@ -28,7 +28,7 @@ from typing import Any
 
 from blizzard import Client
 from blizzard.wire.errors import BlizzardError
-from master.inspect import armed_ticks
+from master.log.inspect import armed_ticks
 
 log = logging.getLogger(__name__)
 

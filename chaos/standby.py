@@ -2,7 +2,7 @@
 the one that stopped back as the standby of the one that took over.
 
 After a kill, a pause or a cut of the primary, the standby promotes itself if it was in sync
-(``master/standby.py``); an old primary that wakes up or is reconnected learns of the new
+(``master/ha/standby.py``); an old primary that wakes up or is reconnected learns of the new
 epoch and exits ("fenced", status 75). ``recover`` waits for either outcome and restarts the
 stopped master as the standby; if no standby took over (it was not in sync), the old
 primary is restarted on its log, as without a standby.
@@ -15,7 +15,7 @@ import signal
 import time
 
 from blizzard.local.harness import LocalCluster, Proc
-from master.wal_shipping import EXIT_FENCED
+from master.ha.wal_shipping import EXIT_FENCED
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ the mismatch once, so fixing the address or starting the right master is all it 
 and a supervisor that restarts exiting processes does not spin on it.
 
 A node from before cluster ids that holds blobs is refused by a master that has never seen
-it (see ``master/cluster_id.py``); ``--join-cluster ID`` is the operator's word that it
+it (see ``master/nodes/cluster_id.py``); ``--join-cluster ID`` is the operator's word that it
 belongs to cluster ``ID``: the id is kept in the store at start, before any heartbeat.
 """
 

@@ -3,7 +3,7 @@
 A node given several masters (``--master tcp://a,tcp://b``) heartbeats to one at a time. It
 moves on when that one is silent or answers ``NotPrimary`` (a standby), and it obeys no master
 of an epoch older than one it has seen: a primary that was cut off and replaced cannot order a
-delete or a copy after the new one took over (``master/wal_shipping.py`` fences it too).
+delete or a copy after the new one took over (``master/ha/wal_shipping.py`` fences it too).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ class Leader:
         self.keys = keys
         self.choice = MasterChoice(masters)
         self.epoch = 0
-        self.epoch_proof = b""  # the masters' proof of ``epoch`` (master/epoch_proof.py)
+        self.epoch_proof = b""  # the masters' proof of ``epoch`` (master/ha/epoch_proof.py)
         self.endpoint = self._connect()
 
     def _connect(self) -> Endpoint:

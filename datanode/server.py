@@ -65,7 +65,7 @@ ROUTES = Routes([
     #     op           handler       who may send
     Route(p.Put,       "put",        ROLES),  # stored with the pass's other puts (``_write``)
     Route(p.Get,       "get",        ROLES),
-    Route(p.ListMeta,  "list_meta",  meta.READERS),  # a rebuilding master's (master/rebuild.py)
+    Route(p.ListMeta,  "list_meta",  meta.READERS),  # a rebuilding master's (master/ha/rebuild.py)
     Route(p.Delete,    "delete",     DELETERS),
 ])
 

@@ -1,4 +1,4 @@
-"""Leases this data node answers on the master's order, payloads and all (``master/pushes.py``).
+"""Leases this data node answers on the master's order, payloads and all (``master/consume/pushes.py``).
 
 The node keeps one ``AwaitServes`` parked at the master; the reply (``Serves``) holds orders,
 each a lease's ``Leased`` and where its consumer is connected here. The node reads the items
@@ -27,7 +27,7 @@ REFUSED_S = 1.0  # ... after a refusal (this node not registered yet; a master o
 MAX_REPORTED = 500  # served and failed orders one AwaitServes reports, each: as many as a
 # ``Serves`` holds (the master takes no more; the rest go with the next one)
 # the time one ``Serves`` may take: orders left past it are reported failed, so the master
-# answers them at once rather than after its timeout (master/pushes.py: PUSH_TIMEOUT_S)
+# answers them at once rather than after its timeout (master/consume/pushes.py: PUSH_TIMEOUT_S)
 SERVE_BUDGET_S = 0.1
 
 

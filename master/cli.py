@@ -126,8 +126,8 @@ def master_command(data_dir: str, bind: str, replication: int, min_replicas: int
     """
     needs_server_extra("master")
     from master.server import MasterServer
-    from master.standby import StandbyServer
-    from master.wal import WalCorrupt, WalLocked
+    from master.ha.standby import StandbyServer
+    from master.log.wal import WalCorrupt, WalLocked
 
     logs.setup(log_level, log_format, "master", bind)
     config = MasterConfig(data_dir=data_dir, bind=bind, replication=replication,
@@ -152,7 +152,7 @@ def master_command(data_dir: str, bind: str, replication: int, min_replicas: int
             return StandbyServer(config)
         if not rebuild_from:
             return MasterServer(config)
-        from master.rebuild import hold_reads, parse_addrs, rebuild
+        from master.ha.rebuild import hold_reads, parse_addrs, rebuild
         rebuild(config, parse_addrs(rebuild_from))  # before the master binds
         return hold_reads(MasterServer(config))
 

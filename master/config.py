@@ -42,16 +42,16 @@ class MasterConfig:
     metrics_addr: str = "127.0.0.1"
     metrics_allow_hosts: tuple[str, ...] = ()  # Host names /metrics answers to, besides its own
     metrics_queues: int = 100  # queues /metrics names, by name; the rest summed as "(other)"
-    # high availability (master/standby.py, master/wal_shipping.py)
+    # high availability (master/ha/standby.py, master/ha/wal_shipping.py)
     standby_of: str | None = None  # follow this primary as a hot standby
     advertise: str | None = None  # the address others reach this master at; default: bind
     sync_standby: bool = True  # once a standby caught up, answer only what it holds too
     failover_after_s: float = 2.0  # a standby in sync promotes itself after this much silence; 0: never
-    # sharding (master/heads.py)
+    # sharding (master/shard/heads.py)
     shard: int = 0  # this master's shard: its ids start at shard << 56
     shards: str = ""  # every shard's masters, space-separated, told to clients (Welcome)
     heads_bind: str | None = None  # publish queue heads on an XPUB socket here; None: off
-    # who may create queues (master/queue_policy.py)
+    # who may create queues (master/rules/queue_policy.py)
     max_queues: int = 10_000  # queues the master holds at most; admin keys may fill it
     client_queues: int = 1_000  # a client key creates a queue only while fewer than this exist
     # a client key may set these when it creates a queue (space-separated; "all", or "" for

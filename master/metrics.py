@@ -27,8 +27,8 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 
 from blizzard.server import metrics
 from blizzard.server.metrics import Timing
-from master.counts import KINDS
-from master.leases import LOST_NAMES
+from master.state.counts import KINDS
+from master.consume.leases import LOST_NAMES
 
 log = logging.getLogger(__name__)
 
@@ -183,7 +183,7 @@ class MasterMetrics(metrics.ServedCollector):
         yield GaugeMetricFamily("blizzard_master_long_polls",
                                 "Lease requests parked until items come (long polls).",
                                 value=len(server.leases.waiters))
-        listened = server.heads.listened  # master/subscribers.py
+        listened = server.heads.listened  # master/shard/subscribers.py
         yield GaugeMetricFamily("blizzard_heads_subscriptions",
                                 "Subscriptions the heads feed applies, all connections "
                                 "together (a topic once per connection listening).",
@@ -217,7 +217,7 @@ class MasterMetrics(metrics.ServedCollector):
                                   "put them on as well (PutAlso).", value=server.enqueues.hedged)
         pushed = CounterMetricFamily(
             "blizzard_pushed_leases", "Leases a data node was ordered to answer, payloads and "
-            "all (master/pushes.py), by who answered: the node, or the master when the node "
+            "all (master/consume/pushes.py), by who answered: the node, or the master when the node "
             "could not or was late.", labels=["by"])
         pushed.add_metric(["node"], server.pushes.pushed)
         pushed.add_metric(["master"], server.pushes.direct)

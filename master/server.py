@@ -33,36 +33,36 @@ from blizzard.server.router import RouterServer, error_reply
 from blizzard.server.sync_hold import SyncHold
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import BlizzardError, Forbidden, InvalidArgument
-from master import records
-from master.admin import QueueAdmin
-from master.id_blocks import Blocks
-from master.capabilities import CapabilityKeys
-from master.checkpointer import Checkpointer, recover
-from master.cluster_id import ClusterIdentity
+from master.state import records
+from master.admin.operations import QueueAdmin
+from master.produce.placements import Blocks
+from master.nodes.grant_keys import CapabilityKeys
+from master.log.recovery import Checkpointer, recover
+from master.nodes.cluster_id import ClusterIdentity
 from master.config import MasterConfig
-from master.counts import QueueCounts
-from master.datanodes import DatanodeReports
-from master.deletes import Deletes
-from master.enqueue import Enqueues
-from master.heads import Heads, claim_shard
-from master.ids import ItemIds
-from master.jobs import JobDesk
-from master.leases import Leases
-from master.membership import Membership
-from master.meta_sync import MetaSync
+from master.state.counts import QueueCounts
+from master.nodes.reports import DatanodeReports
+from master.nodes.blob_deletes import Deletes
+from master.produce.enqueue import Enqueues
+from master.shard.heads import Heads, claim_shard
+from master.produce.ids import ItemIds
+from master.jobs.status import JobDesk
+from master.consume.leases import Leases
+from master.nodes.membership import Membership
+from master.nodes.meta_sync import MetaSync
 from master.metrics import MasterMetrics
-from master.node_keys import NodeKeys
-from master.pushes import Pushes
-from master.queue_policy import QueuePolicy
-from master.removal import Removals
-from master.repair import Repairer
-from master.wal_shipping import Replication
-from master.safe_mode import SafeMode
-from master.schedules import ScheduleDesk
-from master.state import State
-from master.tasks import Tasks
+from master.nodes.node_keys import NodeKeys
+from master.consume.pushes import Pushes
+from master.rules.queue_policy import QueuePolicy
+from master.admin.removal import Removals
+from master.nodes.repair import Repairer
+from master.ha.wal_shipping import Replication
+from master.nodes.safe_mode import SafeMode
+from master.jobs.schedules import ScheduleDesk
+from master.state.machine import State
+from master.jobs.http_delivery import Tasks
 from master.wakes import Wakes
-from master.wal import MemoryWal, Wal
+from master.log.wal import MemoryWal, Wal
 
 log = logging.getLogger(__name__)
 
@@ -85,48 +85,48 @@ ROUTES = Routes([
     Route(p.Ping,         "ping",                  ANYONE),
     Route(p.Hello,        "hello",                 ANYONE),
     Route(p.Status,       "admin.status",          ANYONE),
-    # producers: ids and where to put them, enqueue, commit of staged items (master/enqueue.py)
+    # producers: ids and where to put them, enqueue, commit of staged items (master/produce/enqueue.py)
     Route(p.Place,        "id_blocks.place",       USERS,     (R.Reserve,)),
     Route(p.Enqueue,      "enqueue",               USERS,     (R.CommitItems, R.ExpireUniques)),
     Route(p.Commit,       "commit",                USERS,     (R.CommitItems,)),
-    # consumers: leases and how they end (master/leases.py)
+    # consumers: leases and how they end (master/consume/leases.py)
     Route(p.Lease,        "lease",                 USERS,     (R.LeaseItems, R.AckItems)),
     Route(p.Ack,          "leases.ack",            USERS,     (R.AckItems,)),
     Route(p.Nack,         "leases.nack",           USERS,     (R.ReleaseItems,)),
     Route(p.Extend,       "leases.extend",         USERS,     (R.LeaseItems, R.ProgressItems)),
     Route(p.Regrant,      "leases.regrant",        USERS),
     Route(p.BadReplica,   "datanodes.bad_replica", USERS,     (R.DropReplicas,)),
-    # HTTP push delivery (master/tasks.py); a queue's head, for sharding (master/heads.py)
+    # HTTP push delivery (master/jobs/http_delivery.py); a queue's head, for sharding (master/shard/heads.py)
     Route(p.Lookup,       "tasks.lookup",          USERS),
     Route(p.Bury,         "tasks.bury",            USERS,     (R.BuryItems, R.ReleaseItems)),
     Route(p.TaskStats,    "tasks.task_stats",      USERS),
     Route(p.Head,         "heads.head",            USERS),
-    # jobs: status, results, cancel (master/jobs.py)
+    # jobs: status, results, cancel (master/jobs/status.py)
     Route(p.Jobs,         "jobs.jobs",             USERS),
     Route(p.InProgress,   "jobs.in_progress",      USERS),
     Route(p.Cancel,       "jobs.cancel",           USERS,     (R.CancelItems,)),
-    # schedules (master/schedules.py): a worker declares them; an admin removes them
+    # schedules (master/jobs/schedules.py): a worker declares them; an admin removes them
     Route(p.SetSchedule,  "set_schedule",          USERS,     (R.CommitItems, R.AddSchedule)),
     Route(p.ListSchedules, "schedules.list",       USERS),
     Route(p.RemoveSchedule, "schedules.remove",    OPERATORS, (R.DropSchedule,)),
-    # queues (master/admin.py): a client reads them, an admin changes them
+    # queues (master/admin/operations.py): a client reads them, an admin changes them
     Route(p.Stats,        "admin.stats",           USERS),
     Route(p.ListQueues,   "admin.list_queues",     USERS),
     Route(p.Configure,    "admin.configure",       OPERATORS, (R.ConfigureQueue,)),
     Route(p.Purge,        "admin.purge",           OPERATORS, (R.DeleteItems,)),
     Route(p.Redrive,      "admin.redrive",         OPERATORS, (R.RedriveItems, R.WakeItems)),
     Route(p.Peek,         "admin.peek",            OPERATORS),
-    # operator removals: forget a dead node, delete an item or a queue (master/removal.py)
+    # operator removals: forget a dead node, delete an item or a queue (master/admin/removal.py)
     Route(p.RemoveNode,   "removals.remove_node",  OPERATORS, (R.ForgetNode,)),
     Route(p.DeleteItem,   "removals.delete_item",  OPERATORS, (R.DeleteItems,)),
     Route(p.DeleteQueue,  "removals.delete_queue", OPERATORS, (R.DeleteQueue,)),
-    # data nodes, each on its own node id only (the methods below; master/datanodes.py)
+    # data nodes, each on its own node id only (the methods below; master/nodes/reports.py)
     Route(p.Heartbeat,    "heartbeat",             (NODE,),   (R.NodeKeyBound, R.NodeSeen)),
     Route(p.PutReport,    "put_report",            (NODE,)),
     Route(p.Replicated,   "replicated",            (NODE,),   (R.AddReplicas, R.DropReplicas)),
     Route(p.Inventory,    "inventory",             (NODE,),   (R.AddReplicas, R.DropReplicas)),
-    Route(p.AwaitServes,  "await_serves",          (NODE,)),  # leases a node answers (master/pushes.py)
-    # a standby following the log (master/wal_shipping.py)
+    Route(p.AwaitServes,  "await_serves",          (NODE,)),  # leases a node answers (master/consume/pushes.py)
+    # a standby following the log (master/ha/wal_shipping.py)
     Route(p.Follow,       "replication.follow",    (STANDBY,), (R.StandbySynced,)),
 ])
 ALLOWED = ROUTES.allowed  # role -> the ops its keys may send
@@ -174,11 +174,11 @@ class MasterServer:
         self.repair = Repairer(self.state, self.membership, config.replication)
         self.id_blocks = Blocks(config, self.ids, self.membership, self.safe_mode, self.deletes,
                                 self.capabilities, self._kept_on)
-        # who may create queues, with which settings (master/queue_policy.py)
+        # who may create queues, with which settings (master/rules/queue_policy.py)
         self.queue_policy = QueuePolicy(config, self.state, self.router.role_of)
         self.enqueues = Enqueues(config, self.state, self.log_record, self.id_blocks, self.deletes,
                                  self.counts, self.queue_policy)
-        # sharding: a queue's head here, asked for, told with leases, published (master/heads.py)
+        # sharding: a queue's head here, asked for, told with leases, published (master/shard/heads.py)
         self.heads = Heads(self.state, config.shard, self.ctx, config.heads_bind, keys,
                            lambda: self.wal.records_appended)
         self.leases = Leases(config, self.state, self.log_record, self.deletes, self.membership,
@@ -206,7 +206,7 @@ class MasterServer:
                                       self.enqueues)
         self.leases.schedules = self.tasks.schedules = self.schedules
         self._replies: list[tuple[bytes, int, Any]] = []
-        # leases data nodes answer (master/pushes.py); sent on the router of the moment
+        # leases data nodes answer (master/consume/pushes.py); sent on the router of the moment
         self.pushes = Pushes(lambda peer, rid, msg: self.router.reply(peer, rid, msg))
         self._stopping = False
         self.wakes = Wakes(self)  # when the loop must pass again; ``stop`` wakes it
@@ -217,15 +217,15 @@ class MasterServer:
                                         self.metrics.checkpointed,
                                         lambda: 0 if config.keep_wal
                                         else self.replication.keep_from())
-        # the cluster id gates heartbeats (master/cluster_id.py); operator removals
+        # the cluster id gates heartbeats (master/nodes/cluster_id.py); operator removals
         self.identity = ClusterIdentity(self.state, self.log_record)
         self.removals = Removals(self.state, self.log_record, self.membership, self.safe_mode,
                                  self.repair, self.deletes, self.leases, self.enqueues)
-        # standbys (master/wal_shipping.py): they follow the log; replies wait for a synced one
+        # standbys (master/ha/wal_shipping.py): they follow the log; replies wait for a synced one
         self.replication = Replication(self, sync=config.sync_standby,
                                        failover_after_s=config.failover_after_s,
                                        keys=k.master_keys(config.keys)[1] if config.keys else None)
-        # a node's key speaks for its own node id only (master/node_keys.py)
+        # a node's key speaks for its own node id only (master/nodes/node_keys.py)
         self.node_keys = NodeKeys(self.state, self.log_record, self._key_of, self._revoked,
                                   self._node_alive)
         self.handlers: dict[type, Handler] = ROUTES.bind(self)  # who serves which op
@@ -299,11 +299,11 @@ class MasterServer:
     def heartbeat(self, msg: p.Heartbeat, now: float, mono: float, peer: bytes,
                   rid: int) -> p.HeartbeatReply:
         """A data node's heartbeat, step by step: the node's key may speak for its node id
-        (``master/node_keys.py``); a newer epoch the node saw, with the masters' proof, fences
-        this master (``master/wal_shipping.py``); the node is of this cluster
-        (``master/cluster_id.py``); it is registered and given its orders
-        (``master/datanodes.py``). The reply carries this cluster's id, the changed metadata
-        of items the node holds (``master/meta_sync.py``) and this master's epoch with its proof.
+        (``master/nodes/node_keys.py``); a newer epoch the node saw, with the masters' proof, fences
+        this master (``master/ha/wal_shipping.py``); the node is of this cluster
+        (``master/nodes/cluster_id.py``); it is registered and given its orders
+        (``master/nodes/reports.py``). The reply carries this cluster's id, the changed metadata
+        of items the node holds (``master/nodes/meta_sync.py``) and this master's epoch with its proof.
         """
         self.node_keys.check(msg.node_id, peer, mono)
         self.replication.fence_by(msg)
@@ -314,7 +314,7 @@ class MasterServer:
 
     def await_serves(self, msg: p.AwaitServes, now: float, mono: float, peer: bytes,
                      rid: int) -> p.Serves | None:
-        """A data node waits for leases to answer itself (``master/pushes.py``)."""
+        """A data node waits for leases to answer itself (``master/consume/pushes.py``)."""
         self.node_keys.check_own(msg.node_id, peer)
         if msg.node_id not in self.state.node_addrs:
             raise InvalidArgument(f"no data node {msg.node_id[:64]!r} is registered here")
@@ -322,8 +322,8 @@ class MasterServer:
 
     def lease(self, msg: p.Lease, now: float, mono: float, peer: bytes,
               rid: int) -> p.Leased | None:
-        """A lease (``master/leases.py``); its answer may be pushed by a data node
-        (``master/pushes.py``), unless it is a retry: the first answer may have been pushed
+        """A lease (``master/consume/leases.py``); its answer may be pushed by a data node
+        (``master/consume/pushes.py``), unless it is a retry: the first answer may have been pushed
         and lost on the way, so a retry's comes from the master."""
         if msg.request not in self.state.recent_leases:
             self.pushes.want(msg, peer, rid)
@@ -437,7 +437,7 @@ class MasterServer:
         # heads first: a producer told its item is in should find subscribers told too
         self.heads.publish(bool(requests or replies), mono)
         self.replication.release(replies)  # at once, or when a sync standby holds the pass
-        self.pushes.flush()  # the leases data nodes answer: their orders (master/pushes.py)
+        self.pushes.flush()  # the leases data nodes answer: their orders (master/consume/pushes.py)
         self.replication.serve_parked(mono)
         self._maybe_checkpoint()
 

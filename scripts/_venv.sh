@@ -21,6 +21,9 @@ if [ ! -f "$stamp" ]; then
     tail -n 40 "$install_log" >&2
     exit 1
   fi
+  # matplotlib builds its font cache at its first import, running fc-list: done here, once,
+  # so that no test (a unit test may start no process) is the first to import it.
+  "$VENV/bin/python" -c "import matplotlib.font_manager" >>"$install_log" 2>&1 || true
   touch "$stamp"
 fi
 export PATH="$VENV/bin:$PATH"

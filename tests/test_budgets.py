@@ -15,12 +15,12 @@ from blizzard.wire.errors import InvalidArgument, ProtocolError, TooManyItems
 from datanode.config import DatanodeConfig
 from datanode.server import MAX_PEERS, DatanodeServer
 from datanode.store import MemoryStore
-from master import id_blocks
-from master import deletes as deletes_mod
-from master import enqueue
-from master import membership as membership_mod
-from master.deletes import Deletes
-from master.membership import Membership
+from master.produce import placements as id_blocks
+from master.nodes import blob_deletes as deletes_mod
+from master.produce import enqueue
+from master.nodes import membership as membership_mod
+from master.nodes.blob_deletes import Deletes
+from master.nodes.membership import Membership
 from support.in_process_master import (alloc, call, enqueue_msg, in_process_master, place, report,
                                        waiting_replies)
 
@@ -94,7 +94,7 @@ def test_pending_counts_per_queue_follow_commits_without_a_scan():
 def test_a_record_too_large_to_log_changes_nothing(monkeypatch):
     master = in_process_master(replication=1)
     placement = alloc(master, 2)
-    monkeypatch.setattr("master.wal.MAX_RECORD_BYTES", 10)
+    monkeypatch.setattr("master.log.wal.MAX_RECORD_BYTES", 10)
     with pytest.raises(InvalidArgument, match="log record"):
         call(master, p.Commit(placement.ids, ["dn-a"], "r1"))
     assert master.state.items == {} and len(master.enqueues.pending) == 2
@@ -106,7 +106,7 @@ def test_a_record_too_large_to_log_changes_nothing(monkeypatch):
 
 def test_long_polls_are_capped_and_keep_no_ack_lists(monkeypatch):
     master = in_process_master(replication=1)
-    monkeypatch.setattr("master.leases.MAX_WAITERS_PER_PEER", 3)
+    monkeypatch.setattr("master.consume.leases.MAX_WAITERS_PER_PEER", 3)
     for _ in range(3):
         assert call(master, p.Lease("q", 1, 1.0, 5.0, "", [], [])) is None
     with pytest.raises(TooManyItems, match="long polls"):

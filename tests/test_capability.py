@@ -13,7 +13,7 @@ import pytest
 from blizzard.server.capability import KeyRing
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import Forbidden, InvalidArgument, ProtocolError
-from master.capabilities import GET_GRANT_S, CapabilityKeys
+from master.nodes.grant_keys import GET_GRANT_S, CapabilityKeys
 from master.config import MasterConfig
 
 NOW = 1_700_000_000.0
@@ -215,7 +215,7 @@ def test_a_put_grant_shown_again_is_not_signed_again_but_checked_for_what_change
 
 
 def test_the_master_checks_an_enqueues_grant_once_per_placement(keys, monkeypatch):
-    from master import capabilities
+    from master.nodes import grant_keys as capabilities
 
     signed = []
     sign_put = capabilities.check_put_grant.__globals__["sign_put"]

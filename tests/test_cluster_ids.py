@@ -27,11 +27,11 @@ from blizzard.wire import protocol as p
 from blizzard.wire.errors import ForeignCluster, InvalidArgument
 from datanode.cluster_id import ClusterMembership
 from datanode.store import LevelDbStore, MemoryStore
-from master import records
+from master.state import records
 from master.config import MasterConfig
 from master.server import MasterServer
-from master.state import State
-from master.wal import Wal
+from master.state.machine import State
+from master.log.wal import Wal
 
 FAST = dict(heartbeat_s=0.2, dead_after_s=1.5)
 BLIZZARD = [sys.executable, "-m", "blizzard.cli"]

@@ -18,12 +18,12 @@ from blizzard import Client
 from blizzard.net.transport import raise_if_error
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import InUse, MasterStarting, UnknownItem, UnknownQueue
-from master import records
+from master.state import records
 from master.config import MasterConfig
-from master.records import CommitItems, NodeSeen
+from master.state.records import CommitItems, NodeSeen
 from master.server import MasterServer
-from master.state import State
-from master.wal import MemoryWal
+from master.state.machine import State
+from master.log.wal import MemoryWal
 
 FAST = dict(heartbeat_s=0.2, dead_after_s=1.5)
 

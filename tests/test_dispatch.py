@@ -23,9 +23,9 @@ from blizzard.client.http_task import HttpTask, bury, lookup, task_counts
 from blizzard.local.harness import Proc
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import InvalidArgument, LeaseExpired
-from master import records
-from master.records import BuryItems, CommitItems, LeaseItems, ReleaseItems
-from master.state import State
+from master.state import records
+from master.state.records import BuryItems, CommitItems, LeaseItems, ReleaseItems
+from master.state.machine import State
 
 DONE = ("succeeded", "failed")
 
@@ -356,7 +356,7 @@ def test_a_refused_key_stops_the_dispatcher_with_an_error(cluster, tmp_path):
 
 
 def test_a_lookup_answers_each_id_once_and_its_errors_stay_bounded():
-    from master import tasks
+    from master.jobs import http_delivery as tasks
     from support.in_process_master import alloc, call, in_process_master
 
     master = in_process_master(replication=1)
@@ -375,7 +375,7 @@ def test_a_lookup_answers_each_id_once_and_its_errors_stay_bounded():
 
 
 def test_burying_an_item_already_dead_gives_it_back_after_a_back_off_not_at_once():
-    from master import tasks
+    from master.jobs import http_delivery as tasks
     from support.in_process_master import alloc, call, in_process_master
 
     master = in_process_master(replication=1)

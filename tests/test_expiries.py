@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from master.expiries import Expiries
-from master.records import CommitItems, LeaseItems
-from master.state import State
+from master.state.expiries import Expiries
+from master.state.records import CommitItems, LeaseItems
+from master.state.machine import State
 
 
 def test_a_record_s_items_come_due_together_and_stale_ones_are_skipped():

@@ -17,10 +17,10 @@ from blizzard.wire import protocol as p
 from datanode.config import DatanodeConfig
 from datanode.server import DatanodeServer
 from datanode.store import LevelDbStore, MemoryStore
-from master import checkpointer as checkpointer_module
-from master.checkpointer import Checkpointer
-from master.state import State
-from master.wal import Wal, list_segments
+from master.log import recovery as checkpointer_module
+from master.log.recovery import Checkpointer
+from master.state.machine import State
+from master.log.wal import Wal, list_segments
 
 EMFILE = OSError(errno.EMFILE, os.strerror(errno.EMFILE))
 

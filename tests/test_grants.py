@@ -24,7 +24,7 @@ from blizzard.wire.errors import Forbidden
 from datanode.config import DatanodeConfig
 from datanode.server import DatanodeServer
 from datanode.store import MemoryStore
-from master.capabilities import CapabilityKeys
+from master.nodes.grant_keys import CapabilityKeys
 from master.config import MasterConfig
 from master.server import MasterServer
 

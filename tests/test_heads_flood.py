@@ -18,7 +18,7 @@ from blizzard.local.harness import LocalCluster, free_port
 from blizzard.net.secure import connect_curve
 from blizzard.wire import protocol as p
 from blizzard.wire.shard_messages import topic
-from master.subscribers import PER_CONNECTION, UNKNOWN
+from master.shard.subscribers import PER_CONNECTION, UNKNOWN
 
 FLOOD = 20_000  # distinct subscriptions one connection sends
 LONG = "x" * 180  # topics as long as a queue name may be: what each costs is per byte

@@ -2,7 +2,7 @@
 (one key, two connections) makes no healthy data node suspect for everyone, and a producer
 holding ids places no new block per enqueue while the master names suspects. The master once
 noted nodes slow from two connections' hedges, which one key could fake (found in review);
-now only a node's own silence makes it suspect (``master/membership.py``)."""
+now only a node's own silence makes it suspect (``master/nodes/membership.py``)."""
 
 from __future__ import annotations
 

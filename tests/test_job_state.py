@@ -1,4 +1,4 @@
-"""The master's job book as a state machine (master/job_book.py): results link to jobs and
+"""The master's job book as a state machine (master/state/job_book.py): results link to jobs and
 replace each other, cancels end waiting jobs at once and leased ones when given back,
 progress stays with a job across a retry; all of it replays and checkpoints the same."""
 
@@ -7,10 +7,10 @@ from __future__ import annotations
 import time
 
 from blizzard.wire import protocol as p
-from master import records
-from master.records import (AckItems, CancelItems, ForgetResults, LeaseItems,
+from master.state import records
+from master.state.records import (AckItems, CancelItems, ForgetResults, LeaseItems,
                             ProgressItems, ReleaseItems)
-from master.state import State
+from master.state.machine import State
 from support.in_process_master import call, enqueue_msg, in_process_master, place, report
 from support.records import commit
 

@@ -14,16 +14,16 @@ from hypothesis import strategies as st
 
 from blizzard.wire import codec
 from blizzard.wire import protocol as p
-from master import records
-from master.item import DELAYED, LEASED, READY
-from master.job_book import HELD_UNTIL
-from master.queues import QueueConfig
-from master.records import (AckItems, AddSchedule, BuryItems, CancelItems, CommitItems,
+from master.state import records
+from master.state.item import DELAYED, LEASED, READY
+from master.state.job_book import HELD_UNTIL
+from master.state.queue_config import QueueConfig
+from master.state.records import (AckItems, AddSchedule, BuryItems, CancelItems, CommitItems,
                             ConfigureQueue, DeleteItems, DeleteQueue, DropSchedule,
                             ForgetResults, LeaseItems, ProgressItems, RearmItems, RedriveItems,
                             ReleaseItems, WakeItems)
-from master.schedules import Schedule, next_tick
-from master.state import State
+from master.state.schedule_book import next_tick
+from master.state.machine import State
 from support.in_process_master import (call, enqueue_msg, in_process_master, place,
                                              report)
 

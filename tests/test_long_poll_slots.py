@@ -12,7 +12,7 @@ import zmq.auth
 from blizzard import Client
 from blizzard.local.harness import LocalCluster
 from blizzard.wire import protocol as p
-from master.leases import MAX_WAITERS, MAX_WAITERS_PER_KEY, MAX_WAITERS_PER_PEER
+from master.consume.leases import MAX_WAITERS, MAX_WAITERS_PER_KEY, MAX_WAITERS_PER_PEER
 
 QUEUE = "slots"
 _requests = itertools.count()

@@ -287,7 +287,7 @@ def test_an_inventory_that_never_comes_is_asked_for_again():
     """A node still reporting its inventory is no copy target, so an inventory report lost
     on the way would stall repair for good: the master asks again when none of it came for
     INVENTORY_RETRY_S, and stops asking once it has it."""
-    from master.repair import INVENTORY_RETRY_S
+    from master.nodes.repair import INVENTORY_RETRY_S
 
     master = in_process_master(dead_after_s=60.0)  # heartbeats below never miss
     now, mono = time.time(), time.monotonic()

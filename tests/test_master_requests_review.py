@@ -14,9 +14,9 @@ from support.in_process_master import call, enqueue_msg, in_process_master, plac
 
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import UnknownItem
-from master import records
-from master import uniques as uniques_mod
-from master.state import State
+from master.state import records
+from master.state import unique_keys as uniques_mod
+from master.state.machine import State
 
 
 @pytest.fixture
@@ -57,7 +57,7 @@ def replies_to(master, peer: bytes) -> list:
 
 def test_a_parked_named_lease_does_not_starve_the_queues_other_long_polls(master):
     """A long poll naming ids (here one that does not exist) gets nothing and marks its queue
-    "dry" for the pass (master/leases.py serve_waiters): every head long poll parked after it
+    "dry" for the pass (master/consume/leases.py serve_waiters): every head long poll parked after it
     is then never served when items come, only answered empty at its timeout."""
     peer_named, peer_head = b"named", b"head"
     assert master.handle(peer_named, 1, p.Lease("q", 1, 30.0, 30.0, "n1", [], [],
@@ -97,7 +97,7 @@ def test_a_named_lease_parked_in_a_paused_queue_cannot_wedge_the_timers(master):
 def test_a_retried_enqueue_with_a_duplicate_gets_the_same_firsts(master):
     """An enqueue whose second item repeats the first's unique key makes one item; its reply
     names the first id for both. Its retry (same request id: the reply was lost) is answered
-    from ``recent_commits`` as ``Committed(count=n)`` without ``firsts`` (master/enqueue.py),
+    from ``recent_commits`` as ``Committed(count=n)`` without ``firsts`` (master/produce/enqueue.py),
     so the client (pipeline._committed) returns its own second id, which never existed."""
     placement = place(master, 2)
     report(master, placement.ids)
@@ -124,7 +124,7 @@ def test_parked_enqueues_cannot_take_more_unique_keys_than_a_queue_may_hold(mast
     report(master, a.ids + b.ids)
     waiting_replies(master)
     assert master.state.uniques.per_queue.get("q", 0) <= 2, \
-        f"queue q holds {master.state.uniques.per_queue['q']} keys, over its cap of 2"
+        f"queue q holds {master.state.machine.uniques.per_queue['q']} keys, over its cap of 2"
 
 
 def test_a_refused_enqueue_with_unique_keys_changes_no_state(master, monkeypatch):

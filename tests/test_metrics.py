@@ -24,7 +24,7 @@ from blizzard.wire import protocol as p
 from datanode.store import LevelDbStore, MemoryStore
 from master.config import MasterConfig
 from master.server import MasterServer
-from master.wal import MemoryWal
+from master.log.wal import MemoryWal
 
 class NoRouter:
     """Stands in for the master's socket: requests are handed in by the test."""

@@ -20,7 +20,7 @@ from blizzard.net.transport import call
 from blizzard.server.capability import sign_get
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import AuthenticationFailed, Forbidden
-from master.epoch_proof import EpochProof
+from master.ha.epoch_proof import EpochProof
 
 pytestmark = pytest.mark.cluster  # real clusters, some started here
 

@@ -11,7 +11,7 @@ import pytest
 from blizzard.wire import codec
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import ProtocolError, UnknownOp, VersionMismatch
-from master import records
+from master.state import records
 
 
 def _sample(tp):

@@ -1,4 +1,4 @@
-"""Leases answered by a data node, payloads and all (issue 35; master/pushes.py,
+"""Leases answered by a data node, payloads and all (issue 35; master/consume/pushes.py,
 datanode/serves.py), on real clusters with keys: a consumer connected to the nodes sends no
 ``Get``; a push that cannot arrive (no connection there, a stopped node) leaves the master to
 answer, so no lease waits long; only data nodes may ask for orders."""
@@ -14,7 +14,7 @@ from blizzard.client.core import Client
 from blizzard.net.hedge import CAP_S
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import Forbidden
-from master.pushes import PUSH_TIMEOUT_S
+from master.consume.pushes import PUSH_TIMEOUT_S
 from support.prometheus import scrape, value
 
 pytestmark = pytest.mark.cluster

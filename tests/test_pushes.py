@@ -1,4 +1,4 @@
-"""Leases a data node answers, the master's side (master/pushes.py): which node gets the
+"""Leases a data node answers, the master's side (master/consume/pushes.py): which node gets the
 order, and that every lease is answered whatever the node does (reports it failed, is late,
 goes away)."""
 
@@ -8,9 +8,9 @@ import pytest
 
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import InvalidArgument
-from master import pushes as pushes_mod
+from master.consume import pushes as pushes_mod
 from blizzard.wire.push_signature import opened
-from master.pushes import AWAIT_S, MAX_PUSHED_BYTES, MAX_SERVES, PUSH_TIMEOUT_S, Pushes
+from master.consume.pushes import AWAIT_S, MAX_PUSHED_BYTES, MAX_SERVES, PUSH_TIMEOUT_S, Pushes
 
 TO = b"r" * 16  # the consumer's routing id on its data-node connections
 KEY = b"k" * 16  # ... and its secret

@@ -14,9 +14,9 @@ from blizzard.wire import protocol as p
 from blizzard.wire import queue_settings
 from blizzard.wire.errors import InvalidArgument, VersionMismatch
 from blizzard.wire.queue_settings import NAMES, SETTINGS, Settings, check_changes
-from master import records
-from master.queues import QueueConfig
-from master.state import State
+from master.state import records
+from master.state.queue_config import QueueConfig
+from master.state.machine import State
 
 # Written by the code before the settings had one definition; the bytes must keep decoding.
 OLD_CONFIGURE_RECORD = bytes.fromhex(

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from master.item import Item
-from master.ready import ReadyLine
+from master.state.item import Item
+from master.state.ready import ReadyLine
 
 
 def rec(order: int, priority: int = 0, attempts: int = 0) -> Item:

@@ -1,5 +1,5 @@
 """A rebuild's pure parts: pages checked and folded into records, their apply, and the
-metadata changes a master sends the nodes (``master/meta_sync.py``)."""
+metadata changes a master sends the nodes (``master/nodes/meta_sync.py``)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ import pytest
 
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import InvalidArgument
-from master import records
-from master.item import DELAYED, READY
-from master.meta_sync import MetaSync
-from master.rebuild_fold import ID_MARGIN, NodeScan, check_node, fold
-from master.records import (AckItems, AddReplicas, ClusterCreated, CommitItems, ConfigureQueue,
+from master.state import records
+from master.state.item import DELAYED, READY
+from master.nodes.meta_sync import MetaSync
+from master.ha.rebuild_fold import ID_MARGIN, NodeScan, check_node, fold
+from master.state.records import (AckItems, AddReplicas, ClusterCreated, CommitItems, ConfigureQueue,
                             LeaseItems, NodeSeen, RebuildItems, RedriveItems, ReleaseItems, Reserve)
-from master.state import State
+from master.state.machine import State
 
 
 def meta(*ids: int, queue: str = "jobs", attempts: int = 0, origin: str = "",

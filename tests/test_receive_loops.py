@@ -88,7 +88,7 @@ def test_a_server_pass_takes_at_most_its_batch_and_ends_at_again():
 
 
 def test_an_answer_on_a_data_node_connection_is_taken_only_if_the_master_signed_it():
-    """A lease's answer may come on a data-node connection (a push, master/pushes.py): one
+    """A lease's answer may come on a data-node connection (a push, master/consume/pushes.py): one
     the check refuses (a node making up an answer for a request id it guessed) is dropped
     and the call waits on; a genuine one wins, and the master's connection drops its own."""
     master, _ = endpoint_with([])

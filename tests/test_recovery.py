@@ -12,8 +12,8 @@ from support.wait import wait_for
 
 from blizzard import Client
 from blizzard.wire.errors import BlizzardError, LeaseExpired
-from master import checkpoint
-from master.wal import list_segments, segment_name
+from master.log import checkpoint_file
+from master.log.wal import list_segments, segment_name
 
 FAST = dict(heartbeat_s=0.2, dead_after_s=1.5)
 
@@ -30,7 +30,7 @@ def test_checkpoints_bound_the_log_and_restore_everything(cluster_factory):
         held = c.dequeue_many("jobs", 5, lease_s=300)
         short = c.dequeue_many("jobs", 2, lease_s=1.0)
         c.ack_many(c.dequeue_many("jobs", 3))
-        wait_for(lambda: checkpoint.list_checkpoints(wal_dir(cl)), what="a checkpoint")
+        wait_for(lambda: checkpoint_file.list_checkpoints(wal_dir(cl)), what="a checkpoint")
         assert len(list_segments(wal_dir(cl))) <= 3  # covered segments were removed
     cl.master.kill()
     cl.restart_master()

@@ -17,7 +17,7 @@ from blizzard.wire.errors import Forbidden, ForeignCluster
 from datanode import meta
 from datanode import server as datanode_server
 from datanode.grants import DELETERS
-from master import records
+from master.state import records
 from master import server as master_server
 from master.server import ADMIN_OPS, ALLOWED, NODE_OPS, ROUTES
 
@@ -97,7 +97,7 @@ def test_a_client_key_cannot_send_a_data_nodes_heartbeat_or_report(master):
 def test_a_heartbeat_passes_every_step_of_its_chain(master):
     reply = call(master, p.Heartbeat("dn-b", "tcp://127.0.0.1:2", 0, 0, 10**12), b"dn-b")
     assert isinstance(reply, p.HeartbeatReply)
-    assert reply.cluster_id == master.state.cluster_id  # master/cluster_id.py
+    assert reply.cluster_id == master.state.cluster_id  # master/nodes/cluster_id.py
     assert reply.epoch == master.state.epoch and reply.epoch_proof == \
         master.replication.proof.make(master.state.cluster_id, master.state.epoch)
     assert master.state.node_addrs["dn-b"] == "tcp://127.0.0.1:2"  # registered

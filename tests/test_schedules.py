@@ -1,4 +1,4 @@
-"""Schedules (master/schedules.py, blizzard/wire/cron.py): cron ticks computed right (in
+"""Schedules (master/jobs/schedules.py, blizzard/wire/cron.py): cron ticks computed right (in
 timezones, across daylight-saving changes), each tick enqueued exactly once across a master
 kill -9 and a standby's takeover (checked in the WAL, not only by timing), missed ticks caught
 up or skipped, one schedule however many workers declare it, and clear refusals."""
@@ -21,10 +21,10 @@ from blizzard.wire import cron
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import Forbidden, InvalidArgument, UnknownItem
 from blizzard.worker.task import encode_call, task
-from master import records
-from master.records import AddSchedule, RearmItems
-from master.schedules import Schedule, next_tick
-from master.inspect import armed_ticks
+from master.state import records
+from master.state.records import AddSchedule, RearmItems
+from master.state.schedule_book import Schedule, next_tick
+from master.log.inspect import armed_ticks
 
 UTC = dt.timezone.utc
 
@@ -85,7 +85,7 @@ def test_every_n_seconds_keeps_to_its_grid_and_skips_ticks_a_long_run_overlapped
 
 
 def test_schedules_replay_and_checkpoint_the_same():
-    from master.state import State
+    from master.state.machine import State
     live = State()
     recs = [commit([1]), AddSchedule("s", "q", 1, "", 5.0, "UTC", True, 1005.0),
             records.LeaseItems(ids=[1], leases=[9], deadline=2000.0, request=""),
@@ -93,7 +93,7 @@ def test_schedules_replay_and_checkpoint_the_same():
     for rec in recs:
         live.apply(records.unpack(records.pack(rec)))
     s = live.schedules.by_name["s"]
-    assert (s.next_at, s.runs, live.delays[1], live.items[1].attempts) == (1010.0, 1, 1010.0, 0)
+    assert (s.next_at, live.schedules.runs["s"], live.delays[1], live.items[1].attempts) == (1010.0, 1, 1010.0, 0)
     assert live.recent_acks[1] == 9  # a retried ack of that run is answered done
     again = State.restore(live.export_parts())
     assert again.snapshot() == live.snapshot()

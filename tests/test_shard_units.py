@@ -17,9 +17,9 @@ from blizzard.local.harness import free_port
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import InvalidArgument
 from blizzard.wire.shard_messages import first_id, shard_of, topic
-from master.heads import claim_shard
-from master.queues import QueueConfig
-from master.state import State
+from master.shard.heads import claim_shard
+from master.state.queue_config import QueueConfig
+from master.state.machine import State
 from support.in_process_master import alloc, call, in_process_master
 
 

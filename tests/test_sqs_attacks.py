@@ -25,8 +25,8 @@ from blizzard import Client
 from blizzard.gateways import sqs_messages as msgs
 from blizzard.gateways import sqs_wire as wire
 from blizzard.gateways.sqs import MAX_BODY
-from master.records import AckItems
-from master.state import State
+from master.state.records import AckItems
+from master.state.machine import State
 
 DAY = 86400.0
 
@@ -230,7 +230,7 @@ def test_a_send_after_delete_does_not_resurrect_the_queue(gateway):
 
 def test_unique_keys_retaken_before_they_run_out_do_not_grow_the_master_without_bound():
     # unique_until_done=True: once the holder is acked, the next enqueue with the same key
-    # takes it again (master/enqueue.py _firsts); the old heap entry stays for 30 days
+    # takes it again (master/produce/enqueue.py _firsts); the old heap entry stays for 30 days
     s = State()
     now = 1000.0
     for item_id in range(1, 2001):
@@ -245,7 +245,7 @@ def test_unique_keys_retaken_before_they_run_out_do_not_grow_the_master_without_
 def test_one_queues_unique_keys_do_not_refuse_every_other_queues_enqueues(monkeypatch):
     import types
 
-    import master.uniques as uniques_mod
+    import master.state.unique_keys as uniques_mod
     from blizzard.wire import protocol as p
     from blizzard.wire.errors import TooManyItems
     monkeypatch.setattr(uniques_mod, "MAX_PER_QUEUE", 1000)  # 100,000 in the real master
@@ -261,7 +261,7 @@ def test_one_queues_unique_keys_do_not_refuse_every_other_queues_enqueues(monkey
                         1.0, None, ["order-1"], 300.0)
         enqueue_mod.Enqueues._check_uniques(fake, msg, 1, at)
 
-    import master.enqueue as enqueue_mod
+    import master.produce.enqueue as enqueue_mod
     enqueue("orders.fifo", 200.0)  # another queue: served
     with pytest.raises(TooManyItems, match="flood.fifo holds 1000"):
         enqueue("flood.fifo", 200.0)  # the flooding queue: at its cap

@@ -15,11 +15,11 @@ from blizzard.local.harness import free_port
 from blizzard.net.transport import call
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import BlizzardError, InvalidArgument
-from master import checkpoint
+from master.log import checkpoint_file
 from master.config import MasterConfig
-from master.wal_shipping import EXIT_FENCED
-from master.standby import StandbyServer
-from master.wal import list_segments, segment_name
+from master.ha.wal_shipping import EXIT_FENCED
+from master.ha.standby import StandbyServer
+from master.log.wal import list_segments, segment_name
 
 FAST = dict(heartbeat_s=0.2, dead_after_s=1.5, datanodes=2)
 
@@ -142,7 +142,7 @@ def test_a_standby_far_behind_starts_over_from_a_checkpoint(cluster_factory):
         for i in range(10):
             c.enqueue_many("jobs", [b"%d-%d" % (i, j) for j in range(10)])
     master_wal = f"{cl.base_dir}/master/wal"
-    wait_for(lambda: checkpoint.list_checkpoints(master_wal), what="a checkpoint on the primary")
+    wait_for(lambda: checkpoint_file.list_checkpoints(master_wal), what="a checkpoint on the primary")
     cl.second.signal(signal.SIGCONT)
     wait_for(lambda: "receiving the primary's checkpoint" in cl.second.head(),
              what="the standby to start over from the checkpoint")

@@ -17,8 +17,8 @@ from blizzard.net.transport import Endpoint, call_many
 from blizzard.server.router import RouterServer
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import InvalidArgument
-from master.records import StandbySynced
-from master.wal import Wal, WalCorrupt, read_segments, segment_name
+from master.state.records import StandbySynced
+from master.log.wal import Wal, WalCorrupt, read_segments, segment_name
 
 A, B = "tcp://127.0.0.1:5555", "tcp://127.0.0.1:5556"
 

@@ -7,10 +7,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from blizzard.wire import protocol as p
-from master import checkpoint, records
-from master.records import (AckItems, CommitItems, LeaseItems, NodeSeen, RedriveItems, ReleaseItems,
+from master.log import checkpoint_file
+from master.state import records
+from master.state.records import (AckItems, CommitItems, LeaseItems, NodeSeen, RedriveItems, ReleaseItems,
                             Reserve)
-from master.state import State
+from master.state.machine import State
 
 
 def commit(state: State, queue: str, ids: list[int], priorities: list[int] | None = None,
@@ -203,9 +204,9 @@ def test_a_checkpoint_from_before_named_rows_still_loads(tmp_path):
             [2, "q", 20, 21, 1, 2, "k", ["dn-a"], 1, 100.0, 1, 0, 0.0, 500.0, "", "boom"],
             [3, "q", 30, 31, 0, 3, "", ["dn-a"], 0, 100.0, 2, 7, 130.0, 0.0, "", ""],
             [4, "q.dead", 40, 41, 0, 4, "", ["dn-a"], 3, 100.0, 0, 0, 0.0, 0.0, "q", "bad"]]
-    path = checkpoint.write(str(tmp_path), 1, [header, *rows])
+    path = checkpoint_file.write(str(tmp_path), 1, [header, *rows])
     # When the master of today loads it
-    _, parts = checkpoint.read(path)
+    _, parts = checkpoint_file.read(path)
     s = State.restore(parts)
     # Then every item, lease, delay and queue setting is back, and it serves as before
     assert (s.id_hi, s.lease_seq, s.node_addrs) == (40, 7, {"dn-a": "tcp://127.0.0.1:1"})

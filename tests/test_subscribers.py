@@ -1,11 +1,11 @@
-"""``master/subscribers.py`` without processes: what a heads subscription is answered with,
+"""``master/shard/subscribers.py`` without processes: what a heads subscription is answered with,
 and what is left after connections unsubscribe, leave or are cut."""
 
 from __future__ import annotations
 
 import pytest
 
-from master.subscribers import CUT, OK, REFUSED, Subscribers, is_topic
+from master.shard.subscribers import CUT, OK, REFUSED, Subscribers, is_topic
 
 
 def t(name: str) -> bytes:

@@ -1,10 +1,10 @@
-"""Suspect data nodes (``master/membership.py``): silent a few heartbeats. They are placed only
+"""Suspect data nodes (``master/nodes/membership.py``): silent a few heartbeats. They are placed only
 to make up a shortfall, listed after healthy replicas, never a write's hedge, and named to
 clients; nothing a client does makes a healthy node suspect. The time is passed in."""
 
 from __future__ import annotations
 
-from master.membership import MAX_SUSPECTS, MIN_FREE_BYTES, NAMED_DEAD_S, Membership
+from master.nodes.membership import MAX_SUSPECTS, MIN_FREE_BYTES, NAMED_DEAD_S, Membership
 
 ROOM = MIN_FREE_BYTES * 2
 

@@ -1,5 +1,5 @@
 """Unique keys: an enqueue naming a key an earlier item of its queue took within its window
-gets that item's id and makes nothing (master/uniques.py). Kept in the WAL and checkpoints,
+gets that item's id and makes nothing (master/state/unique_keys.py). Kept in the WAL and checkpoints,
 so a restart keeps them; under concurrent producers, one item."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ import pytest
 from blizzard import Client
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import InvalidArgument
-from master import records
-from master.records import AckItems, CommitItems, DeleteQueue
+from master.state import records
+from master.state.records import AckItems, CommitItems, DeleteQueue
 from support.records import commit
 from support.together import in_threads
-from master.state import State
-from master.uniques import Uniques
+from master.state.machine import State
+from master.state.unique_keys import Uniques
 
 
 def test_keys_are_taken_by_records_and_run_out_as_later_records_apply():

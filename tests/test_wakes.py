@@ -18,7 +18,7 @@ from master import wakes
 from master.config import MasterConfig
 from master.server import MasterServer
 from master.wakes import BUSY_S, IDLE_S
-from master.wal import MemoryWal
+from master.log.wal import MemoryWal
 from support.in_process_master import call, enqueue_msg, in_process_master, join, place, report
 
 

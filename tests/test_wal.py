@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from master import wal as walmod
-from master.wal import HEADER, Wal, WalCorrupt, list_segments, segment_name
+from master.log import wal as walmod
+from master.log.wal import HEADER, Wal, WalCorrupt, list_segments, segment_name
 
 
 def records(n: int) -> list[bytes]:
@@ -137,7 +137,7 @@ def test_failed_fsync_is_fatal(tmp_path, monkeypatch):
 @pytest.mark.parametrize("kind", ["disk", "memory"])
 def test_both_wals_keep_the_same_contract(tmp_path, kind):
     """What the server relies on, for the real log and its in-memory twin alike."""
-    from master.wal import MemoryWal, Wal as DiskWal
+    from master.log.wal import MemoryWal, Wal as DiskWal
 
     def open_wal():
         return DiskWal(str(tmp_path / "wal")) if kind == "disk" else shared
@@ -163,7 +163,7 @@ def test_both_wals_keep_the_same_contract(tmp_path, kind):
 
 
 def test_a_second_wal_on_the_same_directory_is_refused_until_the_first_closes(tmp_path):
-    from master.wal import Wal, WalLocked
+    from master.log.wal import Wal, WalLocked
     first = Wal(str(tmp_path / "wal"))
     with pytest.raises(WalLocked, match="in use by another process"):
         Wal(str(tmp_path / "wal"))

@@ -1,4 +1,4 @@
-"""Write hedges (``master/enqueue.py``, ``master/id_blocks.py``): a parked enqueue does not
+"""Write hedges (``master/produce/enqueue.py``, ``master/produce/placements.py``): a parked enqueue does not
 wait on one silent placed node past the hedge delay, also when no node had reported at the
 first hedge time (it was tried once only, found in review; now it is looked at again)."""
 

@@ -20,7 +20,7 @@ from blizzard.wire.item_meta import PRIORITY_RANGE
 from blizzard.wire.protocol import MAX_ITEM_BYTES
 
 MAX_LEASE_S = 12 * 3600.0
-MAX_DELAY_S = 365 * 86400.0  # as the master's enqueue (``master/enqueue.py``)
+MAX_DELAY_S = 365 * 86400.0  # as the master's enqueue (``master/produce/enqueue.py``)
 
 
 @dataclass(frozen=True)

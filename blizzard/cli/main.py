@@ -272,7 +272,7 @@ def wal_check(data_dir: str, as_json: bool) -> None:
     none), "segments": [{"name", "records", "bytes"}], "problems", "items", "id_hi",
     "queues": {NAME: {"ready", "delayed", "leased"}}}.
     """
-    from master.inspect import check
+    from master.log.inspect import check
 
     report = check(data_dir)
     if as_json:

@@ -129,9 +129,9 @@ class DatanodePool:
         self.hedges = 0
         self.closed = False
         # the routing id of every connection to a data node: a lease naming it (``push_to``)
-        # may be answered by a node, payloads and all (``master/pushes.py``); the payloads
+        # may be answered by a node, payloads and all (``master/consume/pushes.py``); the payloads
         # of the last such answer wait here for ``read``
-        self.routing_id = os.urandom(16)  # master/pushes.py: PUSH_ID_BYTES
+        self.routing_id = os.urandom(16)  # master/consume/pushes.py: PUSH_ID_BYTES
         # the secret the master signs pushed answers with (blizzard/wire/push_signature.py)
         self.push_key = os.urandom(push_signature.KEY_BYTES)
         self.pushed: dict[int, bytes] = {}

@@ -1,5 +1,5 @@
 """Jobs by id, as a producer sees them: status, result, cancel; and results as a worker
-stores them (master/jobs.py serves them).
+stores them (master/jobs/status.py serves them).
 
 A job is any item; a job run by ``blizzard worker`` (an ``@task`` call) also has a result,
 which the worker stores before it acks the job: an item of ``<queue>.results`` whose payload
@@ -21,8 +21,8 @@ from blizzard.wire.codec import as_ids
 from blizzard.wire.errors import InvalidArgument
 from blizzard.wire.queue_settings import results_queue
 
-MAX_WAIT_S = 60.0  # the master's longest wait for one Jobs request (master/jobs.py)
-MAX_WAIT_IDS = 100  # jobs one waiting Jobs request may name (master/jobs.py)
+MAX_WAIT_S = 60.0  # the master's longest wait for one Jobs request (master/jobs/status.py)
+MAX_WAIT_IDS = 100  # jobs one waiting Jobs request may name (master/jobs/status.py)
 MAX_RESULT_TTL_S = 30 * 86400.0
 
 

@@ -29,7 +29,7 @@ class Leases:
         self.master = master
         self.heard = heard  # told the master's suspect data nodes from each lease reply
         # the data-node pool (``DatanodePool``) whose connections a data node may answer a
-        # lease on, payloads and all (``master/pushes.py``); None: the master answers
+        # lease on, payloads and all (``master/consume/pushes.py``); None: the master answers
         self.pool = pool
         self.quiet_sent = False  # quiet acks sent since the last flush
 

@@ -1,4 +1,4 @@
-"""Schedules as a client declares and reads them (master/schedules.py keeps them).
+"""Schedules as a client declares and reads them (master/jobs/schedules.py keeps them).
 
 A schedule's call is one item: ``set_schedule`` stages it (payload on the data nodes, nothing
 visible) and asks the master to make the schedule with it. If the master holds the same

@@ -27,7 +27,7 @@ raises it: never a dispatcher that leases without sending, or sends without sett
 host is dead-lettered unsent.
 
 The rate limit is the master's: a queue's token bucket admits new tasks, and retries pass
-without a token (``master/admission.py``), so a retry keeps the back-off it asked for.
+without a token (``master/state/picking.py``), so a retry keeps the back-off it asked for.
 Per-queue rates give one queue priority over another.
 
 ``stop()`` (SIGTERM): no more leases; the tasks leased already are sent and settled, then the

@@ -2,7 +2,7 @@
 
 A read or a write that waits on one data node is only as live as that node. Instead of waiting
 out a timeout, the reader (``blizzard/client/datanodes.py``) and the master, for a write's
-reports (``master/enqueue.py``), give a node about as long as its recent slow answers took,
+reports (``master/produce/enqueue.py``), give a node about as long as its recent slow answers took,
 then ask another replica too; the first good answer wins. The delay is twice the recent p99 of
 that node's answers, but never more than twice the p99 of the typical node (the median of the
 nodes' p99s): a node that turns slow must not teach the hedge to wait for it (its own samples

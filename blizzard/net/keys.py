@@ -11,7 +11,7 @@ mode 0600:
 ``datanode-NAME`` one data node's own key, towards the master and the other nodes (role
              ``node``); ``blizzard keys add-node DIR NAME`` makes one, ``remove-node``
              revokes it alone. The master binds it to the node id that first heartbeats
-             with it (``master/node_keys.py``)
+             with it (``master/nodes/node_keys.py``)
 ``client``   producers and consumers (role ``client``)
 ``admin``    operators: purge, redrive, configure, deletes, node removal (role ``admin``)
 ========== ===================================================================

@@ -65,7 +65,7 @@ class Endpoint:
         self.ctx = ctx
         self.addr = check_addr(addr)
         # the id the server knows this connection by (None: one it picks): a data node that
-        # answers a lease on the master's order sends to it (``master/pushes.py``)
+        # answers a lease on the master's order sends to it (``master/consume/pushes.py``)
         self.routing_id = routing_id
         if keys is not None and server_key is None:
             raise InvalidArgument(f"no server key for {addr}")
@@ -290,7 +290,7 @@ def call_many(calls: Iterable[tuple[Endpoint, Any]], timeout_s: float,
     Error replies are returned as messages (``protocol.Error``); the caller decides what they mean.
     Endpoints that timed out or were refused are reset so late replies cannot be mistaken for
     new ones. ``also``: endpoints a reply may come on as well (a lease a data node answers,
-    ``master/pushes.py``), taken only if ``genuine(request id, reply)`` says so (a server
+    ``master/consume/pushes.py``), taken only if ``genuine(request id, reply)`` says so (a server
     there may send anything with any request id); the first reply to a request wins, a later
     one is dropped unread.
     """

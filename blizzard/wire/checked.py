@@ -1,4 +1,4 @@
-"""Checked dataclass families: the master's WAL records (``master/records.py``).
+"""Checked dataclass families: the master's WAL records (``master/state/records.py``).
 
 A record is a frozen dataclass registered under a code; on disk it is the msgpack array
 ``[code, field_1, ..., field_n]``, nested dataclasses as plain arrays of their fields. Every

@@ -1,4 +1,4 @@
-"""Cron expressions and when they next fire: what a schedule's ticks are (master/schedules.py).
+"""Cron expressions and when they next fire: what a schedule's ticks are (master/jobs/schedules.py).
 
 Five fields, ``minute hour day-of-month month day-of-week``, or six with ``second`` first
 (``*/10 * * * * *``: every ten seconds). Each field is ``*``, a number, a range ``a-b``, a

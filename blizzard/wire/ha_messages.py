@@ -3,7 +3,7 @@
 One family of the protocol; import its messages from ``blizzard.wire.protocol``, the one
 namespace of every message. A standby asks with ``Follow``, naming how far it has the log durably;
 that also acknowledges everything before it, which is what a primary with a synchronous
-standby waits for before it answers a client (``master/wal_shipping.py``).
+standby waits for before it answers a client (``master/ha/wal_shipping.py``).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ class WalData:
     offset: int
     data: bytes
     keys: list[CapabilityKey]
-    keys_rotated_at: float  # when the ring last moved on (``master/capabilities.py``)
+    keys_rotated_at: float  # when the ring last moved on (``master/nodes/grant_keys.py``)
     at_end: bool  # ``data`` reaches the end of the primary's log on disk: the standby caught up
 
 

@@ -1,5 +1,5 @@
 """The messages of the job features that stand apart from the leases: cancelling jobs and
-keeping schedules (master/jobs.py, master/schedules.py), and the words they share (how a job
+keeping schedules (master/jobs/status.py, master/jobs/schedules.py), and the words they share (how a job
 ended, what a failed dependency does, a job's states).
 
 One family of the protocol; import its messages from ``blizzard.wire.protocol``, the one

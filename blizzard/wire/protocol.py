@@ -16,7 +16,7 @@ re-exported here:
 The codec (frame layout, type checks, msgpack) is ``blizzard.wire.codec``; its public
 functions are re-exported here too (``encode``/``decode``/``pack``/``unpack``; ``WIRE`` is the
 registry of every message, ``op_of`` a class's op code). The master's WAL records
-(``master/records.py``) are a registry apart.
+(``master/state/records.py``) are a registry apart.
 """
 
 from __future__ import annotations
@@ -471,7 +471,7 @@ class ClusterStatus:
     secure: bool  # CURVE keys on every socket; False: started with --insecure
     safe_mode: bool  # just started: nothing re-replicated or deleted until the nodes report
     cluster_id: str = ""  # made by the master at its first start; data nodes keep it
-    epoch: int = 0  # promotions of a standby so far (master/standby.py)
+    epoch: int = 0  # promotions of a standby so far (master/ha/standby.py)
     standby: str = ""  # the standby every confirmation waits for ("": none in sync)
     queues_more: int = 0  # queues past the first MAX_QUEUE_PAGE by name, not listed here
 
@@ -488,11 +488,11 @@ class Welcome:
     secure: bool
     node_key: bytes  # the data nodes' CURVE public key (z85); empty when insecure
     role: str  # the role this connection's key has ("" when insecure)
-    epoch: int = 0  # raised by every promotion (master/standby.py)
+    epoch: int = 0  # raised by every promotion (master/ha/standby.py)
     primary: str = ""  # "": this master is the primary; else the primary it follows or knows
     shard: int = 0  # this master's shard (``blizzard/wire/shard_messages.py``)
     shards: str = ""  # every shard's masters, space-separated, when it was told them
-    heads: str = ""  # where it publishes its queues' heads (``master/heads.py``); "": nowhere
+    heads: str = ""  # where it publishes its queues' heads (``master/shard/heads.py``); "": nowhere
 
 
 # ---------------------------------------------------------------------------------------------
@@ -534,7 +534,7 @@ class Removed:
 
 
 # ---------------------------------------------------------------------------------------------
-# Jobs: how a job is doing and its result (master/jobs.py; the rest is job_messages.py)
+# Jobs: how a job is doing and its result (master/jobs/status.py; the rest is job_messages.py)
 
 @message(64)
 class Jobs:

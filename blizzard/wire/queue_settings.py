@@ -2,8 +2,8 @@
 
 ``Settings`` is the one definition. Everything else that names the settings derives from it:
 the wire messages ``QueueSettings`` and ``Configure`` (``protocol.py``) and the master's WAL
-record ``ConfigureQueue`` (``master/records.py``) take their fields from ``with_settings``;
-the master's ``QueueConfig`` (``master/queues.py``) is a ``Settings``; the client checks
+record ``ConfigureQueue`` (``master/state/records.py``) take their fields from ``with_settings``;
+the master's ``QueueConfig`` (``master/state/queue_config.py``) is a ``Settings``; the client checks
 ``configure_queue``'s keywords with ``check_changes``; the CLI builds its ``--lease-s``
 style options from ``SETTINGS``.
 
@@ -38,7 +38,7 @@ _VALID_NAMES: set[str] = set()
 
 
 def results_queue(queue: str) -> str:
-    """Where the results of ``queue``'s jobs are kept (``blizzard/worker``, master/jobs.py)."""
+    """Where the results of ``queue``'s jobs are kept (``blizzard/worker``, master/jobs/status.py)."""
     return queue + RESULTS_SUFFIX
 
 

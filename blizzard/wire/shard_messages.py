@@ -3,7 +3,7 @@
 One family of the protocol; import its messages from ``blizzard.wire.protocol``, the one
 namespace of every message. A sharded client compares shards by their heads
 (``blizzard/client/sharded/client.py``): it asks a few with ``Head`` (the paper's peek-d), or
-follows the heads every master publishes (``master/heads.py``) and asks none. Which shard an
+follows the heads every master publishes (``master/shard/heads.py``) and asks none. Which shard an
 id belongs to (``shard_of``, ``first_id``) and the topic heads are published under (``topic``)
 are defined here and imported from here.
 """
@@ -42,7 +42,7 @@ class Head:
 @message(91)
 class QueueHead:
     """A queue's head on one shard: ``ready`` items wait; the first has ``priority`` and was
-    enqueued at ``enqueued_at`` (both 0 when ``ready`` is 0). Also what ``master/heads.py``
+    enqueued at ``enqueued_at`` (both 0 when ``ready`` is 0). Also what ``master/shard/heads.py``
     publishes, with ``shard`` saying whose it is."""
 
     queue: str

@@ -2,7 +2,7 @@
 states by id (of any item, an HTTP task or not), a consumer's own give-up, counts by task state.
 
 One family of the protocol; import its messages from ``blizzard.wire.protocol``, the one
-namespace of every message. The master serves them in ``master/tasks.py``.
+namespace of every message. The master serves them in ``master/jobs/http_delivery.py``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ class ItemStates:
     """Reply to Lookup, one column per field: item i is ids[i], states[i], ...
 
     ``states[i]`` is one of ``TASK_STATES``. "succeeded" means acked: the master remembers
-    its last 100,000 acks (``RECENT_ACKS``, ``master/state.py``); older ones are "unknown",
+    its last 100,000 acks (``RECENT_ACKS``, ``master/state/machine.py``); older ones are "unknown",
     as are ids purged, replaced by coalescing or never enqueued.
     """
 

@@ -21,7 +21,7 @@ from blizzard.wire.codec import dumps, loads
 from blizzard.wire.errors import InvalidArgument, ProtocolError
 
 PROGRESS_EVERY_S = 1.0  # the most often a job's progress rides on an extension
-MAX_NOTE_CHARS = 200  # the master's bounds (master/job_book.py)
+MAX_NOTE_CHARS = 200  # the master's bounds (master/state/job_book.py)
 MAX_STATE_BYTES = 16 * 1024
 
 

@@ -12,7 +12,7 @@ from blizzard.net.transport import raise_if_error
 from blizzard.wire import protocol as p
 from master.config import MasterConfig
 from master.server import MasterServer
-from master.wal import MemoryWal
+from master.log.wal import MemoryWal
 
 
 class NoRouter:

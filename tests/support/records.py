@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from master.records import CommitItems
+from master.state.records import CommitItems
 
 
 def commit(ids: list[int], uniques: Sequence[str] = (), at: float = 100.0, until: float = 0.0,

@@ -1,0 +1,1 @@
+"""Operator requests: queue administration, cluster status, removals."""

@@ -1,0 +1,1 @@
+"""Consuming: leases (take, ack, nack, extend, expire) and leases answered by a data node."""

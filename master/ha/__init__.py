@@ -1,0 +1,1 @@
+"""High availability: WAL shipping to a standby, the standby itself, epochs, rebuild from the data nodes."""

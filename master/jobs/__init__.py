@@ -1,0 +1,1 @@
+"""The job features: status and results, schedules, and HTTP delivery's requests."""

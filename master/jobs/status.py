@@ -1,0 +1,340 @@
+"""Jobs as their producers see them: status, waiting for the end, results, cancel, progress.
+
+A job is an item (a task call); what the master keeps of it beyond the item is the state's
+``JobBook`` (``master/state/job_book.py``). Served here:
+
+- ``Jobs``: each job's status, attempts, last error, progress, and a grant to read its result
+  from the data nodes. With ``wait_s`` the answer waits (parked, like a long poll) until every
+  job named is final. A waiter is looked at again only when one of its jobs ended (the state
+  notes the watched jobs a record finished, ``JobBook.touched``), or its time is up. Bounded:
+  ``MAX_WAITERS`` in all, ``MAX_WAITERS_PER_PEER`` a connection, ``MAX_WAIT_IDS`` jobs each;
+  dropped with their connection.
+- ``Cancel``: a waiting job is forgotten at once (its blob dropped), a leased one marked; the
+  mark rides on the reply to its worker's next extension (``Leases.extend``).
+- Progress riding on an extension (``Extend.progress_ids``): logged as ``ProgressItems``
+  for the items the extension held; a state over the bounds is refused, the extension not.
+- Results running out: a result item's delay is its time to live; a timer forgets those due
+  (``ForgetResults``), at most ``EXPIRE_BATCH`` a pass.
+
+Status words (``protocol.JOB_STATES``): queued, delayed (a delay of its own), running,
+failed (its last run failed; it waits for a retry), done, dead (in its dead-letter queue, or
+its last run failed and it is gone), cancelled, unknown (never made, or finished and
+forgotten: results are kept for their time to live, plain acks for the last 100,000).
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from blizzard.net.log_limit import Throttled
+from blizzard.wire import protocol as p
+from blizzard.wire.codec import as_ids
+from blizzard.wire.errors import InvalidArgument, TooManyItems
+from blizzard.wire.queue_settings import RESULTS_SUFFIX
+from master.rules import arguments
+from master.nodes.blob_deletes import Deletes
+from master.state.item import DELAYED, LEASED
+from master.state.job_book import MAX_NOTE_CHARS, MAX_PROGRESS_BYTES, MAX_STATE_BYTES
+from master.consume.leases import Leases
+from master.state.records import CancelItems, ForgetResults, ProgressItems
+from master.state.machine import State
+
+log = logging.getLogger(__name__)
+too_much_progress = Throttled(log)
+
+MAX_WAIT_S = 60.0  # the longest a Jobs request waits
+MAX_WAITERS = 10_000  # Jobs requests waiting at once
+MAX_WAITERS_PER_PEER = 256  # of one connection
+MAX_WAIT_IDS = 100  # jobs one waiting request names (a client waits for more in parts)
+EXPIRE_BATCH = 10_000  # results forgotten per pass, at most
+EXPIRE_EVERY_S = 1.0  # how often results' times to live are looked at
+PROGRESS_EVERY_S = 0.5  # a job's progress is logged at most this often (the WAL's share)
+
+
+@dataclass(slots=True, eq=False)
+class JobWaiter:
+    peer: bytes
+    rid: int
+    ids: list[int]
+    until: float  # monotonic
+    fd: int  # its connection's descriptor (-1: unknown): dropped with it
+    pending: set[int]  # its jobs not final yet: answered when none is left
+    done: bool = False
+
+
+class JobDesk:
+    """Handlers of ``Jobs`` and ``Cancel``; progress intake; results' time to live."""
+
+    def __init__(self, state: State, log_record: Callable[[Any], None], leases: Leases,
+                 deletes: Deletes) -> None:
+        self.state = state
+        self.log = log_record
+        self.leases = leases
+        self.deletes = deletes
+        self.waiters: list[JobWaiter] = []  # by deadline: a heap of (until, seq, waiter)
+        self.by_job: dict[int, list[JobWaiter]] = {}
+        self.by_peer: dict[bytes, int] = {}
+        self.count = 0
+        self._seq = 0
+        # a connection's descriptor (the server's router), for dropping its waiters with it
+        self.connection_of: Callable[[bytes], tuple[str, int]] = lambda peer: ("", -1)
+        self.expire_at = 0.0  # monotonic: when results' times to live are looked at next
+        self.progress_at: dict[int, float] = {}  # job -> when its progress was last logged
+        leases.check_progress, leases.progress = self.check_progress, self.progress
+
+    # -- status ------------------------------------------------------------------------------
+
+    def jobs(self, msg: p.Jobs, now: float, mono: float, peer: bytes,
+             rid: int) -> p.JobStates | None:
+        arguments.batch(len(msg.ids), "ids")
+        arguments.seconds(msg.wait_s, "wait_s", low=0, high=MAX_WAIT_S)
+        ids = list(dict.fromkeys(msg.ids))
+        pending = {i for i in ids if self.status(i, now) not in p.FINAL_STATES} \
+            if msg.wait_s else set()
+        if pending:
+            self._park(JobWaiter(peer, rid, ids, mono + msg.wait_s,
+                                 self.connection_of(peer)[1], pending))
+            return None
+        return self.describe(ids, now)
+
+    def _park(self, w: JobWaiter) -> None:
+        if len(w.ids) > MAX_WAIT_IDS:
+            raise TooManyItems(f"a request that waits names at most {MAX_WAIT_IDS} jobs, not "
+                               f"{len(w.ids)} (wait for more in parts)")
+        if self.count >= MAX_WAITERS:
+            raise TooManyItems(f"{MAX_WAITERS} requests wait for jobs already; retry later")
+        if self.by_peer.get(w.peer, 0) >= MAX_WAITERS_PER_PEER:
+            raise TooManyItems(f"this connection has {MAX_WAITERS_PER_PEER} requests waiting "
+                               "for jobs, at most")
+        self.count += 1
+        self.by_peer[w.peer] = self.by_peer.get(w.peer, 0) + 1
+        self._seq += 1
+        heapq.heappush(self.waiters, (w.until, self._seq, w))
+        book = self.state.jobs
+        for job in w.pending:
+            self.by_job.setdefault(job, []).append(w)
+            book.watched.add(job)
+
+    def _unpark(self, w: JobWaiter) -> None:
+        w.done = True
+        self.count -= 1
+        left = self.by_peer[w.peer] - 1
+        if left:
+            self.by_peer[w.peer] = left
+        else:
+            del self.by_peer[w.peer]
+        book = self.state.jobs
+        for job in w.pending:
+            others = self.by_job.get(job)
+            if others is not None:
+                others.remove(w)
+                if not others:
+                    del self.by_job[job]
+                    book.watched.discard(job)
+
+    def in_progress(self, msg: p.InProgress, now: float, *_: Any) -> p.JobStates:
+        arguments.batch(msg.limit, "jobs")
+        state = self.state
+        ids = [job for job in state.jobs.progress if job in state.held][:msg.limit]
+        return self.describe(ids, now)
+
+    def status(self, job: int, now: float) -> str:
+        state = self.state
+        item = state.items.get(job)
+        book = state.jobs
+        if item is not None and job not in book.result_jobs:
+            if job in state.origins:
+                return "dead"
+            if item.status == LEASED:
+                return "running"
+            if job in book.waiting:
+                return "waiting"
+            if job in state.errors:
+                return "failed"
+            if item.status == DELAYED and state.delays[job] > now:
+                return "delayed"
+            return "queued"
+        result = book.results.get(job)
+        if result is not None:
+            return ("done", "dead", "cancelled")[result.kind]
+        if job in book.recent_cancels:
+            return "cancelled"
+        if job in state.recent_acks:
+            return "done"
+        return "unknown"
+
+    def all_final(self, ids: list[int]) -> bool:
+        return all(self.status(i, 0.0) in p.FINAL_STATES for i in ids)
+
+    def describe(self, ids: list[int], now: float) -> p.JobStates:
+        state, book = self.state, self.state.jobs
+        states, queues, attempts, runs, errors, cancels, fractions, notes = \
+            [], [], [], [], [], [], [], []
+        kept: dict[str, list[tuple[int, int]]] = {}  # results queue -> (result item, job)
+        cut = arguments.error_cut(len(ids))
+        for job in ids:
+            states.append(self.status(job, now))
+            item = state.items.get(job)
+            result = book.results.get(job)
+            queues.append(item.queue if item is not None and job not in book.result_jobs
+                          else "")
+            attempts.append(item.attempts if item is not None else 0)
+            errors.append(state.errors.get(job, "")[:cut])
+            runs.append(result.runs if result is not None else 0)
+            cancels.append(job in book.cancels or (result is not None
+                                                   and result.cancel_requested))
+            progress = book.progress.get(job)
+            fractions.append(progress.fraction if progress is not None else -1.0)
+            notes.append(progress.note if progress is not None else "")
+            if result is not None and result.item in state.items:
+                home = state.items[result.item].queue
+                kept.setdefault(home, []).append((result.item, job))
+        pairs = [pair for group in kept.values() for pair in group]
+        described = self.leases.describe("", [r for r, _ in pairs], [], now)
+        by_item = state.schedules.by_item
+        schedules = [by_item.get(job, "") for job in ids] if by_item else []
+        return p.JobStates(as_ids(ids), states, queues, attempts, runs, errors, cancels,
+                           fractions, notes, described, as_ids([j for _, j in pairs]),
+                           schedules if any(schedules) else [])
+
+    def serve_waiters(self, now: float, mono: float) -> list[tuple[bytes, int, Any]]:
+        """Answers for the waiters whose time is up, and for those whose jobs are all final,
+        looked at only when one of their jobs ended (``JobBook.touched``)."""
+        book = self.state.jobs
+        touched, book.touched = book.touched, []
+        if not self.count:
+            return []
+        replies = []
+        for job in dict.fromkeys(touched):
+            if self.status(job, now) not in p.FINAL_STATES:
+                continue
+            for w in list(self.by_job.get(job, ())):  # each waiter: one job fewer to wait for
+                w.pending.discard(job)
+                self.by_job[job].remove(w)
+                if not w.pending:
+                    self._unpark(w)
+                    replies.append((w.peer, w.rid, self.describe(w.ids, now)))
+            if not self.by_job.get(job):
+                self.by_job.pop(job, None)
+                self.state.jobs.watched.discard(job)
+        while self.waiters and (self.waiters[0][2].done or self.waiters[0][0] <= mono):
+            _, _, w = heapq.heappop(self.waiters)
+            if not w.done:
+                self._unpark(w)
+                replies.append((w.peer, w.rid, self.describe(w.ids, now)))
+        return replies
+
+    def drop_departed(self, fds: set[int]) -> int:
+        """Forget the waits of connections that ended: nobody is there to answer."""
+        if not fds or not self.count:
+            return 0
+        gone = [w for _, _, w in self.waiters if not w.done and w.fd in fds]
+        for w in gone:
+            self._unpark(w)
+        return len(gone)
+
+    def next_wake(self) -> float | None:
+        while self.waiters and self.waiters[0][2].done:
+            heapq.heappop(self.waiters)
+        return self.waiters[0][0] if self.waiters else None
+
+    # -- cancel ------------------------------------------------------------------------------
+
+    def cancel(self, msg: p.Cancel, now: float, *_: Any) -> p.Acked:
+        arguments.batch(len(msg.ids), "ids")
+        state = self.state
+        book = state.jobs
+        ids, lost, why = [], [], []
+        for job in dict.fromkeys(msg.ids):
+            item = state.items.get(job)
+            if job in state.schedules.by_item:  # a schedule's: remove the schedule instead
+                lost.append(job)
+                why.append(p.NOT_CANCELLED_SCHEDULE)
+            elif item is None or job in book.result_jobs \
+                    or item.queue.endswith(RESULTS_SUFFIX):
+                lost.append(job)
+                why.append(p.NOT_CANCELLED_FINAL if self.status(job, now) != "unknown"
+                           else p.NOT_CANCELLED_UNKNOWN)
+            elif job in book.cancels or job in state.origins:
+                lost.append(job)
+                why.append(p.NOT_CANCELLED_FINAL)
+            else:
+                ids.append(job)
+        if ids:
+            waiting = [(i, state.items[i].nodes) for i in ids
+                       if state.items[i].status != LEASED]
+            self.log(CancelItems(ids=ids))
+            for item_id, nodes in waiting:
+                self.deletes.drop_blobs(item_id, nodes)
+        return p.Acked(done=len(ids), lost=as_ids(lost), why=why)
+
+    # -- progress ----------------------------------------------------------------------------
+
+    def check_progress(self, msg: p.Extend) -> None:
+        """``InvalidArgument`` if an extension's progress is malformed (before anything of
+        the extension is logged)."""
+        arguments.same_length(progress_ids=msg.progress_ids, fractions=msg.fractions,
+                           notes=msg.notes, states=msg.states)
+        for fraction, note, saved in zip(msg.fractions, msg.notes, msg.states):
+            if not (math.isfinite(fraction) and 0.0 <= fraction <= 1.0):
+                raise InvalidArgument(f"progress is a fraction in [0, 1], got {fraction!r}")
+            if len(note) > MAX_NOTE_CHARS:
+                raise InvalidArgument(f"a progress note has at most {MAX_NOTE_CHARS} "
+                                      f"characters, got {len(note)}")
+            if len(saved) > MAX_STATE_BYTES:
+                raise InvalidArgument(f"a progress state is at most {MAX_STATE_BYTES} bytes "
+                                      f"encoded, got {len(saved)}")
+
+    def progress(self, msg: p.Extend, held: list[int], mono: float) -> None:
+        """Log the progress an extension carries (checked already) for the items it held, at
+        most once per ``PROGRESS_EVERY_S`` a job (a worker sends it about once a second);
+        drop a state the master has no room for."""
+        n = len(msg.progress_ids)
+        mine = set(held)
+        if len(self.progress_at) > 2 * len(self.state.held) + 1024:  # jobs gone since
+            self.progress_at = {j: t for j, t in self.progress_at.items() if j in self.state.held}
+        book = self.state.jobs
+        room = MAX_PROGRESS_BYTES - book.progress_bytes
+        ids, fractions, notes, states = [], [], [], []
+        for k in range(n):
+            job = msg.progress_ids[k]
+            if job not in mine or mono - self.progress_at.get(job, -1e9) < PROGRESS_EVERY_S:
+                continue
+            self.progress_at[job] = mono
+            saved = msg.states[k]
+            if len(saved) > room:
+                too_much_progress("progress", "progress states fill the master's %d bytes; "
+                                  "a state of job %d is dropped", MAX_PROGRESS_BYTES, job)
+                saved = b""
+            room -= len(saved)
+            ids.append(job)
+            fractions.append(msg.fractions[k])
+            notes.append(msg.notes[k])
+            states.append(saved)
+        if ids:
+            self.log(ProgressItems(ids=ids, fractions=fractions, notes=notes, states=states))
+
+    # -- results running out -----------------------------------------------------------------
+
+    def expire_results(self, now: float, mono: float) -> None:
+        """Forget the result items whose time to live has ended (looked at once a second:
+        a result lives up to a second past its time)."""
+        if mono < self.expire_at:
+            return
+        self.expire_at = mono + EXPIRE_EVERY_S
+        state = self.state
+        due: list[int] = []
+        for name, q in state.queues.items():
+            if name.endswith(RESULTS_SUFFIX) and (q.n_delayed or q.n_ready):
+                due += state.head(name, EXPIRE_BATCH - len(due), now)  # due ones are ready
+                if len(due) >= EXPIRE_BATCH:
+                    break
+        if due:
+            nodes = [state.items[i].nodes for i in due]
+            self.log(ForgetResults(ids=due))
+            for item_id, holders in zip(due, nodes):
+                self.deletes.drop_blobs(item_id, holders)

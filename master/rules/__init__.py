@@ -1,0 +1,1 @@
+"""The rules every handler checks a request by: argument checks and the queue policy."""

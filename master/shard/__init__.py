@@ -1,0 +1,1 @@
+"""Sharding: a shard's heads feed and who subscribes to it."""
