@@ -19,7 +19,7 @@ import json
 import os
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from bench.common import on_clusters, parser, start
 from blizzard.client import Client

@@ -13,7 +13,8 @@ import sys
 import tempfile
 import threading
 import urllib.request
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from blizzard.local.harness import AUTO_KEYS, LocalCluster
 
@@ -73,7 +74,7 @@ class Scraper:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="scraper", daemon=True)
 
-    def __enter__(self) -> "Scraper":
+    def __enter__(self) -> Scraper:
         if self.urls:
             self._thread.start()
         return self

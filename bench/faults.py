@@ -38,8 +38,9 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from bench.common import client_keys, on_clusters, parser, start
 from blizzard.client.core import Client

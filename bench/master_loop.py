@@ -22,8 +22,8 @@ from typing import Any
 
 from blizzard.wire import protocol as p
 from master.config import MasterConfig
-from master.server import MasterServer
 from master.log.wal import MemoryWal
+from master.server import MasterServer
 
 PRODUCER, CONSUMER = b"p" * 16, b"c" * 16  # their connections' routing ids
 NODES = ("dn-a", "dn-b")

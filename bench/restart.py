@@ -43,8 +43,8 @@ from blizzard.local.harness import LOOPBACK, Proc, free_port
 from blizzard.net.transport import Endpoint, call
 from blizzard.wire import protocol as p
 from master.log import checkpoint_file
-from master.state.records import CommitItems, NodeSeen, Reserve
 from master.log.wal import Wal
+from master.state.records import CommitItems, NodeSeen, Reserve
 
 log = logging.getLogger(__name__)
 

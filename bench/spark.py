@@ -84,8 +84,8 @@ def drain_once(spark: Any, cluster: LocalCluster, items: int, size: int, batch: 
 def session(spark_master: str, base: str, keys: str | None) -> tuple[Any, Any]:
     """A session on ``local[*]`` or (``standalone``) on a cluster started here; returns it with
     the cluster (or None) and the time it took."""
-    from blizzard.spark import local_session
     from blizzard.local.spark_standalone import StandaloneSpark
+    from blizzard.spark import local_session
     if keys:
         os.environ[KEYS_ENV] = keys
     else:

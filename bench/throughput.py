@@ -23,11 +23,23 @@ import signal
 import struct
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from bench.common import (client_keys, clusters_for, int_list, metrics_of, metrics_option,
-                          no_sync_option, on_clusters, parser, security_of, security_option,
-                          start, unsafe_no_sync)
+from bench.common import (
+    client_keys,
+    clusters_for,
+    int_list,
+    metrics_of,
+    metrics_option,
+    no_sync_option,
+    on_clusters,
+    parser,
+    security_of,
+    security_option,
+    start,
+    unsafe_no_sync,
+)
 from blizzard.client.core import Client
 from blizzard.local.harness import LocalCluster
 

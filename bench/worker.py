@@ -25,8 +25,16 @@ import sys
 import time
 from typing import Any
 
-from bench.common import (client_keys, clusters_for, int_list, on_clusters, parser, security_of,
-                          security_option, start)
+from bench.common import (
+    client_keys,
+    clusters_for,
+    int_list,
+    on_clusters,
+    parser,
+    security_of,
+    security_option,
+    start,
+)
 from blizzard.client.core import Client
 from blizzard.local.harness import LocalCluster
 from blizzard.net.keys import ENV as KEYS_ENV

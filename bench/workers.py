@@ -35,9 +35,20 @@ import sys
 import time
 from typing import Any, NamedTuple
 
-from bench.common import (NO_SYNC_NOTICE, client_keys, clusters_for, metrics_of,
-                          metrics_option, no_sync_option, on_clusters, parser, security_of,
-                          security_option, start, unsafe_no_sync)
+from bench.common import (
+    NO_SYNC_NOTICE,
+    client_keys,
+    clusters_for,
+    metrics_of,
+    metrics_option,
+    no_sync_option,
+    on_clusters,
+    parser,
+    security_of,
+    security_option,
+    start,
+    unsafe_no_sync,
+)
 from bench.throughput import machine_cpu, own_cpu_s, percentile, proc_cpu_s
 from blizzard.client.core import Client
 from blizzard.local.harness import LocalCluster

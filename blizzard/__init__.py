@@ -10,13 +10,32 @@ from __future__ import annotations
 
 from blizzard.client.api import BlizzardClient, connect
 from blizzard.client.core import Client, Message
-from blizzard.wire.errors import (BlizzardError, ClientClosed, ClusterError, DataCorrupt,
-                                  DatanodeUnavailable, InvalidArgument, LeaseExpired,
-                                  MasterUnavailable, NotEnoughDatanodes, NotInQueue,
-                                  PayloadTooLarge, ProtocolError, RequestError, UnknownItem,
-                                  WrongLease)
-from blizzard.worker.context import (Cancelled, cancel_requested, cancelled, current_job,
-                                     current_tick, last_state, progress)
+from blizzard.wire.errors import (
+                                  BlizzardError,
+                                  ClientClosed,
+                                  ClusterError,
+                                  DataCorrupt,
+                                  DatanodeUnavailable,
+                                  InvalidArgument,
+                                  LeaseExpired,
+                                  MasterUnavailable,
+                                  NotEnoughDatanodes,
+                                  NotInQueue,
+                                  PayloadTooLarge,
+                                  ProtocolError,
+                                  RequestError,
+                                  UnknownItem,
+                                  WrongLease,
+)
+from blizzard.worker.context import (
+                                  Cancelled,
+                                  cancel_requested,
+                                  cancelled,
+                                  current_job,
+                                  current_tick,
+                                  last_state,
+                                  progress,
+)
 from blizzard.worker.results import JobCancelled, JobFailed, JobHandle, ResultUnavailable
 from blizzard.worker.task import configure, group, task
 

@@ -21,8 +21,9 @@ and the final drain must leave the queue empty.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from chaos.history import FAIL, INFO, INVOKE, OK
 

@@ -14,7 +14,7 @@ import signal
 import sys
 import tempfile
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import click
 

@@ -14,8 +14,9 @@ import os
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import asdict
-from typing import Any, Callable
+from typing import Any
 
 from chaos.client_host import SLOT
 from chaos.history import INFO, History

@@ -19,8 +19,9 @@ from __future__ import annotations
 import math
 import random
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import msgpack
 import zmq

@@ -22,8 +22,9 @@ as JSON lines); ``run`` returns the problems found, an empty list when the clust
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any, Callable
+from typing import Any
 
 import zmq
 

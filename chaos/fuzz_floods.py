@@ -19,8 +19,9 @@ import statistics
 import struct
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from blizzard import Client
 from blizzard.local.harness import LocalCluster

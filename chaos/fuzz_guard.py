@@ -12,8 +12,9 @@ them as ``spared``. What the fuzz probes is parsing and validation, not authoris
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 from blizzard.wire import codec
 from blizzard.wire import protocol as p
@@ -34,7 +35,7 @@ class Protected:
     names: frozenset[str]
 
     @classmethod
-    def of(cls, ids: Iterable[int], names: Iterable[str]) -> "Protected":
+    def of(cls, ids: Iterable[int], names: Iterable[str]) -> Protected:
         return cls(frozenset(ids), frozenset(names))
 
     def touches(self, frames: list[bytes]) -> bool:

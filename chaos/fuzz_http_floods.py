@@ -32,18 +32,19 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import zmq
 from prometheus_client.parser import text_string_to_metric_families
 
 from blizzard import Client
 from blizzard.local.harness import LocalCluster, free_port
+from blizzard.net.http_guard import IDLE_TIMEOUT_S
 from blizzard.net.keys import ENV as KEYS_ENV
 from blizzard.net.secure import connect_curve
 from blizzard.net.transport import Endpoint, call
-from blizzard.net.http_guard import IDLE_TIMEOUT_S
 from blizzard.server.metrics import MAX_SCRAPES
 from blizzard.wire import protocol as p
 from blizzard.wire.shard_messages import topic

@@ -18,8 +18,9 @@ import socket
 import struct
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import zmq
 

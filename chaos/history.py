@@ -20,7 +20,8 @@ import heapq
 import json
 import threading
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 INVOKE, OK, FAIL, INFO = "invoke", "ok", "fail", "info"
 
@@ -60,7 +61,7 @@ class History:
         with self._lock:
             self._file.close()
 
-    def __enter__(self) -> "History":
+    def __enter__(self) -> History:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -24,8 +24,8 @@ import logging
 import os
 import re
 import signal
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence
 
 from blizzard.local.harness import Placement
 from chaos import netns
@@ -64,7 +64,7 @@ class Hosts:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    def start(self) -> "Hosts":
+    def start(self) -> Hosts:
         netns.require_root()
         clean_stale()
         try:
@@ -97,7 +97,7 @@ class Hosts:
         return [name for name in [*netns.namespaces(), *netns.links()]
                 if _run_of(name) == self.run_id]
 
-    def __enter__(self) -> "Hosts":
+    def __enter__(self) -> Hosts:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

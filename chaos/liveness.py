@@ -33,8 +33,9 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 from chaos.schedule import CLIENT_FAULTS, DATA_NODE_FAULTS, MASTER_TARGETED
 

@@ -12,14 +12,26 @@ import logging
 import signal
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from blizzard.local.harness import LocalCluster, Proc
 from chaos.client_hosts import ClientHosts
 from chaos.history import INFO, OK, History
 from chaos.partitions import Partitions
-from chaos.schedule import (CHURN, CUT_MASTER, CUT_NODE, FLAP_LINK, KILL_MASTER, KILL_NODE,
-                            PARTITIONS, PAUSE_MASTER, PAUSE_NODE, STALL_CONSUMER, WIPE_NODE, Fault)
+from chaos.schedule import (
+    CHURN,
+    CUT_MASTER,
+    CUT_NODE,
+    FLAP_LINK,
+    KILL_MASTER,
+    KILL_NODE,
+    PARTITIONS,
+    PAUSE_MASTER,
+    PAUSE_NODE,
+    STALL_CONSUMER,
+    WIPE_NODE,
+    Fault,
+)
 from chaos.shards import ChaosShards
 from chaos.standby import MasterFaults
 from chaos.workload import Workload

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from chaos.hosts import Hosts
 from chaos.schedule import CUT_CLIENT, CUT_MASTER, CUT_NODE, FLAP_LINK, Fault

@@ -6,8 +6,9 @@ import functools
 import json
 import os
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from chaos import liveness
 from chaos.checker import CheckResult

@@ -85,7 +85,7 @@ class FaultPlan:
     def partitions(self) -> int:
         return self.node_cuts + self.client_cuts + self.link_flaps + self.master_cuts
 
-    def scaled(self, factor: float) -> "FaultPlan":
+    def scaled(self, factor: float) -> FaultPlan:
         """The same mix for a run ``factor`` times as long (churn is a rate and stays)."""
         def n(x: int) -> int:
             return round(x * factor)

@@ -55,7 +55,7 @@ class ChaosShards:
         return [proc for shard in self.sharded.shards
                 for proc in (shard.master, *shard.nodes) if proc is not None]
 
-    def start(self) -> "ChaosShards":
+    def start(self) -> ChaosShards:
         self.sharded.start()
         return self
 

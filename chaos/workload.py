@@ -16,8 +16,9 @@ import logging
 import random
 import threading
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Any, Collection
+from typing import Any
 
 from blizzard import Client
 from blizzard.wire.errors import NOT_HELD, BlizzardError

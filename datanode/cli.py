@@ -7,8 +7,17 @@ from __future__ import annotations
 
 import click
 
-from blizzard.cli.common import (ADDRESS, Seconds, config_defaults, master_opt, needs_server_extra,
-                                 security, serve, server_command, start)
+from blizzard.cli.common import (
+    ADDRESS,
+    Seconds,
+    config_defaults,
+    master_opt,
+    needs_server_extra,
+    security,
+    serve,
+    server_command,
+    start,
+)
 from blizzard.server import logs
 from blizzard.wire.codec import MAX_ITEM_BYTES
 from datanode.config import DatanodeConfig

@@ -34,7 +34,7 @@ class DatanodeConfig:
     copy_confirm_s: float = 30.0
     sync_hold_ms: float = 1.0  # group commit across producers (``blizzard/server/sync_hold.py``)
 
-    def validate(self) -> "DatanodeConfig":
+    def validate(self) -> DatanodeConfig:
         if self.heartbeat_s <= 0:
             raise InvalidArgument("heartbeat-s must be positive")
         if not 0 <= self.sync_hold_ms <= 100:

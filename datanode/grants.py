@@ -14,7 +14,7 @@ deletes nothing.
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from blizzard.server.capability import KeyRing
 from blizzard.wire import protocol as p

@@ -13,8 +13,8 @@ from typing import Any
 
 import zmq
 
-from blizzard.net.masters import MasterChoice
 from blizzard.net.keys import ClientKeys
+from blizzard.net.masters import MasterChoice
 from blizzard.net.transport import Endpoint
 from blizzard.wire import protocol as p
 

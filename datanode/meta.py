@@ -13,7 +13,7 @@ bad metadata refuses the put (P7) and never reaches a rebuild.
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 from blizzard.wire import item_meta
 from blizzard.wire import protocol as p

@@ -9,8 +9,9 @@ forwards waiting, ``shutil.disk_usage``), so an unscraped node pays nothing for 
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from time import perf_counter
-from typing import Any, Iterator
+from typing import Any
 
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 

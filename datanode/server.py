@@ -26,17 +26,22 @@ import zmq
 
 from blizzard.net import keys as k
 from blizzard.net.addrs import check_addr
+from blizzard.net.fd_limits import is_fd_pressure
 from blizzard.net.file_modes import private_dir
 from blizzard.net.log_limit import Throttled
 from blizzard.net.transport import Endpoint
-from blizzard.net.fd_limits import is_fd_pressure
 from blizzard.server.registry import ROLES, Route, Routes
 from blizzard.server.router import RouterServer, error_reply
 from blizzard.server.sync_hold import SyncHold
 from blizzard.server.wake_pipe import WakePipe
 from blizzard.wire import protocol as p
-from blizzard.wire.errors import (BlizzardError, InvalidArgument, PayloadTooLarge, StorageError,
-                                  WrongNode)
+from blizzard.wire.errors import (
+    BlizzardError,
+    InvalidArgument,
+    PayloadTooLarge,
+    StorageError,
+    WrongNode,
+)
 from datanode import meta
 from datanode.cluster_id import ClusterMembership
 from datanode.config import DatanodeConfig, load_node_id
@@ -279,7 +284,7 @@ class DatanodeServer:
         self.router.reply(peer, rid, p.Ok())
         self.metrics.since("delete", batch.started)
 
-    def _stored_before(self, msg: p.Put, again: list[int], refused: "Refusals") -> bool:
+    def _stored_before(self, msg: p.Put, again: list[int], refused: Refusals) -> bool:
         """True if a granted put names ids this node holds already: a retry (every id here)
         is reported stored again, anything else refused; neither replaces a blob, so a put
         grant cannot rewrite an item once it is enqueued."""
@@ -330,7 +335,7 @@ class DatanodeServer:
             if zlib.crc32(blob) != crc:
                 raise InvalidArgument("a blob does not match its checksum (damaged in transit?)")
 
-    def _write(self, puts: list[tuple[bytes, int, p.Put]], refused: "Refusals",
+    def _write(self, puts: list[tuple[bytes, int, p.Put]], refused: Refusals,
                started: float, again: list[int] = []) -> None:
         """One synced ``WriteBatch`` for every put of the pass, then the replies and reports."""
         ids, blobs, crcs, metas = [], [], [], []  # metas: each id's (None: none given)
@@ -403,7 +408,7 @@ class DatanodeServer:
         except (OSError, plyvel.Error) as exc:
             self.pressure("reopen", "cannot reopen the store yet: %s", exc)
 
-    def _send_report(self, stored: list[int], refused: "Refusals") -> None:
+    def _send_report(self, stored: list[int], refused: Refusals) -> None:
         """Tell the master which reported puts of this pass are durable and which were refused."""
         for start in range(0, len(stored), p.MAX_BATCH):
             self._report(p.PutReport(self.node_id, stored[start:start + p.MAX_BATCH], [], ""))

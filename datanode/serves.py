@@ -11,8 +11,8 @@ told was served: a node that stops pushing costs its consumers ``PUSH_TIMEOUT_S`
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from time import perf_counter
-from typing import Callable
 
 from blizzard.net.transport import Endpoint
 from blizzard.server.router import RouterServer

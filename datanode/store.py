@@ -16,8 +16,9 @@ import os
 import struct
 import time
 import zlib
+from collections.abc import Iterator
 from itertools import repeat
-from typing import Iterator, Protocol
+from typing import Protocol
 
 import plyvel
 

@@ -10,9 +10,19 @@ from typing import Any
 import click
 import zmq
 
-from blizzard.cli.common import (ADDRESS, Seconds, config_defaults, keys_opt, master_opt,
-                                 needs_server_extra, security, serve, server_command, start,
-                                 timeout_opt)
+from blizzard.cli.common import (
+    ADDRESS,
+    Seconds,
+    config_defaults,
+    keys_opt,
+    master_opt,
+    needs_server_extra,
+    security,
+    serve,
+    server_command,
+    start,
+    timeout_opt,
+)
 from blizzard.server import logs
 from blizzard.wire.codec import MAX_ITEM_BYTES
 from blizzard.wire.errors import BlizzardError
@@ -125,9 +135,9 @@ def master_command(data_dir: str, bind: str, replication: int, min_replicas: int
     makes a standby the primary.
     """
     needs_server_extra("master")
-    from master.server import MasterServer
     from master.ha.standby import StandbyServer
     from master.log.wal import WalCorrupt, WalLocked
+    from master.server import MasterServer
 
     logs.setup(log_level, log_format, "master", bind)
     config = MasterConfig(data_dir=data_dir, bind=bind, replication=replication,

@@ -69,7 +69,7 @@ class MasterConfig:
             object.__setattr__(self, "suspect_after_s",
                                min(2.5 * self.heartbeat_s, self.dead_after_s / 2))
 
-    def validate(self) -> "MasterConfig":
+    def validate(self) -> MasterConfig:
         if self.replication < 1:
             raise InvalidArgument("replication must be at least 1")
         if not 1 <= self.min_replicas <= self.replication:

@@ -21,14 +21,15 @@ from __future__ import annotations
 import heapq
 import logging
 import time
-from typing import Any, Callable, Iterator, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from blizzard.server import metrics
 from blizzard.server.metrics import Timing
-from master.state.counts import KINDS
 from master.consume.leases import LOST_NAMES
+from master.state.counts import KINDS
 
 log = logging.getLogger(__name__)
 

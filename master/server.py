@@ -19,8 +19,9 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 from time import perf_counter
-from typing import Any, Callable
+from typing import Any
 
 import zmq
 
@@ -33,36 +34,36 @@ from blizzard.server.router import RouterServer, error_reply
 from blizzard.server.sync_hold import SyncHold
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import BlizzardError, Forbidden, InvalidArgument
-from master.state import records
 from master.admin.operations import QueueAdmin
-from master.produce.placements import Blocks
-from master.nodes.grant_keys import CapabilityKeys
-from master.log.recovery import Checkpointer, recover
-from master.nodes.cluster_id import ClusterIdentity
+from master.admin.removal import Removals
 from master.config import MasterConfig
-from master.state.counts import QueueCounts
-from master.nodes.reports import DatanodeReports
-from master.nodes.blob_deletes import Deletes
-from master.produce.enqueue import Enqueues
-from master.shard.heads import Heads, claim_shard
-from master.produce.ids import ItemIds
-from master.jobs.status import JobDesk
 from master.consume.leases import Leases
+from master.consume.pushes import Pushes
+from master.ha.wal_shipping import Replication
+from master.jobs.http_delivery import Tasks
+from master.jobs.schedules import ScheduleDesk
+from master.jobs.status import JobDesk
+from master.log.recovery import Checkpointer, recover
+from master.log.wal import MemoryWal, Wal
+from master.metrics import MasterMetrics
+from master.nodes.blob_deletes import Deletes
+from master.nodes.cluster_id import ClusterIdentity
+from master.nodes.grant_keys import CapabilityKeys
 from master.nodes.membership import Membership
 from master.nodes.meta_sync import MetaSync
-from master.metrics import MasterMetrics
 from master.nodes.node_keys import NodeKeys
-from master.consume.pushes import Pushes
-from master.rules.queue_policy import QueuePolicy
-from master.admin.removal import Removals
 from master.nodes.repair import Repairer
-from master.ha.wal_shipping import Replication
+from master.nodes.reports import DatanodeReports
 from master.nodes.safe_mode import SafeMode
-from master.jobs.schedules import ScheduleDesk
+from master.produce.enqueue import Enqueues
+from master.produce.ids import ItemIds
+from master.produce.placements import Blocks
+from master.rules.queue_policy import QueuePolicy
+from master.shard.heads import Heads, claim_shard
+from master.state import records
+from master.state.counts import QueueCounts
 from master.state.machine import State
-from master.jobs.http_delivery import Tasks
 from master.wakes import Wakes
-from master.log.wal import MemoryWal, Wal
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import click
 

@@ -19,7 +19,8 @@ import os
 import sys
 import tempfile
 import time
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import click
 

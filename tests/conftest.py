@@ -12,7 +12,7 @@ import contextlib
 import os
 import shutil
 import sys
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 

@@ -10,13 +10,14 @@ from __future__ import annotations
 import zlib
 
 import pytest
-from support.wait import wait_for
 
 from blizzard.client.core import Client
 from blizzard.net.transport import call
 from blizzard.spark.writer import covering
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import Forbidden
+
+from support.wait import wait_for
 
 
 def _put(placement: p.Placement, node: p.NodeRef, blob: bytes, *, report: bool,

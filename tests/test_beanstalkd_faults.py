@@ -8,9 +8,10 @@ import time
 
 import greenstalk
 import pytest
-from support.wait import wait_for
 
 from blizzard.gateways.beanstalkd import BeanstalkdGateway, GatewayConfig
+
+from support.wait import wait_for
 
 pytestmark = pytest.mark.cluster
 JOBS = 600

@@ -12,14 +12,15 @@ import time
 
 import greenstalk
 import pytest
-from support.cli import BLIZZARD
-from support.gateway import beanstalkd_on_new_cluster, gateway_process
-from support.sqs import boto
-from support.wait import wait_for
 
 from blizzard import Client
 from blizzard.local.harness import free_port
 from blizzard.net import keys as k
+
+from support.cli import BLIZZARD
+from support.gateway import beanstalkd_on_new_cluster, gateway_process
+from support.sqs import boto
+from support.wait import wait_for
 
 pytestmark = pytest.mark.cluster
 

@@ -15,14 +15,15 @@ import threading
 import time
 
 import pytest
-from support.gateway import gateway_process, listening
-from support.wait import wait_for
 
 from blizzard import Client
 from blizzard.gateways import beanstalk_session as bgw
 from blizzard.gateways.beanstalkd import BeanstalkdGateway, GatewayConfig
 from blizzard.local.harness import free_port
 from blizzard.net import keys as k
+
+from support.gateway import gateway_process, listening
+from support.wait import wait_for
 
 pytestmark = pytest.mark.cluster
 

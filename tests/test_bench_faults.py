@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from bench.faults import (Calls, Window, bin_table, bins, fewest_ready, longest_gap, window_figures,
-                          windows_for)
+from bench.faults import (
+    Calls,
+    Window,
+    bin_table,
+    bins,
+    fewest_ready,
+    longest_gap,
+    window_figures,
+    windows_for,
+)
 
 pytestmark = pytest.mark.unit
 

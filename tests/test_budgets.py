@@ -15,14 +15,22 @@ from blizzard.wire.errors import InvalidArgument, ProtocolError, TooManyItems
 from datanode.config import DatanodeConfig
 from datanode.server import MAX_PEERS, DatanodeServer
 from datanode.store import MemoryStore
-from master.produce import placements as id_blocks
 from master.nodes import blob_deletes as deletes_mod
-from master.produce import enqueue
 from master.nodes import membership as membership_mod
 from master.nodes.blob_deletes import Deletes
 from master.nodes.membership import Membership
-from support.in_process_master import (alloc, call, enqueue_msg, in_process_master, place, report,
-                                       waiting_replies)
+from master.produce import enqueue
+from master.produce import placements as id_blocks
+
+from support.in_process_master import (
+    alloc,
+    call,
+    enqueue_msg,
+    in_process_master,
+    place,
+    report,
+    waiting_replies,
+)
 
 
 def test_the_decoder_refuses_shapes_no_message_has():

@@ -13,8 +13,8 @@ import pytest
 from blizzard.server.capability import KeyRing
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import Forbidden, InvalidArgument, ProtocolError
-from master.nodes.grant_keys import GET_GRANT_S, CapabilityKeys
 from master.config import MasterConfig
+from master.nodes.grant_keys import GET_GRANT_S, CapabilityKeys
 
 NOW = 1_700_000_000.0
 

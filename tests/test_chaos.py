@@ -12,8 +12,16 @@ import pytest
 
 from chaos import history, payload, report
 from chaos.checker import check
-from chaos.schedule import (CHURN, KILL_MASTER, PAUSE_MASTER, PAUSE_NODE, STALL_CONSUMER,
-                            FaultPlan, Timing, make_schedule)
+from chaos.schedule import (
+    CHURN,
+    KILL_MASTER,
+    PAUSE_MASTER,
+    PAUSE_NODE,
+    STALL_CONSUMER,
+    FaultPlan,
+    Timing,
+    make_schedule,
+)
 
 CHAOS_DURATION_S = float(os.environ.get("BLIZZARD_CHAOS_DURATION_S", "40"))
 

@@ -9,13 +9,21 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from chaos import history, hosts as hosts_module, netns, report
+from chaos import history, netns, report
+from chaos import hosts as hosts_module
 from chaos.checker import check
 from chaos.cli import cli
 from chaos.client_host import SLOT, SharedProgress
 from chaos.client_hosts import ClientHosts
-from chaos.schedule import (CUT_CLIENT, CUT_MASTER, CUT_NODE, FLAP_LINK, FaultPlan, Timing,
-                            make_schedule)
+from chaos.schedule import (
+    CUT_CLIENT,
+    CUT_MASTER,
+    CUT_NODE,
+    FLAP_LINK,
+    FaultPlan,
+    Timing,
+    make_schedule,
+)
 from chaos.workload import WorkloadConfig
 
 PARTITIONED = FaultPlan(node_kills=1, node_wipes=0, master_kills=1, node_pauses=0,

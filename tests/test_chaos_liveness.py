@@ -14,8 +14,19 @@ from click.testing import CliRunner
 from chaos import report
 from chaos.checker import check
 from chaos.cli import EXIT_USAGE, cli
-from chaos.liveness import (ASK, DEQUEUE, ENQUEUE, GOT, MISS, Call, Liveness, Stall, charge,
-                            measure, stalls)
+from chaos.liveness import (
+    ASK,
+    DEQUEUE,
+    ENQUEUE,
+    GOT,
+    MISS,
+    Call,
+    Liveness,
+    Stall,
+    charge,
+    measure,
+    stalls,
+)
 
 OPTIONS = dict(seed=1, duration_s=60.0, datanodes=5, replication=3, heartbeat_s=0.2,
                dead_after_s=1.5, lease_s=2.0)

@@ -10,10 +10,11 @@ import subprocess
 import sys
 
 import pytest
-from support.wait import wait_for
 
 from blizzard import Client
 from blizzard.local.harness import free_port
+
+from support.wait import wait_for
 
 pytestmark = pytest.mark.cluster  # the real command, in processes of its own
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import base64
 import json
 
-from support.cli import run
-
 from blizzard import Client
+
+from support.cli import run
 
 
 def test_the_safe_way_dequeue_no_ack_json_then_ack_nack_extend(cluster):

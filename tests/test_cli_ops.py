@@ -18,11 +18,12 @@ import urllib.request
 
 import click
 import pytest
-from support.processes import stop
-from support.wait import wait_for
 
 from blizzard import Client
 from blizzard.local.harness import free_port
+
+from support.processes import stop
+from support.wait import wait_for
 
 pytestmark = pytest.mark.cluster  # the real command, in processes of its own
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from blizzard import Client
+
 from support.cli import run
 
 

@@ -6,16 +6,24 @@ import time
 
 import msgpack
 import pytest
-from support.sends import watch_sends
-from support.wait import wait_for
 
 from blizzard import Client
 from blizzard.client.message import leased_items
 from blizzard.local.harness import LOOPBACK, free_port
 from blizzard.net.transport import call
 from blizzard.wire import protocol as p
-from blizzard.wire.errors import (ClientClosed, InvalidArgument, LeaseExpired, MasterUnavailable,
-                                  PayloadTooLarge, ProtocolError, UnknownOp)
+from blizzard.wire.errors import (
+    ClientClosed,
+    InvalidArgument,
+    LeaseExpired,
+    MasterUnavailable,
+    PayloadTooLarge,
+    ProtocolError,
+    UnknownOp,
+)
+
+from support.sends import watch_sends
+from support.wait import wait_for
 
 
 def test_enqueue_dequeue_ack_round_trip(cluster):

@@ -16,9 +16,6 @@ import time
 import zlib
 
 import pytest
-from support.cli import run
-from support.in_process_master import NoRouter, in_process_master
-from support.wait import wait_for
 
 from blizzard import Client
 from blizzard.local import harness
@@ -27,11 +24,15 @@ from blizzard.wire import protocol as p
 from blizzard.wire.errors import ForeignCluster, InvalidArgument
 from datanode.cluster_id import ClusterMembership
 from datanode.store import LevelDbStore, MemoryStore
-from master.state import records
 from master.config import MasterConfig
-from master.server import MasterServer
-from master.state.machine import State
 from master.log.wal import Wal
+from master.server import MasterServer
+from master.state import records
+from master.state.machine import State
+
+from support.cli import run
+from support.in_process_master import NoRouter, in_process_master
+from support.wait import wait_for
 
 FAST = dict(heartbeat_s=0.2, dead_after_s=1.5)
 BLIZZARD = [sys.executable, "-m", "blizzard.cli"]

@@ -8,10 +8,11 @@ import time
 import zmq
 
 from blizzard.local.harness import free_port
-from blizzard.server.conn_guard import EVICT_AGE_S, Admission, Limits
 from blizzard.net.fd_limits import ConnectionBudget
+from blizzard.server.conn_guard import EVICT_AGE_S, Admission, Limits
 from blizzard.server.router import RouterServer
 from blizzard.wire import protocol as p
+
 from support.wait import wait_for
 
 LIMITS = Limits(max_open=10, max_pending=6, max_pending_per_addr=3, pending_s=5.0)
@@ -110,7 +111,7 @@ def _shut_by_server(conn: socket.socket) -> bool:
         while True:
             if not conn.recv(4096):
                 return True
-    except socket.timeout:
+    except TimeoutError:
         return False
     except OSError:
         return True

@@ -10,18 +10,28 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from support.http_get import closed, get
-from support.wait import wait_for
 
 import blizzard.dashboard.sampler
 from blizzard import Client, InvalidArgument
-from blizzard.dashboard.sampler import (MAX_POINTS, MAX_QUEUES_SHOWN, MAX_SAMPLES, History,
-                                        JobsView, Sampler, StateCache, increase, state_doc,
-                                        take_sample)
+from blizzard.dashboard.sampler import (
+    MAX_POINTS,
+    MAX_QUEUES_SHOWN,
+    MAX_SAMPLES,
+    History,
+    JobsView,
+    Sampler,
+    StateCache,
+    increase,
+    state_doc,
+    take_sample,
+)
 from blizzard.dashboard.server import host_and_port, make_server
 from blizzard.local.harness import free_port
 from blizzard.wire import protocol as p
 from blizzard.wire.queue_settings import SETTINGS
+
+from support.http_get import closed, get
+from support.wait import wait_for
 
 MASTER = "tcp://127.0.0.1:5555"
 

@@ -12,12 +12,13 @@ import sys
 import tempfile
 
 import pytest
-from support.http_get import get
-from support.processes import stop
-from support.wait import wait_for
 
 from blizzard import Client
 from blizzard.local.harness import free_port
+
+from support.http_get import get
+from support.processes import stop
+from support.wait import wait_for
 
 pytestmark = pytest.mark.cluster  # the real command, in processes of its own
 

@@ -9,21 +9,31 @@ import json
 import time
 
 import pytest
-from support.cli import run
-from support.in_process_master import (NoRouter, alloc, call, enqueue_msg, in_process_master, join,
-                                       place, report, waiting_replies)
-from support.wait import wait_for
 
 from blizzard import Client
 from blizzard.net.transport import raise_if_error
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import InUse, MasterStarting, UnknownItem, UnknownQueue
-from master.state import records
 from master.config import MasterConfig
-from master.state.records import CommitItems, NodeSeen
-from master.server import MasterServer
-from master.state.machine import State
 from master.log.wal import MemoryWal
+from master.server import MasterServer
+from master.state import records
+from master.state.machine import State
+from master.state.records import CommitItems, NodeSeen
+
+from support.cli import run
+from support.in_process_master import (
+    NoRouter,
+    alloc,
+    call,
+    enqueue_msg,
+    in_process_master,
+    join,
+    place,
+    report,
+    waiting_replies,
+)
+from support.wait import wait_for
 
 FAST = dict(heartbeat_s=0.2, dead_after_s=1.5)
 

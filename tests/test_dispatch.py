@@ -14,9 +14,6 @@ import subprocess
 import time
 
 import pytest
-from support.cli import BLIZZARD, run
-from support.http_target import HttpTarget
-from support.wait import wait_for
 
 from blizzard import Client
 from blizzard.client.http_task import HttpTask, bury, lookup, task_counts
@@ -24,8 +21,12 @@ from blizzard.local.harness import Proc
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import InvalidArgument, LeaseExpired
 from master.state import records
-from master.state.records import BuryItems, CommitItems, LeaseItems, ReleaseItems
 from master.state.machine import State
+from master.state.records import BuryItems, CommitItems, LeaseItems, ReleaseItems
+
+from support.cli import BLIZZARD, run
+from support.http_target import HttpTarget
+from support.wait import wait_for
 
 DONE = ("succeeded", "failed")
 
@@ -357,6 +358,7 @@ def test_a_refused_key_stops_the_dispatcher_with_an_error(cluster, tmp_path):
 
 def test_a_lookup_answers_each_id_once_and_its_errors_stay_bounded():
     from master.jobs import http_delivery as tasks
+
     from support.in_process_master import alloc, call, in_process_master
 
     master = in_process_master(replication=1)
@@ -376,6 +378,7 @@ def test_a_lookup_answers_each_id_once_and_its_errors_stay_bounded():
 
 def test_burying_an_item_already_dead_gives_it_back_after_a_back_off_not_at_once():
     from master.jobs import http_delivery as tasks
+
     from support.in_process_master import alloc, call, in_process_master
 
     master = in_process_master(replication=1)

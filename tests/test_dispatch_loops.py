@@ -13,17 +13,18 @@ import logging
 import subprocess
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import pytest
-from support.fake_master import FakeMaster
-from support.http_target import HttpTarget
 
 from blizzard.client.http_task import HttpTask
 from blizzard.dispatch.deliver import DispatchConfig, Dispatcher
 from blizzard.dispatch.settle import Delivery, Outcomes
 from blizzard.local.harness import free_port
 from blizzard.wire.errors import MasterUnavailable, RequestError, TooManyItems
+
+from support.fake_master import FakeMaster
+from support.http_target import HttpTarget
 
 
 @pytest.fixture

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from master.state.expiries import Expiries
-from master.state.records import CommitItems, LeaseItems
 from master.state.machine import State
+from master.state.records import CommitItems, LeaseItems
 
 
 def test_a_record_s_items_come_due_together_and_stale_ones_are_skipped():

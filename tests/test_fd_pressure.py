@@ -11,16 +11,15 @@ import plyvel
 import pytest
 
 from blizzard.local.harness import free_port
-from blizzard.net.fd_limits import (connection_fds, is_fd_pressure, leveldb_open_files,
-                                       reserve_fds)
+from blizzard.net.fd_limits import connection_fds, is_fd_pressure, leveldb_open_files, reserve_fds
 from blizzard.wire import protocol as p
 from datanode.config import DatanodeConfig
 from datanode.server import DatanodeServer
 from datanode.store import LevelDbStore, MemoryStore
-from master.log import recovery as checkpointer_module
+from master.log import recovery
 from master.log.recovery import Checkpointer
-from master.state.machine import State
 from master.log.wal import Wal, list_segments
+from master.state.machine import State
 
 EMFILE = OSError(errno.EMFILE, os.strerror(errno.EMFILE))
 
@@ -95,8 +94,8 @@ def test_a_checkpoint_with_no_descriptor_is_put_off_and_done_later(tmp_path, mon
     # the checkpoint's writer finds none either: put off too, the master goes on
     def no_fd(*args):
         raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
-    monkeypatch.setattr(checkpointer_module.checkpoint, "write", no_fd)
-    monkeypatch.setattr(checkpointer_module.log, "critical",  # what precedes exit 70
+    monkeypatch.setattr(recovery.checkpoint_file, "write", no_fd)
+    monkeypatch.setattr(recovery.log, "critical",  # what precedes exit 70
                         lambda *a: pytest.fail("the master would stop: " + a[0] % a[1:]))
     cp.retry_at = 0.0
     assert cp.due()

@@ -12,7 +12,6 @@ import threading
 import time
 
 import pytest
-from support.wait import wait_for
 
 from blizzard import Client
 from blizzard.client import core as client_module
@@ -20,6 +19,8 @@ from blizzard.client.sharded.client import split_shards
 from blizzard.local.harness import free_port
 from blizzard.net import keys as k
 from blizzard.wire.errors import InvalidArgument, MasterUnavailable, MissingKeys
+
+from support.wait import wait_for
 
 BLIZZARD = [sys.executable, "-m", "blizzard.cli"]
 QUICK_S = 3.0  # "within about 2 s"

@@ -15,11 +15,12 @@ import sys
 import time
 
 import pytest
-from support.wait import wait_for
 
 from blizzard import Client
 from blizzard.local.harness import free_port
 from blizzard.worker.task import encode_call, format_call
+
+from support.wait import wait_for
 
 BLIZZARD = [sys.executable, "-m", "blizzard.cli"]
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

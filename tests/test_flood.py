@@ -50,7 +50,7 @@ class Prober:
             self.worst_s = max(self.worst_s, time.monotonic() - asked)
             self.stop.wait(0.05)
 
-    def __enter__(self) -> "Prober":
+    def __enter__(self) -> Prober:
         self.thread.start()
         return self
 

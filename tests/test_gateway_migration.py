@@ -5,16 +5,15 @@ limit, a tube's lease changed while workers are connected, stats-job's fields.""
 
 from __future__ import annotations
 
-import time
-
 import greenstalk
 import pytest
 from botocore.exceptions import ClientError
+
+from blizzard import Client
+
 from support.gateway import beanstalkd_on_new_cluster
 from support.sqs import boto, gateway_on_new_cluster, signed
 from support.wait import wait_for
-
-from blizzard import Client
 
 pytestmark = pytest.mark.cluster
 

@@ -13,7 +13,6 @@ import zlib
 
 import pytest
 import zmq
-from support.wait import wait_for
 
 from blizzard.client.core import Client
 from blizzard.local.harness import free_port
@@ -24,9 +23,11 @@ from blizzard.wire.errors import Forbidden
 from datanode.config import DatanodeConfig
 from datanode.server import DatanodeServer
 from datanode.store import MemoryStore
-from master.nodes.grant_keys import CapabilityKeys
 from master.config import MasterConfig
+from master.nodes.grant_keys import CapabilityKeys
 from master.server import MasterServer
+
+from support.wait import wait_for
 
 BLOB = b"payload"
 CRC = zlib.crc32(BLOB)

@@ -14,12 +14,10 @@ import resource
 import socket
 import threading
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 import zmq
-from support.http_get import cut
-from support.wait import wait_for
 
 from blizzard.local.harness import free_port
 from blizzard.net import keys as k
@@ -29,6 +27,9 @@ from blizzard.server.conn_guard import EVICT_AGE_S, Limits
 from blizzard.server.router import RouterServer
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import AuthenticationFailed
+
+from support.http_get import cut
+from support.wait import wait_for
 
 # A valid ZMTP 3.0 greeting asking for CURVE, as a client sends it
 GREETING = b"\xff" + b"\x00" * 8 + b"\x7f" + b"\x03\x00" + b"CURVE".ljust(20, b"\x00") + \

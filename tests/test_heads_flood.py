@@ -11,7 +11,6 @@ import urllib.request
 
 import zmq
 from prometheus_client.parser import text_string_to_metric_families
-from support.wait import wait_for
 
 from blizzard import Client
 from blizzard.local.harness import LocalCluster, free_port
@@ -19,6 +18,8 @@ from blizzard.net.secure import connect_curve
 from blizzard.wire import protocol as p
 from blizzard.wire.shard_messages import topic
 from master.shard.subscribers import PER_CONNECTION, UNKNOWN
+
+from support.wait import wait_for
 
 FLOOD = 20_000  # distinct subscriptions one connection sends
 LONG = "x" * 180  # topics as long as a queue name may be: what each costs is per byte

@@ -12,8 +12,9 @@ import pytest
 
 from blizzard.client.core import Client
 from blizzard.wire import protocol as p
-from support.wait import wait_for
+
 from support.sends import kinds, watch_sends
+from support.wait import wait_for
 
 pytestmark = pytest.mark.cluster
 

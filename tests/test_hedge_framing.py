@@ -13,6 +13,7 @@ import pytest
 from blizzard.client.core import Client
 from blizzard.wire import protocol as p
 from blizzard.wire.codec import as_ids
+
 from support.sends import kinds, watch_sends
 
 pytestmark = pytest.mark.cluster

@@ -19,6 +19,7 @@ from blizzard import Client
 from blizzard.local.harness import LocalCluster
 from blizzard.wire import protocol as p
 from master.server import NODE_OPS
+
 from support.wait import wait_for
 
 pytestmark = pytest.mark.cluster  # a real cluster, started by a module fixture

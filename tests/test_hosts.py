@@ -14,12 +14,13 @@ import subprocess
 import sys
 
 import pytest
-from support.wait import wait_for
 
 from blizzard.local.harness import LocalCluster
 from blizzard.wire.protocol import NodeStatus
 from chaos import netns
 from chaos.hosts import Hosts, host_names
+
+from support.wait import wait_for
 
 pytestmark = [pytest.mark.root, pytest.mark.cluster]
 

@@ -13,10 +13,10 @@ import socket
 import threading
 import time
 
-from support.http_get import cut
-
 from blizzard.net.http_guard import HEAD_S
 from blizzard.server.metrics import MAX_SCRAPES
+
+from support.http_get import cut
 
 REQUEST = b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n" + b"X-a: b\r\n" * 1000
 

@@ -8,9 +8,16 @@ import time
 
 from blizzard.wire import protocol as p
 from master.state import records
-from master.state.records import (AckItems, CancelItems, ForgetResults, LeaseItems,
-                            ProgressItems, ReleaseItems)
 from master.state.machine import State
+from master.state.records import (
+    AckItems,
+    CancelItems,
+    ForgetResults,
+    LeaseItems,
+    ProgressItems,
+    ReleaseItems,
+)
+
 from support.in_process_master import call, enqueue_msg, in_process_master, place, report
 from support.records import commit
 

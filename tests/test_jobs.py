@@ -8,15 +8,16 @@ from __future__ import annotations
 import json
 
 import pytest
-from support.cli import output
-from support.wait import wait_for
-from support.worker_proc import running_worker
 
 from blizzard import Client, JobCancelled, JobFailed, JobHandle, ResultUnavailable, group
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import InvalidArgument, LeaseExpired, TooManyItems
 from blizzard.worker.results import decode_result, encode_result
 from blizzard.worker.task import task
+
+from support.cli import output
+from support.wait import wait_for
+from support.worker_proc import running_worker
 
 pytestmark = pytest.mark.cluster
 

@@ -8,7 +8,6 @@ import dataclasses
 import time
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -17,15 +16,29 @@ from blizzard.wire import protocol as p
 from master.state import records
 from master.state.item import DELAYED, LEASED, READY
 from master.state.job_book import HELD_UNTIL
-from master.state.queue_config import QueueConfig
-from master.state.records import (AckItems, AddSchedule, BuryItems, CancelItems, CommitItems,
-                            ConfigureQueue, DeleteItems, DeleteQueue, DropSchedule,
-                            ForgetResults, LeaseItems, ProgressItems, RearmItems, RedriveItems,
-                            ReleaseItems, WakeItems)
-from master.state.schedule_book import next_tick
 from master.state.machine import State
-from support.in_process_master import (call, enqueue_msg, in_process_master, place,
-                                             report)
+from master.state.queue_config import QueueConfig
+from master.state.records import (
+    AckItems,
+    AddSchedule,
+    BuryItems,
+    CancelItems,
+    CommitItems,
+    ConfigureQueue,
+    DeleteItems,
+    DeleteQueue,
+    DropSchedule,
+    ForgetResults,
+    LeaseItems,
+    ProgressItems,
+    RearmItems,
+    RedriveItems,
+    ReleaseItems,
+    WakeItems,
+)
+from master.state.schedule_book import next_tick
+
+from support.in_process_master import call, enqueue_msg, in_process_master, place, report
 
 LATER = 1e9  # a delay that does not come due in these tests (no clock is involved)
 
@@ -450,6 +463,7 @@ def test_a_schedules_call_is_neither_leased_nor_woken_before_its_tick():
     """A schedule's call is neither leased by id nor woken before its tick (and a run that
     ended early is re-armed for the tick after)."""
     from blizzard.client.schedules import STAGED_DELAY_S
+
     from support.in_process_master import alloc
     master = in_process_master(replication=1, min_replicas=1)
     staged = alloc(master, 1, delays=[STAGED_DELAY_S])

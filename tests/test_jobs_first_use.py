@@ -4,15 +4,15 @@ whose arguments do not fit, a dead job's error shown once."""
 
 from __future__ import annotations
 
-
 import pytest
-from support.cli import output
-from support.wait import wait_for
-from support.worker_proc import running_worker
 
 import blizzard
 from blizzard import Client, InvalidArgument, JobFailed, JobHandle
 from blizzard.worker.task import encode_call, task
+
+from support.cli import output
+from support.wait import wait_for
+from support.worker_proc import running_worker
 
 JOBS = '''
 import blizzard

@@ -15,17 +15,25 @@ from blizzard import Client
 from blizzard.wire import cron
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import BlizzardError, InvalidArgument, TooManyItems
+from master.config import MasterConfig
 from master.jobs import status as jobs_module
 from master.log.recovery import recover
-from master.config import MasterConfig
-from master.state.job_book import MAX_DEPENDENCIES, MAX_EDGES
-from master.state.records import CommitItems
-from master.server import MasterServer
-from master.state.machine import State
-from support.records import commit as records_commit
 from master.log.wal import MemoryWal
-from support.in_process_master import (NoRouter, alloc, call, enqueue_msg,
-                                             in_process_master, join, place, report)
+from master.server import MasterServer
+from master.state.job_book import MAX_DEPENDENCIES, MAX_EDGES
+from master.state.machine import State
+
+from support.in_process_master import (
+    NoRouter,
+    alloc,
+    call,
+    enqueue_msg,
+    in_process_master,
+    join,
+    place,
+    report,
+)
+from support.records import commit as records_commit
 
 
 def master():

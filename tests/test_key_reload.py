@@ -24,6 +24,7 @@ from blizzard.local.harness import free_port
 from blizzard.net import keys as k
 from blizzard.net.secure import _Directory
 from chaos.fuzz_floods import round_trip
+
 from support.wait import wait_for
 
 # A ZMTP greeting asking for CURVE and the header of a long frame, part of it sent: libzmq

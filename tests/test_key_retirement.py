@@ -12,13 +12,14 @@ import time
 
 import pytest
 import zmq
-from support.wait import wait_for
 
 from blizzard import Client
 from blizzard.net import keys as k
 from blizzard.net.transport import Endpoint, call
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import AuthenticationFailed
+
+from support.wait import wait_for
 
 FAST = dict(datanodes=2, replication=2, heartbeat_s=0.2, dead_after_s=1.5)
 

@@ -8,8 +8,14 @@ from typing import Any
 
 import pytest
 
-from blizzard.client.lease_keeper import (EXTEND_AT, EXTEND_RETRY_S, Extended, Held, LeaseKeeper,
-                                          extension)
+from blizzard.client.lease_keeper import (
+    EXTEND_AT,
+    EXTEND_RETRY_S,
+    Extended,
+    Held,
+    LeaseKeeper,
+    extension,
+)
 from blizzard.wire.errors import InvalidArgument, LeaseExpired, MasterUnavailable
 
 

@@ -16,8 +16,9 @@ import pytest
 
 from blizzard.client.core import Client
 from blizzard.client.message import leased_items
-from blizzard.wire import protocol as p
 from blizzard.net.hedge import CAP_S
+from blizzard.wire import protocol as p
+
 from support.wait import wait_for
 
 pytestmark = pytest.mark.cluster

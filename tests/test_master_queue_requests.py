@@ -13,6 +13,7 @@ import pytest
 
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import InvalidArgument
+
 from support.in_process_master import call, enqueue_msg, in_process_master, place, report
 
 

@@ -10,12 +10,21 @@ import math
 import time
 
 import pytest
-from support.in_process_master import (alloc, call, enqueue_msg, in_process_master, join, place,
-                                       report, waiting_replies)
 
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import InvalidArgument, PayloadTooLarge, UnknownItem
 from master.server import MasterServer
+
+from support.in_process_master import (
+    alloc,
+    call,
+    enqueue_msg,
+    in_process_master,
+    join,
+    place,
+    report,
+    waiting_replies,
+)
 
 
 @pytest.fixture

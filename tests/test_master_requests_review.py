@@ -9,14 +9,21 @@ import threading
 import time
 
 import pytest
-from support.in_process_master import call, enqueue_msg, in_process_master, place, report, \
-    waiting_replies
 
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import UnknownItem
 from master.state import records
 from master.state import unique_keys as uniques_mod
 from master.state.machine import State
+
+from support.in_process_master import (
+    call,
+    enqueue_msg,
+    in_process_master,
+    place,
+    report,
+    waiting_replies,
+)
 
 
 @pytest.fixture

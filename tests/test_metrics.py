@@ -13,8 +13,6 @@ import zlib
 
 import pytest
 from prometheus_client import generate_latest
-from support.prometheus import parse, scrape, value
-from support.wait import wait_for
 
 from blizzard import Client
 from blizzard.local.harness import free_port
@@ -23,8 +21,12 @@ from blizzard.server.metrics import LATENCY_BUCKETS_S, Timing, histogram
 from blizzard.wire import protocol as p
 from datanode.store import LevelDbStore, MemoryStore
 from master.config import MasterConfig
-from master.server import MasterServer
 from master.log.wal import MemoryWal
+from master.server import MasterServer
+
+from support.prometheus import parse, scrape, value
+from support.wait import wait_for
+
 
 class NoRouter:
     """Stands in for the master's socket: requests are handed in by the test."""

@@ -11,15 +11,16 @@ import time
 import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
-from support.http_get import closed
-from support.wait import wait_for
 
 from blizzard import Client
-from blizzard.net.transport import call
 from blizzard.net.http_guard import IDLE_TIMEOUT_S
+from blizzard.net.transport import call
 from blizzard.server.metrics import MAX_SCRAPES
 from blizzard.wire import protocol as p
 from master.metrics import OTHER
+
+from support.http_get import closed
+from support.wait import wait_for
 
 HALF_OPEN = 300
 PER_NAMED_QUEUE_BYTES = 2048  # what one named queue adds to a scrape, at most (README)

@@ -12,7 +12,6 @@ import sys
 import time
 
 import pytest
-from support.wait import wait_for
 
 from blizzard import Client
 from blizzard.net import keys as k
@@ -21,6 +20,8 @@ from blizzard.server.capability import sign_get
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import AuthenticationFailed, Forbidden
 from master.ha.epoch_proof import EpochProof
+
+from support.wait import wait_for
 
 pytestmark = pytest.mark.cluster  # real clusters, some started here
 

@@ -15,6 +15,7 @@ from blizzard.net.hedge import CAP_S
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import Forbidden
 from master.consume.pushes import PUSH_TIMEOUT_S
+
 from support.prometheus import scrape, value
 
 pytestmark = pytest.mark.cluster

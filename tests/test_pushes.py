@@ -8,8 +8,8 @@ import pytest
 
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import InvalidArgument
-from master.consume import pushes as pushes_mod
 from blizzard.wire.push_signature import opened
+from master.consume import pushes as pushes_mod
 from master.consume.pushes import AWAIT_S, MAX_PUSHED_BYTES, MAX_SERVES, PUSH_TIMEOUT_S, Pushes
 
 TO = b"r" * 16  # the consumer's routing id on its data-node connections

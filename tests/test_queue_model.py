@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from master.state.machine import LEASED, State
 from master.state.queue_config import QueueConfig
 from master.state.records import AckItems, CommitItems, ConfigureQueue, LeaseItems, ReleaseItems
-from master.state.machine import LEASED, State
 
 CONFIG = QueueConfig(lease_s=5.0, max_attempts=2, dead_letter="", backoff_base_s=1.0,
                      backoff_cap_s=4.0)

@@ -15,8 +15,8 @@ from blizzard.wire import queue_settings
 from blizzard.wire.errors import InvalidArgument, VersionMismatch
 from blizzard.wire.queue_settings import NAMES, SETTINGS, Settings, check_changes
 from master.state import records
-from master.state.queue_config import QueueConfig
 from master.state.machine import State
+from master.state.queue_config import QueueConfig
 
 # Written by the code before the settings had one definition; the bytes must keep decoding.
 OLD_CONFIGURE_RECORD = bytes.fromhex(

@@ -8,10 +8,11 @@ import threading
 import time
 
 import pytest
-from support.wait import wait_for
 
 from blizzard import Client
 from blizzard.wire.errors import InvalidArgument, LeaseExpired, QueueExists
+
+from support.wait import wait_for
 
 
 def datas(msgs) -> list[bytes]:

@@ -14,13 +14,14 @@ import sys
 import threading
 
 import pytest
-from support.wait import wait_for
 
 from blizzard import Client
 from blizzard.local.harness import LocalCluster, Proc
 from blizzard.net.transport import call
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import BlizzardError, Forbidden, InvalidArgument
+
+from support.wait import wait_for
 
 FAST = dict(heartbeat_s=0.2, dead_after_s=1.5)
 

@@ -3,18 +3,28 @@ metadata changes a master sends the nodes (``master/nodes/meta_sync.py``)."""
 
 from __future__ import annotations
 
-
 import pytest
 
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import InvalidArgument
+from master.ha.rebuild_fold import ID_MARGIN, NodeScan, check_node, fold
+from master.nodes.meta_sync import MetaSync
 from master.state import records
 from master.state.item import DELAYED, READY
-from master.nodes.meta_sync import MetaSync
-from master.ha.rebuild_fold import ID_MARGIN, NodeScan, check_node, fold
-from master.state.records import (AckItems, AddReplicas, ClusterCreated, CommitItems, ConfigureQueue,
-                            LeaseItems, NodeSeen, RebuildItems, RedriveItems, ReleaseItems, Reserve)
 from master.state.machine import State
+from master.state.records import (
+    AckItems,
+    AddReplicas,
+    ClusterCreated,
+    CommitItems,
+    ConfigureQueue,
+    LeaseItems,
+    NodeSeen,
+    RebuildItems,
+    RedriveItems,
+    ReleaseItems,
+    Reserve,
+)
 
 
 def meta(*ids: int, queue: str = "jobs", attempts: int = 0, origin: str = "",

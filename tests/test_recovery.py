@@ -8,12 +8,12 @@ import sys
 import threading
 import time
 
-from support.wait import wait_for
-
 from blizzard import Client
 from blizzard.wire.errors import BlizzardError, LeaseExpired
 from master.log import checkpoint_file
 from master.log.wal import list_segments, segment_name
+
+from support.wait import wait_for
 
 FAST = dict(heartbeat_s=0.2, dead_after_s=1.5)
 

@@ -9,17 +9,18 @@ import time
 from operator import attrgetter
 
 import pytest
-from support.in_process_master import call, enqueue_msg, in_process_master
 
-from blizzard.server.registry import ADMIN, CLIENT, NODE, ROLES, STANDBY, Route, Routes
+from blizzard.server.registry import ADMIN, CLIENT, ROLES, STANDBY, Route, Routes
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import Forbidden, ForeignCluster
 from datanode import meta
 from datanode import server as datanode_server
 from datanode.grants import DELETERS
-from master.state import records
 from master import server as master_server
 from master.server import ADMIN_OPS, ALLOWED, NODE_OPS, ROUTES
+from master.state import records
+
+from support.in_process_master import call, enqueue_msg, in_process_master
 
 
 @pytest.fixture

@@ -7,13 +7,14 @@ import threading
 import time
 
 import pytest
-from support.wait import wait_for
 
 from blizzard import Client
 from blizzard.client.message import leased_items
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import BlizzardError, DataCorrupt, NotEnoughDatanodes
 from datanode.store import LevelDbStore
+
+from support.wait import wait_for
 
 FAST = dict(heartbeat_s=0.2, dead_after_s=1.5)
 

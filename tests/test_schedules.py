@@ -11,22 +11,23 @@ import threading
 import time
 
 import pytest
-from support.records import commit
-from support.together import in_threads
-from support.wait import wait_for
-from support.worker_proc import running_worker
 
 from blizzard import Client
 from blizzard.wire import cron
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import Forbidden, InvalidArgument, UnknownItem
 from blizzard.worker.task import encode_call, task
+from master.log.inspect import armed_ticks
 from master.state import records
 from master.state.records import AddSchedule, RearmItems
 from master.state.schedule_book import Schedule, next_tick
-from master.log.inspect import armed_ticks
 
-UTC = dt.timezone.utc
+from support.records import commit
+from support.together import in_threads
+from support.wait import wait_for
+from support.worker_proc import running_worker
+
+UTC = dt.UTC
 
 
 def at(*fields: int, tz: str = "UTC") -> float:

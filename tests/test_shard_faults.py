@@ -25,7 +25,7 @@ _rids = itertools.count(1)
 
 
 class FakeEndpoint:
-    def __init__(self, shard: "FakeShard") -> None:
+    def __init__(self, shard: FakeShard) -> None:
         self.shard, self.replies, self.addr = shard, {}, f"tcp://127.0.0.1:{7000 + shard.k}"
 
     def send(self, msg: Any) -> int:
@@ -53,7 +53,7 @@ class FakeEndpoint:
 
 
 class FakeLink:
-    def __init__(self, shard: "FakeShard") -> None:
+    def __init__(self, shard: FakeShard) -> None:
         self.shard, self.endpoint, self.addr, self.timeout_s = shard, FakeEndpoint(shard), "x", 5.0
         self.moved = 0
 

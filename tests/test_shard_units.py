@@ -7,10 +7,14 @@ import time
 
 import pytest
 import zmq
-from support.wait import wait_for
 
-from blizzard.client.sharded.admin import (merge_queues, merge_stats, merge_status, shard_settings,
-                                           whole_settings)
+from blizzard.client.sharded.admin import (
+    merge_queues,
+    merge_stats,
+    merge_status,
+    shard_settings,
+    whole_settings,
+)
 from blizzard.client.sharded.client import key_shard, split_shards
 from blizzard.client.sharded.view import STALE_S, HeadsView
 from blizzard.local.harness import free_port
@@ -18,9 +22,11 @@ from blizzard.wire import protocol as p
 from blizzard.wire.errors import InvalidArgument
 from blizzard.wire.shard_messages import first_id, shard_of, topic
 from master.shard.heads import claim_shard
-from master.state.queue_config import QueueConfig
 from master.state.machine import State
+from master.state.queue_config import QueueConfig
+
 from support.in_process_master import alloc, call, in_process_master
+from support.wait import wait_for
 
 
 def test_an_id_names_its_shard_and_shard_0_keeps_the_unsharded_ids():

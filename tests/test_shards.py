@@ -11,8 +11,6 @@ import threading
 import time
 
 import pytest
-from support.processes import pids_with
-from support.wait import wait_for
 
 from blizzard import Client
 from blizzard.client.sharded.client import key_shard
@@ -23,6 +21,9 @@ from blizzard.net.secure import HandshakeWatch
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import ClientClosed, InvalidArgument, LeaseExpired, QueueExists
 from blizzard.wire.shard_messages import first_id, shard_of
+
+from support.processes import pids_with
+from support.wait import wait_for
 
 pytestmark = pytest.mark.cluster  # real processes, some started here
 

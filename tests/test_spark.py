@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 from pyspark.errors import PySparkException
@@ -21,6 +21,7 @@ from pyspark.sql import functions as F
 
 from blizzard import Client
 from blizzard.spark import drain
+
 from support.processes import LOOPBACK_HEX, listening_addresses
 from support.spark_output import assert_exactly_once, output
 from support.wait import wait_for

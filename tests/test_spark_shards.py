@@ -6,10 +6,11 @@ from __future__ import annotations
 import random
 
 from pyspark.sql import functions as F
-from support.spark_output import assert_exactly_once, output
 
 from blizzard.spark import drain
 from blizzard.wire.shard_messages import shard_of
+
+from support.spark_output import assert_exactly_once, output
 
 
 def test_a_drain_of_a_sharded_queue_writes_every_shards_items_once(spark, sharded, tmp_path):

@@ -17,12 +17,13 @@ import sys
 
 import pyarrow.parquet as pq
 import pytest
-from support.processes import LOOPBACK_HEX, listening_addresses, pids_with
-from support.wait import wait_for
 
 from blizzard import Client
-from blizzard.spark.session import on_loopback
 from blizzard.local.spark_standalone import StandaloneSpark
+from blizzard.spark.session import on_loopback
+
+from support.processes import LOOPBACK_HEX, listening_addresses, pids_with
+from support.wait import wait_for
 
 ITEMS = 5000
 DRIVER_TIMEOUT_S = 240

@@ -9,7 +9,6 @@ from __future__ import annotations
 import http.client
 import json
 import socket
-import time
 import tracemalloc
 
 import msgpack
@@ -18,15 +17,16 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
-from support.records import commit
-from support.sqs import KEYS, boto, code, gateway_on_new_cluster, signed
 
 from blizzard import Client
 from blizzard.gateways import sqs_messages as msgs
 from blizzard.gateways import sqs_wire as wire
 from blizzard.gateways.sqs import MAX_BODY
-from master.state.records import AckItems
 from master.state.machine import State
+from master.state.records import AckItems
+
+from support.records import commit
+from support.sqs import KEYS, boto, code, gateway_on_new_cluster, signed
 
 DAY = 86400.0
 
@@ -69,7 +69,7 @@ def raw_all(gw, data: bytes, wait_s: float = 3.0) -> bytes:
         while True:
             try:
                 chunk = s.recv(65536)
-            except (ConnectionResetError, TimeoutError, socket.timeout):
+            except (ConnectionResetError, TimeoutError):
                 break
             if not chunk:
                 break

@@ -15,13 +15,14 @@ import time
 
 import pytest
 from botocore.exceptions import ClientError
+
+from blizzard import Client
+from blizzard.local.harness import free_port
+
 from support.cli import BLIZZARD
 from support.gateway import gateway_process, listening
 from support.sqs import boto, code, credentials_file, gateway_on_new_cluster
 from support.wait import wait_for
-
-from blizzard import Client
-from blizzard.local.harness import free_port
 
 pytestmark = pytest.mark.cluster
 

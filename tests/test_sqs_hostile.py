@@ -16,10 +16,11 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
-from support.sqs import KEYS, boto, code, gateway_on_new_cluster, signed
 
 from blizzard.gateways import sigv4
 from blizzard.gateways.sqs import SqsConfig, SqsServer
+
+from support.sqs import KEYS, boto, code, gateway_on_new_cluster, signed
 
 pytestmark = pytest.mark.cluster
 NS = {"q": "http://queue.amazonaws.com/doc/2012-11-05/"}

@@ -8,18 +8,19 @@ import signal
 import threading
 
 import pytest
-from support.wait import wait_for
 
 from blizzard import Client
 from blizzard.local.harness import free_port
 from blizzard.net.transport import call
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import BlizzardError, InvalidArgument
-from master.log import checkpoint_file
 from master.config import MasterConfig
-from master.ha.wal_shipping import EXIT_FENCED
 from master.ha.standby import StandbyServer
+from master.ha.wal_shipping import EXIT_FENCED
+from master.log import checkpoint_file
 from master.log.wal import list_segments, segment_name
+
+from support.wait import wait_for
 
 FAST = dict(heartbeat_s=0.2, dead_after_s=1.5, datanodes=2)
 

@@ -8,17 +8,18 @@ import time
 
 import pytest
 import zmq
-from support.in_process_master import in_process_master
 
 from blizzard.client.master_link import MasterLink
-from blizzard.net.masters import MasterChoice, split_masters
 from blizzard.local.harness import free_port
+from blizzard.net.masters import MasterChoice, split_masters
 from blizzard.net.transport import Endpoint, call_many
 from blizzard.server.router import RouterServer
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import InvalidArgument
-from master.state.records import StandbySynced
 from master.log.wal import Wal, WalCorrupt, read_segments, segment_name
+from master.state.records import StandbySynced
+
+from support.in_process_master import in_process_master
 
 A, B = "tcp://127.0.0.1:5555", "tcp://127.0.0.1:5556"
 

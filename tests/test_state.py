@@ -9,9 +9,16 @@ from hypothesis import strategies as st
 from blizzard.wire import protocol as p
 from master.log import checkpoint_file
 from master.state import records
-from master.state.records import (AckItems, CommitItems, LeaseItems, NodeSeen, RedriveItems, ReleaseItems,
-                            Reserve)
 from master.state.machine import State
+from master.state.records import (
+    AckItems,
+    CommitItems,
+    LeaseItems,
+    NodeSeen,
+    RedriveItems,
+    ReleaseItems,
+    Reserve,
+)
 
 
 def commit(state: State, queue: str, ids: list[int], priorities: list[int] | None = None,

@@ -7,8 +7,6 @@ import time
 import zlib
 
 import pytest
-from support.prometheus import scrape, value
-from support.wait import wait_for
 
 from blizzard import Client
 from blizzard.local.harness import free_port
@@ -18,7 +16,10 @@ from blizzard.wire import protocol as p
 from datanode.config import DatanodeConfig
 from datanode.server import DatanodeServer
 from datanode.store import MemoryStore
+
 from support.in_process_master import call, enqueue_msg, in_process_master, place, report
+from support.prometheus import scrape, value
+from support.wait import wait_for
 
 
 def test_a_pass_holds_only_while_enough_other_callers_were_busy_lately():

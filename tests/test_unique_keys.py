@@ -12,11 +12,12 @@ from blizzard import Client
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import InvalidArgument
 from master.state import records
+from master.state.machine import State
 from master.state.records import AckItems, CommitItems, DeleteQueue
+from master.state.unique_keys import Uniques
+
 from support.records import commit
 from support.together import in_threads
-from master.state.machine import State
-from master.state.unique_keys import Uniques
 
 
 def test_keys_are_taken_by_records_and_run_out_as_later_records_apply():

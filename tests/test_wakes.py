@@ -16,9 +16,10 @@ from datanode.server import FORWARD_TIMEOUT_S, DatanodeServer
 from datanode.store import MemoryStore
 from master import wakes
 from master.config import MasterConfig
+from master.log.wal import MemoryWal
 from master.server import MasterServer
 from master.wakes import BUSY_S, IDLE_S
-from master.log.wal import MemoryWal
+
 from support.in_process_master import call, enqueue_msg, in_process_master, join, place, report
 
 

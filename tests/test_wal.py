@@ -137,7 +137,8 @@ def test_failed_fsync_is_fatal(tmp_path, monkeypatch):
 @pytest.mark.parametrize("kind", ["disk", "memory"])
 def test_both_wals_keep_the_same_contract(tmp_path, kind):
     """What the server relies on, for the real log and its in-memory twin alike."""
-    from master.log.wal import MemoryWal, Wal as DiskWal
+    from master.log.wal import MemoryWal
+    from master.log.wal import Wal as DiskWal
 
     def open_wal():
         return DiskWal(str(tmp_path / "wal")) if kind == "disk" else shared

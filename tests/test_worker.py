@@ -12,16 +12,16 @@ import time
 import types
 
 import pytest
-from support.wait import wait_for
-from support.worker_proc import BLIZZARD, finish, start_worker
 
 from blizzard import Client, InvalidArgument, ProtocolError, configure
 from blizzard.wire.codec import dumps
-from blizzard.worker.task import task
-from blizzard.worker.loop import Prefetch
 from blizzard.worker.context import JobContext
+from blizzard.worker.loop import Prefetch
 from blizzard.worker.runner import run_job
-from blizzard.worker.task import Task, decode_call, encode_call, settings_of, tasks_in
+from blizzard.worker.task import Task, decode_call, encode_call, settings_of, task, tasks_in
+
+from support.wait import wait_for
+from support.worker_proc import BLIZZARD, finish, start_worker
 
 # The module the worker runs; the test enqueues through stand-ins of the same names.
 JOBS = '''

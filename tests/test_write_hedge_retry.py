@@ -8,8 +8,15 @@ import time
 
 from blizzard.net.hedge import CAP_S
 from blizzard.wire import protocol as p
-from tests.support.in_process_master import (call, enqueue_msg, in_process_master, join, place,
-                                             report, waiting_replies)
+from tests.support.in_process_master import (
+    call,
+    enqueue_msg,
+    in_process_master,
+    join,
+    place,
+    report,
+    waiting_replies,
+)
 
 
 def test_a_write_is_hedged_once_its_other_nodes_report_after_the_first_hedge_time():

@@ -11,18 +11,19 @@ import math
 import os
 import signal
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import click
 import zmq
 
 from blizzard.cli.config import config_option, name_env_vars
-from blizzard.net.master_hints import nothing_listens, start_hint
 from blizzard.net.defaults import DEFAULT_MASTER, LOOPBACK
+from blizzard.net.fd_limits import log_fd_limits, raise_fd_limit
 from blizzard.net.file_modes import private_process
 from blizzard.net.keys import missing_advice
+from blizzard.net.master_hints import nothing_listens, start_hint
 from blizzard.server import logs
-from blizzard.net.fd_limits import log_fd_limits, raise_fd_limit
 from blizzard.wire.errors import BlizzardError, InvalidArgument, MasterUnavailable, MissingKeys
 from blizzard.wire.queue_settings import MAX_QUEUE_NAME, QUEUE_NAME_CHARS, check_queue_name
 

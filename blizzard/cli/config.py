@@ -16,7 +16,8 @@ than under ``blizzard master``. Options every command shares keep one name every
 from __future__ import annotations
 
 import tomllib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import click
 

@@ -224,5 +224,5 @@ def schedule_remove(name: str, master: str, timeout_s: float) -> None:
 
 
 def _when(at: float) -> str:
-    return datetime.datetime.fromtimestamp(at, datetime.timezone.utc).isoformat(
+    return datetime.datetime.fromtimestamp(at, datetime.UTC).isoformat(
         sep=" ", timespec="seconds")

@@ -20,8 +20,15 @@ from blizzard.cli import items as cli_items
 from blizzard.cli import jobs as cli_jobs
 from blizzard.cli import queue as cli_queue
 from blizzard.cli import removal as cli_removal
-from blizzard.cli.common import (EXIT_ERROR, EXIT_USAGE, error_line, keys_opt, master_opt,
-                                 stop_on_signals, timeout_opt)
+from blizzard.cli.common import (
+    EXIT_ERROR,
+    EXIT_USAGE,
+    error_line,
+    keys_opt,
+    master_opt,
+    stop_on_signals,
+    timeout_opt,
+)
 from blizzard.cli.config import name_env_vars
 from blizzard.cli.dashboard import STATUS_PAGE_HINT, dashboard
 from blizzard.cli.keys import keys_group

@@ -4,14 +4,31 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import click
 
-from blizzard.cli.common import (QUEUE_NAME_HELP, Seconds, keys_opt, master_opt, queue_arg,
-                                 timeout_opt)
-from blizzard.cli.output import (STATS_KEYS, echo_json, escape, json_opt, message_doc, output,
-                                 seconds, shown_stats, size, stats_lines)
+from blizzard.cli.common import (
+    QUEUE_NAME_HELP,
+    Seconds,
+    keys_opt,
+    master_opt,
+    queue_arg,
+    timeout_opt,
+)
+from blizzard.cli.output import (
+    STATS_KEYS,
+    echo_json,
+    escape,
+    json_opt,
+    message_doc,
+    output,
+    seconds,
+    shown_stats,
+    size,
+    stats_lines,
+)
 from blizzard.cli.watch import watch, watch_opt
 from blizzard.wire.queue_settings import DEAD_SUFFIX, SETTINGS, Setting
 

@@ -16,7 +16,8 @@ import math
 import signal
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import click
 

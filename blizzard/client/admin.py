@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from blizzard.client.master_link import MasterLink
 from blizzard.client.message import LeasedItem, leased_items
 from blizzard.wire import protocol as p
-from blizzard.wire.codec import as_ids
 from blizzard.wire import queue_settings
+from blizzard.wire.codec import as_ids
 from blizzard.wire.queue_settings import check_queue_name
 
 

@@ -9,14 +9,15 @@ purpose.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, Protocol, Sequence, runtime_checkable
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 from blizzard.client.consumer import Consumer
 from blizzard.client.core import Client
 from blizzard.client.jobs import JobStatus
-from blizzard.client.schedules import ScheduleStatus
 from blizzard.client.message import LeasedItem, Message
 from blizzard.client.pipeline import Staged
+from blizzard.client.schedules import ScheduleStatus
 from blizzard.client.sharded.client import ShardedClient, split_shards
 from blizzard.net.defaults import DEFAULT_MASTER
 from blizzard.wire import protocol as p

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol, Sequence
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from blizzard.client.message import Message
 
@@ -28,10 +29,10 @@ class Consumer:
         self.current: list[Message] = []
         self.stopped = False
 
-    def __enter__(self) -> "Consumer":
+    def __enter__(self) -> Consumer:
         return self
 
-    def __iter__(self) -> "Consumer":
+    def __iter__(self) -> Consumer:
         return self
 
     def __next__(self) -> list[Message]:

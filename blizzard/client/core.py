@@ -13,7 +13,8 @@ go straight to data nodes; the master only sees ids, sizes and checksums.
 from __future__ import annotations
 
 import logging
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import zmq
 
@@ -23,18 +24,17 @@ from blizzard.client.datanodes import DatanodePool, Reads
 from blizzard.client.enqueue_options import EnqueueOptions
 from blizzard.client.http_task import HttpTask, enqueue_task
 from blizzard.client.jobs import JobStatus, cancel_jobs, job_statuses, store_results
-from blizzard.client.schedules import (ScheduleStatus, list_schedules, remove_schedule,
-                                       set_schedule)
 from blizzard.client.leases import Leases
-from blizzard.net.master_hints import DEFAULT, GIVEN
 from blizzard.client.master_link import MasterLink
 from blizzard.client.message import LeasedItem, Message, leased_items
 from blizzard.client.pipeline import EnqueuePipeline, Staged
 from blizzard.client.producer import Producer, Stager
+from blizzard.client.schedules import ScheduleStatus, list_schedules, remove_schedule, set_schedule
 from blizzard.client.sharded.client import ShardedClient, split_shards
 from blizzard.net.defaults import DEFAULT_MASTER
 from blizzard.net.keys import ClientKeys
 from blizzard.net.keys import resolve as resolve_keys
+from blizzard.net.master_hints import DEFAULT, GIVEN
 from blizzard.wire import protocol as p
 from blizzard.wire.codec import as_ids
 from blizzard.wire.errors import ClusterError, InvalidArgument
@@ -109,7 +109,7 @@ class Client:
         self.leases = Leases(self.master, self.datanodes.heard, self.datanodes)
         self.admin = QueueAdmin(self.master)
 
-    def __enter__(self) -> "Client":
+    def __enter__(self) -> Client:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -27,8 +27,9 @@ import os
 import time
 import zlib
 from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import zmq
 
@@ -39,8 +40,14 @@ from blizzard.net.transport import Endpoint, Replies
 from blizzard.wire import protocol as p
 from blizzard.wire import push_signature
 from blizzard.wire.codec import as_ids
-from blizzard.wire.errors import (AuthenticationFailed, BlizzardError, ClientClosed, DataCorrupt,
-                                  DatanodeUnavailable, Forbidden)
+from blizzard.wire.errors import (
+    AuthenticationFailed,
+    BlizzardError,
+    ClientClosed,
+    DataCorrupt,
+    DatanodeUnavailable,
+    Forbidden,
+)
 
 log = logging.getLogger("blizzard.client.core")
 

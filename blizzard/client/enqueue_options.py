@@ -36,7 +36,7 @@ class EnqueueOptions:
              coalesce: Any = False, unique_key: Any = None, unique_for_s: Any = None,
              unique_until_done: Any = False, create: Any = True,
              lease_s: Any = None, depends_on: Any = (),
-             on_dependency_failure: Any = "cancel") -> "EnqueueOptions":
+             on_dependency_failure: Any = "cancel") -> EnqueueOptions:
         if type(priority) is not int:
             raise InvalidArgument(f"priority must be an integer, got {type(priority).__name__}")
         if isinstance(delay_s, bool) or not isinstance(delay_s, (int, float)) or delay_s < 0:

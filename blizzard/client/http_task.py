@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from blizzard.wire import protocol as p
@@ -60,7 +61,7 @@ class HttpTask:
     @classmethod
     def make(cls, url: str, *, method: str = "POST", headers: Mapping[str, str] | None = None,
              body: bytes | str = b"", max_attempts: int = 5, backoff_s: float = 2.0,
-             timeout_s: float = 10.0) -> "HttpTask":
+             timeout_s: float = 10.0) -> HttpTask:
         """A checked task; ``InvalidArgument`` names the first field that is wrong."""
         if isinstance(body, str):
             body = body.encode()
@@ -70,7 +71,7 @@ class HttpTask:
         return cls(url, method.upper() if isinstance(method, str) else method, pairs, body,
                    max_attempts, backoff_s, timeout_s).check()
 
-    def check(self) -> "HttpTask":
+    def check(self) -> HttpTask:
         """This task, if every field is within its rules; else ``InvalidArgument``."""
         _check_url(self.url)
         if self.method not in METHODS:
@@ -95,7 +96,7 @@ class HttpTask:
                         "timeout_s": float(self.timeout_s)})
 
     @classmethod
-    def decode(cls, data: bytes) -> "HttpTask":
+    def decode(cls, data: bytes) -> HttpTask:
         """The task in an item's payload; ``InvalidArgument`` if the payload is not one."""
         try:
             doc = p.loads(data)

@@ -11,8 +11,9 @@ carries; what it means is the worker's (``blizzard/worker/results.py``).
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from blizzard.client.enqueue_options import EnqueueOptions
 from blizzard.client.message import leased_items

@@ -25,8 +25,8 @@ from __future__ import annotations
 import enum
 import logging
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Iterable
 
 from blizzard.client.message import Message
 from blizzard.wire.errors import NOT_HELD, ClusterError

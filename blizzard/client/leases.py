@@ -8,15 +8,22 @@ lost and the call raises ``LeaseExpired``.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from blizzard.client.master_link import MasterLink
 from blizzard.client.message import LeasedItem, leased_items
 from blizzard.net.transport import call
 from blizzard.wire import protocol as p
 from blizzard.wire.codec import as_ids
-from blizzard.wire.errors import (BlizzardError, InvalidArgument, LeaseExpired, NotInQueue,
-                                  UnknownItem, WrongLease)
+from blizzard.wire.errors import (
+    BlizzardError,
+    InvalidArgument,
+    LeaseExpired,
+    NotInQueue,
+    UnknownItem,
+    WrongLease,
+)
 from blizzard.wire.queue_settings import check_queue_name
 
 

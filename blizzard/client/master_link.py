@@ -14,18 +14,23 @@ import logging
 import os
 import random
 import time
-from typing import Any, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import zmq
 
+from blizzard.net.keys import ClientKeys
 from blizzard.net.master_hints import GIVEN, nothing_listens, start_hint
 from blizzard.net.masters import MasterChoice
-from blizzard.net.keys import ClientKeys
 from blizzard.net.secure import ConnectionRefused
 from blizzard.net.transport import Endpoint, call, call_many, raise_if_error
 from blizzard.wire import protocol as p
-from blizzard.wire.errors import (AuthenticationFailed, BlizzardError, ClientClosed,
-                                  MasterUnavailable)
+from blizzard.wire.errors import (
+    AuthenticationFailed,
+    BlizzardError,
+    ClientClosed,
+    MasterUnavailable,
+)
 
 log = logging.getLogger(__name__)
 

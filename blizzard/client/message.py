@@ -6,8 +6,9 @@ whole client.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 from blizzard.wire import protocol as p
 
@@ -108,7 +109,7 @@ class Message:
         """Keep the lease for ``lease_s`` more seconds from now (a long job's touch)."""
         self._leases.extend_many([self], lease_s=lease_s)
 
-    def __enter__(self) -> "Message":
+    def __enter__(self) -> Message:
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:

@@ -36,8 +36,9 @@ import logging
 import time
 import weakref
 import zlib
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from blizzard.client.datanodes import SLOW_S, DatanodePool
 from blizzard.client.enqueue_options import EnqueueOptions, as_bytes
@@ -45,8 +46,13 @@ from blizzard.client.master_link import MasterLink, is_retryable
 from blizzard.net.transport import Endpoint, Replies, raise_if_error
 from blizzard.wire import protocol as p
 from blizzard.wire.codec import as_ids
-from blizzard.wire.errors import (DatanodeUnavailable, NotEnoughDatanodes, PayloadTooLarge,
-                                  ProtocolError, UnknownItem)
+from blizzard.wire.errors import (
+    DatanodeUnavailable,
+    NotEnoughDatanodes,
+    PayloadTooLarge,
+    ProtocolError,
+    UnknownItem,
+)
 from blizzard.wire.queue_settings import check_queue_name
 
 log = logging.getLogger(__name__)

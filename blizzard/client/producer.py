@@ -9,7 +9,8 @@ for ``Client.stage``: batches stored durably but invisible, for one ``commit`` l
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from blizzard.client.enqueue_options import EnqueueOptions
 from blizzard.client.pipeline import CHUNK_ITEMS, EnqueuePipeline, Staged, Window, staged_chunk
@@ -28,7 +29,7 @@ class Producer:
         self.opts = EnqueueOptions.make(priority, delay_s, None, key, coalesce)
         self.window = Window(pipeline, window)
 
-    def __enter__(self) -> "Producer":
+    def __enter__(self) -> Producer:
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:

@@ -20,8 +20,9 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import BlizzardError, InvalidArgument
@@ -50,7 +51,7 @@ class Sample:
     # queue -> (items enqueued, items acked) since that sample
     increases: dict[str, tuple[int, int]] = field(default_factory=dict)
     queues: dict[str, p.QueueStats] = field(default_factory=dict)
-    jobs: "JobsView | None" = None  # schedules and jobs in progress (None: not asked)
+    jobs: JobsView | None = None  # schedules and jobs in progress (None: not asked)
 
 
 @dataclass(frozen=True)
@@ -156,7 +157,7 @@ class Sampler:
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="dashboard-sampler", daemon=True)
 
-    def start(self) -> "Sampler":
+    def start(self) -> Sampler:
         self._thread.start()
         return self
 

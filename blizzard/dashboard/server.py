@@ -19,16 +19,22 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Iterable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler
 from importlib import resources
-from typing import Any, Callable, Iterable
+from typing import Any
 from urllib.parse import urlsplit
 
 from blizzard.dashboard.sampler import History, StateCache
-from blizzard.net.http_guard import (CONNECTION_S, IDLE_TIMEOUT_S,  # noqa: F401 (tests)
-                                        MAX_CONNECTIONS, GuardedHTTPServer, host_and_port,
-                                        respond)
+from blizzard.net.http_guard import (  # noqa: F401 (tests)
+    CONNECTION_S,
+    IDLE_TIMEOUT_S,
+    MAX_CONNECTIONS,
+    GuardedHTTPServer,
+    host_and_port,
+    respond,
+)
 
 log = logging.getLogger(__name__)
 

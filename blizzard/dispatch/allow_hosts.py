@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from yarl import URL
 
@@ -34,7 +34,7 @@ class HostPolicy:
     suffixes: tuple[str, ...] = ()  # ".example.com" for "*.example.com"
 
     @classmethod
-    def parse(cls, patterns: Iterable[str]) -> "HostPolicy":
+    def parse(cls, patterns: Iterable[str]) -> HostPolicy:
         """A policy from patterns; ``InvalidArgument`` names the first one that is not valid."""
         exact: set[str] = set()
         suffixes: list[str] = []

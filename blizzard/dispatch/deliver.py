@@ -44,8 +44,9 @@ import logging
 import random
 import time
 from collections import Counter
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any, Callable, Coroutine
+from typing import Any
 
 import aiohttp
 
@@ -82,7 +83,7 @@ class DispatchConfig:
     keys: str | None = None  # a key directory; None: BLIZZARD_KEYS
     allow_hosts: tuple[str, ...] = ()  # hosts tasks may go to (``allow_hosts.py``); (): any
 
-    def validate(self) -> "DispatchConfig":
+    def validate(self) -> DispatchConfig:
         if not self.queues:
             raise InvalidArgument("name at least one queue to dispatch from")
         for queue in self.queues:

@@ -22,10 +22,11 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Callable
+from typing import Any
 
 from blizzard.client.api import BlizzardClient
 from blizzard.client.http_task import HttpTask, bury

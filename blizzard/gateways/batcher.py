@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from blizzard.client.enqueue_options import EnqueueOptions
 from blizzard.client.leases import refusal

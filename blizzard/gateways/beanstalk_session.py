@@ -13,20 +13,36 @@ import importlib.metadata
 import logging
 import os
 import socket
-import time
 import threading
-from typing import Any, Callable, Protocol
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from blizzard.client.core import Client
 from blizzard.client.enqueue_options import EnqueueOptions
 from blizzard.client.http_task import bury, lookup
 from blizzard.client.message import leased_items
-from blizzard.gateways.beanstalk_lines import (MAX_LINE, Command, LineError, line, parse,
-                                               pri_of, priority_of, with_body, yaml_dict,
-                                               yaml_list)
+from blizzard.gateways.beanstalk_lines import (
+    MAX_LINE,
+    Command,
+    LineError,
+    line,
+    parse,
+    pri_of,
+    priority_of,
+    with_body,
+    yaml_dict,
+    yaml_list,
+)
 from blizzard.net.log_limit import Throttled
-from blizzard.wire.errors import (BlizzardError, Forbidden, InUse, LeaseExpired, NotInQueue,
-                                  UnknownItem)
+from blizzard.wire.errors import (
+    BlizzardError,
+    Forbidden,
+    InUse,
+    LeaseExpired,
+    NotInQueue,
+    UnknownItem,
+)
 from blizzard.wire.queue_settings import DEAD_SUFFIX
 from blizzard.wire.shard_messages import Head
 
@@ -56,7 +72,7 @@ class Gateway(Protocol):
 
     def ensure_tube(self, client: Client, tube: str) -> None: ...
 
-    def ended(self, session: "Session") -> None: ...
+    def ended(self, session: Session) -> None: ...
 
 
 GONE = (LeaseExpired, UnknownItem, NotInQueue)  # the job is not this connection's any more
@@ -512,7 +528,9 @@ class Session:
         if not seen.exists and tube != DEFAULT_TUBE:  # (beanstalkd's default tube always is)
             return line("NOT_FOUND")
         stats = {"ready": seen.ready, "leased": seen.leased, "delayed": seen.delayed,
-                 "dead": seen.dead, "paused_until": getattr(seen.settings, "paused_until")}
+                 "dead": seen.dead,
+                 # the fields of QueueSettings are added by @with_settings, out of mypy's sight
+                 "paused_until": getattr(seen.settings, "paused_until")}  # noqa: B009
         left = max(0, int(stats.get("paused_until", 0.0) - time.time() + 0.999))
         fields = {"name": tube, "current-jobs-urgent": 0,
                   "current-jobs-ready": stats["ready"],

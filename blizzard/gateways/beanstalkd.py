@@ -22,8 +22,8 @@ import resource
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import zmq
 
@@ -131,7 +131,7 @@ class BeanstalkdGateway:
                 self.tubes.clear()
             self.tubes.add(tube)
 
-    def ended(self, session: "Session") -> None:
+    def ended(self, session: Session) -> None:
         with self.lock:
             self.sessions.discard(session)
 

@@ -23,9 +23,10 @@ import re
 import stat
 import time
 import urllib.parse
+from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Any, Mapping
+from datetime import UTC, datetime
+from typing import Any
 
 ALGORITHM = "AWS4-HMAC-SHA256"
 MAX_SKEW_S = 15 * 60  # as AWS: a request signed more than this before or after now is refused
@@ -130,7 +131,7 @@ def verify(method: str, target: str, headers: Any, body: bytes,
                              "access key")
     stamp = headers.get("X-Amz-Date", "")
     try:
-        when = datetime.strptime(stamp, "%Y%m%dT%H%M%SZ").replace(tzinfo=timezone.utc)
+        when = datetime.strptime(stamp, "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
     except ValueError:
         raise SignatureError("IncompleteSignature",
                              "X-Amz-Date must be given, as YYYYMMDDTHHMMSSZ") from None

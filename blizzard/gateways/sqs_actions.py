@@ -21,17 +21,26 @@ import re
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from blizzard.client.enqueue_options import EnqueueOptions
 from blizzard.gateways import sqs_messages as msgs
 from blizzard.gateways import sqs_queues as queues
 from blizzard.gateways.sqs_queues import ACCOUNT, QueueInfo
 from blizzard.gateways.sqs_wire import SqsError, invalid, nonexistent, text, texts
-from blizzard.wire.errors import (Forbidden, InvalidArgument, LeaseExpired, NotInQueue,
-                                  QueueExists, TooManyItems, UnknownItem, UnknownQueue,
-                                  WrongLease)
+from blizzard.wire.errors import (
+    Forbidden,
+    InvalidArgument,
+    LeaseExpired,
+    NotInQueue,
+    QueueExists,
+    TooManyItems,
+    UnknownItem,
+    UnknownQueue,
+    WrongLease,
+)
 
 CACHE_S = 2.0  # how long a queue's attributes are taken as read (other gateways may change them)
 MAX_BATCH = 10

@@ -25,8 +25,8 @@ from typing import Any
 
 from blizzard.gateways.sqs_wire import SqsError, invalid, nonexistent, text
 from blizzard.wire import protocol as p
-from blizzard.wire.queue_settings import MAX_ATTRIBUTES, check_queue_name
 from blizzard.wire.errors import InvalidArgument
+from blizzard.wire.queue_settings import MAX_ATTRIBUTES, check_queue_name
 
 ACCOUNT = "000000000000"  # the account id in every URL and ARN: a gateway has one account
 MAX_VISIBILITY_S = 43_200

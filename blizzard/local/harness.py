@@ -16,8 +16,8 @@ import socket
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 import zmq
 
@@ -182,7 +182,7 @@ class LocalCluster:
         """Every master's address, comma-separated (what clients and data nodes are given)."""
         return ",".join(m.addr for m in (self.master, self.second) if m is not None)
 
-    def start(self, timeout_s: float = 30.0) -> "LocalCluster":
+    def start(self, timeout_s: float = 30.0) -> LocalCluster:
         """Start every process and wait until the cluster serves.
 
         A free port can be taken by another program between our probe and the server's bind;
@@ -404,7 +404,7 @@ class LocalCluster:
         return "\n".join(f"===== {proc.name} =====\n{proc.tail()}"
                          for proc in [self.master, self.second, *self.nodes] if proc is not None)
 
-    def __enter__(self) -> "LocalCluster":
+    def __enter__(self) -> LocalCluster:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -22,7 +22,7 @@ class Proc:
     log_start: int = 0  # where this run's lines begin in the (appended) log file
     env: dict[str, str] | None = None  # variables set over the inherited environment
 
-    def start(self) -> "Proc":
+    def start(self) -> Proc:
         log = open(self.log_path, "ab")
         self.log_start = log.tell()
         env = {**os.environ, **self.env} if self.env else None

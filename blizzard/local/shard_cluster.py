@@ -12,8 +12,9 @@ Used by ``blizzard cluster --masters N``, the integration tests, ``scripts/bench
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from blizzard.local.harness import AUTO_KEYS, LocalCluster, StartFailed, free_port
 from blizzard.net.defaults import LOOPBACK
@@ -42,7 +43,7 @@ class ShardedCluster:
     def _port(self, k: int) -> int:
         return self.master_port + k if self.master_port else free_port()
 
-    def start(self, timeout_s: float = 60.0) -> "ShardedCluster":
+    def start(self, timeout_s: float = 60.0) -> ShardedCluster:
         """Start every shard and wait for all. The masters' ports are chosen first (each is
         told them all), so another process may take one before its shard starts: with ports
         chosen freely, such a start is tried again on new ones."""
@@ -57,7 +58,7 @@ class ShardedCluster:
                     raise
         return self
 
-    def _start(self, timeout_s: float) -> "ShardedCluster":
+    def _start(self, timeout_s: float) -> ShardedCluster:
         ports = [self._port(k) for k in range(self.masters)]
         addrs = [f"tcp://{LOOPBACK}:{port}" for port in ports]
         heads = [self.master_port + self.masters + k if self.master_port else free_port()
@@ -112,7 +113,7 @@ class ShardedCluster:
         return "\n".join(f"##### shard {k} #####\n{shard.logs()}"
                          for k, shard in enumerate(self.shards))
 
-    def __enter__(self) -> "ShardedCluster":
+    def __enter__(self) -> ShardedCluster:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

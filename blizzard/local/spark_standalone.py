@@ -21,8 +21,8 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import pyspark
 
@@ -65,7 +65,7 @@ class StandaloneSpark:
     def status_url(self) -> str:
         return f"http://{LOOPBACK}:{self.webui_port}/json/"
 
-    def start(self) -> "StandaloneSpark":
+    def start(self) -> StandaloneSpark:
         """Start the master, then the workers; return once every worker has registered."""
         os.makedirs(self.base_dir, exist_ok=True)
         try:
@@ -127,7 +127,7 @@ class StandaloneSpark:
                         parts.append(f"--- {path}\n{f.read()[-4000:].decode(errors='replace')}")
         return "\n".join(parts)
 
-    def __enter__(self) -> "StandaloneSpark":
+    def __enter__(self) -> StandaloneSpark:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

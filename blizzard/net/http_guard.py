@@ -30,8 +30,9 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Iterable
+from typing import Any
 
 from blizzard.net import fd_limits
 

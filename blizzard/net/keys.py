@@ -34,8 +34,8 @@ import os
 import re
 import stat
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import zmq
 import zmq.auth
@@ -291,7 +291,7 @@ class ClientKeys:
     datanode: bytes | None = None
 
     @classmethod
-    def from_dir(cls, directory: str, name: str = "client") -> "ClientKeys":
+    def from_dir(cls, directory: str, name: str = "client") -> ClientKeys:
         require(directory, (name + ".key_secret",), ("master.key", "master.key_secret"))
         public, secret = load_pair(directory, name)
         datanode = None
@@ -309,7 +309,7 @@ class ServerKeys:
     directory: str
 
     @classmethod
-    def from_dir(cls, directory: str, name: str) -> "ServerKeys":
+    def from_dir(cls, directory: str, name: str) -> ServerKeys:
         check_private(directory)
         public, secret = load_pair(directory, name)
         return cls(public, secret, directory)
@@ -421,7 +421,7 @@ def master_keys(directory: str) -> tuple[ServerKeys, ClientKeys]:
                               load_public(directory, "datanode"))
 
 
-def resolve(keys: "str | ClientKeys | None", name: str = "client") -> ClientKeys | None:
+def resolve(keys: str | ClientKeys | None, name: str = "client") -> ClientKeys | None:
     """A client's keys from a directory, given keys, or ``BLIZZARD_KEYS``; None: insecure."""
     if isinstance(keys, ClientKeys):
         return keys

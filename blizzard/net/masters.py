@@ -9,7 +9,7 @@ standby answers ``NotPrimary``, and is left too, unless the next one was just fo
 from __future__ import annotations
 
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 from blizzard.net.addrs import check_addr
 

@@ -146,7 +146,7 @@ class Gatekeeper(ThreadAuthenticator):
         return f"{role}:{public.decode()}" if role else ""
 
 
-_gatekeepers: "weakref.WeakKeyDictionary[zmq.Context, Gatekeeper]" = weakref.WeakKeyDictionary()
+_gatekeepers: weakref.WeakKeyDictionary[zmq.Context, Gatekeeper] = weakref.WeakKeyDictionary()
 
 
 def guard(ctx: zmq.Context, directory: str) -> Gatekeeper:

@@ -8,7 +8,8 @@ import itertools
 import logging
 import time
 import weakref
-from typing import Any, Callable, Iterable, cast
+from collections.abc import Callable, Iterable
+from typing import Any, cast
 
 import zmq
 
@@ -18,8 +19,13 @@ from blizzard.net.log_limit import Throttled
 from blizzard.net.probes import Probes
 from blizzard.net.secure import HandshakeWatch, connect_curve
 from blizzard.wire import protocol
-from blizzard.wire.errors import (AuthenticationFailed, ClientClosed, InvalidArgument,
-                                  VersionMismatch, from_code)
+from blizzard.wire.errors import (
+    AuthenticationFailed,
+    ClientClosed,
+    InvalidArgument,
+    VersionMismatch,
+    from_code,
+)
 
 log = logging.getLogger(__name__)
 undecodable = Throttled(log)  # a peer's garbage makes a line per 10 s, not one per frame

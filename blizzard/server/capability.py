@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 import hmac
-from typing import Callable
+from collections.abc import Callable
 
 from blizzard.wire.codec import dumps
 from blizzard.wire.errors import Forbidden

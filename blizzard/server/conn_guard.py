@@ -45,14 +45,15 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable, cast
+from typing import cast
 
 import zmq
 from zmq.utils.monitor import parse_monitor_message
 
-from blizzard.net.log_limit import Throttled
 from blizzard.net import fd_limits
+from blizzard.net.log_limit import Throttled
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +78,7 @@ class Limits:
     pending_s: float  # the handshake limit: older connections are cut by libzmq, or through
 
     @classmethod
-    def for_process(cls, pending_s: float) -> "Limits":
+    def for_process(cls, pending_s: float) -> Limits:
         """Caps from this process's descriptor limit as it is now."""
         max_open = fd_limits.connection_fds()
         return cls(max_open=max_open, max_pending=max(1, min(MAX_PENDING, max_open // 2)),

@@ -40,7 +40,7 @@ class JsonFormatter(logging.Formatter):
     """One JSON object per record, on one line (newlines inside are escaped)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        moment = datetime.datetime.fromtimestamp(record.created, datetime.timezone.utc)
+        moment = datetime.datetime.fromtimestamp(record.created, datetime.UTC)
         doc = {"time": moment.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
                "level": record.levelname, "logger": record.name,
                "message": record.getMessage(), "role": getattr(record, "role", None),

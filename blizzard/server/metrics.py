@@ -25,17 +25,18 @@ import logging
 import threading
 import time
 from bisect import bisect_left
+from collections.abc import Iterable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler
-from typing import Any, Iterable
+from typing import Any
 from urllib.parse import urlsplit
 
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from blizzard.net.transport import FRAMES
 from blizzard.net.http_guard import CONNECTION_S, IDLE_TIMEOUT_S, GuardedHTTPServer, respond
+from blizzard.net.transport import FRAMES
 
 log = logging.getLogger(__name__)
 

@@ -12,8 +12,9 @@ connection's CURVE key authenticated with (``RouterServer.role_of``): ``node``, 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Iterable, Iterator
 from operator import attrgetter
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 NODE, CLIENT, ADMIN, STANDBY = "node", "client", "admin", "master"
 ROLES = (NODE, CLIENT, ADMIN, STANDBY)

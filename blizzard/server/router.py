@@ -18,8 +18,7 @@ from blizzard.net.transport import FRAMES, harden
 from blizzard.server.conn_guard import ConnectionGuard, GuardDepartures, Limits
 from blizzard.server.departures import Departures, source_fd
 from blizzard.wire import protocol
-from blizzard.wire.errors import (AuthenticationFailed, BlizzardError, ProtocolError,
-                                  VersionMismatch)
+from blizzard.wire.errors import AuthenticationFailed, BlizzardError, ProtocolError, VersionMismatch
 
 log = logging.getLogger(__name__)
 decode_bugs = Throttled(log, level=logging.ERROR)  # anyone can send the frame: a line per 10 s

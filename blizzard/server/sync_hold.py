@@ -14,7 +14,7 @@ The rule of PostgreSQL's ``commit_delay`` with ``commit_siblings``, per pass.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 WINDOW_S = 0.001  # the longest hold: added to a pass's latency, at most, while busy
 MIN_OTHERS = 2  # recently active peers, beyond the pass's own, before a pass holds

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from blizzard.spark.drain import DrainProgress, DrainSummary, drain
 from blizzard.spark.options import ReadOptions, WriteOptions
-from blizzard.spark.session import local_session
 from blizzard.spark.schema import SCHEMA
+from blizzard.spark.session import local_session
 from blizzard.spark.source import BlizzardDataSource, register
 
 __all__ = ["SCHEMA", "BlizzardDataSource", "DrainProgress", "DrainSummary", "ReadOptions",

@@ -6,8 +6,9 @@ that a typo (``maxItemPerBatch``) fails loudly instead of being ignored.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Mapping
+from typing import Any, ClassVar
 
 from blizzard.net.defaults import DEFAULT_MASTER
 from blizzard.wire.errors import InvalidArgument
@@ -87,7 +88,7 @@ class ReadOptions:
     }
 
     @classmethod
-    def parse(cls, options: Mapping[str, str]) -> "ReadOptions":
+    def parse(cls, options: Mapping[str, str]) -> ReadOptions:
         return _parse(cls, options, cls.SPELLINGS)
 
 
@@ -109,6 +110,6 @@ class WriteOptions:
     }
 
     @classmethod
-    def parse(cls, options: Mapping[str, str]) -> "WriteOptions":
+    def parse(cls, options: Mapping[str, str]) -> WriteOptions:
         return _parse(cls, options, cls.SPELLINGS)
 

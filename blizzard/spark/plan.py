@@ -10,8 +10,8 @@ the items each node serves; each node's runs make one ``NodePartition``. Picklin
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 from pyspark.sql.datasource import InputPartition
 
@@ -25,7 +25,7 @@ class Batch:
 
     replies: list[p.Leased]
     renewed: float = 0.0  # monotonic time its leases were taken or last extended
-    plan: list["NodePartition"] | None = None  # its partitions, planned when it was leased
+    plan: list[NodePartition] | None = None  # its partitions, planned when it was leased
 
     def __len__(self) -> int:
         return sum(len(r.ids) for r in self.replies)

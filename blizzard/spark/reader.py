@@ -24,13 +24,18 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxRows,
-                                              SupportsTriggerAvailableNow)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 
 from blizzard.client.core import Client, ShardedClient
 from blizzard.spark.fetch import read_partition
@@ -64,7 +69,7 @@ class BlizzardStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __getstate__(self) -> dict[str, Any]:
         return {"opts": self.opts, "run": self.run, "_driver": None}
 
-    def driver(self) -> "_Driver":
+    def driver(self) -> _Driver:
         if self._driver is None:
             self._driver = _Driver(self.opts, self.run)
         return self._driver

@@ -3,8 +3,15 @@ Arrow batches and the drain's output."""
 
 from __future__ import annotations
 
-from pyspark.sql.types import (BinaryType, IntegerType, LongType, StringType, StructField,
-                               StructType, TimestampType)
+from pyspark.sql.types import (
+                               BinaryType,
+                               IntegerType,
+                               LongType,
+                               StringType,
+                               StructField,
+                               StructType,
+                               TimestampType,
+)
 
 SCHEMA = StructType([  # built by hand: parsing DDL needs a JVM, and Python workers have none
     StructField("id", LongType()),

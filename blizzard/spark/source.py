@@ -40,7 +40,7 @@ class BlizzardDataSource(DataSource):
         return BlizzardWriter(WriteOptions.parse(self.options), schema)
 
 
-_registered: "weakref.WeakSet[SparkSession]" = weakref.WeakSet()
+_registered: weakref.WeakSet[SparkSession] = weakref.WeakSet()
 
 
 def register(spark: SparkSession) -> SparkSession:

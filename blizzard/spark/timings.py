@@ -13,8 +13,9 @@ import os
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 
 class Timings:

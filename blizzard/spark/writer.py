@@ -18,13 +18,23 @@ import bisect
 import logging
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator, Optional
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
-from pyspark.sql.types import (BinaryType, ByteType, DataType, DoubleType, FloatType, IntegerType,
-                               LongType, ShortType, StringType, StructType)
+from pyspark.sql.types import (
+    BinaryType,
+    ByteType,
+    DataType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StringType,
+    StructType,
+)
 
 from blizzard.client.core import Client
 from blizzard.client.pipeline import Staged
@@ -45,7 +55,7 @@ STAGE_WINDOW = 4  # chunks one task has being stored at once
 PER_CONNECTION = 150_000
 PENDING_MARGIN_S = 5.0  # commit only if the oldest staged chunk is this far from expiring
 
-Group = tuple[int, float, Optional[str]]  # priority, delay_s, key: what one stage call shares
+Group = tuple[int, float, str | None]  # priority, delay_s, key: what one stage call shares
 INTEGRAL = (ByteType, ShortType, IntegerType, LongType)
 COLUMNS: dict[str, tuple[type[DataType], ...]] = {
     "data": (BinaryType, StringType),  # required; text is stored as UTF-8
@@ -105,7 +115,7 @@ class BlizzardWriter(DataSourceArrowWriter):
             out.staged, out.started_at = staging.finish(), staging.started_at
         return out
 
-    def commit(self, messages: list[Optional[WriterCommitMessage]]) -> None:
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         chunks = [m for m in messages if isinstance(m, StagedChunks)]
         staged = [c for m in chunks for c in m.staged]
         if not staged:
@@ -126,7 +136,7 @@ class BlizzardWriter(DataSourceArrowWriter):
         log.info("committed %d rows to queue %r in %d request(s)",
                  sum(m.rows for m in chunks), self.opts.queue, len(plan))
 
-    def abort(self, messages: list[Optional[WriterCommitMessage]]) -> None:
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         staged = sum(len(chunk[0]) for m in messages if isinstance(m, StagedChunks)
                      for chunk in m.staged)
         log.warning("write to queue %r aborted: %d staged items stay invisible and are dropped "
@@ -173,7 +183,7 @@ class Staging:
         self.stager: Stager | None = None
         self.sent = 0  # rows sent through the current connection
 
-    def __enter__(self) -> "Staging":
+    def __enter__(self) -> Staging:
         return self
 
     def __exit__(self, *exc: object) -> None:

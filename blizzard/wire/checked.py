@@ -15,11 +15,12 @@ import dataclasses
 import operator
 import types
 import typing
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import msgpack
 
-from blizzard.wire.codec import MAX_BATCH, brief, claim_op
+from blizzard.wire.codec import MAX_BATCH, claim_op
 from blizzard.wire.errors import ProtocolError
 
 M = TypeVar("M")  # a record class

@@ -34,7 +34,8 @@ import functools
 import re
 import types
 import typing
-from typing import Annotated, Any, Callable, Iterator, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Annotated, Any, TypeVar
 
 import msgpack
 import msgspec

@@ -136,7 +136,7 @@ def next_after(cron: Cron, after: float, zone: str = "UTC") -> float:
             raise InvalidArgument(f"cron expression {cron.text!r} fires in none of the next "
                                   f"{SEARCH_YEARS} years")
         aware = found.replace(tzinfo=tz, fold=0)
-        back = aware.astimezone(dt.timezone.utc).astimezone(tz).replace(tzinfo=None)
+        back = aware.astimezone(dt.UTC).astimezone(tz).replace(tzinfo=None)
         if back == found:  # not a time a daylight-saving change skips
             at = aware.timestamp()
             if at > after:

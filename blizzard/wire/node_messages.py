@@ -8,7 +8,6 @@ and leases, data nodes check them (``blizzard/server/capability.py``).
 
 from __future__ import annotations
 
-
 from blizzard.wire.codec import Id, field, message
 from blizzard.wire.meta_messages import ItemMeta
 

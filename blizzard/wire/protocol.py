@@ -21,22 +21,72 @@ registry of every message, ``op_of`` a class's op code). The master's WAL record
 
 from __future__ import annotations
 
-
-from blizzard.wire.codec import (MAX_BATCH, MAX_FRAME_BYTES, MAX_ID, MAX_ITEM_BYTES, VERSION, WIRE,
-                                 Id, as_dict, decode, dumps, encode, field, fields_of, iter_loads, loads,
-                                 message, op_name, op_of, pack, peek_request_id, refusal, replace,
-                                 unpack)
+from blizzard.wire.codec import (
+    MAX_BATCH,
+    MAX_FRAME_BYTES,
+    MAX_ID,
+    MAX_ITEM_BYTES,
+    VERSION,
+    WIRE,
+    Id,
+    as_dict,
+    decode,
+    dumps,
+    encode,
+    field,
+    fields_of,
+    iter_loads,
+    loads,
+    message,
+    op_name,
+    op_of,
+    pack,
+    peek_request_id,
+    refusal,
+    replace,
+    unpack,
+)
 from blizzard.wire.ha_messages import Follow, Promote, Promoted, SnapshotData, WalData
-from blizzard.wire.job_messages import (DEPENDENCY_CANCEL, DEPENDENCY_DEAD, FINAL_STATES,
-                                        JOB_STATES, NOT_CANCELLED_FINAL, NOT_CANCELLED_SCHEDULE,
-                                        NOT_CANCELLED_UNKNOWN, RESULT_CANCELLED, RESULT_DONE,
-                                        RESULT_FAILED, Cancel, ListSchedules, RemoveSchedule,
-                                        ScheduleInfo, ScheduleList, ScheduleSpec, SetSchedule)
+from blizzard.wire.job_messages import (
+    DEPENDENCY_CANCEL,
+    DEPENDENCY_DEAD,
+    FINAL_STATES,
+    JOB_STATES,
+    NOT_CANCELLED_FINAL,
+    NOT_CANCELLED_SCHEDULE,
+    NOT_CANCELLED_UNKNOWN,
+    RESULT_CANCELLED,
+    RESULT_DONE,
+    RESULT_FAILED,
+    Cancel,
+    ListSchedules,
+    RemoveSchedule,
+    ScheduleInfo,
+    ScheduleList,
+    ScheduleSpec,
+    SetSchedule,
+)
 from blizzard.wire.meta_messages import ItemMeta, ListMeta, MetaPage
-from blizzard.wire.node_messages import (BadReplica, Blobs, CapabilityKey, CopyOrder, Delete, Get,
-                                         GetGrant, Heartbeat, HeartbeatReply, Inventory, NodeRef,
-                                         Put, PutGrant, PutReport, Regrant, Regranted, Replicated,
-                                         Stored)
+from blizzard.wire.node_messages import (
+    BadReplica,
+    Blobs,
+    CapabilityKey,
+    CopyOrder,
+    Delete,
+    Get,
+    GetGrant,
+    Heartbeat,
+    HeartbeatReply,
+    Inventory,
+    NodeRef,
+    Put,
+    PutGrant,
+    PutReport,
+    Regrant,
+    Regranted,
+    Replicated,
+    Stored,
+)
 from blizzard.wire.push_messages import AwaitServes, Pushed, ServeOrder, Serves
 from blizzard.wire.queue_settings import with_settings
 from blizzard.wire.shard_messages import Head, QueueHead

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-
 from typing import Any
 
 from blizzard.wire.codec import decode

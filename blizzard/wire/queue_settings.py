@@ -19,8 +19,9 @@ import dataclasses
 import math
 import re
 import typing
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Self
+from typing import Any, Self
 
 from blizzard.wire.codec import brief
 from blizzard.wire.errors import InvalidArgument

@@ -35,8 +35,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Iterable
 
 from blizzard.client.api import BlizzardClient
 from blizzard.client.http_task import bury

@@ -10,8 +10,9 @@ queue's), and at most ``MAX_RESULT_BYTES`` encoded: a task that returns more fai
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from blizzard.client.jobs import JobStatus
 from blizzard.wire.codec import dumps, loads
@@ -87,7 +88,7 @@ class JobState(str):
 
     info: JobStatus
 
-    def __new__(cls, info: JobStatus) -> "JobState":
+    def __new__(cls, info: JobStatus) -> JobState:
         state = super().__new__(cls, info.state)
         state.info = info
         return state
@@ -107,7 +108,7 @@ class JobHandle(int):
     queue: str
     _client: Callable[[], Any]
 
-    def __new__(cls, item_id: int, queue: str, client: Callable[[], Any]) -> "JobHandle":
+    def __new__(cls, item_id: int, queue: str, client: Callable[[], Any]) -> JobHandle:
         handle = super().__new__(cls, item_id)
         handle.queue = queue
         handle._client = client

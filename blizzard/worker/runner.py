@@ -16,8 +16,8 @@ import queue
 import threading
 import time
 import traceback
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from blizzard.client.message import Message
 from blizzard.wire.errors import BlizzardError, ProtocolError

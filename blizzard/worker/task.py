@@ -37,9 +37,10 @@ import logging
 import os
 import threading
 import weakref
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 from blizzard.client.api import BlizzardClient
 from blizzard.client.core import Client
@@ -48,8 +49,7 @@ from blizzard.client.schedules import check_spec
 from blizzard.net.defaults import DEFAULT_MASTER
 from blizzard.wire.codec import brief, dumps, loads
 from blizzard.wire.errors import InvalidArgument, ProtocolError, QueueExists
-from blizzard.wire.queue_settings import (BY_NAME, RESULTS_SUFFIX, check_changes,
-                                          check_queue_name)
+from blizzard.wire.queue_settings import BY_NAME, RESULTS_SUFFIX, check_changes, check_queue_name
 from blizzard.worker.results import JobHandle
 
 __all__ = ["Task", "Group", "group", "configure", "task", "encode_call", "decode_call", "format_call",
@@ -107,7 +107,7 @@ def format_call(data: bytes) -> str | None:
 
 # -- the queue's settings ----------------------------------------------------------------------
 
-def declare_schedule(client: BlizzardClient, t: "Task") -> None:
+def declare_schedule(client: BlizzardClient, t: Task) -> None:
     """Make ``t``'s schedule on the cluster (kept as it is if the same; one per task name)."""
     assert t.schedule is not None
     s = t.schedule
@@ -129,7 +129,7 @@ def ensure_queue(client: BlizzardClient, queue: str, settings: Mapping[str, Any]
                                          for k, v in sorted(differ.items())), queue)
 
 
-_ensured: "weakref.WeakKeyDictionary[Client, set[str]]" = weakref.WeakKeyDictionary()
+_ensured: weakref.WeakKeyDictionary[Client, set[str]] = weakref.WeakKeyDictionary()
 _ensured_lock = threading.Lock()
 
 
@@ -198,7 +198,7 @@ def close_thread_client() -> None:
 class Sender:
     """Enqueues calls of one task with a client and enqueue options (``Task.with_options``)."""
 
-    task: "Task"
+    task: Task
     client: Client | None = None  # None: the thread's default client
     priority: int = 0
     delay_s: float = 0.0

@@ -3,24 +3,25 @@
 from __future__ import annotations
 
 import bisect
-import heapq
 import dataclasses
-from typing import Any, Callable
+import heapq
+from collections.abc import Callable
+from typing import Any
 
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import InvalidArgument, QueueExists
 from blizzard.wire.queue_settings import NAMES
-from master.rules import arguments
 from master.config import MasterConfig
-from master.nodes.blob_deletes import Deletes
-from master.produce.enqueue import Enqueues
 from master.consume.leases import Leases
+from master.nodes.blob_deletes import Deletes
 from master.nodes.membership import Membership
-from master.rules.queue_policy import QueuePolicy
-from master.state.records import ConfigureQueue, DeleteItems, RedriveItems, WakeItems
 from master.nodes.repair import Repairer
 from master.nodes.safe_mode import SafeMode
+from master.produce.enqueue import Enqueues
+from master.rules import arguments
+from master.rules.queue_policy import QueuePolicy
 from master.state.machine import DELAYED, LEASED, State
+from master.state.records import ConfigureQueue, DeleteItems, RedriveItems, WakeItems
 
 
 class QueueAdmin:

@@ -9,19 +9,20 @@ item are deleted on their holders through the usual delete orders.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import InUse, InvalidArgument, MasterStarting, UnknownItem, UnknownQueue
-from master.rules import arguments
-from master.nodes.blob_deletes import Deletes
-from master.produce.enqueue import Enqueues
 from master.consume.leases import Leases
+from master.nodes.blob_deletes import Deletes
 from master.nodes.membership import Membership
-from master.state.records import DeleteItems, DeleteQueue, ForgetNode
 from master.nodes.repair import Repairer
 from master.nodes.safe_mode import SafeMode
+from master.produce.enqueue import Enqueues
+from master.rules import arguments
 from master.state.machine import LEASED, State
+from master.state.records import DeleteItems, DeleteQueue, ForgetNode
 
 
 class Removals:

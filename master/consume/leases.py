@@ -13,25 +13,26 @@ import os
 import struct
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from blizzard.net.log_limit import Throttled
-from blizzard.wire import protocol as p
 from blizzard.server.router import error_reply
+from blizzard.wire import protocol as p
 from blizzard.wire.errors import BlizzardError, InvalidArgument, TooManyItems
 from blizzard.wire.queue_settings import RESULTS_SUFFIX
-from master.rules import arguments
-from master.nodes.grant_keys import CapabilityKeys
 from master.config import MasterConfig
-from master.state.counts import QueueCounts
 from master.nodes.blob_deletes import Deletes
-from master.shard.heads import Heads
-from master.state.item import columns
+from master.nodes.grant_keys import CapabilityKeys
 from master.nodes.membership import Membership
+from master.rules import arguments
+from master.shard.heads import Heads
+from master.state.counts import QueueCounts
+from master.state.item import columns
+from master.state.machine import DELAYED, LEASED, State
 from master.state.queue_config import TokenBucket
 from master.state.records import AckItems, LeaseItems, ReleaseItems
-from master.state.machine import DELAYED, LEASED, State
 
 log = logging.getLogger(__name__)
 refused_log = Throttled(log)  # a consumer acking wrong ids all day makes a line per 10 s

@@ -24,7 +24,8 @@ from __future__ import annotations
 import collections
 import os
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import InvalidArgument

@@ -23,7 +23,8 @@ import logging
 import os
 import shutil
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import zmq
 
@@ -32,14 +33,18 @@ from blizzard.net.addrs import check_addr
 from blizzard.net.file_modes import private_dir
 from blizzard.net.transport import Endpoint, call
 from blizzard.wire import protocol as p
-from blizzard.wire.errors import (AuthenticationFailed, DatanodeUnavailable, InvalidArgument,
-                                  MasterStarting)
-from master.log import checkpoint_file
-from master.state import records
+from blizzard.wire.errors import (
+    AuthenticationFailed,
+    DatanodeUnavailable,
+    InvalidArgument,
+    MasterStarting,
+)
 from master.config import MasterConfig
 from master.ha.rebuild_fold import NodeScan, Rebuilt, check_node, fold
-from master.state.machine import State
+from master.log import checkpoint_file
 from master.log.wal import Wal, fsync_dir
+from master.state import records
+from master.state.machine import State
 
 log = logging.getLogger(__name__)
 

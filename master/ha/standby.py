@@ -28,14 +28,14 @@ from blizzard.net.transport import Endpoint
 from blizzard.server.router import RouterServer, error_reply
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import BlizzardError, Forbidden, InvalidArgument, NotPrimary
-from master.log import checkpoint_file
-from master.state import records
-from master.nodes.grant_keys import CapabilityKeys
-from master.log.recovery import Checkpointer, recover
 from master.config import MasterConfig
-from master.state.records import EpochBegun
-from master.state.machine import State
+from master.log import checkpoint_file
+from master.log.recovery import Checkpointer, recover
 from master.log.wal import Wal, WalCorrupt, scan
+from master.nodes.grant_keys import CapabilityKeys
+from master.state import records
+from master.state.machine import State
+from master.state.records import EpochBegun
 
 log = logging.getLogger(__name__)
 

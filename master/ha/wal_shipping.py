@@ -26,13 +26,14 @@ import logging
 import os
 import time
 from collections import deque
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from blizzard.net.transport import Endpoint, call
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import ForeignCluster, InvalidArgument
-from master.log import checkpoint_file
 from master.ha.epoch_proof import EpochProof
+from master.log import checkpoint_file
 from master.state.records import StandbySynced
 
 log = logging.getLogger(__name__)

@@ -9,15 +9,16 @@ retry policy. It needs three things no other consumer does: to say what became o
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from blizzard.wire import protocol as p
+from master.consume.leases import MAX_ERROR
 from master.rules import arguments
 from master.state.counts import QueueCounts
 from master.state.item import DELAYED, LEASED
-from master.consume.leases import MAX_ERROR
-from master.state.records import BuryItems, ReleaseItems
 from master.state.machine import State
+from master.state.records import BuryItems, ReleaseItems
 
 LOOKUP_ERROR_BYTES = 4 * 1024 * 1024  # the most a Lookup reply spends on error texts
 MIN_ERROR_SHOWN = 100  # characters of each error shown, however many ids were asked

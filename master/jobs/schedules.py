@@ -30,13 +30,14 @@ from __future__ import annotations
 import logging
 import re
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from blizzard.wire import cron as cronexpr
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import Forbidden, InvalidArgument, TooManyItems, UnknownItem
-from master.rules import arguments
 from master.nodes.blob_deletes import Deletes
+from master.rules import arguments
 from master.state.item import LEASED
 from master.state.records import AddSchedule, DropSchedule, RearmItems
 from master.state.schedule_book import Schedule, next_tick

@@ -27,21 +27,22 @@ from __future__ import annotations
 import heapq
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from blizzard.net.log_limit import Throttled
 from blizzard.wire import protocol as p
 from blizzard.wire.codec import as_ids
 from blizzard.wire.errors import InvalidArgument, TooManyItems
 from blizzard.wire.queue_settings import RESULTS_SUFFIX
-from master.rules import arguments
+from master.consume.leases import Leases
 from master.nodes.blob_deletes import Deletes
+from master.rules import arguments
 from master.state.item import DELAYED, LEASED
 from master.state.job_book import MAX_NOTE_CHARS, MAX_PROGRESS_BYTES, MAX_STATE_BYTES
-from master.consume.leases import Leases
-from master.state.records import CancelItems, ForgetResults, ProgressItems
 from master.state.machine import State
+from master.state.records import CancelItems, ForgetResults, ProgressItems
 
 log = logging.getLogger(__name__)
 too_much_progress = Throttled(log)

@@ -13,7 +13,8 @@ import os
 import re
 import struct
 import zlib
-from typing import Any, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 from blizzard.wire import protocol
 from master.log.wal import WalCorrupt, fsync_dir, list_segments, segment_name

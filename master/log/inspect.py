@@ -6,10 +6,9 @@ import os
 from dataclasses import dataclass, field
 
 from master.log import checkpoint_file
-
+from master.log.wal import WalCorrupt, read_segments
 from master.state import records
 from master.state.machine import State
-from master.log.wal import WalCorrupt, read_segments
 
 
 @dataclass

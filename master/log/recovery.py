@@ -11,14 +11,14 @@ import gc
 import logging
 import os
 import time
-from typing import Callable
+from collections.abc import Callable
 
-from blizzard.net.log_limit import Throttled
 from blizzard.net.fd_limits import is_fd_pressure
+from blizzard.net.log_limit import Throttled
 from master.log import checkpoint_file
+from master.log.wal import MemoryWal, Wal
 from master.state import records
 from master.state.machine import State
-from master.log.wal import MemoryWal, Wal
 
 log = logging.getLogger(__name__)
 

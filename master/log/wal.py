@@ -22,11 +22,11 @@ import re
 import struct
 import time
 import zlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator
 
-from blizzard.net.log_limit import Throttled
 from blizzard.net.fd_limits import is_fd_pressure
+from blizzard.net.log_limit import Throttled
 from blizzard.wire.errors import InvalidArgument
 
 log = logging.getLogger(__name__)

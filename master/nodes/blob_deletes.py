@@ -9,7 +9,7 @@ inventory deletes every blob whose item is gone.
 from __future__ import annotations
 
 import logging
-from typing import Iterable
+from collections.abc import Iterable
 
 from blizzard.wire.protocol import MAX_BATCH
 

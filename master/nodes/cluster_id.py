@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import logging
 import secrets
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import ForeignCluster
-from master.state.records import ClusterCreated
 from master.state.machine import State
+from master.state.records import ClusterCreated
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import secrets
-from typing import Callable
+from collections.abc import Callable
 
 from blizzard.server.capability import Verified, check_put_grant, node_key, sign_get, sign_put
 from blizzard.wire import protocol as p

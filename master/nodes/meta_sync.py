@@ -22,9 +22,15 @@ from itertools import islice
 from typing import Any
 
 from blizzard.wire import protocol as p
-from master.state.records import (AddReplicas, BuryItems, RearmItems, RedriveItems, ReleaseItems,
-                            WakeItems)
 from master.state.machine import State
+from master.state.records import (
+    AddReplicas,
+    BuryItems,
+    RearmItems,
+    RedriveItems,
+    ReleaseItems,
+    WakeItems,
+)
 
 log = logging.getLogger(__name__)
 

@@ -19,11 +19,12 @@ and a node reports (puts, copies, inventories) on its own node id only.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from blizzard.wire.errors import Forbidden
-from master.state.records import NodeKeyBound
 from master.state.machine import State
+from master.state.records import NodeKeyBound
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ from typing import Any
 
 from blizzard.wire import protocol as p
 from master.nodes.membership import Membership
-from master.state.records import AddReplicas, DropReplicas
 from master.state.machine import State
+from master.state.records import AddReplicas, DropReplicas
 
 log = logging.getLogger(__name__)
 

@@ -8,21 +8,22 @@ the master ordered it, and no report ever drops an item's last replica.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Container
+from collections.abc import Callable, Container
+from typing import Any
 
 from blizzard.net.addrs import check_addr
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import InvalidArgument
-from master.rules import arguments
-from master.nodes.grant_keys import CapabilityKeys
 from master.config import MasterConfig
 from master.nodes.blob_deletes import Deletes
-from master.state.item import LEASED
+from master.nodes.grant_keys import CapabilityKeys
 from master.nodes.membership import MAX_NODES, Membership
-from master.state.records import NodeSeen
 from master.nodes.repair import Repairer
 from master.nodes.safe_mode import SafeMode
+from master.rules import arguments
+from master.state.item import LEASED
 from master.state.machine import State
+from master.state.records import NodeSeen
 
 log = logging.getLogger(__name__)
 

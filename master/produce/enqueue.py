@@ -26,26 +26,33 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from blizzard.net.hedge import HedgeDelays
 from blizzard.server.router import error_reply
 from blizzard.wire import protocol as p
 from blizzard.wire.codec import as_ids
-from blizzard.wire.errors import (BlizzardError, Forbidden, InvalidArgument,
-                                  NotEnoughDatanodes,
-                                  PayloadTooLarge, TooManyItems, UnknownItem,
-                                  UnknownQueue)
-from master.rules import arguments
-from master.produce.placements import Blocks
+from blizzard.wire.errors import (
+    BlizzardError,
+    Forbidden,
+    InvalidArgument,
+    NotEnoughDatanodes,
+    PayloadTooLarge,
+    TooManyItems,
+    UnknownItem,
+    UnknownQueue,
+)
 from master.config import MasterConfig
-from master.state.counts import QueueCounts
 from master.nodes.blob_deletes import Deletes
-from master.rules.queue_policy import QueuePolicy
 from master.produce.job_checks import check_dependencies, check_results
-from master.state.records import CommitItems, ExpireUniques
+from master.produce.placements import Blocks
+from master.rules import arguments
+from master.rules.queue_policy import QueuePolicy
+from master.state.counts import QueueCounts
 from master.state.machine import State
+from master.state.records import CommitItems, ExpireUniques
 from master.state.unique_keys import MAX_UNIQUE_S
 
 MAX_DELAY_S = 365 * 86400.0

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from master.state.records import Reserve
 from master.state.machine import State
+from master.state.records import Reserve
 
 
 class ItemIds:

@@ -16,18 +16,19 @@ master restarted, or the block expired) orders that blob deleted at once.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import InvalidArgument, MasterStarting, NotEnoughDatanodes, TooManyItems
-from master.rules import arguments
-from master.nodes.grant_keys import CapabilityKeys
 from master.config import MasterConfig
 from master.nodes.blob_deletes import Deletes
-from master.produce.ids import ItemIds
+from master.nodes.grant_keys import CapabilityKeys
 from master.nodes.membership import Membership
 from master.nodes.safe_mode import SafeMode
+from master.produce.ids import ItemIds
+from master.rules import arguments
 
 MAX_HELD = 1_000_000  # ids handed out and not yet enqueued, all producers together
 MAX_HELD_PER_PEER = 200_000  # ... one connection's share

@@ -16,7 +16,8 @@ security (``role`` None) every caller is treated as an admin.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from blizzard.wire.errors import Forbidden, TooManyQueues
 from blizzard.wire.queue_settings import NAMES, Settings

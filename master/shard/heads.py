@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import zmq
 
@@ -33,8 +34,8 @@ from blizzard.wire import protocol as p
 from blizzard.wire.errors import InvalidArgument
 from blizzard.wire.shard_messages import first_id, shard_of, topic
 from master.rules import arguments
-from master.state.machine import State
 from master.shard.subscribers import CUT, MAX_MESSAGE_BYTES, OK, Subscribers
+from master.state.machine import State
 
 _EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)  # plain ints: enum operators cost a call
 

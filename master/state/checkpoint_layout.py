@@ -10,7 +10,8 @@ of ``LEGACY_ITEM_FIELDS``.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from master.state.item import READY
 

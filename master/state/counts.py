@@ -10,7 +10,7 @@ counters: a restart starts them from zero. One dictionary addition per batch or 
 from __future__ import annotations
 
 from collections import Counter
-from typing import Iterable
+from collections.abc import Iterable
 
 KINDS = ("enqueued", "leased", "acked", "nacked", "expired", "dead_lettered")
 

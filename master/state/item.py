@@ -38,7 +38,7 @@ class Item(NamedTuple):
     attempts: int = 0
     status: int = READY  # last, for with_status
 
-    def with_status(self, status: int) -> "Item":
+    def with_status(self, status: int) -> Item:
         """This record with another status: the common change, made without ``_replace``'s
         keyword handling (a third of the time; it runs for every lease)."""
         return tuple.__new__(Item, self[:-1] + (status,))

@@ -205,7 +205,7 @@ class JobBook:
                             for job, w in self.waiting.items()]}
 
     @classmethod
-    def restore(cls, data: dict[str, Any] | None) -> "JobBook":
+    def restore(cls, data: dict[str, Any] | None) -> JobBook:
         book = cls()
         if not data:  # a checkpoint older than jobs
             return book

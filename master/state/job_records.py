@@ -12,8 +12,15 @@ from typing import Any
 
 from master.state.item import DELAYED, LEASED
 from master.state.job_book import DEPENDENCY_DEAD, HELD_UNTIL
-from master.state.records import (AddSchedule, CancelItems, CommitItems, DropSchedule, ForgetResults,
-                            ProgressItems, RearmItems)
+from master.state.records import (
+    AddSchedule,
+    CancelItems,
+    CommitItems,
+    DropSchedule,
+    ForgetResults,
+    ProgressItems,
+    RearmItems,
+)
 
 
 def hold_for(s: Any, rec: CommitItems) -> None:

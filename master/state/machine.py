@@ -15,26 +15,47 @@ from __future__ import annotations
 
 import heapq
 from collections import OrderedDict
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict
-from typing import Any, Iterable, Iterator
-
-from master.state import picking
+from typing import Any
 
 from master.state import checkpoint_layout as schema
-
-from master.state import job_records
+from master.state import job_records, picking
 from master.state.expiries import Expiries
 from master.state.item import DELAYED, LEASED, READY, Item, QueueState
 from master.state.job_book import RESULT_DONE, JobBook
-from master.state.schedule_book import ScheduleBook
 from master.state.queue_config import QueueConfig
 from master.state.ready import ReadyLine
-from master.state.records import (AckItems, AddReplicas, AddSchedule, BuryItems, CancelItems,
-                            ClusterCreated, CommitItems, ConfigureQueue, DeleteItems, DeleteQueue,
-                            DropReplicas, DropSchedule, EpochBegun, ExpireUniques, ForgetNode,
-                            ForgetResults, LeaseItems, NodeKeyBound, NodeSeen, ProgressItems,
-                            RearmItems, RebuildItems, RedriveItems, ReleaseItems, Reserve,
-                            StandbySynced, WakeItems)
+from master.state.records import (
+    AckItems,
+    AddReplicas,
+    AddSchedule,
+    BuryItems,
+    CancelItems,
+    ClusterCreated,
+    CommitItems,
+    ConfigureQueue,
+    DeleteItems,
+    DeleteQueue,
+    DropReplicas,
+    DropSchedule,
+    EpochBegun,
+    ExpireUniques,
+    ForgetNode,
+    ForgetResults,
+    LeaseItems,
+    NodeKeyBound,
+    NodeSeen,
+    ProgressItems,
+    RearmItems,
+    RebuildItems,
+    RedriveItems,
+    ReleaseItems,
+    Reserve,
+    StandbySynced,
+    WakeItems,
+)
+from master.state.schedule_book import ScheduleBook
 from master.state.unique_keys import Uniques
 
 RECENT_LEASES = 4096  # lease calls remembered for retries
@@ -540,7 +561,7 @@ class State:
                 self.errors.get(item.id, ""), self.ttrs.get(item.id, 0.0)]
 
     @classmethod
-    def restore(cls, parts: Iterable[Any]) -> "State":
+    def restore(cls, parts: Iterable[Any]) -> State:
         """Rebuild a state from ``export_parts()`` (or an older checkpoint's parts); lines and
         heaps are rebuilt in one pass each."""
         s = cls()

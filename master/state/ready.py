@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
+from collections.abc import Iterable, Iterator
 from itertools import islice
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 Item = Any  # a ``master.state.item.Item`` (not imported: item.py builds queues from this file)
 

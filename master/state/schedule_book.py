@@ -59,7 +59,7 @@ class ScheduleBook:
                  self.runs[s.name]] for s in self.by_name.values()]
 
     @classmethod
-    def restore(cls, rows: list[list[Any]] | None) -> "ScheduleBook":
+    def restore(cls, rows: list[list[Any]] | None) -> ScheduleBook:
         book = cls()
         for row in rows or ():
             book.add(Schedule(*row[:8]), runs=row[8])

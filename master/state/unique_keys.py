@@ -15,7 +15,8 @@ the master's memory plus its length (1,000,000 keys of 100 characters: about 400
 from __future__ import annotations
 
 import heapq
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 MAX_UNIQUES = 1_000_000
 MAX_PER_QUEUE = 100_000
@@ -84,7 +85,7 @@ class Uniques:
                 for (queue, key), (item_id, until) in self.entries.items()]
 
     @classmethod
-    def restore(cls, rows: Iterable[Any]) -> "Uniques":
+    def restore(cls, rows: Iterable[Any]) -> Uniques:
         u = cls()
         for queue, key, item_id, until in rows:
             u.take(queue, key, item_id, until)

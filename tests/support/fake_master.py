@@ -12,7 +12,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from blizzard.client.message import Message
 from blizzard.wire import protocol as p
@@ -42,7 +43,7 @@ class FakeMaster:
         with self.lock:
             self.ready.append((item_id, data, attempts))
 
-    def client(self) -> "FakeClient":
+    def client(self) -> FakeClient:
         return FakeClient(self)
 
     def expire(self, item_id: int, data: bytes) -> None:

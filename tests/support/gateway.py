@@ -7,12 +7,13 @@ import os
 import socket
 import subprocess
 import threading
-from typing import Any, Iterator
-
-from support.cli import BLIZZARD
+from collections.abc import Iterator
+from typing import Any
 
 from blizzard.gateways.beanstalkd import BeanstalkdGateway, GatewayConfig
 from blizzard.net import keys as k
+
+from support.cli import BLIZZARD
 
 
 def gateway_process(master: str, port: int, *args: str, kind: str = "beanstalkd",

@@ -47,7 +47,7 @@ class HttpTarget:
     def url(self, key: str, plan: str = "ok") -> str:
         return f"http://127.0.0.1:{self.port}/{key}?plan={plan}"
 
-    def start(self) -> "HttpTarget":
+    def start(self) -> HttpTarget:
         self._thread.start()
         asyncio.run_coroutine_threadsafe(self._serve(), self._loop).result(10)
         return self

@@ -11,8 +11,8 @@ import time
 from blizzard.net.transport import raise_if_error
 from blizzard.wire import protocol as p
 from master.config import MasterConfig
-from master.server import MasterServer
 from master.log.wal import MemoryWal
+from master.server import MasterServer
 
 
 class NoRouter:

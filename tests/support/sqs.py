@@ -6,7 +6,8 @@ import datetime
 import http.client
 import os
 import threading
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 from unittest import mock
 from urllib.parse import urlencode
 
@@ -82,7 +83,7 @@ def signed(gw: RunningGateway, params: dict, role: str = "admin", secret: str | 
     if when is None:
         auth.add_auth(req)
     else:
-        then = datetime.datetime.fromtimestamp(when, datetime.timezone.utc)
+        then = datetime.datetime.fromtimestamp(when, datetime.UTC)
         with mock.patch("botocore.auth.get_current_datetime", lambda: then):
             auth.add_auth(req)
     prepared = req.prepare()

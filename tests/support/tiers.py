@@ -30,7 +30,8 @@ import _posixsubprocess
 import contextlib
 import os
 import subprocess
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 

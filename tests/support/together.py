@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 
 def in_threads(target: Callable[[int], None], n: int, timeout_s: float = 60.0) -> None:

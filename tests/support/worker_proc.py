@@ -6,7 +6,7 @@ import contextlib
 import os
 import subprocess
 import sys
-from typing import Iterator
+from collections.abc import Iterator
 
 BLIZZARD = [sys.executable, "-m", "blizzard.cli"]
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from blizzard.client.leases import queue_of, refusal
 from blizzard.client.sharded.pick import UNAVAILABLE

@@ -9,7 +9,8 @@ spread over the shards.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from blizzard.wire import protocol as p
 

@@ -23,25 +23,42 @@ from __future__ import annotations
 import random
 import time
 import zlib
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from blizzard.client.consumer import Consumer
 from blizzard.client.jobs import JobStatus
-from blizzard.client.schedules import ScheduleStatus
 from blizzard.client.message import LeasedItem, Message, leased_items
 from blizzard.client.pipeline import Staged
+from blizzard.client.schedules import ScheduleStatus
 from blizzard.client.sharded.acks import ConsumerAcks
-from blizzard.client.sharded.admin import (merge_queues, merge_stats, merge_status, shard_settings,
-                                           whole_settings)
+from blizzard.client.sharded.admin import (
+    merge_queues,
+    merge_stats,
+    merge_status,
+    shard_settings,
+    whole_settings,
+)
 from blizzard.client.sharded.pick import DOWN_S, LEASE_ATTEMPT_S, UNAVAILABLE, ShardPicker
 from blizzard.client.sharded.view import HeadsFeed, HeadsView
 from blizzard.client.sharded.writes import ShardedProducer, ShardedStager, ShardLeases
 from blizzard.client.sharded.writes import pairs as _pairs
 from blizzard.net.transport import call, call_many
 from blizzard.wire import protocol as p
-from blizzard.wire.errors import (BlizzardError, ClientClosed, DataCorrupt, DatanodeUnavailable,
-                                  Forbidden, InvalidArgument, LeaseExpired, MasterUnavailable,
-                                  NotInQueue, QueueExists, UnknownItem, UnknownQueue)
+from blizzard.wire.errors import (
+    BlizzardError,
+    ClientClosed,
+    DataCorrupt,
+    DatanodeUnavailable,
+    Forbidden,
+    InvalidArgument,
+    LeaseExpired,
+    MasterUnavailable,
+    NotInQueue,
+    QueueExists,
+    UnknownItem,
+    UnknownQueue,
+)
 from blizzard.wire.shard_messages import MAX_SHARDS, shard_of
 
 QUIET_S = 0.5  # a shard not heard from this long is asked whether it lives before an enqueue
@@ -91,7 +108,7 @@ class ShardedClient:
 
     @classmethod
     def open(cls, masters: Sequence[str], make: Callable[..., Any],
-             **options: Any) -> "ShardedClient":
+             **options: Any) -> ShardedClient:
         """A client of these shards' masters (``make`` makes each shard's client), refused
         (``InvalidArgument``) if one of them is the standby of another shard's master."""
         sharded = cls(masters, make, **options)
@@ -102,7 +119,7 @@ class ShardedClient:
             raise
         return sharded
 
-    def __enter__(self) -> "ShardedClient":
+    def __enter__(self) -> ShardedClient:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import random
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from blizzard.client.sharded.view import HeadsFeed, HeadsView, order
 from blizzard.net.transport import call_many

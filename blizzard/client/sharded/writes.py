@@ -11,7 +11,8 @@ back in send order.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 from blizzard.client.pipeline import Staged
 from blizzard.wire.errors import InvalidArgument
@@ -27,7 +28,7 @@ class ShardedProducer:
         self.sent: list[tuple[int, int]] = []  # (shard, items) per batch, in send order
         self.turn = client.rng.randrange(len(client.shards))
 
-    def __enter__(self) -> "ShardedProducer":
+    def __enter__(self) -> ShardedProducer:
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
