@@ -30,7 +30,11 @@ NODES = ("dn-a", "dn-b")
 
 
 class Router:
-    """Stands in for the master's socket: nothing arrives; what is sent is kept, then dropped."""
+    """Stands in for the master's socket (all of ``blizzard.server.router.Router``): nothing
+    arrives; what is sent is kept, then dropped; security off."""
+
+    admitted = None
+    poller = None
 
     def __init__(self) -> None:
         self.sent: list[tuple[bytes, int, Any]] = []
@@ -38,7 +42,16 @@ class Router:
     def role_of(self, peer: bytes) -> None:
         return None  # security off
 
-    def receive(self, timeout_ms: int) -> list:
+    def key_of(self, peer: bytes) -> str:
+        return ""
+
+    def fd_of(self, peer: bytes) -> int:
+        return -1
+
+    def departures(self) -> None:
+        return None
+
+    def receive(self, timeout_ms: int, ready: bool = False) -> list:
         return []
 
     def reply(self, peer: bytes, rid: int, msg: Any) -> None:

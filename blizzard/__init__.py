@@ -27,6 +27,7 @@ from blizzard.wire.errors import (
                                   UnknownItem,
                                   WrongLease,
 )
+from blizzard.wire.release import RELEASE
 from blizzard.worker.context import (
                                   Cancelled,
                                   cancel_requested,
@@ -47,4 +48,4 @@ __all__ = ["connect", "BlizzardClient", "Client", "Message", "task", "configure"
            "ClusterError", "DataCorrupt", "DatanodeUnavailable", "InvalidArgument",
            "LeaseExpired", "MasterUnavailable", "NotEnoughDatanodes", "NotInQueue",
            "PayloadTooLarge", "ProtocolError", "RequestError", "UnknownItem", "WrongLease"]
-__version__ = "0.1.0"
+__version__ = RELEASE  # setup.cfg's version, from the installed metadata

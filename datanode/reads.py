@@ -21,7 +21,10 @@ def read(store: BlobStore, msg: p.Get, gate: Gate | None, peer: bytes) -> p.Blob
     if gate is not None:
         gate.check_get(msg, peer)
     wanted = list(dict.fromkeys(msg.ids))  # a repeated id is served once
-    ids, blobs, crcs, missing = [], [], [], []
+    ids: list[int] = []
+    blobs: list[bytes] = []
+    crcs: list[int] = []
+    missing: list[int] = []
     size = 0
     for start in range(0, len(wanted), GET_SLICE):  # read no more than the reply can take
         part = wanted[start:start + GET_SLICE]

@@ -100,6 +100,8 @@ class DatanodeServer:
             LevelDbStore(os.path.join(config.data_dir, "blobs"))
         # obeys only a master of its cluster
         self.cluster = ClusterMembership(self.store, config.join_cluster)
+        server_keys: k.ServerKeys | None
+        self.keys: k.ClientKeys | None
         server_keys, self.keys = k.node_keys(config.keys, config.node_key) \
             if config.keys else (None, None)
         self.router = RouterServer(self.ctx, config.bind, keys=server_keys, pushes=True)

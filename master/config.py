@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from blizzard.net.defaults import DEFAULT_MASTER
 from blizzard.wire.errors import InvalidArgument
+from blizzard.wire.limits import MAX_LEASE_S
 from blizzard.wire.protocol import MAX_ITEM_BYTES
 from blizzard.wire.queue_settings import NAMES
 from blizzard.wire.shard_messages import MAX_SHARDS
@@ -31,7 +32,7 @@ class MasterConfig:
     sync_hold_ms: float = 1.0  # group commit across callers (``blizzard/server/sync_hold.py``)
     pending_timeout_s: float = 30.0  # ids handed out, or items staged, past this are dropped
     max_item_bytes: int = 8 * MiB
-    max_lease_s: float = 12 * 3600.0
+    max_lease_s: float = MAX_LEASE_S
     id_block: int = 100_000  # ids reserved per WAL record, so most places need no fsync
     segment_bytes: int = 64 * MiB
     checkpoint_records: int = 500_000  # WAL records between checkpoints
@@ -62,6 +63,11 @@ class MasterConfig:
     def addr(self) -> str:
         return self.advertise or self.bind
 
+    @property
+    def quorum(self) -> int:
+        """W as a number (its type says so): ``min_replicas``, which construction resolved."""
+        return self.replication if self.min_replicas is None else self.min_replicas
+
     def __post_init__(self) -> None:
         if self.min_replicas is None:
             object.__setattr__(self, "min_replicas", self.replication)
@@ -72,11 +78,13 @@ class MasterConfig:
     def validate(self) -> MasterConfig:
         if self.replication < 1:
             raise InvalidArgument("replication must be at least 1")
-        if not 1 <= self.min_replicas <= self.replication:
+        if not 1 <= self.quorum <= self.replication:
             raise InvalidArgument("min-replicas must be between 1 and the replication factor")
         if self.heartbeat_s <= 0 or self.dead_after_s <= self.heartbeat_s:
             raise InvalidArgument("need 0 < heartbeat-s < dead-after-s")
-        if not self.heartbeat_s <= self.suspect_after_s <= self.dead_after_s:
+        suspect_after_s = self.suspect_after_s  # a number: construction resolved it
+        if suspect_after_s is None or \
+                not self.heartbeat_s <= suspect_after_s <= self.dead_after_s:
             raise InvalidArgument("need heartbeat-s <= suspect-after-s <= dead-after-s")
         if not 0 <= self.sync_hold_ms <= 100:
             raise ValueError("sync_hold_ms must be in [0, 100]")

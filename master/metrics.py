@@ -22,14 +22,25 @@ import heapq
 import logging
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from blizzard.server import metrics
 from blizzard.server.metrics import Timing
-from master.consume.leases import LOST_NAMES
-from master.state.counts import KINDS
+from blizzard.server.sync_hold import SyncHold
+from master.config import MasterConfig
+from master.consume.leases import LOST_NAMES, Leases
+from master.consume.pushes import Pushes
+from master.log.wal import MemoryWal, Wal
+from master.nodes.membership import Membership
+from master.nodes.repair import Repairer
+from master.nodes.safe_mode import SafeMode
+from master.produce.enqueue import Enqueues
+from master.shard.heads import Heads
+from master.state.counts import KINDS, QueueCounts
+from master.state.item import Item, QueueState
+from master.state.machine import State
 
 log = logging.getLogger(__name__)
 
@@ -71,15 +82,22 @@ def _retrying(read: Callable[[], T], tries: int = 5) -> T | None:
 class MasterMetrics(metrics.ServedCollector):
     """The master's registry: the loop's timings plus figures read from its state at scrape."""
 
-    def __init__(self, server: Any) -> None:  # a MasterServer (which imports this module)
-        self.server = server
+    def __init__(self, config: MasterConfig, state: State, wal: Wal | MemoryWal, *,
+                 counts: QueueCounts, enqueues: Enqueues, leases: Leases, heads: Heads,
+                 membership: Membership, repair: Repairer, safe_mode: SafeMode,
+                 pushes: Pushes, hold: SyncHold) -> None:
+        """What it reads at a scrape: the state and the handlers' own figures."""
+        self.config, self.state = config, state
+        self.counts, self.enqueues, self.leases, self.heads = counts, enqueues, leases, heads
+        self.membership, self.repair, self.safe_mode = membership, repair, safe_mode
+        self.pushes, self.hold = pushes, hold
         self.requests: dict[type, Timing] = {}
         self.wal_sync = Timing()
         self.wal_bytes = 0
         self.checkpoints = 0
         self.checkpoint_s = 0.0  # the last one's duration
-        self.export(server.config)
-        server.wal.on_sync = self.wal_synced
+        self.export(config)
+        wal.on_sync = self.wal_synced
 
     # -- fed by the loop ---------------------------------------------------------------------
 
@@ -104,11 +122,10 @@ class MasterMetrics(metrics.ServedCollector):
         yield from self._master()
 
     def _queues(self) -> Iterator[Metric]:
-        server = self.server
-        state = server.state
+        state = self.state
         queues = _retrying(lambda: list(state.queues.items())) or []
-        named = set(heapq.nsmallest(server.config.metrics_queues, (name for name, _ in queues)))
-        staged = dict(server.enqueues.by_queue)
+        named = set(heapq.nsmallest(self.config.metrics_queues, (name for name, _ in queues)))
+        staged = dict(self.enqueues.by_queue)
         depths = [GaugeMetricFamily(name, doc, labels=["queue"]) for name, doc in QUEUE_DEPTHS]
         oldest = GaugeMetricFamily("blizzard_queue_oldest_ready_age_seconds",
                                    "Age of the item at the head of the queue (0: none ready; "
@@ -130,19 +147,19 @@ class MasterMetrics(metrics.ServedCollector):
                 family.add_metric([OTHER], value)
         yield from depths
         yield oldest
-        counts = server.leases.counts
+        counts = self.counts
         for kind in KINDS:
-            family = CounterMetricFamily(f"blizzard_queue_{kind}", TOTAL_HELP[kind],
+            totals = CounterMetricFamily(f"blizzard_queue_{kind}", TOTAL_HELP[kind],
                                          labels=["queue"])
             other = None  # (deleted queues' totals count here too)
             for name, n in sorted(dict(counts.by_kind[kind]).items()):
                 if name in named:
-                    family.add_metric([name], n)
+                    totals.add_metric([name], n)
                 else:
                     other = (other or 0) + n
             if other is not None:
-                family.add_metric([OTHER], other)
-            yield family
+                totals.add_metric([OTHER], other)
+            yield totals
         refused = CounterMetricFamily(
             "blizzard_acks_refused", "Items of quiet acks (``Message.ack()``) the master could not "
             "settle since it started, by reason: a consumer acking ids it does not hold.",
@@ -152,18 +169,18 @@ class MasterMetrics(metrics.ServedCollector):
             refused.add_metric([name.replace(" ", "_")], seen.get(why, 0))
         yield refused
 
-    def _head_age(self, q: object, now: float) -> float:
+    def _head_age(self, q: QueueState, now: float) -> float:
         """Seconds since the head item of ``q``'s ready line was enqueued.
 
         The line keeps records that changed since (leased, dead-lettered, replaced) until the
         loop pops them, and only the loop may: the first current one near the front stands in.
         """
-        items = self.server.state.items
-        live = [entry for entry in q.ready.near_front(HEAD_SCAN) if items.get(entry.id) is entry]
+        items = self.state.items
+        front: list[Item] = q.ready.near_front(HEAD_SCAN)  # (ReadyLine's records are Any)
+        live = [entry for entry in front if items.get(entry.id) is entry]
         return max(0.0, now - min(live).enqueued_at) if live else 0.0
 
     def _master(self) -> Iterator[Metric]:
-        server = self.server
         yield metrics.histogram(
             "blizzard_master_request_duration_seconds",
             "Time the master's loop spent handling one request, by op (to the reply, "
@@ -180,11 +197,11 @@ class MasterMetrics(metrics.ServedCollector):
                                 "The last checkpoint's duration, from fork to the child reaped.",
                                 value=self.checkpoint_s)
         yield GaugeMetricFamily("blizzard_master_items", "Items the master holds in memory.",
-                                value=len(server.state.items))
+                                value=len(self.state.items))
         yield GaugeMetricFamily("blizzard_master_long_polls",
                                 "Lease requests parked until items come (long polls).",
-                                value=len(server.leases.waiters))
-        listened = server.heads.listened  # master/shard/subscribers.py
+                                value=len(self.leases.waiters))
+        listened = self.heads.listened  # master/shard/subscribers.py
         yield GaugeMetricFamily("blizzard_heads_subscriptions",
                                 "Subscriptions the heads feed applies, all connections "
                                 "together (a topic once per connection listening).",
@@ -196,7 +213,7 @@ class MasterMetrics(metrics.ServedCollector):
                                   "Heads feed connections cut for asking more than their share "
                                   "or for no queue's topic.", value=listened.cut)
         mono = time.monotonic()
-        members = server.membership
+        members = self.membership
         nodes = _retrying(lambda: list(members.nodes.values())) or []
         alive = sum(1 for n in nodes if members.is_alive(n, mono))
         suspect = sum(1 for n in nodes if members.is_alive(n, mono) and members.is_suspect(n, mono))
@@ -211,27 +228,27 @@ class MasterMetrics(metrics.ServedCollector):
         yield CounterMetricFamily("blizzard_master_sync_holds",
                                   "Passes whose WAL fsync was held for the requests on their "
                                   "way (--sync-hold-ms), while other clients were busy.",
-                                  value=server.hold.holds)
+                                  value=self.hold.holds)
         yield CounterMetricFamily("blizzard_write_hedges",
                                   "Enqueues whose placed data nodes had not all stored the items "
                                   "within the hedge delay, so the master named other nodes to "
-                                  "put them on as well (PutAlso).", value=server.enqueues.hedged)
+                                  "put them on as well (PutAlso).", value=self.enqueues.hedged)
         pushed = CounterMetricFamily(
             "blizzard_pushed_leases", "Leases a data node was ordered to answer, payloads and "
             "all (master/consume/pushes.py), by who answered: the node, or the master when the node "
             "could not or was late.", labels=["by"])
-        pushed.add_metric(["node"], server.pushes.pushed)
-        pushed.add_metric(["master"], server.pushes.direct)
+        pushed.add_metric(["node"], self.pushes.pushed)
+        pushed.add_metric(["master"], self.pushes.direct)
         yield pushed
-        under = _retrying(lambda: server.repair.under_replicated(mono))
+        under = _retrying(lambda: self.repair.under_replicated(mono))
         if under is not None:
             yield GaugeMetricFamily("blizzard_under_replicated_items",
                                     "Items with fewer live replicas than the replication factor.",
                                     value=under)
         yield GaugeMetricFamily("blizzard_safe_mode",
                                 "1 while the master is in safe mode after a start, else 0.",
-                                value=1 if server.safe_mode.on else 0)
+                                value=1 if self.safe_mode.on else 0)
         yield GaugeMetricFamily("blizzard_master_replication_factor",
                                 "Copies of each item the master keeps (R).",
-                                value=server.config.replication)
+                                value=self.config.replication)
 

@@ -30,7 +30,7 @@ from blizzard.net import secure
 from blizzard.net.file_modes import private_dir
 from blizzard.server import ready_file
 from blizzard.server.registry import ADMIN, CLIENT, NODE, ROLES, STANDBY, Route, Routes
-from blizzard.server.router import RouterServer, error_reply
+from blizzard.server.router import Router, RouterServer, error_reply
 from blizzard.server.sync_hold import SyncHold
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import BlizzardError, Forbidden, InvalidArgument
@@ -39,6 +39,7 @@ from master.admin.removal import Removals
 from master.config import MasterConfig
 from master.consume.leases import Leases
 from master.consume.pushes import Pushes
+from master.consume.schedule_runs import ScheduleRuns
 from master.ha.wal_shipping import Replication
 from master.jobs.http_delivery import Tasks
 from master.jobs.schedules import ScheduleDesk
@@ -135,6 +136,11 @@ NODE_OPS = ROUTES.only(NODE)  # for the refusal's words: "only data nodes may se
 ADMIN_OPS = ROUTES.only(ADMIN)  # "... it needs an admin key"
 
 
+def _soonest(heap: list[tuple[float, Any, Any]]) -> float | None:
+    """The deadline at the top of a heap of (monotonic deadline, ...): None if empty."""
+    return heap[0][0] if heap else None
+
+
 class MasterServer:
     """One master process: state machine, WAL, collaborators and the request loop.
 
@@ -144,7 +150,7 @@ class MasterServer:
     """
 
     def __init__(self, config: MasterConfig, ctx: zmq.Context | None = None, *,
-                 wal: Wal | MemoryWal | None = None, router: Any = None,
+                 wal: Wal | MemoryWal | None = None, router: Router | None = None,
                  recovered: tuple[State, int] | None = None) -> None:
         self.config = config.validate()
         self.ctx = ctx or zmq.Context.instance()
@@ -182,38 +188,50 @@ class MasterServer:
         # sharding: a queue's head here, asked for, told with leases, published (master/shard/heads.py)
         self.heads = Heads(self.state, config.shard, self.ctx, config.heads_bind, keys,
                            lambda: self.wal.records_appended)
+        router = self.router
+        admitted = router.admitted  # None: security off
+        # schedules' runs end in leases and in HTTP delivery (master/consume/schedule_runs.py)
+        schedule_runs = ScheduleRuns(self.state, self.log_record)
         self.leases = Leases(config, self.state, self.log_record, self.deletes, self.membership,
-                             self.capabilities, self.counts, self.heads)
+                             self.capabilities, self.counts, self.heads,
+                             schedule_runs=schedule_runs,
+                             connection_of=lambda peer: (router.key_of(peer), router.fd_of(peer)),
+                             # long polls come with client and admin keys
+                             key_admitted=(lambda key: True) if admitted is None else
+                             lambda key: admitted.current(f"client:{key}") or
+                             admitted.current(f"admin:{key}"))
         # a long poll's slot goes with its connection (blizzard/server/departures.py)
-        departures = getattr(self.router, "departures", None)  # stand-ins in tests: none
-        self.departures = departures() if departures is not None else None
-        key_of = getattr(self.router, "key_of", lambda peer: "")  # stand-ins in tests: none
-        fd_of = getattr(self.router, "fd_of", lambda peer: -1)
-        self.leases.connection_of = lambda peer: (key_of(peer), fd_of(peer))
-        admitted = getattr(self.router, "admitted", None)  # None: security off
-        if admitted is not None:  # long polls come with client and admin keys
-            self.leases.key_admitted = lambda key: admitted.current(f"client:{key}") or \
-                admitted.current(f"admin:{key}")
+        self.departures = router.departures()
         self.admin = QueueAdmin(config, self.state, self.log_record, self.deletes, self.enqueues,
                                 self.leases, self.membership, self.repair, self.safe_mode,
                                 self.queue_policy)
         self.datanodes = DatanodeReports(config, self.state, self.log_record, self.membership,
                                          self.repair, self.deletes, self.safe_mode,
-                                         self.enqueues, self.capabilities, self.router.role_of)
-        self.tasks = Tasks(self.state, self.log_record, self.counts)
-        self.jobs = JobDesk(self.state, self.log_record, self.leases, self.deletes)
-        self.jobs.connection_of = self.leases.connection_of
+                                         self.enqueues, self.capabilities, router.role_of)
+        self.tasks = Tasks(self.state, self.log_record, self.counts, schedule_runs)
+        self.jobs = JobDesk(self.state, self.log_record, self.leases, self.deletes,
+                            connection_of=self.leases.connection_of)
         self.schedules = ScheduleDesk(self.state, self.log_record, self.deletes, self.jobs.status,
                                       self.enqueues)
-        self.leases.schedules = self.tasks.schedules = self.schedules
         self._replies: list[tuple[bytes, int, Any]] = []
-        # leases data nodes answer (master/consume/pushes.py); sent on the router of the moment
-        self.pushes = Pushes(lambda peer, rid, msg: self.router.reply(peer, rid, msg))
+        # leases data nodes answer (master/consume/pushes.py)
+        self.pushes = Pushes(router.reply)
         self._stopping = False
-        self.wakes = Wakes(self)  # when the loop must pass again; ``stop`` wakes it
         self.hold = SyncHold(config.sync_hold_ms / 1000)  # group commit across callers
         # collected always (about a µs a request), served only with a metrics port
-        self.metrics = MasterMetrics(self)
+        self.metrics = MasterMetrics(config, self.state, wal, counts=self.counts,
+                                     enqueues=self.enqueues, leases=self.leases, heads=self.heads,
+                                     membership=self.membership, repair=self.repair,
+                                     safe_mode=self.safe_mode, pushes=self.pushes,
+                                     hold=self.hold)
+        # standbys (master/ha/wal_shipping.py): they follow the log; replies wait for a synced one
+        caps = self.capabilities
+        self.replication = Replication(self.state, wal, self.log_record, self.ctx,
+                                       key_ring=lambda: (caps.keys(), caps.rotated_at),
+                                       reply=router.reply, send=self.pushes.send,
+                                       ids_synced=self.ids.synced, sync=config.sync_standby,
+                                       failover_after_s=config.failover_after_s,
+                                       keys=k.master_keys(config.keys)[1] if config.keys else None)
         self.checkpoints = Checkpointer(wal, config.checkpoint_records, replayed,
                                         self.metrics.checkpointed,
                                         lambda: 0 if config.keep_wal
@@ -222,13 +240,18 @@ class MasterServer:
         self.identity = ClusterIdentity(self.state, self.log_record)
         self.removals = Removals(self.state, self.log_record, self.membership, self.safe_mode,
                                  self.repair, self.deletes, self.leases, self.enqueues)
-        # standbys (master/ha/wal_shipping.py): they follow the log; replies wait for a synced one
-        self.replication = Replication(self, sync=config.sync_standby,
-                                       failover_after_s=config.failover_after_s,
-                                       keys=k.master_keys(config.keys)[1] if config.keys else None)
         # a node's key speaks for its own node id only (master/nodes/node_keys.py)
-        self.node_keys = NodeKeys(self.state, self.log_record, self._key_of, self._revoked,
+        self.node_keys = NodeKeys(self.state, self.log_record, router.key_of, self._revoked,
                                   self._node_alive)
+        # when the loop must pass again; ``stop`` wakes it
+        self.wakes = Wakes(timers=[self.leases.next_wake, self.heads.wake, self.heads.next_round,
+                                   self.enqueues.next_wake, self.jobs.next_wake,
+                                   self.pushes.next_wake,
+                                   lambda: _soonest(self.enqueues.expiry),  # staged items
+                                   lambda: _soonest(self.id_blocks.expiry)],  # id blocks
+                           wall_timers=[self.state.expiries.next_deadline],  # leases
+                           busy=self._busy, idle_s=config.dead_after_s / 4,
+                           poller=router.poller, also=self.heads.sock)
         self.handlers: dict[type, Handler] = ROUTES.bind(self)  # who serves which op
 
     # -- requests anyone may send ------------------------------------------------------------
@@ -241,9 +264,12 @@ class MasterServer:
         return p.Welcome(config.keys is not None, self.node_key, self.router.role_of(peer) or "",
                          self.state.epoch, "", config.shard, config.shards, config.heads_bind or "")
 
-    def _key_of(self, peer: bytes) -> str:
-        key_of = getattr(self.router, "key_of", None)  # a stand-in router in tests has none
-        return key_of(peer) if key_of is not None else ""
+    def _busy(self) -> bool:
+        """Whether something may change with time alone (the loop then passes often)."""
+        replication = self.replication
+        return bool(self.leases.waiters or self.repair.scan or self.repair.in_flight
+                    or self.safe_mode.on or replication.parked or replication.sync_name
+                    or self.checkpoints.child is not None)
 
     def _revoked(self, key: str) -> bool:
         """True once ``key`` is no data node key of the key directory (removed)."""

@@ -14,7 +14,7 @@ subscriber is told at once).
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Sequence
 
 import zmq
 
@@ -23,35 +23,39 @@ from blizzard.server.wake_pipe import WakePipe
 BUSY_S = 0.05  # the longest sleep while something may change with time alone
 IDLE_S = 0.5  # the longest sleep otherwise
 
+Timer = Callable[[], float | None]  # when something is due (None: nothing is)
+
 
 class Wakes:
-    """The loop's next pass (``next_pass``) and its alarm clock (``interrupt``)."""
+    """The loop's next pass (``next_pass``) and its alarm clock (``interrupt``).
 
-    def __init__(self, server: Any) -> None:
-        self.server = server
+    ``timers`` tell monotonic deadlines, ``wall_timers`` wall-clock ones (leases are given in
+    wall-clock time); ``busy`` says whether something may change with time alone. The wake
+    pipe joins ``poller`` (the router's; None: a test drives the loop), with ``also`` (the
+    heads feed's socket: a subscription wakes the loop too, so a new subscriber is told at
+    once)."""
+
+    def __init__(self, timers: Sequence[Timer], wall_timers: Sequence[Timer],
+                 busy: Callable[[], bool], idle_s: float, poller: zmq.Poller | None,
+                 also: zmq.Socket[bytes] | None = None) -> None:
+        self.timers = timers
+        self.wall_timers = wall_timers
+        self.busy = busy
+        self.idle_s = min(IDLE_S, idle_s)
         self.pipe = WakePipe()
-        poller = getattr(server.router, "poller", None)  # a test's stand-in router has none
         if poller is not None:
             self.pipe.watch_with(poller)
-            if server.heads.sock is not None:  # a subscription wakes the loop too: a new
-                poller.register(server.heads.sock, zmq.POLLIN)  # subscriber is told at once
+            if also is not None:
+                poller.register(also, zmq.POLLIN)
 
     def next_pass(self, now: float, mono: float) -> float:
         """The monotonic time by which the loop must pass again."""
-        s = self.server
-        soon = [t for t in (s.leases.next_wake(), s.heads.wake(), s.heads.next_round(),
-                            s.enqueues.next_wake(), s.jobs.next_wake(), s.pushes.next_wake())
-                if t is not None]
-        for heap in (s.enqueues.expiry, s.id_blocks.expiry):
-            if heap:  # (monotonic deadline, ...): staged items, id blocks
-                soon.append(heap[0][0])
-        deadline = s.state.expiries.next_deadline()  # wall-clock time, as leases are given
-        if deadline is not None:
-            soon.append(mono + max(0.0, deadline - now))
-        busy = s.leases.waiters or s.repair.scan or s.repair.in_flight or s.safe_mode.on \
-            or s.replication.parked or s.replication.sync_name \
-            or s.checkpoints.child is not None
-        soon.append(mono + (BUSY_S if busy else min(IDLE_S, s.config.dead_after_s / 4)))
+        soon = [t for t in (timer() for timer in self.timers) if t is not None]
+        for timer in self.wall_timers:
+            deadline = timer()
+            if deadline is not None:
+                soon.append(mono + max(0.0, deadline - now))
+        soon.append(mono + (BUSY_S if self.busy() else self.idle_s))
         return min(soon)
 
     def interrupt(self) -> None:

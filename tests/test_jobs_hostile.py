@@ -15,12 +15,13 @@ from blizzard import Client
 from blizzard.wire import cron
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import BlizzardError, InvalidArgument, TooManyItems
+from blizzard.wire.limits import MAX_DEPENDENCIES, MAX_WAIT_IDS
 from master.config import MasterConfig
 from master.jobs import status as jobs_module
 from master.log.recovery import recover
 from master.log.wal import MemoryWal
 from master.server import MasterServer
-from master.state.job_book import MAX_DEPENDENCIES, MAX_EDGES
+from master.state.job_book import MAX_EDGES
 from master.state.machine import State
 
 from support.in_process_master import (
@@ -241,8 +242,8 @@ def test_a_pass_with_the_most_jobs_waits_allowed_stays_short():
     waiters one step, not a look at all their jobs: the most waiters allowed, all on the same
     hundred jobs, cost a pass little when those jobs end one by one."""
     m = master()
-    jobs = [enqueue(m)[0] for _ in range(jobs_module.MAX_WAIT_IDS)]
-    too_many = list(range(10**12, 10**12 + jobs_module.MAX_WAIT_IDS)) + jobs[:1]
+    jobs = [enqueue(m)[0] for _ in range(MAX_WAIT_IDS)]
+    too_many = list(range(10**12, 10**12 + MAX_WAIT_IDS)) + jobs[:1]
     with pytest.raises(TooManyItems, match="at most"):
         m.jobs.jobs(p.Jobs(too_many, 60.0), time.time(), time.monotonic(), b"attacker", 0)
     now, mono = time.time(), time.monotonic()

@@ -248,7 +248,8 @@ def replies_and_fsyncs(master: MasterServer, monkeypatch, passes: list[list]) ->
     """Feed ``passes`` of requests to the loop; the list it returns records replies and fsyncs
     in the order they happen."""
     events: list[tuple] = []
-    monkeypatch.setattr(master.router, "reply", lambda peer, rid, msg: events.append(("reply", rid)))
+    monkeypatch.setattr(master.router, "on_reply",
+                        lambda peer, rid, msg: events.append(("reply", rid)))
     real_flush = master.wal.flush
 
     def flush() -> None:

@@ -24,24 +24,9 @@ from master.config import MasterConfig
 from master.log.wal import MemoryWal
 from master.server import MasterServer
 
+from support.in_process_master import NoRouter
 from support.prometheus import parse, scrape, value
 from support.wait import wait_for
-
-
-class NoRouter:
-    """Stands in for the master's socket: requests are handed in by the test."""
-
-    def role_of(self, peer: bytes) -> None:
-        return None
-
-    def receive(self, timeout_ms: int) -> list:
-        return []
-
-    def reply(self, peer: bytes, rid: int, msg: object) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 def in_process_master(wal: MemoryWal) -> MasterServer:

@@ -17,7 +17,14 @@ from datanode.config import DatanodeConfig
 from datanode.server import DatanodeServer
 from datanode.store import MemoryStore
 
-from support.in_process_master import call, enqueue_msg, in_process_master, place, report
+from support.in_process_master import (
+    NoRouter,
+    call,
+    enqueue_msg,
+    in_process_master,
+    place,
+    report,
+)
 from support.prometheus import scrape, value
 from support.wait import wait_for
 
@@ -42,24 +49,14 @@ def test_the_callers_remembered_are_bounded():
     assert len(hold.last) == MAX_PEERS and b"0" not in hold.last
 
 
-class ScriptedRouter:
-    """The master's socket, with batches of requests arriving one ``receive`` after another."""
-
-    def __init__(self, batches: list[list]) -> None:
-        self.batches = batches
-        self.sent: list = []
-        self.roles = None
-        self.waits: list[int] = []
-
-    def role_of(self, peer: bytes) -> None:
-        return None
-
-    def receive(self, timeout_ms: int) -> list:
-        self.waits.append(timeout_ms)
-        return self.batches.pop(0) if self.batches else []
-
-    def reply(self, peer: bytes, rid: int, msg: object) -> None:
-        self.sent.append((peer, rid, msg))
+def _scripted(master, batches: list[list]) -> NoRouter:
+    """The master's stand-in router, from now on with ``batches`` arriving one ``receive``
+    after another."""
+    router = master.router
+    router.sent.clear()
+    router.waits.clear()
+    router.batches = batches
+    return router
 
 
 def _master_with_two_ready_items():
@@ -90,7 +87,7 @@ def _flushes(master) -> list[int]:
 
 def test_a_busy_master_takes_the_next_callers_request_into_the_same_fsync():
     master = _master_with_two_ready_items()
-    master.router = router = ScriptedRouter([[(b"c1", 1, _lease("l1"))], [(b"c2", 2, _lease("l2"))]])
+    router = _scripted(master, [[(b"c1", 1, _lease("l1"))], [(b"c2", 2, _lease("l2"))]])
     master.hold.saw([b"c2", b"c3"], time.monotonic())  # two other clients busy just now
     flushes = _flushes(master)
     master.run_once(timeout_ms=50)
@@ -101,7 +98,7 @@ def test_a_busy_master_takes_the_next_callers_request_into_the_same_fsync():
 
 def test_a_master_with_few_callers_does_not_hold():
     master = _master_with_two_ready_items()
-    master.router = router = ScriptedRouter([[(b"c1", 1, _lease("l1"))], [(b"c2", 2, _lease("l2"))]])
+    router = _scripted(master, [[(b"c1", 1, _lease("l1"))], [(b"c2", 2, _lease("l2"))]])
     flushes = _flushes(master)
     master.run_once(timeout_ms=50)
     assert [(peer, type(msg)) for peer, _, msg in router.sent] == [(b"c1", p.Leased)]
@@ -147,7 +144,7 @@ def test_a_busy_data_node_writes_the_puts_on_their_way_in_one_synced_batch(tmp_p
 
 def test_callers_that_only_ping_or_wait_do_not_make_a_master_hold():
     master = _master_with_two_ready_items()
-    master.router = router = ScriptedRouter([
+    router = _scripted(master, [
         [(b"c2", 1, p.Ping()), (b"c3", 2, p.Ping()), (b"c4", 3, p.Hello())],
         [(b"c1", 4, _lease("l1"))], [(b"c5", 5, _lease("l2"))]])
     flushes = _flushes(master)

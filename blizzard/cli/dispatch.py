@@ -17,6 +17,7 @@ from blizzard.cli.common import EXIT_ERROR, Seconds, keys_opt, master_opt, timeo
 from blizzard.cli.output import echo_json, escape, json_opt
 from blizzard.server import logs
 from blizzard.wire.errors import InvalidArgument
+from blizzard.wire.limits import MAX_LEASE_S
 from blizzard.wire.queue_settings import check_queue_name
 
 log = logging.getLogger(__name__)
@@ -58,7 +59,7 @@ def _host_list(ctx: Any, param: Any, value: str | None) -> tuple[str, ...]:
               help="Comma-separated queues whose tasks to deliver, e.g. emails,thumbnails.")
 @click.option("--workers", default=16, show_default=True, type=click.IntRange(1, 10_000),
               help="Requests in flight at once (asyncio senders).")
-@click.option("--lease-s", default=30.0, show_default=True, type=Seconds(1, 43_200),
+@click.option("--lease-s", default=30.0, show_default=True, type=Seconds(1, MAX_LEASE_S),
               help="Lease length; extended every third of it while a task is held, so a "
                    "killed dispatcher's tasks come back this long after it died.")
 @click.option("--batch", default=100, show_default=True, type=click.IntRange(1, 10_000),

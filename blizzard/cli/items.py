@@ -16,11 +16,14 @@ import click
 
 from blizzard.cli.common import EXIT_EMPTY, Seconds, keys_opt, master_opt, queue_arg, timeout_opt
 from blizzard.cli.output import escape, json_opt, message_doc, output, size
-from blizzard.wire.item_meta import PRIORITY_RANGE
+from blizzard.wire.limits import (
+    MAX_DELAY_S,
+    MAX_LEASE_S,
+    MAX_LEASE_WAIT_S,
+    MIN_LEASE_S,
+    PRIORITY_RANGE,
+)
 from blizzard.wire.protocol import MAX_ITEM_BYTES
-
-MAX_LEASE_S = 12 * 3600.0
-MAX_DELAY_S = 365 * 86400.0  # as the master's enqueue (``master/produce/enqueue.py``)
 
 
 @dataclass(frozen=True)
@@ -95,9 +98,9 @@ def _read_item(stream: Any, name: str) -> bytes:
               help="--ack deletes the items right after printing them, so an item is lost if "
                    "its work then fails. The default (--no-ack) leaves them leased and prints "
                    "their lease tokens: ack each with `blizzard ack` once its work is done.")
-@click.option("--lease-s", default=None, type=Seconds(0.001, MAX_LEASE_S),
+@click.option("--lease-s", default=None, type=Seconds(MIN_LEASE_S, MAX_LEASE_S),
               help="Lease length; default: the queue's configured lease.")
-@click.option("--wait-s", default=0.0, show_default=True, type=Seconds(0, 300),
+@click.option("--wait-s", default=0.0, show_default=True, type=Seconds(0, MAX_LEASE_WAIT_S),
               help="Wait this long for an item if the queue is empty.")
 @json_opt
 def dequeue(queue: str, master: str, timeout_s: float, n: int, ack: bool, lease_s: float | None,
@@ -167,7 +170,7 @@ def ack(queue: str, item_id: int, token: int, master: str, timeout_s: float) -> 
 
 
 @_item_command
-@click.option("--delay-s", default=None, type=Seconds(0, 365 * 86400.0),
+@click.option("--delay-s", default=None, type=Seconds(0, MAX_DELAY_S),
               help="Visible again after this long; default: the queue's retry back-off.")
 @click.option("--error", default="", help="Why it failed: kept with the item and shown by "
               "`queue peek` if it ends up in the dead-letter queue.")
@@ -182,7 +185,7 @@ def nack(queue: str, item_id: int, token: int, master: str, timeout_s: float,
 
 
 @_item_command
-@click.option("--lease-s", required=True, type=Seconds(0.001, MAX_LEASE_S),
+@click.option("--lease-s", required=True, type=Seconds(MIN_LEASE_S, MAX_LEASE_S),
               help="Keep the lease this many seconds from now.")
 def extend(queue: str, item_id: int, token: int, master: str, timeout_s: float,
            lease_s: float) -> None:

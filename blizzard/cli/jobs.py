@@ -13,8 +13,9 @@ import click
 
 from blizzard.cli.common import EXIT_ERROR, Seconds, keys_opt, master_opt, timeout_opt
 from blizzard.cli.output import echo_json, json_opt
-from blizzard.client.jobs import MAX_WAIT_S, JobStatus
+from blizzard.client.jobs import JobStatus
 from blizzard.wire.errors import ProtocolError
+from blizzard.wire.limits import MAX_EVERY_S, MAX_JOBS_WAIT_S, MIN_EVERY_S
 from blizzard.worker.results import decode_result
 
 IDS = click.argument("ids", nargs=-1, required=True, type=click.IntRange(0, 2**63 - 1))
@@ -46,7 +47,7 @@ def job(ids: tuple[int, ...], wait_s: float, master: str, timeout_s: float,
 
     if len(ids) > 10_000:
         raise click.UsageError("at most 10,000 ids at once")
-    with Client(master, timeout_s=timeout_s + min(wait_s, MAX_WAIT_S)) as c:
+    with Client(master, timeout_s=timeout_s + min(wait_s, MAX_JOBS_WAIT_S)) as c:
         seen = c.jobs(list(ids), wait_s=wait_s)
     if as_json:
         echo_json({"jobs": [_row(s) for s in seen]})
@@ -134,7 +135,7 @@ def schedule() -> None:
 @click.option("--queue", required=True, help="The queue each tick's job goes to.")
 @click.option("--cron", default="", help="When: minute hour day-of-month month day-of-week "
               "(or six fields, a second first), e.g. '*/5 * * * *'.")
-@click.option("--every-s", default=None, type=Seconds(1, 366 * 86400.0),
+@click.option("--every-s", default=None, type=Seconds(MIN_EVERY_S, MAX_EVERY_S),
               help="Or: every this many seconds.")
 @click.option("--timezone", default="UTC", show_default=True,
               help="The cron expression's timezone (an IANA name).")

@@ -38,12 +38,13 @@ from blizzard.net.defaults import DATANODE_PORT, LOOPBACK, MASTER_PORT
 from blizzard.net.file_modes import private_process
 from blizzard.server import logs
 from blizzard.wire.errors import BlizzardError
+from blizzard.wire.release import RELEASE
 from datanode.cli import datanode_command
 from master.cli import master_command
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="blizzard")
+@click.version_option(RELEASE, prog_name="blizzard")
 def cli() -> None:
     """Blizzard: a distributed, durable work queue.
 

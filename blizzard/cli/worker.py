@@ -17,6 +17,7 @@ from blizzard.cli.common import KEYS_ENV, Seconds, keys_opt, master_opt, timeout
 from blizzard.client.core import Client
 from blizzard.server import logs
 from blizzard.wire.errors import InvalidArgument
+from blizzard.wire.limits import MAX_LEASE_S, MIN_LEASE_S
 from blizzard.wire.queue_settings import check_queue_name
 from blizzard.worker.loop import Worker, WorkerConfig, brief_ids, counted
 from blizzard.worker.task import configure, tasks_in
@@ -107,7 +108,7 @@ def _left_leased(worker: Worker) -> str:
                    "core for CPU-bound Python jobs).")
 @click.option("--burst", is_flag=True, help="Exit once every queue is empty and the jobs "
               "taken are done.")
-@click.option("--lease-s", type=Seconds(0.001, 12 * 3600.0), default=None,
+@click.option("--lease-s", type=Seconds(MIN_LEASE_S, MAX_LEASE_S), default=None,
               help="Lease length for jobs (default: each queue's lease_s); leases of long "
                    "jobs are extended while they run.")
 @master_opt

@@ -7,10 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from blizzard.wire.errors import InvalidArgument
+from blizzard.wire.limits import MAX_DEPENDENCIES, MAX_LEASE_S, MAX_UNIQUE_S
 
-MAX_UNIQUE_S = 30 * 86400.0  # the master's longest unique window (master/state/unique_keys.py)
-MAX_LEASE_S = 12 * 3600.0  # the longest lease a master grants by default (--max-lease-s)
-MAX_DEPENDENCIES = 100  # jobs one enqueue may depend on (master/state/job_book.py)
 DEPENDENCY_FAILURE = {"cancel": 0, "dead": 1}  # protocol.DEPENDENCY_CANCEL, DEPENDENCY_DEAD
 
 

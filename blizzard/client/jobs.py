@@ -20,11 +20,8 @@ from blizzard.client.message import leased_items
 from blizzard.wire import protocol as p
 from blizzard.wire.codec import as_ids
 from blizzard.wire.errors import InvalidArgument
+from blizzard.wire.limits import MAX_JOBS_WAIT_S, MAX_RESULT_TTL_S, MAX_WAIT_IDS
 from blizzard.wire.queue_settings import results_queue
-
-MAX_WAIT_S = 60.0  # the master's longest wait for one Jobs request (master/jobs/status.py)
-MAX_WAIT_IDS = 100  # jobs one waiting Jobs request may name (master/jobs/status.py)
-MAX_RESULT_TTL_S = 30 * 86400.0
 
 
 @dataclass(frozen=True)
@@ -71,9 +68,9 @@ def job_statuses(client: Any, ids: Sequence[int], wait_s: float = 0.0,
         part = list(dict.fromkeys(ids[start:start + step]))
         while True:
             left = max(0.0, until - time.monotonic())
-            reply: p.JobStates = client.master.call(p.Jobs(part, min(left, MAX_WAIT_S)),
-                                                    extra_s=min(left, MAX_WAIT_S))
-            if left <= MAX_WAIT_S or all(s in p.FINAL_STATES for s in reply.states):
+            reply: p.JobStates = client.master.call(p.Jobs(part, min(left, MAX_JOBS_WAIT_S)),
+                                                    extra_s=min(left, MAX_JOBS_WAIT_S))
+            if left <= MAX_JOBS_WAIT_S or all(s in p.FINAL_STATES for s in reply.states):
                 break
         by_id.update((s.id, s) for s in _statuses(client, reply, read))
     return [by_id[i] for i in ids]

@@ -16,9 +16,10 @@ from blizzard.client.enqueue_options import EnqueueOptions
 from blizzard.wire import cron as cronexpr
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import InvalidArgument
+from blizzard.wire.limits import MAX_DELAY_S, MAX_EVERY_S, MIN_EVERY_S
 from blizzard.wire.queue_settings import check_queue_name
 
-STAGED_DELAY_S = 365 * 86400.0  # the call waits until the master arms it for its first tick
+STAGED_DELAY_S = MAX_DELAY_S  # the call waits until the master arms it for its first tick
 
 
 @dataclass(frozen=True)
@@ -59,8 +60,9 @@ def check_spec(cron: str, every_s: float, timezone: str, overlap: bool = False) 
     if cron:
         cronexpr.parse(cron)
     elif isinstance(every_s, bool) or not isinstance(every_s, (int, float)) \
-            or not 1.0 <= every_s <= 366 * 86400.0:
-        raise InvalidArgument(f"every_s must be 1 to {366 * 86400} seconds, got {every_s!r}")
+            or not MIN_EVERY_S <= every_s <= MAX_EVERY_S:
+        raise InvalidArgument(f"every_s must be {MIN_EVERY_S:.0f} to {MAX_EVERY_S:.0f} seconds, "
+                              f"got {every_s!r}")
     cronexpr.timezone(timezone)
 
 

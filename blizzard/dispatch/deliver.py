@@ -57,6 +57,7 @@ from blizzard.client.message import Message
 from blizzard.dispatch.allow_hosts import HostPolicy
 from blizzard.dispatch.settle import ClientThread, Delivery, Key, Settler
 from blizzard.wire.errors import BlizzardError, InvalidArgument, ProtocolError, SecurityError
+from blizzard.wire.limits import MAX_LEASE_S, MAX_LEASE_WAIT_S
 from blizzard.wire.queue_settings import check_queue_name
 
 log = logging.getLogger(__name__)
@@ -90,8 +91,9 @@ class DispatchConfig:
             check_queue_name(queue)
         if not 1 <= self.workers <= 10_000 or not 1 <= self.batch <= 10_000:
             raise InvalidArgument("workers and batch must be 1..10000")
-        if not 1.0 <= self.lease_s <= 43200 or not 0 <= self.wait_s <= 300:
-            raise InvalidArgument("lease_s must be 1..43200 s and wait_s 0..300 s")
+        if not 1.0 <= self.lease_s <= MAX_LEASE_S or not 0 <= self.wait_s <= MAX_LEASE_WAIT_S:
+            raise InvalidArgument(f"lease_s must be 1..{MAX_LEASE_S:g} s and wait_s "
+                                  f"0..{MAX_LEASE_WAIT_S:g} s")
         HostPolicy.parse(self.allow_hosts)
         return self
 

@@ -9,7 +9,6 @@ read and dropped a piece at a time), a line or body started and not finished wit
 
 from __future__ import annotations
 
-import importlib.metadata
 import logging
 import os
 import socket
@@ -43,7 +42,9 @@ from blizzard.wire.errors import (
     NotInQueue,
     UnknownItem,
 )
+from blizzard.wire.limits import MAX_DELAY_S, MAX_LEASE_S
 from blizzard.wire.queue_settings import DEAD_SUFFIX
+from blizzard.wire.release import RELEASE
 from blizzard.wire.shard_messages import Head
 
 log = logging.getLogger(__name__)
@@ -76,8 +77,6 @@ class Gateway(Protocol):
 
 
 GONE = (LeaseExpired, UnknownItem, NotInQueue)  # the job is not this connection's any more
-MAX_DELAY_S = 365 * 86400.0  # the cluster's longest delay; longer ones are cut to it
-MAX_TTR_S = 12 * 3600.0  # the cluster's longest lease (the master's --max-lease-s default)
 
 
 def _delay_s(delay: int) -> float:
@@ -88,18 +87,11 @@ def _delay_s(delay: int) -> float:
 def _ttr_s(ttr: int) -> float:
     """A put's ttr as the job's own lease: at least 1 s (as beanstalkd makes a ttr of 0), at
     most the cluster's longest lease (12 h)."""
-    return min(max(1.0, float(ttr)), MAX_TTR_S)
+    return min(max(1.0, float(ttr)), MAX_LEASE_S)
 
 
 class Closed(Exception):
     """The connection ended (the peer closed it, it broke a bound, or the gateway stops)."""
-
-
-def _version() -> str:
-    try:
-        return importlib.metadata.version("blizzard")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
 
 
 class Session:
@@ -515,7 +507,7 @@ class Session:
                   sum(len(s.reserved) for s in list(gw.sessions)), "current-jobs-delayed": 0,
                   "current-jobs-buried": 0, "current-connections": len(gw.sessions),
                   "total-connections": gw.connections, "pid": os.getpid(),
-                  "version": f"blizzard-{_version()}", "uptime": int(time.time() - gw.started),
+                  "version": f"blizzard-{RELEASE}", "uptime": int(time.time() - gw.started),
                   "max-job-size": gw.config.max_job_bytes, "binlog-records-written": 0,
                   "binlog-records-migrated": 0, "draining": "false"}
         return with_body("OK", body=yaml_dict(fields))

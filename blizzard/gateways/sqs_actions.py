@@ -41,6 +41,7 @@ from blizzard.wire.errors import (
     UnknownQueue,
     WrongLease,
 )
+from blizzard.wire.limits import MIN_LEASE_S
 
 CACHE_S = 2.0  # how long a queue's attributes are taken as read (other gateways may change them)
 MAX_BATCH = 10
@@ -454,7 +455,7 @@ class Actions:
                           "Reason: must be from 0 to 43200.")
         # a visibility of 0 (asked, or the queue's): leased long enough to read the items,
         # then given back at once
-        at_once = visibility == 0 or (visibility is None and info.lease_s <= queues.MIN_LEASE_S)
+        at_once = visibility == 0 or (visibility is None and info.lease_s <= MIN_LEASE_S)
         lease_s = READ_S if at_once else None if visibility is None else float(visibility)
         system = set(texts(params.get("MessageSystemAttributeNames"),
                            "MessageSystemAttributeNames")) \

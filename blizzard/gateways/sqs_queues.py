@@ -26,11 +26,11 @@ from typing import Any
 from blizzard.gateways.sqs_wire import SqsError, invalid, nonexistent, text
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import InvalidArgument
+from blizzard.wire.limits import MIN_LEASE_S
 from blizzard.wire.queue_settings import MAX_ATTRIBUTES, check_queue_name
 
 ACCOUNT = "000000000000"  # the account id in every URL and ARN: a gateway has one account
 MAX_VISIBILITY_S = 43_200
-MIN_LEASE_S = 0.001  # a visibility timeout of 0 is the shortest lease Blizzard takes
 _SQS_NAME = re.compile(r"[A-Za-z0-9_-]{1,80}")
 _BOOL = {"true": True, "false": False}
 

@@ -7,7 +7,7 @@ On TCP its guard caps the connections it accepts (``blizzard/server/conn_guard.p
 from __future__ import annotations
 
 import logging
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import zmq
 
@@ -66,6 +66,47 @@ def bind_router(ctx: zmq.Context[zmq.Socket[bytes]], addr: str,
 
 def error_reply(exc: BlizzardError) -> protocol.Error:
     return protocol.Error(code=exc.code, message=exc.message)
+
+
+class KeyDirectory(Protocol):
+    """The admitted keys, asked per message (``blizzard/net/secure.py``)."""
+
+    def current(self, user_id: str) -> bool: ...
+
+
+class ConnectionEnds(Protocol):
+    """Which connections ended since last asked (``Departures``, ``GuardDepartures``)."""
+
+    def read(self) -> set[int]: ...
+
+    def close(self) -> None: ...
+
+
+class Router(Protocol):
+    """What a server's loop uses of its socket: ``RouterServer``, or a test's stand-in
+    (``tests/support/in_process_master.py``), which implements all of it."""
+
+    @property
+    def admitted(self) -> KeyDirectory | None:
+        """The admitted keys; None: security off."""
+
+    @property
+    def poller(self) -> zmq.Poller | None:
+        """What the loop's wake pipe joins; None: nothing to poll."""
+
+    def receive(self, timeout_ms: int, ready: bool = False) -> list[tuple[bytes, int, Any]]: ...
+
+    def reply(self, peer: bytes, rid: int, msg: Any) -> None: ...
+
+    def role_of(self, peer: bytes) -> str | None: ...
+
+    def key_of(self, peer: bytes) -> str: ...
+
+    def fd_of(self, peer: bytes) -> int: ...
+
+    def departures(self) -> ConnectionEnds | None: ...
+
+    def close(self) -> None: ...
 
 
 class RouterServer:

@@ -11,10 +11,9 @@ import math
 
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import InvalidArgument, ProtocolError
+from blizzard.wire.limits import MAX_KEY, PRIORITY_RANGE
 from blizzard.wire.queue_settings import check_queue_name
 
-MAX_KEY = 256  # as the master's enqueue (``master/produce/enqueue.py``)
-PRIORITY_RANGE = (-(2**31), 2**31 - 1)  # as ``master/rules/arguments.py``
 MAX_ATTEMPTS = 2**31 - 1
 MAX_NOT_BEFORE = 2.0**40  # unix seconds: far beyond any delay the master allows
 

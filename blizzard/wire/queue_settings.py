@@ -25,6 +25,7 @@ from typing import Any, Self
 
 from blizzard.wire.codec import brief
 from blizzard.wire.errors import InvalidArgument
+from blizzard.wire.limits import MAX_LEASE_S, MAX_RESULT_TTL_S, MIN_LEASE_S
 
 MAX_COUNT = 1_000_000  # max_attempts and burst
 MAX_QUEUE_NAME = 200  # characters in a queue name (a dead-letter queue's may add ".dead")
@@ -75,7 +76,7 @@ def _setting(default: Any, low: float, high: float, help: str) -> Any:
 class Settings:
     """How one named queue behaves; a queue never configured has these defaults."""
 
-    lease_s: float = _setting(30.0, 0.001, 12 * 3600.0,
+    lease_s: float = _setting(30.0, MIN_LEASE_S, MAX_LEASE_S,
                               "Lease length when a consumer names none, in seconds.")
     max_attempts: int = _setting(10, 0, MAX_COUNT,
                                  "Deliveries (expired or nacked leases) before an item moves to "
@@ -98,7 +99,7 @@ class Settings:
     paused_until: float = _setting(0.0, 0.0, 1e11,
                                    "Unix time before which no lease is granted (beanstalkd's "
                                    "pause-tube); 0: not paused.")
-    result_ttl_s: float = _setting(86400.0, 0.0, 30 * 86400.0,
+    result_ttl_s: float = _setting(86400.0, 0.0, MAX_RESULT_TTL_S,
                                    "How long a task's result is kept, in seconds (a @task's own "
                                    "result_ttl_s wins); 0: none kept.")
 

@@ -19,10 +19,9 @@ from typing import Any
 from blizzard.client.message import Message
 from blizzard.wire.codec import dumps, loads
 from blizzard.wire.errors import InvalidArgument, ProtocolError
+from blizzard.wire.limits import MAX_NOTE_CHARS, MAX_STATE_BYTES
 
 PROGRESS_EVERY_S = 1.0  # the most often a job's progress rides on an extension
-MAX_NOTE_CHARS = 200  # the master's bounds (master/state/job_book.py)
-MAX_STATE_BYTES = 16 * 1024
 
 
 class Cancelled(Exception):

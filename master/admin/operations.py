@@ -20,7 +20,8 @@ from master.nodes.safe_mode import SafeMode
 from master.produce.enqueue import Enqueues
 from master.rules import arguments
 from master.rules.queue_policy import QueuePolicy
-from master.state.machine import DELAYED, LEASED, State
+from master.state.item import DELAYED, LEASED
+from master.state.machine import State
 from master.state.records import ConfigureQueue, DeleteItems, RedriveItems, WakeItems
 
 

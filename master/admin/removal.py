@@ -21,7 +21,8 @@ from master.nodes.repair import Repairer
 from master.nodes.safe_mode import SafeMode
 from master.produce.enqueue import Enqueues
 from master.rules import arguments
-from master.state.machine import LEASED, State
+from master.state.item import LEASED
+from master.state.machine import State
 from master.state.records import DeleteItems, DeleteQueue, ForgetNode
 
 

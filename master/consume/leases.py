@@ -21,24 +21,24 @@ from blizzard.net.log_limit import Throttled
 from blizzard.server.router import error_reply
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import BlizzardError, InvalidArgument, TooManyItems
+from blizzard.wire.limits import MAX_DELAY_S, MAX_LEASE_WAIT_S
 from blizzard.wire.queue_settings import RESULTS_SUFFIX
 from master.config import MasterConfig
+from master.consume.schedule_runs import ScheduleRuns
 from master.nodes.blob_deletes import Deletes
 from master.nodes.grant_keys import CapabilityKeys
 from master.nodes.membership import Membership
 from master.rules import arguments
 from master.shard.heads import Heads
 from master.state.counts import QueueCounts
-from master.state.item import columns
-from master.state.machine import DELAYED, LEASED, State
+from master.state.item import DELAYED, LEASED, columns
+from master.state.machine import State
 from master.state.queue_config import TokenBucket
 from master.state.records import AckItems, LeaseItems, ReleaseItems
 
 log = logging.getLogger(__name__)
 refused_log = Throttled(log)  # a consumer acking wrong ids all day makes a line per 10 s
 
-MAX_WAIT_S = 300.0
-MAX_DELAY_S = 365 * 86400.0
 MAX_WAITERS = 10_000  # parked long polls, all connections together
 MAX_WAITERS_PER_PEER = 256  # ... one connection's share
 # ... and one key's, over all its connections: a key that opens many connections cannot take
@@ -96,7 +96,10 @@ class Leases:
 
     def __init__(self, config: MasterConfig, state: State, log_record: Callable[[Any], None],
                  deletes: Deletes, membership: Membership, capabilities: CapabilityKeys,
-                 counts: QueueCounts | None = None, heads: Heads | None = None) -> None:
+                 counts: QueueCounts | None = None, heads: Heads | None = None, *,
+                 schedule_runs: ScheduleRuns | None = None,
+                 connection_of: Callable[[bytes], tuple[str, int]] = lambda peer: ("", -1),
+                 key_admitted: Callable[[str], bool] = lambda key: True) -> None:
         self.config = config
         self.heads = heads  # tells the queue's head after a lease that asks (sharding)
         self.counts = counts if counts is not None else QueueCounts()
@@ -109,18 +112,18 @@ class Leases:
         self.waiting_by_peer: dict[bytes, int] = {}
         self.waiting_by_key: dict[str, int] = {}
         # a peer's key and descriptor, for the request being handled (the server's router)
-        self.connection_of: Callable[[bytes], tuple[str, int]] = lambda peer: ("", -1)
+        self.connection_of = connection_of
         # whether a connection's key is still admitted (a removed, retired or expired one is
         # not): a parked long poll of a revoked key must not lease items nobody will get
-        self.key_admitted: Callable[[str], bool] = lambda key: True
+        self.key_admitted = key_admitted
         self.buckets: dict[str, TokenBucket] = {}  # queue -> rate limiter (soft state)
         # an extension's progress: checked first, then logged for the items it held
         # (master/jobs/status.py sets them)
         self.check_progress: Callable[[p.Extend], None] = lambda msg: None
         self.progress: Callable[[p.Extend, list[int], float], None] = \
             lambda msg, held, now: None
-        # schedules' items: their runs' ends re-arm them (master/jobs/schedules.py sets it)
-        self.schedules: Any = None
+        # schedules' items: their runs' ends re-arm them (master/consume/schedule_runs.py)
+        self.schedule_runs = schedule_runs
 
     # -- leasing -----------------------------------------------------------------------------
 
@@ -132,7 +135,7 @@ class Leases:
                                   "leased: handle.result() or `blizzard job ID`")
         arguments.batch(msg.n)
         arguments.seconds(msg.lease_s, "lease_s", low=0, high=self.config.max_lease_s)
-        arguments.seconds(msg.wait_s, "wait_s", low=0, high=MAX_WAIT_S)
+        arguments.seconds(msg.wait_s, "wait_s", low=0, high=MAX_LEASE_WAIT_S)
         arguments.request_id(msg.request)
         if msg.ids:  # checked before anything (a parked lease is taken again later)
             arguments.batch(len(msg.ids))
@@ -289,6 +292,9 @@ class Leases:
         ticks = [state.schedules.by_name[by_item[i]].next_at if i in by_item else 0.0
                  for i in ids] if by_item else []
         saved = [jobs.state_of(i) for i in ids] if jobs.progress else []
+        of_head: dict[str, Any] = {} if head is None else {
+            "head_ready": head.ready, "head_priority": head.priority,
+            "head_at": head.enqueued_at, "head_seq": head.seq}
         return p.Leased(queue, ids, leases, sizes, crcs, attempts, priorities, enqueued_at, keys,
                         replica_set,
                         [p.ReplicaSet(self.membership.refs(nodes, addrs)) for nodes in set_index],
@@ -297,10 +303,7 @@ class Leases:
                         suspects=self.membership.suspects(time.monotonic()),
                         ttrs=own if any(own) else [],
                         states=saved if any(saved) else [],
-                        ticks=ticks if any(ticks) else [],
-                        **({} if head is None else
-                           {"head_ready": head.ready, "head_priority": head.priority,
-                            "head_at": head.enqueued_at, "head_seq": head.seq}))
+                        ticks=ticks if any(ticks) else [], **of_head)
 
     # -- settling ----------------------------------------------------------------------------
 
@@ -361,9 +364,9 @@ class Leases:
              late: bool = False) -> p.Acked:
         out = self._settle(ids, leases, queue, late)
         held = out.held
-        if held and self.schedules is not None:
-            again, held = self.schedules.split(held)
-            self.schedules.rearm(again, time.time())
+        if held and self.schedule_runs is not None:
+            again, held = self.schedule_runs.split(held)
+            self.schedule_runs.rearm(again, time.time())
             self.counts.add_each("acked", [self.state.items[i].queue for i in again])
         if held:
             items = self.state.items
@@ -402,7 +405,8 @@ class Leases:
             if dies:
                 dying.append(item.queue)
         if rearmed:
-            self.schedules.rearm(rearmed, now, error or "failed")
+            assert self.schedule_runs is not None  # (scheduled items exist only with it)
+            self.schedule_runs.rearm(rearmed, now, error or "failed")
             ids = [i for i in ids if i not in rearmed]
             if not ids:
                 return
@@ -458,7 +462,8 @@ class Leases:
         A waiter whose lease fails now is answered with the error, the others served."""
         if not self.waiters:
             return []
-        replies, still = [], []
+        replies: list[tuple[bytes, int, Any]] = []
+        still: list[Waiter] = []
         dry: set[str] = set()  # queues that gave one waiter nothing: no other gets more now
         admitted: dict[str, bool] = {}  # each key asked once a pass, however many waiters
         for w in self.waiters:

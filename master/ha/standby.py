@@ -49,6 +49,8 @@ class StandbyServer:
         assert config.standby_of is not None
         self.config = config.validate()
         self.ctx = ctx or zmq.Context.instance()
+        server_keys: k.ServerKeys | None
+        self.keys: k.ClientKeys | None
         server_keys, self.keys = k.master_keys(config.keys) if config.keys else (None, None)
         self.node_key = k.load_public(config.keys, "datanode") if config.keys else b""
         from master.server import MAX_REQUEST_BYTES
@@ -60,6 +62,7 @@ class StandbyServer:
         self.state, replayed = recover(self.wal)
         self.checkpoints = Checkpointer(self.wal, config.checkpoint_records, replayed)
         self.capabilities = CapabilityKeys(config.data_dir, config.capability_key_s, time.time())
+        self.primary_addr: str = config.standby_of  # the primary, as a Hello is told it
         self.primary = Endpoint(self.ctx, config.standby_of, self.keys,
                                 self.keys.master if self.keys else None)
         self.rid: int | None = None
@@ -241,7 +244,7 @@ class StandbyServer:
         role = self.router.role_of(peer)
         if isinstance(msg, p.Hello):
             return p.Welcome(self.config.keys is not None, self.node_key, role or "",
-                             self.state.epoch, self.config.standby_of)
+                             self.state.epoch, self.primary_addr)
         if isinstance(msg, p.Promote):
             if role not in (None, "admin"):
                 raise Forbidden(f"a {role} key may not send Promote; it needs an admin key")

@@ -29,12 +29,19 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+import zmq
+
 from blizzard.net.transport import Endpoint, call
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import ForeignCluster, InvalidArgument
 from master.ha.epoch_proof import EpochProof
 from master.log import checkpoint_file
+from master.log.wal import MemoryWal, Wal
+from master.state.machine import State
 from master.state.records import StandbySynced
+
+Reply = Callable[[bytes, int, Any], None]  # (peer, request id, message)
+KeyRing = Callable[[], tuple[list[p.CapabilityKey], float]]  # the keys, when they rotated
 
 log = logging.getLogger(__name__)
 
@@ -56,9 +63,23 @@ def exit_fenced(why: str) -> None:
 class Replication:
     """Standbys following this primary, the replies waiting for them, and fencing."""
 
-    def __init__(self, server: Any, *, sync: bool, failover_after_s: float,
-                 keys: Any = None, on_fenced: Callable[[str], None] = exit_fenced) -> None:
-        self.server = server  # state, wal, capabilities, ids, router, log_record, ctx
+    def __init__(self, state: State, wal: Wal | MemoryWal, log_record: Callable[[Any], None],
+                 ctx: zmq.Context[zmq.Socket[bytes]], *, key_ring: KeyRing,
+                 reply: Reply, send: Reply, ids_synced: Callable[[int], None], sync: bool,
+                 failover_after_s: float, keys: Any = None,
+                 on_fenced: Callable[[str], None] = exit_fenced) -> None:
+        """``reply`` answers a standby now; ``send`` sends a reply of a pass once the sync
+        standby holds it (a data node's, if it answers the request: master/consume/pushes.py),
+        after ``ids_synced`` is told the id high-water mark the standby holds with it;
+        ``key_ring`` is the capability keys and when they rotated, shipped with the log."""
+        self.state = state
+        self.wal = wal
+        self.log = log_record
+        self.ctx = ctx
+        self.key_ring = key_ring
+        self.reply = reply
+        self.send = send
+        self.ids_synced = ids_synced
         self.sync = sync
         self.failover_after_s = failover_after_s
         self.keys = keys  # ClientKeys to ask a silent standby for its epoch (None: insecure)
@@ -71,26 +92,25 @@ class Replication:
         self.held: deque[tuple[tuple[int, int], int, list[tuple[bytes, int, Any]]]] = deque()
         self._probed = self._warned = -WARN_EVERY_S
         self.started = time.monotonic()  # a standby not heard from since counts as silent
-        if not sync and server.state.standby[0]:  # running alone now: the standby is no longer
-            server.log_record(StandbySynced("", ""))  # in sync, and must not think it is
+        if not sync and state.standby[0]:  # running alone now: the standby is no longer
+            log_record(StandbySynced("", ""))  # in sync, and must not think it is
 
     @property
     def sync_name(self) -> str:
         """The standby every reply waits for ("" if none)."""
-        return self.server.state.standby[0] if self.sync else ""
+        return self.state.standby[0] if self.sync else ""
 
     # -- requests ----------------------------------------------------------------------------
 
     def follow(self, msg: p.Follow, now: float, mono: float, peer: bytes, rid: int) -> Any:
-        state, wal = self.server.state, self.server.wal
+        state, wal = self.state, self.wal
         self._check(msg, mono)
         if msg.cluster_id and msg.cluster_id != state.cluster_id:
             raise ForeignCluster(f"this master is of cluster {state.cluster_id}; the standby "
                                  f"{msg.addr[:200]} of cluster {msg.cluster_id[:64]}")
         if msg.cluster_id:  # of this cluster: a newer epoch means this master was replaced
             self.check_epoch(msg.epoch, f"standby {msg.addr[:200]}")
-        if wal.directory is None:
-            raise ForeignCluster("this master keeps no log on disk to follow")
+        wal = self._log_on_disk()
         pos = (msg.segment, msg.offset)
         self.seen[msg.name] = mono
         if msg.epoch != state.epoch or pos > wal.flushed_at or not wal.has_segment(msg.segment):
@@ -101,7 +121,7 @@ class Replication:
             return reply
         if self.sync and state.standby[0] != msg.name and not wal.dirty:
             log.info("standby %s caught up; replies now wait for it", msg.addr)
-            self.server.log_record(StandbySynced(msg.name[:200], msg.addr[:200]))
+            self.log(StandbySynced(msg.name[:200], msg.addr[:200]))
         self.parked[msg.name] = (peer, rid, msg, mono + PARK_S)
         return None
 
@@ -122,7 +142,7 @@ class Replication:
     def fence_by(self, msg: p.Heartbeat) -> None:
         """Fence this master if a data node of its cluster saw a newer epoch and shows the
         masters' proof of it (``master/ha/epoch_proof.py``)."""
-        state = self.server.state
+        state = self.state
         if msg.cluster_id == state.cluster_id and msg.epoch > state.epoch:
             if self.proof.believes(msg.cluster_id, msg.epoch, msg.epoch_proof):
                 self.check_epoch(msg.epoch, f"data node {msg.node_id[:64]}")
@@ -131,7 +151,7 @@ class Replication:
 
     def stamp(self, reply: p.HeartbeatReply) -> p.HeartbeatReply:
         """``reply`` telling the data node this master's epoch, with its proof."""
-        state = self.server.state
+        state = self.state
         return p.replace(reply, epoch=state.epoch,
                                    epoch_proof=self.proof.make(state.cluster_id, state.epoch))
 
@@ -145,9 +165,9 @@ class Replication:
                         "(a data node key cannot fence a master)", msg.node_id[:64], msg.epoch)
 
     def check_epoch(self, epoch: int, who: str) -> None:
-        if epoch > self.server.state.epoch:
+        if epoch > self.state.epoch:
             self.on_fenced(f"{who} has seen epoch {epoch}; this master is of epoch "
-                           f"{self.server.state.epoch}")
+                           f"{self.state.epoch}")
 
     def keep_from(self) -> int | None:
         """The oldest segment the sync standby still reads: a checkpoint must not prune it, or
@@ -157,9 +177,16 @@ class Replication:
 
     # -- shipping ----------------------------------------------------------------------------
 
+    def _log_on_disk(self) -> Wal:
+        """The log standbys follow; a master on a ``MemoryWal`` (tests) has none to ship."""
+        wal = self.wal
+        if wal.directory is None:
+            raise ForeignCluster("this master keeps no log on disk to follow")
+        return wal
+
     def _ship(self, pos: tuple[int, int]) -> p.WalData | None:
         """The records after ``pos``; None if there are none yet."""
-        wal = self.server.wal
+        wal = self._log_on_disk()
         segment, offset = pos
         data = wal.read_at(segment, offset, MAX_SHIP_BYTES) or b""
         if not data and wal.flushed_at[0] > segment:  # the primary rolled: on to the next one
@@ -170,18 +197,18 @@ class Replication:
         return self._wal_data(segment, offset, data)
 
     def _wal_data(self, segment: int, offset: int, data: bytes) -> p.WalData:
-        caps = self.server.capabilities
-        at_end = (segment, offset + len(data)) == self.server.wal.flushed_at
-        return p.WalData(self.server.state.epoch, segment, offset, data, caps.keys(),
-                         caps.rotated_at, at_end)
+        keys, rotated_at = self.key_ring()
+        at_end = (segment, offset + len(data)) == self.wal.flushed_at
+        return p.WalData(self.state.epoch, segment, offset, data, keys, rotated_at,
+                         at_end)
 
     def _snapshot(self, msg: p.Follow) -> p.SnapshotData:
         """Part of the newest checkpoint (the standby starts over from it), or, with none yet,
         an empty one that sends it to the log's first segment."""
-        wal = self.server.wal
+        wal = self._log_on_disk()
         found = checkpoint_file.list_checkpoints(wal.directory)
         if not found:
-            return p.SnapshotData(self.server.state.epoch, 0, 0, 0, b"")
+            return p.SnapshotData(self.state.epoch, 0, 0, 0, b"")
         start = found[-1]
         path = os.path.join(wal.directory, checkpoint_file.checkpoint_name(start))
         offset = msg.offset if msg.segment == -start - 1 else 0  # resuming this checkpoint
@@ -189,7 +216,7 @@ class Replication:
             total = os.fstat(f.fileno()).st_size
             f.seek(offset)
             data = f.read(MAX_SHIP_BYTES)
-        return p.SnapshotData(self.server.state.epoch, start, offset, total, data)
+        return p.SnapshotData(self.state.epoch, start, offset, total, data)
 
     def serve_parked(self, mono: float) -> None:
         """Answer parked Follows that have records now, or have waited ``PARK_S``."""
@@ -199,23 +226,22 @@ class Replication:
             if reply is None and mono < deadline:
                 continue
             del self.parked[name]
-            self.server.router.reply(peer, rid, reply or self._wal_data(*pos, b""))
+            self.reply(peer, rid, reply or self._wal_data(*pos, b""))
 
     # -- replies -----------------------------------------------------------------------------
 
     def release(self, replies: list[tuple[bytes, int, Any]]) -> None:
         """Send this pass's replies (flushed) once the sync standby holds the pass, and those of
         earlier passes it has acknowledged since."""
-        server = self.server
         name = self.sync_name
         if replies or not name:
-            self.held.append((server.wal.flushed_at, server.state.id_hi, replies))
+            self.held.append((self.wal.flushed_at, self.state.id_hi, replies))
         acked = self.acked.get(name, (-1, 0)) if name else None
         while self.held and (acked is None or self.held[0][0] <= acked):
             _, id_hi, ready = self.held.popleft()
-            server.ids.synced(id_hi)
+            self.ids_synced(id_hi)
             for peer, rid, reply in ready:
-                server.pushes.send(peer, rid, reply)  # or a data node's (master/consume/pushes.py)
+                self.send(peer, rid, reply)
 
     def watch(self, mono: float) -> None:
         """With the sync standby silent, ask it now and then whether it was promoted: if so,
@@ -225,8 +251,8 @@ class Replication:
                 mono - self.seen.get(name, self.started) < self.failover_after_s:
             return
         self._probed = mono
-        addr = self.server.state.standby[1]
-        endpoint = Endpoint(self.server.ctx, addr, self.keys,
+        addr = self.state.standby[1]
+        endpoint = Endpoint(self.ctx, addr, self.keys,
                             self.keys.master if self.keys else None)
         try:
             welcome = call(endpoint, p.Hello(), 0.2)

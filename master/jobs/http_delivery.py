@@ -14,6 +14,7 @@ from typing import Any
 
 from blizzard.wire import protocol as p
 from master.consume.leases import MAX_ERROR
+from master.consume.schedule_runs import ScheduleRuns
 from master.rules import arguments
 from master.state.counts import QueueCounts
 from master.state.item import DELAYED, LEASED
@@ -29,11 +30,11 @@ class Tasks:
     """Handlers of ``Lookup``, ``Bury`` and ``TaskStats``."""
 
     def __init__(self, state: State, log_record: Callable[[Any], None],
-                 counts: QueueCounts) -> None:
+                 counts: QueueCounts, schedule_runs: ScheduleRuns) -> None:
         self.state = state
         self.log = log_record
         self.counts = counts
-        self.schedules: Any = None  # master/jobs/schedules.py: a schedule's item is re-armed
+        self.schedule_runs = schedule_runs  # a schedule's item is re-armed, not buried
 
     def lookup(self, msg: p.Lookup, now: float, *_: Any) -> p.ItemStates:
         arguments.batch(len(msg.ids), "ids")
@@ -74,12 +75,13 @@ class Tasks:
         arguments.batch(arguments.same_length(ids=msg.ids, leases=msg.leases))
         if msg.priority is not None:
             arguments.priority(msg.priority)
-        held, lost = [], []
+        held: list[int] = []
+        lost: list[int] = []
         for item_id, lease in dict(zip(msg.ids, msg.leases)).items():
             (held if self.state.lease_of(item_id) == lease else lost).append(item_id)
-        if held and self.schedules is not None:  # a schedule's run given up: its next tick
-            again, held = self.schedules.split(held)
-            self.schedules.rearm(again, now, msg.error[:MAX_ERROR] or "buried")
+        if held:  # a schedule's run given up: its next tick
+            again, held = self.schedule_runs.split(held)
+            self.schedule_runs.rearm(again, now, msg.error[:MAX_ERROR] or "buried")
         if held:
             items, origins, error = self.state.items, self.state.origins, msg.error[:MAX_ERROR]
             self.counts.add_each("nacked", [items[i].queue for i in held])

@@ -22,7 +22,8 @@ master puts it back to wait for the next tick (``RearmItems``) instead of forget
 The payload (the call) is on the data nodes like any item's; the master never sees it. A
 schedule costs the master its item's record plus about 500 bytes; at most ``MAX_SCHEDULES``.
 ``ScheduleBook`` (``master/state/schedule_book.py``) is the state's part, changed only by
-records; ``ScheduleDesk`` here serves the requests and re-arms items as their runs end.
+records; ``ScheduleDesk`` here serves the requests; ``master/consume/schedule_runs.py``
+re-arms items as their runs end.
 """
 
 from __future__ import annotations
@@ -30,12 +31,14 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from blizzard.wire import cron as cronexpr
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import Forbidden, InvalidArgument, TooManyItems, UnknownItem
+from blizzard.wire.limits import MAX_EVERY_S, MIN_EVERY_S
+from master.consume.schedule_runs import next_tick_or_later
 from master.nodes.blob_deletes import Deletes
 from master.rules import arguments
 from master.state.item import LEASED
@@ -45,23 +48,7 @@ from master.state.schedule_book import Schedule, next_tick
 log = logging.getLogger(__name__)
 
 MAX_SCHEDULES = 10_000
-MIN_EVERY_S = 1.0
-MAX_EVERY_S = 366 * 86400.0
 NAME = re.compile(r"[A-Za-z0-9._:-]{1,200}")
-
-
-FALLBACK_S = 3600.0  # a schedule whose next tick cannot be computed here waits this long
-
-
-def next_tick_or_later(s: Schedule, after: float) -> float:
-    """``next_tick``, or (its timezone unknown on this machine, say: a standby's tz database
-    older than the primary's) an hour later, logged, so the master's loop never fails."""
-    try:
-        return next_tick(s, after, s.next_at)
-    except InvalidArgument as exc:
-        log.error("schedule %s: its next tick cannot be computed (%s); trying again in an "
-                  "hour", s.name, exc.message)
-        return after + FALLBACK_S
 
 
 class ScheduleDesk:
@@ -132,7 +119,8 @@ class ScheduleDesk:
             self.deletes.drop_blobs(item.id, item.nodes)
         return shown
 
-    def listing(self, schedules: list[Schedule], now: float) -> p.ScheduleList:
+    # Sequence, not list: in this class's body ``list`` is the handler above
+    def listing(self, schedules: Sequence[Schedule], now: float) -> p.ScheduleList:
         items, errors = self.state.items, self.state.errors
         cut = arguments.error_cut(len(schedules))
         rows = []
@@ -147,26 +135,6 @@ class ScheduleDesk:
         return p.ScheduleList(rows)
 
     # -- re-arming ---------------------------------------------------------------------------
-
-    def split(self, ids: list[int]) -> tuple[list[int], list[int]]:
-        """``ids`` as (schedules' items, the others)."""
-        by_item = self.state.schedules.by_item
-        if not by_item:
-            return [], ids
-        return [i for i in ids if i in by_item], [i for i in ids if i not in by_item]
-
-    def rearm(self, ids: list[int], now: float, error: str = "") -> None:
-        """The runs of these schedules' items ended: each waits for its first tick after now."""
-        if not ids:
-            return
-        book = self.state.schedules
-        nexts = []
-        for item_id in ids:
-            s = book.of_item(item_id)
-            assert s is not None
-            nexts.append(next_tick_or_later(s, max(now, s.next_at)))  # a run before its tick
-            # (leased by id, woken) does not make that tick run again
-        self.log(RearmItems(ids=ids, not_befores=nexts, error=error, ran=True))
 
     def skip_missed(self, now: float) -> None:
         """Once: the items of schedules without ``catch_up`` whose tick passed before this

@@ -35,22 +35,21 @@ from blizzard.net.log_limit import Throttled
 from blizzard.wire import protocol as p
 from blizzard.wire.codec import as_ids
 from blizzard.wire.errors import InvalidArgument, TooManyItems
+from blizzard.wire.limits import MAX_JOBS_WAIT_S, MAX_NOTE_CHARS, MAX_STATE_BYTES, MAX_WAIT_IDS
 from blizzard.wire.queue_settings import RESULTS_SUFFIX
 from master.consume.leases import Leases
 from master.nodes.blob_deletes import Deletes
 from master.rules import arguments
 from master.state.item import DELAYED, LEASED
-from master.state.job_book import MAX_NOTE_CHARS, MAX_PROGRESS_BYTES, MAX_STATE_BYTES
+from master.state.job_book import MAX_PROGRESS_BYTES
 from master.state.machine import State
 from master.state.records import CancelItems, ForgetResults, ProgressItems
 
 log = logging.getLogger(__name__)
 too_much_progress = Throttled(log)
 
-MAX_WAIT_S = 60.0  # the longest a Jobs request waits
 MAX_WAITERS = 10_000  # Jobs requests waiting at once
 MAX_WAITERS_PER_PEER = 256  # of one connection
-MAX_WAIT_IDS = 100  # jobs one waiting request names (a client waits for more in parts)
 EXPIRE_BATCH = 10_000  # results forgotten per pass, at most
 EXPIRE_EVERY_S = 1.0  # how often results' times to live are looked at
 PROGRESS_EVERY_S = 0.5  # a job's progress is logged at most this often (the WAL's share)
@@ -71,18 +70,20 @@ class JobDesk:
     """Handlers of ``Jobs`` and ``Cancel``; progress intake; results' time to live."""
 
     def __init__(self, state: State, log_record: Callable[[Any], None], leases: Leases,
-                 deletes: Deletes) -> None:
+                 deletes: Deletes, *,
+                 connection_of: Callable[[bytes], tuple[str, int]] = lambda peer: ("", -1)
+                 ) -> None:
         self.state = state
         self.log = log_record
         self.leases = leases
         self.deletes = deletes
-        self.waiters: list[JobWaiter] = []  # by deadline: a heap of (until, seq, waiter)
+        self.waiters: list[tuple[float, int, JobWaiter]] = []  # by deadline: a heap
         self.by_job: dict[int, list[JobWaiter]] = {}
         self.by_peer: dict[bytes, int] = {}
         self.count = 0
         self._seq = 0
         # a connection's descriptor (the server's router), for dropping its waiters with it
-        self.connection_of: Callable[[bytes], tuple[str, int]] = lambda peer: ("", -1)
+        self.connection_of = connection_of
         self.expire_at = 0.0  # monotonic: when results' times to live are looked at next
         self.progress_at: dict[int, float] = {}  # job -> when its progress was last logged
         leases.check_progress, leases.progress = self.check_progress, self.progress
@@ -92,7 +93,7 @@ class JobDesk:
     def jobs(self, msg: p.Jobs, now: float, mono: float, peer: bytes,
              rid: int) -> p.JobStates | None:
         arguments.batch(len(msg.ids), "ids")
-        arguments.seconds(msg.wait_s, "wait_s", low=0, high=MAX_WAIT_S)
+        arguments.seconds(msg.wait_s, "wait_s", low=0, high=MAX_JOBS_WAIT_S)
         ids = list(dict.fromkeys(msg.ids))
         pending = {i for i in ids if self.status(i, now) not in p.FINAL_STATES} \
             if msg.wait_s else set()

@@ -129,7 +129,7 @@ class Checkpointer:
             log.critical("writing the checkpoint failed (exit status %d); stopping", status)
             os._exit(70)
         try:
-            removed = checkpoint_file.prune(self.wal.directory, self.start, self.keep_from())
+            removed = checkpoint_file.prune(self._directory(), self.start, self.keep_from())
         except OSError as exc:
             if not is_fd_pressure(exc):
                 raise
@@ -144,6 +144,7 @@ class Checkpointer:
 
         The child writes from a copy-on-write image, so this process keeps serving meanwhile.
         """
+        directory = self._directory()
         self.mark = self.wal.records_written
         self.start = wal_start
         pid = os.fork()
@@ -152,7 +153,7 @@ class Checkpointer:
             self.wal.leave_lock_to_parent()
             code = 1
             try:
-                checkpoint_file.write(self.wal.directory, wal_start, state.export_parts())
+                checkpoint_file.write(directory, wal_start, state.export_parts())
                 code = 0
             except OSError as exc:
                 code = CHILD_NO_FDS if is_fd_pressure(exc) else 1
@@ -160,6 +161,14 @@ class Checkpointer:
                 os._exit(code)
         self.child = pid
         self.forked = time.monotonic()
+
+    def _directory(self) -> str:
+        """Where checkpoints go: the WAL's directory (a ``MemoryWal``, which has none, is never
+        ``due``, so never forks a writer)."""
+        directory = self.wal.directory
+        if directory is None:
+            raise RuntimeError("checkpoints need a WAL on disk")
+        return directory
 
     def now(self, state: State) -> None:
         """Write a checkpoint synchronously (clean shutdown) and drop what it covers."""

@@ -82,7 +82,7 @@ def list_segments(directory: str) -> list[int]:
 
 def scan(data: bytes) -> tuple[list[bytes], int, str | None]:
     """Split a segment's bytes into record bodies; return (bodies, good_end, problem)."""
-    bodies = []
+    bodies: list[bytes] = []
     pos = 0
     end = len(data)
     while pos < end:
@@ -158,7 +158,7 @@ class Wal:
         self.rolls = True  # False in a standby: it rolls where its primary did, no sooner
         self.pressure = Throttled(log)  # out of descriptors: a line now and then, not each pass
         os.makedirs(directory, exist_ok=True)
-        self._lock = _lock_directory(directory)
+        self._lock: int | None = _lock_directory(directory)  # None once closed
 
     # -- recovery ----------------------------------------------------------------------------
 
@@ -232,13 +232,16 @@ class Wal:
         self._write(data, records)
 
     def _write(self, data: bytes, records: int) -> None:
+        fd = self._fd
+        if fd is None:
+            raise RuntimeError("Wal.replay() must run before the first write")
         started = time.perf_counter()
         try:
             view = memoryview(data)
             while view:
-                written = os.write(self._fd, view)
+                written = os.write(fd, view)
                 view = view[written:]
-            os.fdatasync(self._fd)
+            os.fdatasync(fd)
         except OSError as exc:
             self.on_fatal(exc)
             raise
@@ -395,6 +398,9 @@ class MemoryWal:
     def roll(self) -> int:
         self._segment_starts.append(len(self.records))
         return len(self._segment_starts) - 1
+
+    def leave_lock_to_parent(self) -> None:
+        """Nothing to leave: no directory, no lock."""
 
     def close(self) -> None:
         self.flush()

@@ -89,8 +89,8 @@ class Repairer:
             source = live[item_id % len(live)]
             batches.setdefault((source, target.node_id), []).append(item_id)
             self.in_flight[item_id] = (now + COPY_TIMEOUT_S, source, target.node_id)
-        for (source, target), ids in batches.items():
-            ref = p.NodeRef(target, self.membership.nodes[target].addr)
+        for (source, target_id), ids in batches.items():
+            ref = p.NodeRef(target_id, self.membership.nodes[target_id].addr)
             for start in range(0, len(ids), ORDER_ITEMS):
                 self.orders.setdefault(source, []).append(p.CopyOrder(ref, ids[start:start + ORDER_ITEMS]))
 

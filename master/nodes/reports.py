@@ -8,8 +8,8 @@ the master ordered it, and no report ever drops an item's last replica.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Container
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from blizzard.net.addrs import check_addr
 from blizzard.wire import protocol as p
@@ -28,12 +28,21 @@ from master.state.records import NodeSeen
 log = logging.getLogger(__name__)
 
 
+class Staged(Protocol):
+    """Ids handed out or staged (``Enqueues``), asked by id: their blobs are not strays.
+
+    Not ``Container[int]``: a container takes any object to look up, ``Enqueues`` an id.
+    """
+
+    def __contains__(self, item_id: int, /) -> bool: ...
+
+
 class DatanodeReports:
     """Requests only data nodes send, and noticing nodes that went silent."""
 
     def __init__(self, config: MasterConfig, state: State, log_record: Callable[[Any], None],
                  membership: Membership, repair: Repairer, deletes: Deletes,
-                 safe_mode: SafeMode, pending: Container[int],
+                 safe_mode: SafeMode, pending: Staged,
                  capabilities: CapabilityKeys,
                  role_of: Callable[[bytes], str | None] = lambda peer: None) -> None:
         self.config = config

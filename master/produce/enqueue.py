@@ -44,6 +44,7 @@ from blizzard.wire.errors import (
     UnknownItem,
     UnknownQueue,
 )
+from blizzard.wire.limits import MAX_DELAY_S, MAX_KEY, MAX_UNIQUE_S, MIN_LEASE_S, PRIORITY_RANGE
 from master.config import MasterConfig
 from master.nodes.blob_deletes import Deletes
 from master.produce.job_checks import check_dependencies, check_results
@@ -53,11 +54,7 @@ from master.rules.queue_policy import QueuePolicy
 from master.state.counts import QueueCounts
 from master.state.machine import State
 from master.state.records import CommitItems, ExpireUniques
-from master.state.unique_keys import MAX_UNIQUE_S
 
-MAX_DELAY_S = 365 * 86400.0
-MIN_LEASE_S = 0.001  # an item's own lease at least (as a queue's lease_s)
-MAX_KEY = 256
 MAX_PENDING = 1_000_000  # items staged and not committed, all clients together
 MAX_PENDING_PER_PEER = 200_000  # ... one connection's share
 MAX_WAITING = 10_000  # enqueues waiting for put reports, all clients together
@@ -316,7 +313,7 @@ class Enqueues:
 
     def _try(self, parked: Waiting, now: float, mono: float) -> Any:
         """The enqueue's reply if it can be settled now, else None (still waiting)."""
-        msg, min_replicas, blocks = parked.msg, self.config.min_replicas, self.blocks
+        msg, min_replicas, blocks = parked.msg, self.config.quorum, self.blocks
         for item_id in msg.ids:
             if len(blocks.holders(item_id)) < min_replicas:
                 if not blocks.holds(item_id):
@@ -332,7 +329,7 @@ class Enqueues:
 
     def _unstored(self, msg: p.Enqueue, why: str) -> p.Unstored:
         """Nothing becomes visible: which placed nodes failed to report some id."""
-        min_replicas, blocks = self.config.min_replicas, self.blocks
+        min_replicas, blocks = self.config.quorum, self.blocks
         missing: set[str] = set()
         for item_id in msg.ids:
             holders = blocks.holders(item_id)
@@ -366,7 +363,8 @@ class Enqueues:
         whole = len(groups) == 1 and not firsts
         until = now + msg.unique_for_s
         for nodes, at in groups.items():
-            cols = [msg.ids, msg.sizes, msg.crcs, msg.priorities, parked.not_befores, msg.keys]
+            cols: list[list[Any]] = [msg.ids, msg.sizes, msg.crcs, msg.priorities,
+                                     parked.not_befores, msg.keys]
             uniques, ttrs, result_of = msg.uniques, msg.ttrs, msg.result_of
             if not whole:
                 cols = [[col[k] for k in at] for col in cols]
@@ -441,10 +439,13 @@ class Enqueues:
                nodes: tuple[str, ...], peer: bytes, mono: float) -> None:
         """Keep the items at positions ``at`` of ``msg`` pending, held by ``nodes``."""
         n = len(at)
-        cols = [msg.ids, msg.sizes, msg.crcs, msg.priorities, not_befores, msg.keys]
+        cols: list[list[Any]] = [msg.ids, msg.sizes, msg.crcs, msg.priorities, not_befores,
+                                 msg.keys]
         if n != len(msg.ids):
             cols = [[col[k] for k in at] for col in cols]
-        batch = Pending(msg.queue, *cols, msg.coalesce, nodes, n, peer)
+        ids, sizes, crcs, priorities, befores, keys = cols
+        batch = Pending(msg.queue, ids, sizes, crcs, priorities, befores, keys, msg.coalesce,
+                        nodes, n, peer)
         self.pending.update(dict.fromkeys(batch.ids, batch))
         self.by_queue[msg.queue] = self.by_queue.get(msg.queue, 0) + n
         self.by_peer[peer] = self.by_peer.get(peer, 0) + n
@@ -495,7 +496,7 @@ class Enqueues:
         The column test runs in C; only when it finds something is each item looked at, to
         name the offender.
         """
-        low, high = arguments.PRIORITY_RANGE
+        low, high = PRIORITY_RANGE
         if (min(msg.sizes) >= 0 and max(msg.sizes) <= self.config.max_item_bytes
                 and min(msg.crcs) >= 0 and max(msg.crcs) < 2**32
                 and min(msg.priorities) >= low and max(msg.priorities) <= high
@@ -566,11 +567,11 @@ class Enqueues:
                 continue  # committed before: a retry
             # only nodes that reported the items count: a client's word for a node is no proof
             nodes = tuple(n for n in batch.nodes if n in stored)
-            if len(nodes) < self.config.min_replicas:
+            if len(nodes) < self.config.quorum:
                 raise NotEnoughDatanodes(f"item {item_id} is stored on {len(nodes)} of its "
-                                         f"nodes; {self.config.min_replicas} needed")
+                                         f"nodes; {self.config.quorum} needed")
             groups.setdefault((id(batch), nodes), []).append(item_id)
-        for (_, nodes), ids in groups.items():
+        for (_batch_id, nodes), ids in groups.items():  # not ``_``: the extra arguments
             batch = pending[ids[0]]
             cols = self._columns(batch, ids)
             self._log_items(batch.queue, nodes, batch.coalesce, msg.request, now, ids, *cols)

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import InvalidArgument, LeaseExpired, TooManyItems
+from blizzard.wire.limits import MAX_DEPENDENCIES
 from blizzard.wire.queue_settings import RESULTS_SUFFIX
-from master.state.job_book import MAX_DEPENDENCIES, MAX_EDGES, MAX_RESULTS
+from master.state.job_book import MAX_EDGES, MAX_RESULTS
 from master.state.job_book import MAX_WAITING as MAX_WAITING_JOBS
 from master.state.machine import State
 

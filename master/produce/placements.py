@@ -81,7 +81,7 @@ class Blocks:
             raise TooManyItems(f"this connection holds {self.by_peer[peer]} ids not enqueued; "
                                f"at most {MAX_HELD_PER_PEER}")
         nodes = self.membership.place(self.config.replication, set(msg.exclude), mono)
-        min_replicas = self.config.min_replicas
+        min_replicas = self.config.quorum
         if len(nodes) < min_replicas and self.safe_mode.on:
             raise MasterStarting("the master is starting and waits for data nodes to report")
         if len(nodes) < min_replicas:
@@ -114,7 +114,7 @@ class Blocks:
         block = self.by_id.get(ids[0]) if ids else None
         if block is None or any(self.by_id.get(i) is not block for i in ids):
             return None
-        need = self.config.min_replicas
+        need = self.config.quorum
         lacking = max(need - len(self.holders(i)) for i in ids)
         room = 2 * self.config.replication - len(block.nodes)
         if lacking <= 0 or room <= 0 or not any(self.holders(i) for i in ids):

@@ -5,10 +5,9 @@ from __future__ import annotations
 import math
 
 from blizzard.wire.errors import InvalidArgument, TooManyItems
+from blizzard.wire.limits import PRIORITY_RANGE
 from blizzard.wire.protocol import MAX_BATCH
 from blizzard.wire.queue_settings import check_queue_name
-
-PRIORITY_RANGE = (-(2**31), 2**31 - 1)
 
 
 def queue_name(name: str, what: str = "queue name") -> str:

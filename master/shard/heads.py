@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import zmq
 
@@ -62,7 +62,7 @@ def head_of(state: State, queue: str, shard: int, now: float, seq: int) -> p.Que
     """``queue``'s head on this shard: how many items are ready, and the first one's order."""
     q = state.queues.get(queue)
     ids = state.head(queue, 1, now) if q is not None and q.n_ready else []
-    if not ids:
+    if q is None or not ids:
         return p.QueueHead(queue, shard, 0, 0, 0.0, seq)
     item = state.items[ids[0]]
     return p.QueueHead(queue, shard, q.n_ready, item.priority, item.enqueued_at, seq)
@@ -192,7 +192,7 @@ class Heads:
         sock, listened = self.sock, self.listened
         joined: list[str] = []
         proven: set[int] = set()
-        while sock.get(_EVENTS) & _POLLIN:
+        while cast(int, sock.get(_EVENTS)) & _POLLIN:  # EVENTS is an int option
             try:
                 frame = sock.recv(zmq.NOBLOCK, copy=False)
             except zmq.Again:

@@ -47,7 +47,7 @@ def read_header(part: Any) -> dict[str, Any]:
     return header
 
 
-def row_reader(fields: list[str]) -> Callable[[list], list]:
+def row_reader(fields: list[str]) -> Callable[[list[Any]], list[Any]]:
     """A function that turns a row with the columns ``fields`` into one with ``ITEM_FIELDS``."""
     if tuple(fields) == ITEM_FIELDS:
         return lambda row: row

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from typing import Any
 
 
 class Expiries:
@@ -21,7 +22,8 @@ class Expiries:
     __slots__ = ("_heap", "_seq")
 
     def __init__(self) -> None:
-        self._heap: list[list] = []  # [deadline, seq, ids, leases, start]; (deadline, seq) unique
+        # [deadline, seq, ids, leases, start]; (deadline, seq) unique
+        self._heap: list[list[Any]] = []
         self._seq = itertools.count()  # orders one deadline's entries; never compares the lists
 
     def __len__(self) -> int:

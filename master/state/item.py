@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from operator import itemgetter
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from master.state.queue_config import QueueConfig
 from master.state.ready import ReadyLine
@@ -47,7 +47,7 @@ class Item(NamedTuple):
 _GETTERS = {name: itemgetter(k) for k, name in enumerate(Item._fields)}
 
 
-def columns(records: list[Item], *names: str) -> list[list]:
+def columns(records: list[Item], *names: str) -> list[list[Any]]:
     """The named fields of the records, a list each (``sizes, crcs = columns(rs, "size",
     "crc")``): one pass in C per field, where a comprehension is a loop of bytecode."""
     return [list(map(_GETTERS[name], records)) for name in names]

@@ -22,8 +22,9 @@ records), so a replay or a standby holds the same book. Kept here:
 Costs: a waiting job about 300 bytes, plus about 100 per (job, unfinished dependency) pair
 (``MAX_EDGES`` pairs in all: 200 MB; the jobs of one enqueue share one set of dependencies);
 a result link about 200 bytes (the result item's record is an item's, about 300);
-progress the note and state plus about 200 bytes, states at most ``MAX_STATE_BYTES`` each and
-``MAX_PROGRESS_BYTES`` in all; a recent cancel about 100 bytes.
+progress the note and state plus about 200 bytes, states at most ``MAX_STATE_BYTES`` each
+(``blizzard/wire/limits.py``) and ``MAX_PROGRESS_BYTES`` in all; a recent cancel about 100
+bytes.
 """
 
 from __future__ import annotations
@@ -33,12 +34,9 @@ from typing import Any, NamedTuple
 
 RECENT_CANCELS = 100_000  # jobs cancelled while waiting, remembered as cancelled
 MAX_RESULTS = 1_000_000  # result links the master keeps, at most
-MAX_STATE_BYTES = 16 * 1024  # one job's progress state
-MAX_NOTE_CHARS = 200  # one job's progress note
 MAX_PROGRESS_BYTES = 64 * 1024 * 1024  # all jobs' progress states together
 MAX_WAITING = 1_000_000  # jobs waiting for their dependencies, at most
 MAX_EDGES = 2_000_000  # (waiting job, unfinished dependency) pairs, at most
-MAX_DEPENDENCIES = 100  # jobs one enqueue may depend on
 HELD_UNTIL = 1e11  # a waiting job's delay: until its dependencies are done
 DEPENDENCY_CANCEL, DEPENDENCY_DEAD = 0, 1  # what a failed dependency does to a waiting job
 RESULT_DONE = 0  # a result's kind: the job finished (protocol.RESULT_DONE)
@@ -221,7 +219,7 @@ class JobBook:
             book.wait(job, shared.setdefault(tuple(on), set(on)), not_before, on_failure)
         return book
 
-    def snapshot(self) -> tuple:
+    def snapshot(self) -> tuple[Any, ...]:
         return (sorted(self.results.items()), sorted(self.cancels), list(self.recent_cancels),
                 sorted(self.progress.items()),
                 sorted((job, sorted(w.on), w.not_before, w.on_failure)

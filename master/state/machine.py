@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import heapq
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict
-from typing import Any
+from typing import Any, ClassVar
 
 from master.state import checkpoint_layout as schema
 from master.state import job_records, picking
@@ -382,7 +382,8 @@ class State:
         self.queues.pop(rec.queue, None)
         self.uniques.drop_queue(rec.queue)
 
-    _APPLY = {
+    # record type -> how it changes the state (a function of the state and the record)
+    _APPLY: ClassVar[dict[type, Callable[[State, Any], None]]] = {
         Reserve: _apply_reserve, CommitItems: _apply_commit, LeaseItems: _apply_lease,
         AckItems: _apply_ack, ReleaseItems: _apply_release, BuryItems: _apply_release,
         RedriveItems: _apply_redrive, ConfigureQueue: _apply_configure, WakeItems: _apply_wake,
@@ -436,7 +437,7 @@ class State:
             q.n_ready += 1
             q.ready.push(item)
 
-    def _place(self, q: QueueState, item: Item, not_before: float, **changes: object) -> None:
+    def _place(self, q: QueueState, item: Item, not_before: float, **changes: Any) -> None:
         """Put an item back in line (a new record, so its old heap entries go stale)."""
         status = DELAYED if not_before > 0 else READY
         self._enter(q, item._replace(status=status, **changes), not_before)
@@ -552,7 +553,7 @@ class State:
         for item in self.items.values():
             yield self._row(item)
 
-    def _row(self, item: Item) -> list:
+    def _row(self, item: Item) -> list[Any]:
         """An item's checkpoint row, in ``ITEM_FIELDS`` order."""
         lease, deadline = self.held.get(item.id, (0, 0.0))
         return [item.id, item.queue, item.size, item.crc, item.priority, item.order, item.key,
@@ -621,7 +622,7 @@ class State:
                              f"{head['items']}")
         return s
 
-    def snapshot(self) -> tuple:
+    def snapshot(self) -> tuple[Any, ...]:
         """A comparable picture of the durable state (tests compare live and replayed)."""
         return (self.cluster_id, self.epoch, self.standby, self.id_hi, self.lease_seq,
                 sorted(self.node_addrs.items()), sorted(self.node_keys.items()),

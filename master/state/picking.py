@@ -38,12 +38,13 @@ def head(state: Any, name: str, n: int, now: float, new: int | None = None) -> l
     taken: list[int] = []
     keys: set[str] = set()
     skipped = 0
+    tokens = 0 if new is None else new  # never-delivered items it may still take (with ``new``)
     for item in line.popping() if n > 0 else ():
         if current(item.id) is not item:
             continue  # stale: leased, moved or forgotten since it was pushed
         popped.append(item)
         needs_token = new is not None and item.attempts == 0
-        if needs_token and new <= 0:
+        if needs_token and tokens <= 0:
             skipped += 1
             if skipped > SCAN_PAST_LIMIT:
                 break
@@ -54,7 +55,7 @@ def head(state: Any, name: str, n: int, now: float, new: int | None = None) -> l
             keys.add(item.key)
         taken.append(item.id)
         if needs_token:
-            new -= 1
+            tokens -= 1
         if len(taken) == n:
             break
     line.put_back(popped)

@@ -23,7 +23,8 @@ class QueueConfig(Settings):
         """Delay before an item that has failed ``attempts`` times is visible again."""
         if self.backoff_base_s <= 0 or attempts <= 0:
             return 0.0
-        return min(self.backoff_cap_s, self.backoff_base_s * 2 ** min(attempts - 1, 60))
+        factor: int = 2 ** min(attempts - 1, 60)  # an int: the exponent is never negative
+        return min(self.backoff_cap_s, self.backoff_base_s * factor)
 
 
 class TokenBucket:

@@ -9,14 +9,26 @@ On disk a record is the msgpack array ``[code, field_1, ..., field_n]``.
 from __future__ import annotations
 
 import dataclasses
+import typing
+from collections.abc import Callable
+from typing import TypeVar
 
 from blizzard.wire.checked import Registry
 from blizzard.wire.queue_settings import with_settings
 
 RECORDS = Registry("WAL record")
-message = RECORDS.message
 pack = RECORDS.pack  # a record's bytes
 unpack = RECORDS.unpack  # the record in a WAL body
+R = TypeVar("R")  # a record class
+
+
+# A function of the module, not ``RECORDS.message`` itself: mypy applies a dataclass_transform
+# only through a decorator it can name statically; through a bound method it sees no fields,
+# and every record's constructor looks like one of no arguments.
+@typing.dataclass_transform(frozen_default=True)
+def message(op: int) -> Callable[[type[R]], type[R]]:
+    """Class decorator: make a frozen dataclass a WAL record with code ``op``."""
+    return RECORDS.message(op)
 
 
 @message(100)

@@ -20,7 +20,6 @@ from typing import Any
 
 MAX_UNIQUES = 1_000_000
 MAX_PER_QUEUE = 100_000
-MAX_UNIQUE_S = 30 * 86400.0  # the longest window a key may be taken for
 
 
 class Uniques:

@@ -7,8 +7,10 @@ each of the master's rules can be shown without a cluster (and without any proce
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from blizzard.net.transport import raise_if_error
+from blizzard.server.router import ConnectionEnds
 from blizzard.wire import protocol as p
 from master.config import MasterConfig
 from master.log.wal import MemoryWal
@@ -16,20 +18,41 @@ from master.server import MasterServer
 
 
 class NoRouter:
-    """Stands in for the master's socket: no requests arrive, replies are kept."""
+    """Stands in for the master's socket (all of ``blizzard.server.router.Router``): requests
+    arrive as the test scripts them (``batches``), replies are kept, no connection has a key
+    or a descriptor or ends. The master holds on to its methods: change what they do through
+    these attributes, not by replacing them."""
+
+    admitted = None  # security off
+    poller = None  # nothing to poll: the loop is driven by the test
 
     def __init__(self) -> None:
         self.sent: list[tuple[bytes, int, object]] = []
         self.roles: dict[bytes, str] | None = None  # a dict: peers' roles, as a secure router
+        self.batches: list[list] = []  # what each ``receive`` returns in turn (then nothing)
+        self.waits: list[int] = []  # the timeouts ``receive`` was called with
+        self.on_reply: Callable[[bytes, int, object], None] | None = None  # told each reply
 
     def role_of(self, peer: bytes) -> str | None:
         return None if self.roles is None else self.roles.get(peer, "")
 
-    def receive(self, timeout_ms: int) -> list:
-        return []
+    def key_of(self, peer: bytes) -> str:
+        return ""
+
+    def fd_of(self, peer: bytes) -> int:
+        return -1
+
+    def departures(self) -> ConnectionEnds | None:
+        return None
+
+    def receive(self, timeout_ms: int, ready: bool = False) -> list:
+        self.waits.append(timeout_ms)
+        return self.batches.pop(0) if self.batches else []
 
     def reply(self, peer: bytes, rid: int, msg: object) -> None:
         self.sent.append((peer, rid, msg))
+        if self.on_reply is not None:
+            self.on_reply(peer, rid, msg)
 
     def close(self) -> None:
         pass
