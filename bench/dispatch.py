@@ -29,7 +29,7 @@ from aiohttp import web
 from bench.common import client_keys, on_clusters, parser, start
 from bench.throughput import machine_cpu, proc_cpu_s
 from blizzard.client.core import Client
-from blizzard.client.http_task import HttpTask
+from blizzard.client.http_delivery import HttpTask
 from blizzard.local.harness import LocalCluster, Proc, free_port
 
 log = logging.getLogger(__name__)

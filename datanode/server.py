@@ -26,9 +26,9 @@ import zmq
 
 from blizzard.net import keys as k
 from blizzard.net.addrs import check_addr
-from blizzard.net.fd_limits import is_fd_pressure
-from blizzard.net.file_modes import private_dir
-from blizzard.net.log_limit import Throttled
+from blizzard.host.fd_limits import is_fd_pressure
+from blizzard.host.file_modes import private_dir
+from blizzard.host.log_limit import Throttled
 from blizzard.net.transport import Endpoint
 from blizzard.server.registry import ROLES, Route, Routes
 from blizzard.server.router import RouterServer, error_reply
@@ -46,7 +46,7 @@ from datanode import meta
 from datanode.cluster_id import ClusterMembership
 from datanode.config import DatanodeConfig, load_node_id
 from datanode.grants import DELETERS, Gate
-from datanode.jobs import PutJob, Refusals
+from datanode.replica_waits import ReplicaWait, Refusals
 from datanode.leader import Leader
 from datanode.metrics import DatanodeMetrics
 from datanode.reads import read
@@ -93,7 +93,7 @@ class DatanodeServer:
                  store: BlobStore | None = None) -> None:
         self.config = config.validate()
         self.ctx = ctx or zmq.Context.instance()
-        private_dir(config.data_dir)  # 0700: blizzard/net/file_modes.py
+        private_dir(config.data_dir)  # 0700: blizzard/host/file_modes.py
         self.node_id = load_node_id(config.data_dir)
         self.addr = config.advertise or config.bind
         self.store = store if store is not None else \
@@ -109,7 +109,7 @@ class DatanodeServer:
         self.gate = Gate(self.node_id, self.router.role_of) if config.keys is not None else None
         self.peers: dict[str, Endpoint] = {}
         self._polled: tuple[zmq.Poller, dict[zmq.Socket, Endpoint]] = (zmq.Poller(), {})
-        self.jobs: dict[int, PutJob] = {}  # forward request id -> job
+        self.replica_waits: dict[int, ReplicaWait] = {}  # forward request id -> the write waiting on it
         self.hold = SyncHold(config.sync_hold_ms / 1000)  # group commit across producers
         self.next_heartbeat = 0.0
         self.heartbeat_rid: int | None = None
@@ -201,8 +201,8 @@ class DatanodeServer:
         (a pass after a sleep costs ~300 µs of cold caches). Jobs all wait
         ``FORWARD_TIMEOUT_S``, so the oldest (first in ``jobs``) runs out first."""
         due = self.next_heartbeat
-        if self.jobs:
-            due = min(due, next(iter(self.jobs.values())).deadline)
+        if self.replica_waits:
+            due = min(due, next(iter(self.replica_waits.values())).deadline)
         wait = max(0, int((due - time.monotonic()) * 1000) + 1)
         return wait if timeout_ms is None else min(wait, timeout_ms)
 
@@ -393,9 +393,9 @@ class DatanodeServer:
             elif not msg.forward:
                 self.router.reply(peer, rid, p.Stored([self.node_id]))
             else:
-                job = PutJob(peer, rid, msg.min_replicas, time.monotonic() + FORWARD_TIMEOUT_S,
-                             [self.node_id])
-                self._forward(job, msg, msg.forward)
+                wait = ReplicaWait(peer, rid, msg.min_replicas,
+                                   time.monotonic() + FORWARD_TIMEOUT_S, [self.node_id])
+                self._forward(wait, msg, msg.forward)
         self._send_report(reported, refused)
 
     def _reopen_store(self) -> None:
@@ -419,7 +419,7 @@ class DatanodeServer:
                 self._report(p.PutReport(self.node_id, [], ids[start:start + p.MAX_BATCH], error))
         refused.by_error.clear()
 
-    def _forward(self, job: PutJob, put: p.Put, targets: list[p.NodeRef]) -> None:
+    def _forward(self, wait: ReplicaWait, put: p.Put, targets: list[p.NodeRef]) -> None:
         for ref in targets:
             relay = p.Put(put.ids, put.blobs, put.crcs, [], 1, ref.node_id, False, None, put.meta)
             try:
@@ -427,9 +427,9 @@ class DatanodeServer:
             except (TimeoutError, InvalidArgument) as exc:
                 log.warning("cannot forward to %s: %s", ref.addr[:80], exc)
                 continue
-            job.waiting.add(fid)
-            self.jobs[fid] = job
-        self._maybe_finish(job)
+            wait.waiting.add(fid)
+            self.replica_waits[fid] = wait
+        self._maybe_finish(wait)
 
     def _peer(self, addr: str) -> Endpoint:
         """The connection to another data node; past ``MAX_PEERS`` the least recently used closes."""
@@ -443,15 +443,15 @@ class DatanodeServer:
         return ep
 
     def _collect(self, ep: Endpoint) -> None:
-        for fid in [f for f in ep.received() if f in self.jobs]:
+        for fid in [f for f in ep.received() if f in self.replica_waits]:
             reply = ep.take(fid)
-            job = self.jobs.pop(fid)
-            job.waiting.discard(fid)
+            wait = self.replica_waits.pop(fid)
+            wait.waiting.discard(fid)
             if isinstance(reply, p.Stored):
-                job.stored += [n for n in reply.nodes if n not in job.stored]
+                wait.stored += [n for n in reply.nodes if n not in wait.stored]
             else:
                 log.warning("replica %s refused a forwarded put: %s", ep.addr, reply)
-            self._maybe_finish(job)
+            self._maybe_finish(wait)
         if ep is self.master:
             self.serving.collect(ep, time.monotonic())  # leases to answer (datanode/serves.py)
             reply = ep.take(self.heartbeat_rid) if self.heartbeat_rid is not None else None
@@ -490,12 +490,12 @@ class DatanodeServer:
         if not ids:
             self._report(report)
             return
-        job = PutJob(None, 0, 2, time.monotonic() + FORWARD_TIMEOUT_S, [self.node_id],
-                     copy=report)
+        wait = ReplicaWait(None, 0, 2, time.monotonic() + FORWARD_TIMEOUT_S, [self.node_id],
+                           copy=report)
         relay = p.Put(ids, [f[0] for f in found if f is not None],
                       [f[1] for f in found if f is not None], [], 1, "", False, None,
                       meta.for_copy(self.store, ids))
-        self._forward(job, relay, [order.target])
+        self._forward(wait, relay, [order.target])
 
     def _report(self, msg: object) -> None:
         try:
@@ -503,25 +503,25 @@ class DatanodeServer:
         except TimeoutError:
             log.warning("could not report %s to the master", p.op_name(msg))
 
-    def _maybe_finish(self, job: PutJob, timed_out: bool = False) -> None:
-        if job.done or not (len(job.stored) >= job.needed or not job.waiting or timed_out):
+    def _maybe_finish(self, wait: ReplicaWait, timed_out: bool = False) -> None:
+        if wait.done or not (len(wait.stored) >= wait.needed or not wait.waiting or timed_out):
             return
-        job.done = True
-        if job.copy is not None:
-            if len(job.stored) >= job.needed:
-                self._report(job.copy)
+        wait.done = True
+        if wait.copy is not None:
+            if len(wait.stored) >= wait.needed:
+                self._report(wait.copy)
             else:
-                log.warning("copy of %d blobs to %s failed", len(job.copy.ids), job.copy.target)
-        elif job.peer is not None:
+                log.warning("copy of %d blobs to %s failed", len(wait.copy.ids), wait.copy.target)
+        elif wait.peer is not None:
             # Report who stored the blobs; the client decides whether that is enough.
-            self.router.reply(job.peer, job.rid, p.Stored(job.stored))
+            self.router.reply(wait.peer, wait.rid, p.Stored(wait.stored))
 
     def _expire_jobs(self, now: float) -> None:
-        for fid, job in list(self.jobs.items()):
-            if job.deadline <= now:
-                del self.jobs[fid]
-                job.waiting.discard(fid)
-                self._maybe_finish(job, timed_out=True)
+        for fid, wait in list(self.replica_waits.items()):
+            if wait.deadline <= now:
+                del self.replica_waits[fid]
+                wait.waiting.discard(fid)
+                self._maybe_finish(wait, timed_out=True)
 
     # -- heartbeats --------------------------------------------------------------------------
 

@@ -22,7 +22,7 @@ from typing import Protocol
 
 import plyvel
 
-from blizzard.net.fd_limits import leveldb_open_files
+from blizzard.host.fd_limits import leveldb_open_files
 from blizzard.wire.errors import InvalidArgument
 from blizzard.wire.protocol import MAX_ID
 
@@ -180,7 +180,7 @@ class LevelDbStore:
     def _open(self) -> plyvel.DB:
         # A large memtable means fewer level-0 files and so fewer compactions competing with
         # the synced writes of a node that holds a big backlog (LevelDB's default is 4 MiB);
-        # the table cache stays within the descriptors kept for files (blizzard/net/fd_limits.py).
+        # the table cache stays within the descriptors kept for files (blizzard/host/fd_limits.py).
         return plyvel.DB(self.path, create_if_missing=True, write_buffer_size=WRITE_BUFFER_BYTES,
                          max_open_files=leveldb_open_files())
 

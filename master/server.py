@@ -27,7 +27,7 @@ import zmq
 
 from blizzard.net import keys as k
 from blizzard.net import secure
-from blizzard.net.file_modes import private_dir
+from blizzard.host.file_modes import private_dir
 from blizzard.server import ready_file
 from blizzard.server.registry import ADMIN, CLIENT, NODE, ROLES, STANDBY, Route, Routes
 from blizzard.server.router import Router, RouterServer, error_reply
@@ -164,7 +164,7 @@ class MasterServer:
         self.router = router if router is not None else \
             RouterServer(self.ctx, config.bind, max_frame_bytes=MAX_REQUEST_BYTES, keys=keys)
         if wal is None:
-            private_dir(config.data_dir)  # 0700: blizzard/net/file_modes.py
+            private_dir(config.data_dir)  # 0700: blizzard/host/file_modes.py
             wal = Wal(os.path.join(config.data_dir, "wal"), segment_bytes=config.segment_bytes)
         self.wal = wal
         self.state, replayed = recovered or recover(wal)

@@ -16,7 +16,7 @@ import time
 import pytest
 
 from blizzard import Client
-from blizzard.client.http_task import HttpTask, bury, lookup, task_counts
+from blizzard.client.http_delivery import HttpTask, bury, lookup, task_counts
 from blizzard.local.harness import Proc
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import InvalidArgument, LeaseExpired

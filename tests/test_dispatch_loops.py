@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import pytest
 
-from blizzard.client.http_task import HttpTask
+from blizzard.client.http_delivery import HttpTask
 from blizzard.dispatch.deliver import DispatchConfig, Dispatcher
 from blizzard.dispatch.settle import Delivery, Outcomes
 from blizzard.local.harness import free_port

@@ -10,7 +10,7 @@ import threading
 import time
 
 from blizzard import Client
-from chaos.fuzz_floods import ConnectionFlood, round_trip
+from chaos.fuzz.floods import ConnectionFlood, round_trip
 
 NOFILE = 1024  # systemd's default soft limit
 HOLD = 1500  # connections held open to each server at once

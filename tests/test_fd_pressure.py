@@ -1,5 +1,5 @@
 """Running out of file descriptors is pressure, retried later, never the end of a server:
-the WAL's roll, the checkpointer, the data node's store (blizzard/net/fd_limits.py)."""
+the WAL's roll, the checkpointer, the data node's store (blizzard/host/fd_limits.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import plyvel
 import pytest
 
 from blizzard.local.harness import free_port
-from blizzard.net.fd_limits import connection_fds, is_fd_pressure, leveldb_open_files, reserve_fds
+from blizzard.host.fd_limits import connection_fds, is_fd_pressure, leveldb_open_files, reserve_fds
 from blizzard.wire import protocol as p
 from datanode.config import DatanodeConfig
 from datanode.server import DatanodeServer

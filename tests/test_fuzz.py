@@ -2,17 +2,17 @@
 (P1, P7); and the checks themselves, which must be able to fail.
 
 A short campaign here; ``scripts/fuzz`` runs the long one (10,000+ frames per server and way
-in). What is compared before and after is ``chaos/fuzz_state.py``'s ``Durable``.
+in). What is compared before and after is ``chaos/fuzz/state.py``'s ``Durable``.
 """
 
 from __future__ import annotations
 
 from blizzard.wire import protocol as p
-from chaos.fuzz import CATEGORIES
-from chaos.fuzz_campaign import ADMITTED, REFUSED, Plan, run
-from chaos.fuzz_guard import Protected
-from chaos.fuzz_raw import KINDS
-from chaos.fuzz_state import Durable, differences
+from chaos.fuzz.frames import CATEGORIES
+from chaos.fuzz.campaign import ADMITTED, REFUSED, Plan, run
+from chaos.fuzz.guard import Protected
+from chaos.fuzz.raw import KINDS
+from chaos.fuzz.state import Durable, differences
 
 PLAN = Plan(frames=600, raw=400, hold=200, items=40, seed=7)
 

@@ -23,7 +23,7 @@ from blizzard import Client
 from blizzard.local.harness import free_port
 from blizzard.net import keys as k
 from blizzard.net.secure import _Directory
-from chaos.fuzz_floods import round_trip
+from chaos.fuzz.floods import round_trip
 
 from support.wait import wait_for
 

@@ -1,4 +1,4 @@
-"""Lines an outsider can cause are throttled with a count (blizzard/net/log_limit.py), and the ZAP
+"""Lines an outsider can cause are throttled with a count (blizzard/host/log_limit.py), and the ZAP
 handler's refusals go through it: handshakes with random keys cannot flood a server's log."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import zmq
 
 from blizzard.local.harness import free_port
 from blizzard.net import keys as k
-from blizzard.net.log_limit import Throttled
+from blizzard.host.log_limit import Throttled
 from blizzard.net.secure import connect_curve, guard
 from blizzard.server.router import bind_router
 

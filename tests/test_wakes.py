@@ -11,7 +11,7 @@ import pytest
 from blizzard.local.harness import free_port
 from blizzard.wire import protocol as p
 from datanode.config import DatanodeConfig
-from datanode.jobs import PutJob
+from datanode.replica_waits import ReplicaWait
 from datanode.server import FORWARD_TIMEOUT_S, DatanodeServer
 from datanode.store import MemoryStore
 from master import wakes
@@ -70,8 +70,9 @@ def test_an_idle_data_node_sleeps_till_its_heartbeat_or_its_oldest_forward(datan
     datanode.next_heartbeat = time.monotonic() + 10.0
     assert 9_900 < datanode.wait_ms() <= 10_001
     assert datanode.wait_ms(50) == 50
-    job = PutJob(b"client", 1, 2, time.monotonic() + FORWARD_TIMEOUT_S, ["me"])
-    datanode.jobs.update({7: job, 8: PutJob(b"client", 2, 2, job.deadline + 1, ["me"])})
+    first = ReplicaWait(b"client", 1, 2, time.monotonic() + FORWARD_TIMEOUT_S, ["me"])
+    later = ReplicaWait(b"client", 2, 2, first.deadline + 1, ["me"])
+    datanode.replica_waits.update({7: first, 8: later})
     assert FORWARD_TIMEOUT_S * 1000 - 100 < datanode.wait_ms() <= FORWARD_TIMEOUT_S * 1000 + 1
 
 

@@ -19,8 +19,8 @@ import zmq
 
 from blizzard.cli.config import config_option, name_env_vars
 from blizzard.net.defaults import DEFAULT_MASTER, LOOPBACK
-from blizzard.net.fd_limits import log_fd_limits, raise_fd_limit
-from blizzard.net.file_modes import private_process
+from blizzard.host.fd_limits import log_fd_limits, raise_fd_limit
+from blizzard.host.file_modes import private_process
 from blizzard.net.keys import missing_advice
 from blizzard.net.master_hints import nothing_listens, start_hint
 from blizzard.server import logs
@@ -167,7 +167,7 @@ def start(make: Callable[[], Any], role: str, bind: str,
     keys, ``refusals`` such as a damaged WAL) becomes one line and exit code 1, not a
     traceback. The soft descriptor limit is raised to the hard one first."""
     limits = raise_fd_limit()
-    private_process()  # data directories 0700, files 0600 (blizzard/net/file_modes.py)
+    private_process()  # data directories 0700, files 0600 (blizzard/host/file_modes.py)
     try:
         server = make()
         log_fd_limits(*limits)  # only once it serves: a refusal is one line, its reason

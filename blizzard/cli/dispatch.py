@@ -157,7 +157,7 @@ def task(ids: tuple[int, ...], master: str, timeout_s: float, as_json: bool) -> 
     (unix time), else null.
     """
     from blizzard.client.core import Client
-    from blizzard.client.http_task import lookup
+    from blizzard.client.http_delivery import lookup
 
     if len(ids) > 10_000:
         raise click.UsageError("at most 10,000 ids at once")

@@ -35,7 +35,7 @@ from blizzard.cli.keys import keys_group
 from blizzard.cli.output import echo_json, json_opt
 from blizzard.cli.worker import worker as worker_command
 from blizzard.net.defaults import DATANODE_PORT, LOOPBACK, MASTER_PORT
-from blizzard.net.file_modes import private_process
+from blizzard.host.file_modes import private_process
 from blizzard.server import logs
 from blizzard.wire.errors import BlizzardError
 from blizzard.wire.release import RELEASE

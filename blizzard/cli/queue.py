@@ -270,7 +270,7 @@ def queue_list(master: str, timeout_s: float, as_json: bool) -> None:
               "flight, succeeded, failed.")
 def queue_stats(queue: str, master: str, timeout_s: float, as_json: bool, tasks: bool) -> None:
     from blizzard.client.core import Client
-    from blizzard.client.http_task import task_counts
+    from blizzard.client.http_delivery import task_counts
 
     with Client(master, timeout_s=timeout_s) as c:
         stats = task_counts(c, queue) if tasks else shown_stats(c.stats(queue))

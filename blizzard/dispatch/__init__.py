@@ -1,4 +1,4 @@
-"""``blizzard dispatch``: delivers HTTP tasks (``blizzard.client.http_task``) from
+"""``blizzard dispatch``: delivers HTTP tasks (``blizzard.client.http_delivery``) from
 queues with a pool of asyncio senders (``deliver``), settles them in batches (``settle``),
 to the hosts an operator allows (``allow_hosts``).
 

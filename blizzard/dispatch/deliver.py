@@ -52,7 +52,7 @@ import aiohttp
 
 from blizzard.client.api import BlizzardClient
 from blizzard.client.core import Client
-from blizzard.client.http_task import ATTEMPT_HEADER, TASK_HEADER, HttpTask
+from blizzard.client.http_delivery import ATTEMPT_HEADER, TASK_HEADER, HttpTask
 from blizzard.client.message import Message
 from blizzard.dispatch.allow_hosts import HostPolicy
 from blizzard.dispatch.settle import ClientThread, Delivery, Key, Settler

@@ -29,7 +29,7 @@ from functools import partial
 from typing import Any
 
 from blizzard.client.api import BlizzardClient
-from blizzard.client.http_task import HttpTask, bury
+from blizzard.client.http_delivery import HttpTask, bury
 from blizzard.client.lease_keeper import EXTEND_AT, Extended, Held, LeaseKeeper, extension
 from blizzard.client.message import Message
 from blizzard.wire import protocol as p

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from blizzard.client.core import Client
 from blizzard.client.enqueue_options import EnqueueOptions
-from blizzard.client.http_task import bury, lookup
+from blizzard.client.http_delivery import bury, lookup
 from blizzard.client.message import leased_items
 from blizzard.gateways.beanstalk_lines import (
     MAX_LINE,
@@ -33,7 +33,7 @@ from blizzard.gateways.beanstalk_lines import (
     yaml_dict,
     yaml_list,
 )
-from blizzard.net.log_limit import Throttled
+from blizzard.host.log_limit import Throttled
 from blizzard.wire.errors import (
     BlizzardError,
     Forbidden,

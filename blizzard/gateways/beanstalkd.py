@@ -30,7 +30,7 @@ import zmq
 from blizzard.client.core import Client
 from blizzard.gateways.batcher import Batcher
 from blizzard.gateways.beanstalk_session import Session
-from blizzard.net.log_limit import Throttled
+from blizzard.host.log_limit import Throttled
 from blizzard.wire.errors import QueueExists
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ the previous reply sent), or the connection is cut: one trickling a byte at a ti
 place that long, not for as long as it likes; a connection silent (or not reading) for the handler's
 ``timeout`` (``IDLE_TIMEOUT_S``) is closed; and one still open ``connection_s`` after it came
 (``CONNECTION_S``: a slow reader of a long reply) is cut. Its connections also take their
-places from the process's connection budget (``blizzard/net/fd_limits.py``), which the
+places from the process's connection budget (``blizzard/host/fd_limits.py``), which the
 server's ZeroMQ sockets share, so together they leave the descriptors kept for files.
 
 A request whose Host header names another site is refused (``answers_to``, 421 by the
@@ -34,7 +34,7 @@ from collections.abc import Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from blizzard.net import fd_limits
+from blizzard.host import fd_limits
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ import zmq
 
 from blizzard.net.addrs import check_addr
 from blizzard.net.keys import ClientKeys
-from blizzard.net.log_limit import Throttled
+from blizzard.host.log_limit import Throttled
 from blizzard.net.probes import Probes
 from blizzard.net.secure import HandshakeWatch, connect_curve
 from blizzard.wire import protocol

@@ -12,7 +12,7 @@ libzmq then closes it itself) when it would pass one of three caps (``Admission`
 part):
 
 - connections open in the process: the soft limit less the reserve kept for files
-  (``blizzard/net/fd_limits.py``), one budget for every guarded socket of the process;
+  (``blizzard/host/fd_limits.py``), one budget for every guarded socket of the process;
 - connections still pending, in all and per source address. A connection pends until it is
   proven: the server read a message from it (``established``: a request on a
   ``RouterServer``, a subscription on the heads feed; each message names its descriptor,
@@ -52,8 +52,8 @@ from typing import cast
 import zmq
 from zmq.utils.monitor import parse_monitor_message
 
-from blizzard.net import fd_limits
-from blizzard.net.log_limit import Throttled
+from blizzard.host import fd_limits
+from blizzard.host.log_limit import Throttled
 
 log = logging.getLogger(__name__)
 

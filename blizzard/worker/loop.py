@@ -39,10 +39,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from blizzard.client.api import BlizzardClient
-from blizzard.client.http_task import bury
+from blizzard.client.http_delivery import bury
 from blizzard.client.lease_keeper import Held, LeaseKeeper, extension
 from blizzard.client.message import Message
-from blizzard.net.log_limit import Throttled
+from blizzard.host.log_limit import Throttled
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import NOT_HELD, ClusterError, InvalidArgument, TooManyItems
 from blizzard.wire.queue_settings import DEAD_SUFFIX

@@ -1,6 +1,6 @@
 """Python functions as jobs: ``@task`` ties a function to a queue, ``enqueue`` sends a call.
 
-Not to be confused with HTTP tasks (``Client.enqueue_task``, ``blizzard/client/http_task.py``),
+Not to be confused with HTTP tasks (``Client.enqueue_task``, ``blizzard/client/http_delivery.py``),
 requests that ``blizzard dispatch`` makes; an ``@task`` call runs in ``blizzard worker``.
 
 A call travels as one item, the msgpack array ``[CALL_VERSION, name, args, kwargs]``

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from blizzard.net.log_limit import Throttled
+from blizzard.host.log_limit import Throttled
 from blizzard.server.router import error_reply
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import BlizzardError, InvalidArgument, TooManyItems

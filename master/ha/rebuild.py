@@ -30,7 +30,7 @@ import zmq
 
 from blizzard.net import keys as k
 from blizzard.net.addrs import check_addr
-from blizzard.net.file_modes import private_dir
+from blizzard.host.file_modes import private_dir
 from blizzard.net.transport import Endpoint, call
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import (
@@ -162,7 +162,7 @@ def hold_reads(server: Any) -> Any:
 def rebuild(config: MasterConfig, addrs: list[str], ctx: zmq.Context | None = None) -> Rebuilt:
     """Rebuild the master's state in ``config.data_dir`` from the nodes at ``addrs``."""
     refuse_used(config.data_dir)
-    private_dir(config.data_dir)  # 0700: blizzard/net/file_modes.py
+    private_dir(config.data_dir)  # 0700: blizzard/host/file_modes.py
     started = time.monotonic()
     ctx = ctx or zmq.Context.instance()
     keys = node_keys(config.keys)

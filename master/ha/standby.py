@@ -23,7 +23,7 @@ from typing import Any
 import zmq
 
 from blizzard.net import keys as k
-from blizzard.net.file_modes import private_dir
+from blizzard.host.file_modes import private_dir
 from blizzard.net.transport import Endpoint
 from blizzard.server.router import RouterServer, error_reply
 from blizzard.wire import protocol as p
@@ -56,7 +56,7 @@ class StandbyServer:
         from master.server import MAX_REQUEST_BYTES
         self.router = RouterServer(self.ctx, config.bind, max_frame_bytes=MAX_REQUEST_BYTES,
                                    keys=server_keys)
-        private_dir(config.data_dir)  # 0700: blizzard/net/file_modes.py
+        private_dir(config.data_dir)  # 0700: blizzard/host/file_modes.py
         self.wal = Wal(os.path.join(config.data_dir, "wal"), segment_bytes=config.segment_bytes)
         self.wal.rolls = False  # it rolls where the primary did
         self.state, replayed = recover(self.wal)

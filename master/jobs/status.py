@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from blizzard.net.log_limit import Throttled
+from blizzard.host.log_limit import Throttled
 from blizzard.wire import protocol as p
 from blizzard.wire.codec import as_ids
 from blizzard.wire.errors import InvalidArgument, TooManyItems

@@ -13,8 +13,8 @@ import os
 import time
 from collections.abc import Callable
 
-from blizzard.net.fd_limits import is_fd_pressure
-from blizzard.net.log_limit import Throttled
+from blizzard.host.fd_limits import is_fd_pressure
+from blizzard.host.log_limit import Throttled
 from master.log import checkpoint_file
 from master.log.wal import MemoryWal, Wal
 from master.state import records

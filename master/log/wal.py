@@ -25,8 +25,8 @@ import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from blizzard.net.fd_limits import is_fd_pressure
-from blizzard.net.log_limit import Throttled
+from blizzard.host.fd_limits import is_fd_pressure
+from blizzard.host.log_limit import Throttled
 from blizzard.wire.errors import InvalidArgument
 
 log = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 
-from blizzard.net.log_limit import Throttled
+from blizzard.host.log_limit import Throttled
 from blizzard.wire.errors import InvalidArgument
 from blizzard.wire.queue_settings import check_queue_name
 

@@ -95,7 +95,7 @@ class FakeClient:
 
     def __init__(self, fake: FakeMaster) -> None:
         self.fake = fake
-        self.master = self  # ``http_task.bury`` calls ``client.master.call(p.Bury(...))``
+        self.master = self  # ``http_delivery.bury`` calls ``client.master.call(p.Bury(...))``
 
     def dequeue_many(self, queue: str, n: int, *, lease_s: float, wait_s: float) -> list[Message]:
         msgs = self.fake.lease(n, lease_s)

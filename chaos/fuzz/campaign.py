@@ -3,13 +3,13 @@
 Given a ``LocalCluster`` (secure, with data nodes), ``run``:
 
 1. enqueues known items into ``keep`` (ready ones at three priorities, some delayed an hour)
-   and reads the cluster's durable state from a clean stop (``chaos/fuzz_state.py``);
+   and reads the cluster's durable state from a clean stop (``chaos/fuzz/state.py``);
 2. fuzzes each server in turn, each way in: over every key that server admits (master:
    client, admin, datanode; data nodes: client, datanode) with frames that never name the
-   kept items, their queue or the real nodes (``chaos/fuzz_guard.py``); over sockets it
+   kept items, their queue or the real nodes (``chaos/fuzz/guard.py``); over sockets it
    refuses (a DEALER without a key, one with a key it does not know); and below ZeroMQ, raw
    TCP connections with hostile bytes, ``hold`` of them left open unread at a time
-   (``chaos/fuzz_raw.py``). Each run is paced by a timed round trip over an admitted socket;
+   (``chaos/fuzz/raw.py``). Each run is paced by a timed round trip over an admitted socket;
 3. checks that no process exited, that ``keep``'s counters are as before, that after the
    cluster settled (a clean restart: the data nodes' inventories let the master delete the
    blobs fuzzed ``Put``s left) a clean stop reads the same items, queues and blobs as before,
@@ -32,10 +32,10 @@ from blizzard import Client
 from blizzard.local.harness import LocalCluster
 from blizzard.net.secure import connect_curve
 from blizzard.wire import protocol as p
-from chaos.fuzz import fuzz
-from chaos.fuzz_guard import Protected
-from chaos.fuzz_raw import raw_fuzz
-from chaos.fuzz_state import differences, read_stopped
+from chaos.fuzz.frames import fuzz
+from chaos.fuzz.guard import Protected
+from chaos.fuzz.raw import raw_fuzz
+from chaos.fuzz.state import differences, read_stopped
 
 Emit = Callable[[dict[str, Any]], None]
 QUEUE = "keep"

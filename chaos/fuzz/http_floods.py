@@ -48,7 +48,7 @@ from blizzard.net.transport import Endpoint, call
 from blizzard.server.metrics import MAX_SCRAPES
 from blizzard.wire import protocol as p
 from blizzard.wire.shard_messages import topic
-from chaos.fuzz_campaign import rss_mib
+from chaos.fuzz.campaign import rss_mib
 from master.shard.subscribers import PER_CONNECTION
 
 Emit = Callable[[dict[str, Any]], None]

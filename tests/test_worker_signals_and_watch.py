@@ -1,7 +1,7 @@
-"""A new user's first hour with ``@task`` jobs, the worker and ``status --watch`` (issue 31,
-items 8, 9, 10 and part of 12; issue 32, ``status --watch nan``): dead letters that read as
-task calls and count once, a worker that says what a signal does and when a job dies, a
-watch that Ctrl-C stops however it was started, and usage errors for what a new user types."""
+"""``@task`` jobs, the worker's signals and ``status --watch`` as a user meets them (first met in
+issues 31 and 32): dead letters that read as task calls and count once, a worker that says what
+a signal does and when a job dies, a watch that Ctrl-C stops however it was started, and usage
+errors for what a new user types."""
 
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from blizzard import Client
 from blizzard.local.harness import LocalCluster
-from blizzard.net.fd_limits import raise_fd_limit
+from blizzard.host.fd_limits import raise_fd_limit
 
 Emit = Callable[[dict[str, Any]], None]
 BASELINE_TRIPS = 50  # round trips timed before the flood, to compare with those during it

@@ -6,11 +6,11 @@ a server, pacing with a ``Status``/``Get`` round trip every ``check_every`` fram
 reports how many the server answered. The hostile socket may be one the server refuses (no
 key, an unknown key): then the pacing goes over a second, admitted socket (``probe``).
 Whether the server survived, and whether the items did, is the caller's to check
-(``chaos/fuzz_campaign.py``).
+(``chaos/fuzz/campaign.py``).
 
 Templates use ids far above any a test allocates and node ids of their own, so a frame that
 happens to be a valid request cannot settle, delete or move a real item; a mutated frame that
-would (``chaos/fuzz_guard.py``) is replaced by another. What the fuzzer probes is parsing and
+would (``chaos/fuzz/guard.py``) is replaced by another. What the fuzzer probes is parsing and
 validation, not what a key may do.
 """
 
@@ -27,7 +27,7 @@ import msgpack
 import zmq
 
 from blizzard.wire import protocol as p
-from chaos.fuzz_guard import Protected
+from chaos.fuzz.guard import Protected
 
 FAR = 2**40  # template ids start here, above anything a test cluster hands out
 EXTREME_INTS = [-1, -2**31 - 1, -2**63, 2**31, 2**32, 2**63 - 1, 2**63, 2**64 - 1, 0]

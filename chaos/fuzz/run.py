@@ -1,4 +1,4 @@
-"""``scripts/fuzz``: start a local cluster, run a fuzz campaign (``chaos/fuzz_campaign.py``),
+"""``scripts/fuzz``: start a local cluster, run a fuzz campaign (``chaos/fuzz/campaign.py``),
 print one JSON line per run and check, exit 1 on any exit, stall, loss or change."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import time
 import click
 
 from blizzard.local.harness import LocalCluster, free_port
-from chaos.fuzz_campaign import Plan, run
-from chaos.fuzz_floods import FloodPlan, flood_campaign
-from chaos.fuzz_http_floods import HttpFloodPlan, http_flood_campaign
+from chaos.fuzz.campaign import Plan, run
+from chaos.fuzz.floods import FloodPlan, flood_campaign
+from chaos.fuzz.http_floods import HttpFloodPlan, http_flood_campaign
 
 
 @click.command()
@@ -38,7 +38,7 @@ from chaos.fuzz_http_floods import HttpFloodPlan, http_flood_campaign
 @click.option("--http-hold", default=1000, show_default=True, type=click.IntRange(0),
               help="Half-open HTTP requests held to each metrics port and the dashboard; "
                    "then a foreign Host, a scrape flood and heads subscription floods "
-                   "(chaos/fuzz_http_floods.py); 0: none of these.")
+                   "(chaos/fuzz/http_floods.py); 0: none of these.")
 @click.option("--http-queues", default=2000, show_default=True, type=click.IntRange(0),
               help="Queues on the master while its /metrics is flooded with scrapes.")
 @click.option("--subscriptions", default=20_000, show_default=True, type=click.IntRange(0),
@@ -59,9 +59,9 @@ def main(frames: int, raw: int, hold: int, seed: int, items: int, nofile: int,
 
         problems = run(cluster, Plan(frames=frames, raw=raw, hold=hold, items=items, seed=seed),
                        emit)
-        if flood_hold:  # chaos/fuzz_floods.py
+        if flood_hold:  # chaos/fuzz/floods.py
             problems += flood_campaign(cluster, FloodPlan(hold=flood_hold, seconds=flood_s), emit)
-        if http_hold:  # chaos/fuzz_http_floods.py
+        if http_hold:  # chaos/fuzz/http_floods.py
             problems += http_flood_campaign(cluster, heads_port, HttpFloodPlan(
                 hold=http_hold, queues=http_queues, subscriptions=subscriptions), emit)
         emit({"verdict": "fail" if problems else "ok", "problems": problems,

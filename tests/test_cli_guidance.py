@@ -1,7 +1,7 @@
-"""A new user's first hour with the command line (issue 31, items 6, 7, 11, 12; issue 32, item
-13): the demo cleans up after itself and says what to do next, plain ``dequeue`` leases
-instead of deleting, ``blizzard cluster`` says where the status page is and prints nothing
-about stopping what never started, and inputs that would run away are usage errors."""
+"""What the command line tells a user (first met in issues 31 and 32): the demo cleans up after
+itself and says what to do next, plain ``dequeue`` leases instead of deleting, ``blizzard
+cluster`` says where the status page is and prints nothing about stopping what never started,
+and inputs that would run away are usage errors."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""The master's newer requests under an attacker's and a distributed-systems engineer's
-review: named leases and paused queues keep the timers and other long polls going, unique
-keys keep their caps and their answers across retries, late acks are answered once, and the
-gateways' batcher never lets one connection's stale delete refuse another's."""
+"""The master's timers, retries and late acks (first found by a review): named leases and paused
+queues keep the timers and other long polls going, unique keys keep their caps and their answers
+across retries, late acks are answered once, and the gateways' batcher never lets one
+connection's stale delete refuse another's."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""A new user's first hour with the client and the CLI (issue 31, items 3-5): a primary and
-its standby listed as two shards, a master that is not running, a key directory that is not
-one. Each is told at once, in the words of the front end used."""
+"""Set-up mistakes the client and the CLI name at once (first met in issue 31): a primary and its
+standby listed as two shards, a master that is not running, a key directory that is not one.
+Each is told at once, in the words of the front end used."""
 
 from __future__ import annotations
 

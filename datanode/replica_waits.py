@@ -18,7 +18,7 @@ class Refusals:
 
 
 @dataclass
-class PutJob:
+class ReplicaWait:
     """A write waiting for replica confirmations: a client's Put, or a copy ordered by the master."""
 
     peer: bytes | None  # the client to answer; None for a copy order
