@@ -120,15 +120,6 @@ class Liveness:
             return []
         return [f for f in self.faults if f.data_node and f.seconds > max_stall_s]
 
-    def worst_by_kind(self) -> dict[str, tuple[float, float]]:
-        """Fault kind -> (longest enqueue stall, longest dequeue stall) over its faults."""
-        out: dict[str, tuple[float, float]] = {}
-        for f in self.faults:
-            enq, deq = out.get(f.kind, (0.0, 0.0))
-            out[f.kind] = (max(enq, f.enqueue.seconds if f.enqueue else 0.0),
-                           max(deq, f.dequeue.seconds if f.dequeue else 0.0))
-        return out
-
     def worst_data_node_fault(self) -> FaultStalls | None:
         return max((f for f in self.faults if f.data_node and f.worst is not None),
                    key=lambda f: f.seconds, default=None)

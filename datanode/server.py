@@ -24,11 +24,11 @@ from typing import Any
 import plyvel
 import zmq
 
-from blizzard.net import keys as k
-from blizzard.net.addrs import check_addr
 from blizzard.host.fd_limits import is_fd_pressure
 from blizzard.host.file_modes import private_dir
 from blizzard.host.log_limit import Throttled
+from blizzard.net import keys as k
+from blizzard.net.addrs import check_addr
 from blizzard.net.transport import Endpoint
 from blizzard.server.registry import ROLES, Route, Routes
 from blizzard.server.router import RouterServer, error_reply
@@ -46,10 +46,10 @@ from datanode import meta
 from datanode.cluster_id import ClusterMembership
 from datanode.config import DatanodeConfig, load_node_id
 from datanode.grants import DELETERS, Gate
-from datanode.replica_waits import ReplicaWait, Refusals
 from datanode.leader import Leader
 from datanode.metrics import DatanodeMetrics
 from datanode.reads import read
+from datanode.replica_waits import Refusals, ReplicaWait
 from datanode.serves import Serving
 from datanode.store import BlobStore, LevelDbStore, is_disk_full
 

@@ -25,9 +25,9 @@ from typing import Any
 
 import zmq
 
+from blizzard.host.file_modes import private_dir
 from blizzard.net import keys as k
 from blizzard.net import secure
-from blizzard.host.file_modes import private_dir
 from blizzard.server import ready_file
 from blizzard.server.registry import ADMIN, CLIENT, NODE, ROLES, STANDBY, Route, Routes
 from blizzard.server.router import Router, RouterServer, error_reply
@@ -38,6 +38,7 @@ from master.admin.operations import QueueAdmin
 from master.admin.removal import Removals
 from master.config import MasterConfig
 from master.consume.leases import Leases
+from master.consume.progress import Progress
 from master.consume.pushes import Pushes
 from master.consume.schedule_runs import ScheduleRuns
 from master.ha.wal_shipping import Replication
@@ -195,6 +196,7 @@ class MasterServer:
         self.leases = Leases(config, self.state, self.log_record, self.deletes, self.membership,
                              self.capabilities, self.counts, self.heads,
                              schedule_runs=schedule_runs,
+                             progress=Progress(self.state, self.log_record),
                              connection_of=lambda peer: (router.key_of(peer), router.fd_of(peer)),
                              # long polls come with client and admin keys
                              key_admitted=(lambda key: True) if admitted is None else

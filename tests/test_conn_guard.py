@@ -7,8 +7,8 @@ import time
 
 import zmq
 
-from blizzard.local.harness import free_port
 from blizzard.host.fd_limits import ConnectionBudget
+from blizzard.local.harness import free_port
 from blizzard.server.conn_guard import EVICT_AGE_S, Admission, Limits
 from blizzard.server.router import RouterServer
 from blizzard.wire import protocol as p

@@ -10,8 +10,8 @@ import zlib
 import plyvel
 import pytest
 
-from blizzard.local.harness import free_port
 from blizzard.host.fd_limits import connection_fds, is_fd_pressure, leveldb_open_files, reserve_fds
+from blizzard.local.harness import free_port
 from blizzard.wire import protocol as p
 from datanode.config import DatanodeConfig
 from datanode.server import DatanodeServer

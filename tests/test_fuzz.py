@@ -8,8 +8,8 @@ in). What is compared before and after is ``chaos/fuzz/state.py``'s ``Durable``.
 from __future__ import annotations
 
 from blizzard.wire import protocol as p
-from chaos.fuzz.frames import CATEGORIES
 from chaos.fuzz.campaign import ADMITTED, REFUSED, Plan, run
+from chaos.fuzz.frames import CATEGORIES
 from chaos.fuzz.guard import Protected
 from chaos.fuzz.raw import KINDS
 from chaos.fuzz.state import Durable, differences

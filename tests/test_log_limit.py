@@ -9,9 +9,9 @@ import time
 import pytest
 import zmq
 
+from blizzard.host.log_limit import Throttled
 from blizzard.local.harness import free_port
 from blizzard.net import keys as k
-from blizzard.host.log_limit import Throttled
 from blizzard.net.secure import connect_curve, guard
 from blizzard.server.router import bind_router
 

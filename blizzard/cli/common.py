@@ -18,9 +18,9 @@ import click
 import zmq
 
 from blizzard.cli.config import config_option, name_env_vars
-from blizzard.net.defaults import DEFAULT_MASTER, LOOPBACK
 from blizzard.host.fd_limits import log_fd_limits, raise_fd_limit
 from blizzard.host.file_modes import private_process
+from blizzard.net.defaults import DEFAULT_MASTER, LOOPBACK
 from blizzard.net.keys import missing_advice
 from blizzard.net.master_hints import nothing_listens, start_hint
 from blizzard.server import logs

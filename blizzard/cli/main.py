@@ -34,8 +34,8 @@ from blizzard.cli.dashboard import STATUS_PAGE_HINT, dashboard
 from blizzard.cli.keys import keys_group
 from blizzard.cli.output import echo_json, json_opt
 from blizzard.cli.worker import worker as worker_command
-from blizzard.net.defaults import DATANODE_PORT, LOOPBACK, MASTER_PORT
 from blizzard.host.file_modes import private_process
+from blizzard.net.defaults import DATANODE_PORT, LOOPBACK, MASTER_PORT
 from blizzard.server import logs
 from blizzard.wire.errors import BlizzardError
 from blizzard.wire.release import RELEASE

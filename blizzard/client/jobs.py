@@ -90,12 +90,6 @@ def _statuses(client: Any, reply: p.JobStates, read: bool) -> list[JobStatus]:
             for k, job in enumerate(reply.ids)]
 
 
-def jobs_in_progress(client: Any, limit: int = 50) -> list[JobStatus]:
-    """The running jobs that reported progress (up to ``limit``), without their results."""
-    reply: p.JobStates = client.master.call(p.InProgress(limit))
-    return _statuses(client, reply, read=False)
-
-
 NOT_CANCELLED = {p.NOT_CANCELLED_FINAL: "it had ended (done, dead or cancelled)",
                  p.NOT_CANCELLED_UNKNOWN: "no such job (never made, or forgotten)",
                  p.NOT_CANCELLED_SCHEDULE: "a schedule's job: remove the schedule instead "

@@ -40,9 +40,9 @@ from blizzard.gateways.sqs_actions import Actions, Caller
 from blizzard.gateways.sqs_messages import Receipts
 from blizzard.gateways.sqs_wire import SqsError
 from blizzard.host import fd_limits
+from blizzard.host.log_limit import Throttled
 from blizzard.net import keys
 from blizzard.net.http_guard import IDLE_TIMEOUT_S, GuardedHTTPServer
-from blizzard.host.log_limit import Throttled
 from blizzard.wire.errors import BlizzardError, ClusterError, TooManyQueues
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,6 @@ query protocol's code from; as XML, an ``ErrorResponse``.
 
 from __future__ import annotations
 
-import base64
 import json
 import re
 import urllib.parse
@@ -271,6 +270,3 @@ def form_pairs(body: bytes, query: str) -> list[tuple[str, str]]:
     except (UnicodeDecodeError, ValueError) as exc:
         raise SqsError("MalformedQueryString", f"the form is not valid: {exc}") from None
 
-
-def b64(data: bytes) -> str:
-    return base64.b64encode(data).decode()

@@ -21,8 +21,8 @@ import zmq
 from zmq.auth.thread import ThreadAuthenticator
 from zmq.utils.monitor import parse_monitor_message
 
-from blizzard.net import keys as k
 from blizzard.host.log_limit import Throttled
+from blizzard.net import keys as k
 from blizzard.wire.errors import AuthenticationFailed
 
 log = logging.getLogger(__name__)

@@ -13,9 +13,9 @@ from typing import Any, cast
 
 import zmq
 
+from blizzard.host.log_limit import Throttled
 from blizzard.net.addrs import check_addr
 from blizzard.net.keys import ClientKeys
-from blizzard.host.log_limit import Throttled
 from blizzard.net.probes import Probes
 from blizzard.net.secure import HandshakeWatch, connect_curve
 from blizzard.wire import protocol

@@ -11,8 +11,8 @@ from typing import Any, Protocol, cast
 
 import zmq
 
-from blizzard.net.keys import ServerKeys
 from blizzard.host.log_limit import Throttled
+from blizzard.net.keys import ServerKeys
 from blizzard.net.secure import guard, serve_curve
 from blizzard.net.transport import FRAMES, harden
 from blizzard.server.conn_guard import ConnectionGuard, GuardDepartures, Limits

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from blizzard import Client
-from blizzard.local.harness import LocalCluster
 from blizzard.host.fd_limits import raise_fd_limit
+from blizzard.local.harness import LocalCluster
 
 Emit = Callable[[dict[str, Any]], None]
 BASELINE_TRIPS = 50  # round trips timed before the flood, to compare with those during it

@@ -24,6 +24,7 @@ from blizzard.wire.errors import BlizzardError, InvalidArgument, TooManyItems
 from blizzard.wire.limits import MAX_DELAY_S, MAX_LEASE_WAIT_S
 from blizzard.wire.queue_settings import RESULTS_SUFFIX
 from master.config import MasterConfig
+from master.consume.progress import Progress
 from master.consume.schedule_runs import ScheduleRuns
 from master.nodes.blob_deletes import Deletes
 from master.nodes.grant_keys import CapabilityKeys
@@ -99,7 +100,8 @@ class Leases:
                  counts: QueueCounts | None = None, heads: Heads | None = None, *,
                  schedule_runs: ScheduleRuns | None = None,
                  connection_of: Callable[[bytes], tuple[str, int]] = lambda peer: ("", -1),
-                 key_admitted: Callable[[str], bool] = lambda key: True) -> None:
+                 key_admitted: Callable[[str], bool] = lambda key: True,
+                 progress: Progress | None = None) -> None:
         self.config = config
         self.heads = heads  # tells the queue's head after a lease that asks (sharding)
         self.counts = counts if counts is not None else QueueCounts()
@@ -118,10 +120,8 @@ class Leases:
         self.key_admitted = key_admitted
         self.buckets: dict[str, TokenBucket] = {}  # queue -> rate limiter (soft state)
         # an extension's progress: checked first, then logged for the items it held
-        # (master/jobs/status.py sets them)
-        self.check_progress: Callable[[p.Extend], None] = lambda msg: None
-        self.progress: Callable[[p.Extend, list[int], float], None] = \
-            lambda msg, held, now: None
+        # (master/consume/progress.py; None: extensions' progress is ignored)
+        self.progress = progress
         # schedules' items: their runs' ends re-arm them (master/consume/schedule_runs.py)
         self.schedule_runs = schedule_runs
 
@@ -416,8 +416,9 @@ class Leases:
 
     def extend(self, msg: p.Extend, now: float, *_: Any) -> p.Acked:
         arguments.seconds(msg.lease_s, "lease_s", low=0, high=self.config.max_lease_s, low_ok=False)
-        if msg.progress_ids:
-            self.check_progress(msg)  # a refused extension changes nothing
+        progress = self.progress if msg.progress_ids else None
+        if progress is not None:
+            progress.check(msg)  # a refused extension changes nothing
         out = self._settle(msg.ids, msg.leases, msg.queue)
         if out.gone:  # acked already: nothing to extend
             for i in msg.ids:
@@ -428,8 +429,8 @@ class Leases:
             holding = self.state.held
             self.log(LeaseItems(ids=out.held, leases=[holding[i][0] for i in out.held],
                                 deadline=now + msg.lease_s, request=""))
-        if msg.progress_ids:
-            self.progress(msg, out.held, time.monotonic())
+        if progress is not None:
+            progress.take(msg, out.held, time.monotonic())
         cancels = self.state.jobs.cancels
         cancel = [i for i in out.held if i in cancels] if cancels else []
         return p.replace(out.reply(), cancel=cancel) if cancel else out.reply()

@@ -28,9 +28,9 @@ from typing import Any
 
 import zmq
 
+from blizzard.host.file_modes import private_dir
 from blizzard.net import keys as k
 from blizzard.net.addrs import check_addr
-from blizzard.host.file_modes import private_dir
 from blizzard.net.transport import Endpoint, call
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import (

@@ -22,8 +22,8 @@ from typing import Any
 
 import zmq
 
-from blizzard.net import keys as k
 from blizzard.host.file_modes import private_dir
+from blizzard.net import keys as k
 from blizzard.net.transport import Endpoint
 from blizzard.server.router import RouterServer, error_reply
 from blizzard.wire import protocol as p

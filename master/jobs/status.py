@@ -1,4 +1,4 @@
-"""Jobs as their producers see them: status, waiting for the end, results, cancel, progress.
+"""Jobs as their producers see them: status, waiting for the end, results, cancel.
 
 A job is an item (a task call); what the master keeps of it beyond the item is the state's
 ``JobBook`` (``master/state/job_book.py``). Served here:
@@ -11,8 +11,8 @@ A job is an item (a task call); what the master keeps of it beyond the item is t
   dropped with their connection.
 - ``Cancel``: a waiting job is forgotten at once (its blob dropped), a leased one marked; the
   mark rides on the reply to its worker's next extension (``Leases.extend``).
-- Progress riding on an extension (``Extend.progress_ids``): logged as ``ProgressItems``
-  for the items the extension held; a state over the bounds is refused, the extension not.
+- Progress rides on extensions and is taken in by ``master/consume/progress.py``; here it
+  is read back.
 - Results running out: a result item's delay is its time to live; a timer forgets those due
   (``ForgetResults``), at most ``EXPIRE_BATCH`` a pass.
 
@@ -26,33 +26,28 @@ from __future__ import annotations
 
 import heapq
 import logging
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from blizzard.host.log_limit import Throttled
 from blizzard.wire import protocol as p
 from blizzard.wire.codec import as_ids
-from blizzard.wire.errors import InvalidArgument, TooManyItems
-from blizzard.wire.limits import MAX_JOBS_WAIT_S, MAX_NOTE_CHARS, MAX_STATE_BYTES, MAX_WAIT_IDS
+from blizzard.wire.errors import TooManyItems
+from blizzard.wire.limits import MAX_JOBS_WAIT_S, MAX_WAIT_IDS
 from blizzard.wire.queue_settings import RESULTS_SUFFIX
 from master.consume.leases import Leases
 from master.nodes.blob_deletes import Deletes
 from master.rules import arguments
 from master.state.item import DELAYED, LEASED
-from master.state.job_book import MAX_PROGRESS_BYTES
 from master.state.machine import State
-from master.state.records import CancelItems, ForgetResults, ProgressItems
+from master.state.records import CancelItems, ForgetResults
 
 log = logging.getLogger(__name__)
-too_much_progress = Throttled(log)
 
 MAX_WAITERS = 10_000  # Jobs requests waiting at once
 MAX_WAITERS_PER_PEER = 256  # of one connection
 EXPIRE_BATCH = 10_000  # results forgotten per pass, at most
 EXPIRE_EVERY_S = 1.0  # how often results' times to live are looked at
-PROGRESS_EVERY_S = 0.5  # a job's progress is logged at most this often (the WAL's share)
 
 
 @dataclass(slots=True, eq=False)
@@ -67,7 +62,7 @@ class JobWaiter:
 
 
 class JobDesk:
-    """Handlers of ``Jobs`` and ``Cancel``; progress intake; results' time to live."""
+    """Handlers of ``Jobs`` and ``Cancel``; results' time to live."""
 
     def __init__(self, state: State, log_record: Callable[[Any], None], leases: Leases,
                  deletes: Deletes, *,
@@ -85,8 +80,6 @@ class JobDesk:
         # a connection's descriptor (the server's router), for dropping its waiters with it
         self.connection_of = connection_of
         self.expire_at = 0.0  # monotonic: when results' times to live are looked at next
-        self.progress_at: dict[int, float] = {}  # job -> when its progress was last logged
-        leases.check_progress, leases.progress = self.check_progress, self.progress
 
     # -- status ------------------------------------------------------------------------------
 
@@ -168,9 +161,6 @@ class JobDesk:
         if job in state.recent_acks:
             return "done"
         return "unknown"
-
-    def all_final(self, ids: list[int]) -> bool:
-        return all(self.status(i, 0.0) in p.FINAL_STATES for i in ids)
 
     def describe(self, ids: list[int], now: float) -> p.JobStates:
         state, book = self.state, self.state.jobs
@@ -273,52 +263,6 @@ class JobDesk:
             for item_id, nodes in waiting:
                 self.deletes.drop_blobs(item_id, nodes)
         return p.Acked(done=len(ids), lost=as_ids(lost), why=why)
-
-    # -- progress ----------------------------------------------------------------------------
-
-    def check_progress(self, msg: p.Extend) -> None:
-        """``InvalidArgument`` if an extension's progress is malformed (before anything of
-        the extension is logged)."""
-        arguments.same_length(progress_ids=msg.progress_ids, fractions=msg.fractions,
-                           notes=msg.notes, states=msg.states)
-        for fraction, note, saved in zip(msg.fractions, msg.notes, msg.states):
-            if not (math.isfinite(fraction) and 0.0 <= fraction <= 1.0):
-                raise InvalidArgument(f"progress is a fraction in [0, 1], got {fraction!r}")
-            if len(note) > MAX_NOTE_CHARS:
-                raise InvalidArgument(f"a progress note has at most {MAX_NOTE_CHARS} "
-                                      f"characters, got {len(note)}")
-            if len(saved) > MAX_STATE_BYTES:
-                raise InvalidArgument(f"a progress state is at most {MAX_STATE_BYTES} bytes "
-                                      f"encoded, got {len(saved)}")
-
-    def progress(self, msg: p.Extend, held: list[int], mono: float) -> None:
-        """Log the progress an extension carries (checked already) for the items it held, at
-        most once per ``PROGRESS_EVERY_S`` a job (a worker sends it about once a second);
-        drop a state the master has no room for."""
-        n = len(msg.progress_ids)
-        mine = set(held)
-        if len(self.progress_at) > 2 * len(self.state.held) + 1024:  # jobs gone since
-            self.progress_at = {j: t for j, t in self.progress_at.items() if j in self.state.held}
-        book = self.state.jobs
-        room = MAX_PROGRESS_BYTES - book.progress_bytes
-        ids, fractions, notes, states = [], [], [], []
-        for k in range(n):
-            job = msg.progress_ids[k]
-            if job not in mine or mono - self.progress_at.get(job, -1e9) < PROGRESS_EVERY_S:
-                continue
-            self.progress_at[job] = mono
-            saved = msg.states[k]
-            if len(saved) > room:
-                too_much_progress("progress", "progress states fill the master's %d bytes; "
-                                  "a state of job %d is dropped", MAX_PROGRESS_BYTES, job)
-                saved = b""
-            room -= len(saved)
-            ids.append(job)
-            fractions.append(msg.fractions[k])
-            notes.append(msg.notes[k])
-            states.append(saved)
-        if ids:
-            self.log(ProgressItems(ids=ids, fractions=fractions, notes=notes, states=states))
 
     # -- results running out -----------------------------------------------------------------
 
