@@ -11,6 +11,7 @@ import pytest
 import blizzard
 from blizzard.client.api import BlizzardClient, Producing, Staging, UnawaitedAcks, connect
 from blizzard.client.core import Client
+from blizzard.client.enqueue_options import EnqueueOptions
 from blizzard.client.leases import Leases
 from blizzard.client.message import LeasedItem, Message
 from blizzard.client.producer import Producer, Stager
@@ -149,3 +150,16 @@ def test_a_sharded_deliver_reads_each_item_on_its_shard_in_the_items_order():
     # a batch no item of which could be read fails as Client.deliver does
     with pytest.raises(DataCorrupt):
         sharded.deliver("q", [leased(two)])
+
+
+def test_an_enqueues_options_are_the_ones_enqueue_options_checks() -> None:
+    """``BlizzardClient.enqueue`` (so both clients) and ``EnqueueOptions.make``, which checks
+    the options before anything is sent, take the same options with the same defaults; and
+    ``enqueue_many``'s are some of them, with the same defaults."""
+    def options(fn: Any) -> dict[str, Any]:
+        return {q.name: q.default for q in inspect.signature(fn).parameters.values()
+                if q.name not in ("self", "cls", "queue", "data", "items")}
+
+    assert options(BlizzardClient.enqueue) == options(EnqueueOptions.make)
+    many = options(BlizzardClient.enqueue_many)
+    assert many.items() <= options(BlizzardClient.enqueue).items()
