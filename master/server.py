@@ -34,6 +34,7 @@ from blizzard.server.router import Router, RouterServer, error_reply
 from blizzard.server.sync_hold import SyncHold
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import BlizzardError, Forbidden, InvalidArgument
+from blizzard.wire.release import RELEASE
 from master.admin.operations import QueueAdmin
 from master.admin.removal import Removals
 from master.config import MasterConfig
@@ -264,7 +265,8 @@ class MasterServer:
     def hello(self, msg: p.Hello, now: float, mono: float, peer: bytes, rid: int) -> p.Welcome:
         config = self.config
         return p.Welcome(config.keys is not None, self.node_key, self.router.role_of(peer) or "",
-                         self.state.epoch, "", config.shard, config.shards, config.heads_bind or "")
+                         self.state.epoch, "", config.shard, config.shards, config.heads_bind or "",
+                         RELEASE)
 
     def _busy(self) -> bool:
         """Whether something may change with time alone (the loop then passes often)."""

@@ -543,6 +543,7 @@ class Welcome:
     shard: int = 0  # this master's shard (``blizzard/wire/shard_messages.py``)
     shards: str = ""  # every shard's masters, space-separated, when it was told them
     heads: str = ""  # where it publishes its queues' heads (``master/shard/heads.py``); "": nowhere
+    release: str = ""  # the master's release (``blizzard/wire/release.py``); "": before 0.3.0
 
 
 # ---------------------------------------------------------------------------------------------

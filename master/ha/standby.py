@@ -28,6 +28,7 @@ from blizzard.net.transport import Endpoint
 from blizzard.server.router import RouterServer, error_reply
 from blizzard.wire import protocol as p
 from blizzard.wire.errors import BlizzardError, Forbidden, InvalidArgument, NotPrimary
+from blizzard.wire.release import RELEASE
 from master.config import MasterConfig
 from master.log import checkpoint_file
 from master.log.recovery import Checkpointer, recover
@@ -244,7 +245,7 @@ class StandbyServer:
         role = self.router.role_of(peer)
         if isinstance(msg, p.Hello):
             return p.Welcome(self.config.keys is not None, self.node_key, role or "",
-                             self.state.epoch, self.primary_addr)
+                             self.state.epoch, self.primary_addr, release=RELEASE)
         if isinstance(msg, p.Promote):
             if role not in (None, "admin"):
                 raise Forbidden(f"a {role} key may not send Promote; it needs an admin key")
