@@ -78,3 +78,22 @@ def test_the_readme_links_resolve():
             if anchor not in slugs:
                 broken.append(target)
     assert not broken, broken
+
+
+def code_blocks(text: str) -> list[str]:
+    return re.findall(r"^```[a-z]*\n(.*?)^```", text, re.M | re.S)
+
+
+def test_the_site_home_page_has_the_readmes_quick_start():
+    """The home page has the quick start and a first session of its own, and its quick start
+    is the README's, word for word (two commands: scripts/demo and scripts/test)."""
+    readme = (ROOT / "README.md").read_text()
+    home = (ROOT / "docs" / "index.md").read_text()
+    start = readme.split("## Quick start", 1)[1]
+    quick = code_blocks(start)[0]
+    assert [line.split()[0] for line in quick.splitlines() if not line.startswith(" ")] == \
+        ["scripts/demo", "scripts/test"]
+    assert "## Quick start" in home and "## A first session" in home
+    assert quick == code_blocks(home.split("## Quick start", 1)[1])[0]
+    first = home.split("## A first session", 1)[1]
+    assert "blizzard cluster" in first and "from blizzard import Client" in first
