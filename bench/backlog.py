@@ -122,7 +122,7 @@ def summarize(args: Any, filled: dict[str, Any], empty: list[dict], loaded: list
         out[f"empty_{rate}"], out[f"backlog_{rate}"] = was, now
         out[f"{name}_ratio"] = round(now / was, 3)
         out[f"{name}_ratio_paired"] = round(statistics.median(
-            b[rate] / a[rate] for a, b in zip(empty, loaded)), 3)
+            b[rate] / a[rate] for a, b in zip(empty, loaded, strict=True)), 3)
     return out
 
 

@@ -69,7 +69,7 @@ def fill(client: Any, queue: str, n: int, rng: random.Random, waiting: Waiting) 
         priority = rng.randrange(PRIORITIES)
         stagers[rng.randrange(len(stagers))].send([b"b"], priority=priority)
         waiting.add(priority)
-    for shard, stager in zip(client.shards, stagers):
+    for shard, stager in zip(client.shards, stagers, strict=True):
         shard.commit(stager.flush())
 
 

@@ -84,11 +84,12 @@ def check(ops: Iterable[dict[str, Any]]) -> CheckResult:
             errors[f"{f} {kind} {op['error'].split(':', 1)[0]}"] += 1
         if f == "enqueue":
             if kind == INVOKE:
-                attempts.update(zip(value["seqs"], value["digests"]))
+                attempts.update(zip(value["seqs"], value["digests"], strict=True))
             else:
                 for seq in value["seqs"]:
                     outcome[seq] = kind
-                for item_id, seq in zip(value.get("ids") or [], value["seqs"]):
+                ids = value.get("ids")  # none when the enqueue failed
+                for item_id, seq in zip(ids, value["seqs"], strict=True) if ids else ():
                     seqs_of_id.setdefault(item_id, set()).add(seq)
         elif f == "dequeue" and kind == OK:
             if value.get("dead_letter"):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import asdict, dataclass
+from itertools import pairwise
 from typing import Any
 
 KILL_NODE = "kill_node"  # kill -9 a data node; restart it with its disk
@@ -132,9 +133,9 @@ def _place(rng: random.Random, durations: list[float], start: float, end: float)
         raise ValueError(f"{len(durations)} faults need {busy:.1f}s but the run leaves "
                          f"{end - start:.1f}s for them; lengthen the run or plan fewer faults")
     cuts = sorted(rng.uniform(0, free) for _ in durations)
-    slack = [b - a for a, b in zip([0.0, *cuts], cuts)]
+    slack = [b - a for a, b in pairwise([0.0, *cuts])]
     starts, cursor = [], start
-    for pause, dur in zip(slack, durations):
+    for pause, dur in zip(slack, durations, strict=True):
         cursor += pause
         starts.append(round(cursor, 3))
         cursor += dur + GAP_S
@@ -162,14 +163,14 @@ def make_schedule(seed: int, duration_s: float, *, datanodes: int, consumers: in
     kinds = [kind for kind, n in plan.counts().items() for _ in range(n)]
     rng.shuffle(kinds)
     durations = [_duration(rng, kind, timing) for kind in kinds]
-    for kind, at, dur in zip(kinds, _place(rng, durations, start, end), durations):
+    for kind, at, dur in zip(kinds, _place(rng, durations, start, end), durations, strict=True):
         target = None if kind in MASTER_TARGETED else \
             rng.randrange(clients) if kind == CUT_CLIENT else rng.randrange(datanodes)
         faults.append(Fault(at, kind, target, dur))
 
     if consumers:
         durations = [_duration(rng, STALL_CONSUMER, timing) for _ in range(plan.consumer_stalls)]
-        for at, dur in zip(_place(rng, durations, start, end), durations):
+        for at, dur in zip(_place(rng, durations, start, end), durations, strict=True):
             faults.append(Fault(at, STALL_CONSUMER, rng.randrange(consumers), dur))
 
     if plan.churn_per_min > 0:

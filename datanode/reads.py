@@ -28,7 +28,7 @@ def read(store: BlobStore, msg: p.Get, gate: Gate | None, peer: bytes) -> p.Blob
     size = 0
     for start in range(0, len(wanted), GET_SLICE):  # read no more than the reply can take
         part = wanted[start:start + GET_SLICE]
-        for item_id, found in zip(part, store.get_many(part)):
+        for item_id, found in zip(part, store.get_many(part), strict=True):
             if found is None:
                 missing.append(item_id)
             elif size and size + len(found[0]) > MAX_REPLY_BYTES:

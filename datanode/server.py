@@ -292,7 +292,7 @@ class DatanodeServer:
         grant cannot rewrite an item once it is enqueued."""
         if min(msg.ids) >= self.store.id_hi:  # ids only grow: the usual put ends here
             return False
-        held = [i for i, found in zip(msg.ids, self.store.get_many(msg.ids)) if found is not None]
+        held = [i for i, found in zip(msg.ids, self.store.get_many(msg.ids), strict=True) if found is not None]
         if not held:
             return False
         if len(held) == len(msg.ids):
@@ -330,7 +330,7 @@ class DatanodeServer:
         if self.gate is not None:
             self.gate.check_put(msg, peer)
         meta.check_put(msg)
-        for blob, crc in zip(msg.blobs, msg.crcs):
+        for blob, crc in zip(msg.blobs, msg.crcs, strict=True):
             if len(blob) > self.config.max_item_bytes:
                 raise PayloadTooLarge(f"a blob of {len(blob)} bytes exceeds max-item-bytes "
                                       f"{self.config.max_item_bytes}")
@@ -484,8 +484,8 @@ class DatanodeServer:
     def _copy(self, order: p.CopyOrder) -> None:
         """Copy blobs to another node, as the master ordered; report what was confirmed."""
         found = self.store.get_many(order.ids)
-        ids = [i for i, f in zip(order.ids, found) if f is not None]
-        missing = [i for i, f in zip(order.ids, found) if f is None]
+        ids = [i for i, f in zip(order.ids, found, strict=True) if f is not None]
+        missing = [i for i, f in zip(order.ids, found, strict=True) if f is None]
         report = p.Replicated(self.node_id, order.target.node_id, ids, missing)
         if not ids:
             self._report(report)

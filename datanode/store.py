@@ -207,7 +207,8 @@ class LevelDbStore:
         if self.write_delay_s:
             time.sleep(self.write_delay_s)
         with self.db.write_batch(sync=True) as wb:
-            for item_id, blob, crc, meta in zip(ids, blobs, crcs, metas or repeat(None)):
+            every_meta = metas or repeat(None)  # none given: None for each (repeat outlasts ids)
+            for item_id, blob, crc, meta in zip(ids, blobs, crcs, every_meta, strict=False):
                 key = _KEY.pack(item_id)
                 if meta is not None:
                     wb.put(_ITEM + key, size_crc(len(blob), crc) + meta)
@@ -328,7 +329,7 @@ class MemoryStore:
     def put_many(self, ids: list[int], blobs: list[bytes], crcs: list[int],
                  metas: list[bytes | None] | None = None) -> None:
         _id_range(ids)
-        for item_id, blob, crc, meta in zip(ids, blobs, crcs, metas or [None] * len(ids)):
+        for item_id, blob, crc, meta in zip(ids, blobs, crcs, metas or [None] * len(ids), strict=True):
             self.blobs[item_id] = _CRC.pack(crc) + blob
             if meta is not None:
                 self.items[item_id] = _SIZE_CRC.pack(len(blob), crc) + meta

@@ -137,13 +137,13 @@ class MasterMetrics(metrics.ServedCollector):
             dead = dead_q.n_ready + dead_q.n_delayed + dead_q.n_leased if dead_q else 0
             values = (q.n_ready, q.n_delayed, q.n_leased, staged.get(name, 0), dead)
             if name not in named:
-                others = [total + value for total, value in zip(others, values)]
+                others = [total + value for total, value in zip(others, values, strict=True)]
                 continue
-            for family, value in zip(depths, values):
+            for family, value in zip(depths, values, strict=True):
                 family.add_metric([name], value)
             oldest.add_metric([name], self._head_age(q, now) if q.n_ready else 0.0)
         if len(queues) > len(named):
-            for family, value in zip(depths, others):
+            for family, value in zip(depths, others, strict=True):
                 family.add_metric([OTHER], value)
         yield from depths
         yield oldest

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from itertools import pairwise
 
 import pytest
 
@@ -137,7 +138,7 @@ def test_lease_tokens_cannot_be_guessed_from_ones_own(metered):
         (theirs,) = c.dequeue_many("guess", 1, lease_s=60)
         tokens = sorted(m.lease for m in mine)
         assert len(set(tokens)) == 100 and 0 not in tokens
-        assert min(b - a for a, b in zip(tokens, tokens[1:])) > 1_000  # no run, no neighbours
+        assert min(b - a for a, b in pairwise(tokens)) > 1_000  # no run, no neighbours
         near = [t + d for t in tokens for d in (-2, -1, 1, 2) if 0 < t + d < 2**63]
         guesses = [t for t in near if t != theirs.lease][:1000]
         with pytest.raises(WrongLease):

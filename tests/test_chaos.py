@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from itertools import pairwise
 
 import pytest
 
@@ -262,7 +263,7 @@ def test_a_schedule_honours_the_plan_and_the_timeouts(seed):
     assert kinds.count(STALL_CONSUMER) == plan.consumer_stalls
     for lane in ("cluster", "churn", "consumers"):
         mine = [f for f in faults if f.lane == lane]
-        for a, b in zip(mine, mine[1:]):
+        for a, b in pairwise(mine):
             assert a.at_s + a.duration_s <= b.at_s, f"{lane} faults overlap: {a} {b}"
     for f in faults:
         assert t.warmup_s <= f.at_s and f.at_s + f.duration_s <= 60 - t.cooldown_s

@@ -5,6 +5,7 @@ without root. The real runs are in ``tests/test_hosts.py``."""
 from __future__ import annotations
 
 import json
+from itertools import pairwise
 
 import pytest
 from click.testing import CliRunner
@@ -39,7 +40,7 @@ def test_partitions_join_the_cluster_lane_with_their_targets(seed):
     assert (kinds.count(CUT_NODE), kinds.count(CUT_CLIENT), kinds.count(FLAP_LINK)) == (2, 2, 1)
     cluster = [f for f in faults if f.lane == "cluster"]
     assert len(cluster) == 7
-    for a, b in zip(cluster, cluster[1:]):
+    for a, b in pairwise(cluster):
         assert a.at_s + a.duration_s <= b.at_s, f"cluster faults overlap: {a} {b}"
     for f in faults:
         if f.kind == CUT_NODE:
@@ -104,7 +105,7 @@ def test_client_hosts_share_the_backlog_and_never_share_a_sequence_number(tmp_pa
 
 def test_histories_of_the_hosts_merge_in_time_order(tmp_path):
     paths = [str(tmp_path / f"{name}.jsonl") for name in ("run", "client0")]
-    for path, times in zip(paths, [(0.1, 0.5), (0.2, 0.3, 0.9)]):
+    for path, times in zip(paths, [(0.1, 0.5), (0.2, 0.3, 0.9)], strict=True):
         with open(path, "w") as f:
             for t in times:
                 f.write(json.dumps({"index": 0, "time": t, "process": path[-10:]}) + "\n")

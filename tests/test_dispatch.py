@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import time
+from itertools import pairwise
 
 import pytest
 
@@ -66,7 +67,7 @@ def settled(c: Client, ids: list[int], timeout_s: float = 30.0) -> dict[int, dic
 
 
 def gaps(times: list[float]) -> list[float]:
-    return [b - a for a, b in zip(times, times[1:])]
+    return [b - a for a, b in pairwise(times)]
 
 
 # -- tasks, without processes ------------------------------------------------------------------

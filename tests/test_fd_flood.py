@@ -77,7 +77,7 @@ def test_a_connection_flood_under_a_low_descriptor_limit_stops_no_server(cluster
         assert [s.name for s in servers if not s.alive] == []
         assert failures == []
         assert _checkpoints(cluster.master.tail(200_000)) > checkpoints_before
-        for name, figures in zip((s.name for s in servers), flood.figures.values()):
+        for name, figures in zip((s.name for s in servers), flood.figures.values(), strict=True):
             assert figures.shut >= OFFERED - 200, (name, figures)  # the servers cut most
 
     with Client(cluster.master_addr, timeout_s=30) as fresh:

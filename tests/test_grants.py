@@ -236,7 +236,7 @@ def test_keys_rotate_while_items_flow_and_nothing_is_lost(secure_cluster):
     while master.capabilities.keys()[1].key_id < first_key + 4:
         assert time.monotonic() < deadline, "the keys did not rotate"
         payloads = [f"item {batch}.{i}".encode() for i in range(20)]
-        sent.update(zip(client.enqueue_many("rot", payloads), payloads))
+        sent.update(zip(client.enqueue_many("rot", payloads), payloads, strict=True))
         msgs = client.dequeue_many("rot", 15)
         got.update((m.id, m.data) for m in msgs)
         client.ack_many(msgs)

@@ -108,7 +108,7 @@ def test_state_machine_matches_the_model(script):
             d = delay if delay is not None else CONFIG.backoff_s(state.items[i].attempts + 1)
             nbs.append(now + d if d > 0 else 0.0)
         state.apply(ReleaseItems(ids=ids, not_befores=nbs, error="e"))
-        for i, nb in zip(ids, nbs):
+        for i, nb in zip(ids, nbs, strict=True):
             model.release(i, nb)
 
     for step in script:

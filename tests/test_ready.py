@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import islice
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -93,7 +95,7 @@ def test_the_line_serves_as_a_sorted_list_would(script):
         else:
             # a walk pops k from the front; put_back returns them, or they are taken for good
             _, k, give_back = op
-            popped = [r for _, r in zip(range(k), line.popping())]
+            popped = list(islice(line.popping(), k))
             assert popped == model[:len(popped)]
             if give_back:
                 line.put_back(popped)

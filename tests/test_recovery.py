@@ -90,7 +90,7 @@ def test_producer_and_consumer_ride_through_master_crashes(cluster_factory):
                     errors.append(exc)
                     continue
                 acked.extend(ids)
-                payload_of.update(zip(ids, data))
+                payload_of.update(zip(ids, data, strict=True))
         done.set()
 
     def consume() -> None:

@@ -36,7 +36,7 @@ def fill(master: str, queue: str, n: int, *, seed: int = 0,
     blobs = [rng.randbytes(rng.randint(0, max_size)) for _ in range(n)]
     with Client(master) as c:
         ids = c.enqueue_many(queue, blobs)
-    return dict(zip(ids, blobs))
+    return dict(zip(ids, blobs, strict=True))
 
 
 @contextlib.contextmanager

@@ -19,7 +19,7 @@ def test_a_drain_of_a_sharded_queue_writes_every_shards_items_once(spark, sharde
     with sharded.client() as c:
         for _ in range(30):  # batches land on random shards
             blobs = [rng.randbytes(rng.randint(0, 300)) for _ in range(100)]
-            expected.update(zip(c.enqueue_many("jobs", blobs), blobs))
+            expected.update(zip(c.enqueue_many("jobs", blobs), blobs, strict=True))
     assert {shard_of(i) for i in expected} == {0, 1, 2}
     spec = " ".join(sharded.addrs)
 

@@ -59,7 +59,7 @@ def run_driver(argv: list[str], spark_cluster: StandaloneSpark) -> subprocess.Co
 
 def payloads(path: str) -> list[tuple[int, bytes]]:
     table = pq.read_table(path, columns=["id", "data"])
-    return list(zip(table.column("id").to_pylist(), table.column("data").to_pylist()))
+    return list(zip(table.column("id").to_pylist(), table.column("data").to_pylist(), strict=True))
 
 
 def assert_each_once(rows: list[tuple[int, bytes]], expected: dict[int, bytes]) -> None:
@@ -81,7 +81,7 @@ def test_the_drain_command_on_a_standalone_cluster_writes_each_item_once(
     rng = random.Random(16)
     blobs = [rng.randbytes(rng.randint(0, 300)) for _ in range(ITEMS)]
     with Client(cluster.master_addr) as c:
-        expected = dict(zip(c.enqueue_many("jobs", blobs), blobs))
+        expected = dict(zip(c.enqueue_many("jobs", blobs), blobs, strict=True))
     out = str(tmp_path / "out")
 
     proc = run_driver([sys.executable, "-m", "blizzard.cli", "drain", "jobs", "--to", out,

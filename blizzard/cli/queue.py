@@ -346,13 +346,13 @@ def queue_peek(queue: str, master: str, timeout_s: float, n: int, as_json: bool)
     calls = [format_call(m.data) for m in msgs]
 
     def human() -> None:
-        for m, call in zip(msgs, calls):
+        for m, call in zip(msgs, calls, strict=True):
             data = "data=" + escape(m.data) if call is None else "call=" + escape(call.encode())
             click.echo(f"id={m.id}\tpriority={m.priority}\tattempts={m.attempts}\t"
                        f"key={escape(m.key.encode())}\terror={escape(m.error.encode())}\t"
                        f"{data}")
     output(as_json, {"queue": queue, "items": [{**message_doc(m), "call": call}
-                                               for m, call in zip(msgs, calls)]}, human)
+                                               for m, call in zip(msgs, calls, strict=True)]}, human)
 
 
 @queue.command("redrive")

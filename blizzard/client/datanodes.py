@@ -179,7 +179,7 @@ class DatanodePool:
             self.pushed = {}
             return reply
         self.pushes += 1
-        self.pushed = dict(zip(reply.ids, reply.blobs))
+        self.pushed = dict(zip(reply.ids, reply.blobs, strict=True))
         opened, self._opened = self._opened, None
         if opened is not None and opened[0] is reply:
             return opened[1]
@@ -266,7 +266,7 @@ class DatanodePool:
             forbidden = isinstance(reply, p.Error) and reply.code == Forbidden.code
             return NodeRead({}, list(range(len(ids))), forbidden)
         self.delays.observe(node.node_id, time.monotonic() - sent)
-        got: dict[int, bytes] = dict(zip(reply.ids, reply.blobs))
+        got: dict[int, bytes] = dict(zip(reply.ids, reply.blobs, strict=True))
         rest = []
         for k, item_id in enumerate(ids):
             if not intact(got.get(item_id), sizes[k], crcs[k]):
@@ -392,7 +392,7 @@ class _HedgedRead:
         if not isinstance(reply, p.Blobs):
             return self._failed(ask, reply)
         self.pool.delays.observe(ask.node_id, now - ask.sent)
-        got: dict[int, bytes] = dict(zip(reply.ids, reply.blobs))
+        got: dict[int, bytes] = dict(zip(reply.ids, reply.blobs, strict=True))
         # a reply is capped by bytes: ids in neither list were not reached, ask again
         unreached = {i.id for i, _ in ask.items} - set(reply.ids) - set(reply.missing) \
             if reply.ids else set()

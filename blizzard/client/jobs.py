@@ -80,7 +80,7 @@ def _statuses(client: Any, reply: p.JobStates, read: bool) -> list[JobStatus]:
     payloads: dict[int, bytes] = {}
     if read and reply.results.ids:
         by_item, _ = client.fetch(leased_items(reply.results))
-        payloads = {job: by_item[item] for item, job in zip(reply.results.ids, reply.result_of)
+        payloads = {job: by_item[item] for item, job in zip(reply.results.ids, reply.result_of, strict=True)
                     if item in by_item}
     schedules = reply.schedules or [""] * len(reply.ids)
     return [JobStatus(job, reply.states[k], reply.queues[k], reply.attempts[k], reply.runs[k],
@@ -105,7 +105,7 @@ def cancel_explained(client: Any, ids: Iterable[int]) -> dict[int, str]:
         part = ids[start:start + p.MAX_BATCH]
         reply: p.Acked = client.master.call(p.Cancel(part))
         why = list(reply.why) + [p.NOT_CANCELLED_FINAL] * (len(reply.lost) - len(reply.why))
-        refused = dict(zip(reply.lost, why))
+        refused = dict(zip(reply.lost, why, strict=True))
         out.update((i, NOT_CANCELLED.get(refused[i], "refused") if i in refused else "")
                    for i in part)
     return out

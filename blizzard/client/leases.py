@@ -101,7 +101,7 @@ class Leases:
             told = [i for i in ids if i in progress] if progress else []
             if not told or progress is None:
                 return p.Extend(ids, leases, float(lease_s), queue)
-            fractions, notes, states = (list(col) for col in zip(*(progress[i] for i in told)))
+            fractions, notes, states = (list(col) for col in zip(*(progress[i] for i in told), strict=True))
             return p.Extend(ids, leases, float(lease_s), queue, told, fractions, notes, states)
         return self._settle(ids, leases, make)
 
@@ -189,7 +189,7 @@ def refusal(lost: Sequence[int], why: Sequence[int], queue: str = "") -> Blizzar
         return None
     why = list(why) + [p.LOST_EXPIRED] * (len(lost) - len(why))  # an older master gives none
     by_reason: dict[int, list[int]] = {}
-    for item_id, reason in zip(lost, why):
+    for item_id, reason in zip(lost, why, strict=True):
         by_reason.setdefault(reason, []).append(item_id)
     text = "; ".join(REFUSALS[reason][1].format(queue=queue or "the one named") + f": {ids[:10]}"
                      + (" ..." if len(ids) > 10 else "") for reason, ids in by_reason.items())

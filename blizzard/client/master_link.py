@@ -91,7 +91,7 @@ class MasterLink:
     def _find_primary(self) -> None:
         endpoints = self.all_endpoints()
         replies = call_many([(ep, p.Hello()) for ep in endpoints], FAILOVER_ATTEMPT_S / 2)
-        for ep, reply in zip(endpoints, replies):
+        for ep, reply in zip(endpoints, replies, strict=True):
             self._note_refusal(ep.addr, reply)
         primaries = [(w.epoch, -i) for i, w in enumerate(replies)
                      if isinstance(w, p.Welcome) and not w.primary]
@@ -149,7 +149,7 @@ class MasterLink:
                                 probe_s=PROBE_S if probe else None, also=also,
                                 genuine=genuine)
             again = []
-            for i, reply in zip(todo, replies):
+            for i, reply in zip(todo, replies, strict=True):
                 if isinstance(reply, AuthenticationFailed):
                     raise reply  # no retry gets past a refused key
                 self._note_refusal(ep.addr, reply)

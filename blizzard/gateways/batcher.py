@@ -97,7 +97,7 @@ class _Lane:
 def _send_puts(client: Any, group: tuple[Any, ...], reqs: list[_Request]) -> None:
     tube, opts = group
     ids = client.pipeline.enqueue(tube, [r.what for r in reqs], opts)
-    for req, item_id in zip(reqs, ids):
+    for req, item_id in zip(reqs, ids, strict=True):
         req.answer(item_id)
 
 
@@ -114,7 +114,7 @@ def _send_acks(client: Any, group: tuple[Any, ...], reqs: list[_Request]) -> Non
             seen.add(req.what[0])
         reply: p.Acked = client.master.call(p.Ack(as_ids([r.what[0] for r in now]),
                                                   [r.what[1] for r in now], False, queue, late))
-        why = dict(zip(reply.lost, reply.why or [p.LOST_EXPIRED] * len(reply.lost)))
+        why = dict(zip(reply.lost, reply.why or [p.LOST_EXPIRED] * len(reply.lost), strict=True))
         for req in now:
             item_id = req.what[0]
             req.answer(error=refusal([item_id], [why[item_id]], queue) if item_id in why

@@ -58,7 +58,7 @@ def parse(line: bytes) -> Command:
     if len(raw) != len(shape):
         raise LineError("BAD_FORMAT")
     args: list[int | str] = []
-    for kind, value in zip(shape, raw):
+    for kind, value in zip(shape, raw, strict=True):
         if kind == "t":
             if not _TUBE.fullmatch(value):
                 raise LineError("BAD_FORMAT")

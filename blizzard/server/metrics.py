@@ -68,7 +68,7 @@ class Timing:
         counts = list(self.counts)  # one copy, so the buckets agree with each other
         out: list[tuple[str, float]] = []
         total = 0
-        for bound, n in zip((*map(str, LATENCY_BUCKETS_S), "+Inf"), counts):
+        for bound, n in zip((*map(str, LATENCY_BUCKETS_S), "+Inf"), counts, strict=True):
             total += n
             out.append((bound, total))
         return out

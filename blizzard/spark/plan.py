@@ -102,7 +102,7 @@ def plan_partitions(batch: Batch, alive: set[str]) -> list[NodePartition]:
                 continue
             start = 0
             for node, count in zip(live, _shares([load[n.node_id] for n in live],
-                                                 len(columns[0]))):
+                                                 len(columns[0])), strict=True):
                 if count:
                     order = [node] + [n for n in live if n is not node] + \
                         [n for n in nodes if n not in live]

@@ -164,7 +164,7 @@ def rows(batch: pa.RecordBatch, columns: list[str],
     priorities, delays, keys = (batch.column(c).to_pylist() if c in columns else [None] * n
                                 for c in ("priority", "delay_s", "key"))
     groups: dict[Group, list[bytes]] = defaultdict(list)
-    for blob, priority, delay_s, key in zip(blobs, priorities, delays, keys):
+    for blob, priority, delay_s, key in zip(blobs, priorities, delays, keys, strict=True):
         groups[(0 if priority is None else int(priority),
                 0.0 if delay_s is None else float(delay_s), key)].append(blob)
     yield from groups.items()

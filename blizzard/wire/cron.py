@@ -62,7 +62,7 @@ def parse(text: str) -> Cron:
                               f"{'' if len(parts) == 1 else 's'}: give five "
                               "(minute hour day-of-month month day-of-week) or six (a second "
                               "first)")
-    values = [_field(part, *spec, text) for part, spec in zip(parts, FIELDS)]
+    values = [_field(part, *spec, text) for part, spec in zip(parts, FIELDS, strict=True)]
     weekdays = frozenset(d % 7 for d in values[5])
     seconds, minutes, hours, days, months = (frozenset(v) for v in values[:5])
     cron = Cron(text, seconds, minutes, hours, days, months, weekdays, parts[3] != "*",

@@ -239,13 +239,13 @@ class Sender:
                                    unique_until_done=bool(unique_for_s),
                                    depends_on=self.depends_on,
                                    on_dependency_failure=self.on_dependency_failure)
-                    for item, call in zip(items, split)]
+                    for item, call in zip(items, split, strict=True)]
         if unique_for_s:
             return [client.enqueue(task.queue, item, priority=self.priority,
                                    delay_s=self.delay_s, key=self.key,
                                    unique_key=self.unique_key or _call_key(task.name, *call),
                                    unique_for_s=unique_for_s, unique_until_done=True)
-                    for item, call in zip(items, split)]
+                    for item, call in zip(items, split, strict=True)]
         return client.enqueue_many(task.queue, items, priority=self.priority,
                                    delay_s=self.delay_s, key=self.key)
 

@@ -58,7 +58,7 @@ def read(cluster: LocalCluster) -> Durable:
             ids = list(store.ids())
             found = store.get_many(ids)
             blobs[node.name] = {item_id: (f[1] if f is not None else -1)
-                                for item_id, f in zip(ids, found)}
+                                for item_id, f in zip(ids, found, strict=True)}
         finally:
             store.close()
     return Durable(items, queues, blobs, report.verdict)

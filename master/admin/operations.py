@@ -113,7 +113,7 @@ class QueueAdmin:
             part = waiting[start:start + p.MAX_BATCH]
             holders = [self.state.items[i].nodes for i in part]
             self.log(DeleteItems(ids=part))  # gone, not done: what waits on them fails
-            for item_id, nodes in zip(part, holders):
+            for item_id, nodes in zip(part, holders, strict=True):
                 self.deletes.drop_blobs(item_id, nodes)
         return p.Acked(done=len(waiting), lost=[])
 

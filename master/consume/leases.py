@@ -317,9 +317,9 @@ class Leases:
         out = Settled()
         acked, holding, items = self.state.recent_acks, self.state.held, self.state.items
         if len(set(ids)) != len(ids):  # an id named twice counts once (its first lease)
-            pairs = dict(zip(reversed(ids), reversed(leases)))
+            pairs = dict(zip(reversed(ids), reversed(leases), strict=True))
             ids, leases = list(pairs), list(pairs.values())
-        for item_id, lease in zip(ids, leases):
+        for item_id, lease in zip(ids, leases, strict=True):
             item = items.get(item_id)
             if item is None:
                 if item_id not in acked:

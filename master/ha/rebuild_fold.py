@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 from blizzard.net.addrs import check_addr
 from blizzard.wire import item_meta
@@ -52,7 +53,7 @@ class NodeScan:
         if len(ids) != len(page.sizes) or len(ids) != len(page.crcs):
             raise InvalidArgument(f"a page of {self.node_id}: {len(ids)} ids, "
                                   f"{len(page.sizes)} sizes, {len(page.crcs)} checksums")
-        if any(b <= a for a, b in zip(ids, ids[1:])) or (ids and ids[0] < self.next):
+        if any(b <= a for a, b in pairwise(ids)) or (ids and ids[0] < self.next):
             raise InvalidArgument(f"a page of {self.node_id} lists ids out of order")
         if ids and (page.next <= ids[-1] or page.id_hi <= ids[-1]):
             raise InvalidArgument(f"a page of {self.node_id} ends before its own ids")

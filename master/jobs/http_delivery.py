@@ -42,7 +42,7 @@ class Tasks:
         # the errors' share of the reply is bounded, however many ids (a char is up to 4 bytes)
         cut = min(MAX_ERROR, max(MIN_ERROR_SHOWN, LOOKUP_ERROR_BYTES // (4 * max(1, len(ids)))))
         rows = [self.describe(item_id, now, cut) for item_id in ids]
-        return p.ItemStates(ids, *(list(column) for column in zip(*rows)))
+        return p.ItemStates(ids, *(list(column) for column in zip(*rows, strict=True)))
 
     def describe(self, item_id: int, now: float,
                  cut: int = MAX_ERROR) -> tuple[str, str, int, str, float]:
@@ -77,7 +77,7 @@ class Tasks:
             arguments.priority(msg.priority)
         held: list[int] = []
         lost: list[int] = []
-        for item_id, lease in dict(zip(msg.ids, msg.leases)).items():
+        for item_id, lease in dict(zip(msg.ids, msg.leases, strict=True)).items():
             (held if self.state.lease_of(item_id) == lease else lost).append(item_id)
         if held:  # a schedule's run given up: its next tick
             again, held = self.schedule_runs.split(held)

@@ -282,5 +282,5 @@ class JobDesk:
         if due:
             nodes = [state.items[i].nodes for i in due]
             self.log(ForgetResults(ids=due))
-            for item_id, holders in zip(due, nodes):
+            for item_id, holders in zip(due, nodes, strict=True):
                 self.deletes.drop_blobs(item_id, holders)

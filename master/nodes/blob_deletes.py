@@ -60,7 +60,7 @@ class Deletes:
         and replica set: the ack path's way, a list extension where ``drop_blobs`` is a call
         and an append per item and node."""
         by_set: dict[tuple[str, ...], list[int]] = {}
-        for item_id, nodes in zip(ids, holders):
+        for item_id, nodes in zip(ids, holders, strict=True):
             group = by_set.get(nodes)
             if group is None:
                 group = by_set[nodes] = []

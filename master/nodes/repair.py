@@ -186,7 +186,7 @@ class Repairer:
         left: a report naming every replica of an item drops none of them.
         """
         reported: dict[int, set[str]] = {}
-        for item_id, node in zip(ids, node_ids):
+        for item_id, node in zip(ids, node_ids, strict=True):
             reported.setdefault(item_id, set()).add(node)
         by_node: dict[str, list[int]] = {}
         for item_id, nodes in reported.items():

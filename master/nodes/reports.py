@@ -105,7 +105,7 @@ class DatanodeReports:
         (a client that may ack an item may as well report its copies bad, no other)."""
         if self.role_of(peer) not in (None, "node") and len(msg.ids) == len(msg.node_ids):
             items = self.state.items
-            kept = [(i, n) for i, n in zip(msg.ids, msg.node_ids)
+            kept = [(i, n) for i, n in zip(msg.ids, msg.node_ids, strict=True)
                     if (item := items.get(i)) is not None and item.status == LEASED]
             if msg.ids and not kept:
                 return p.Ok()  # nothing it may report

@@ -411,7 +411,7 @@ class Enqueues:
             return []
         items, uniques = self.state.items, self.state.uniques
         out = []
-        for item_id, key in zip(msg.ids, msg.uniques):
+        for item_id, key in zip(msg.ids, msg.uniques, strict=True):
             holder = uniques.holder(msg.queue, key, now) if key and item_id not in items \
                 else None
             out.append(item_id if holder is None else holder)
@@ -424,7 +424,7 @@ class Enqueues:
         uniques, items = self.state.uniques, self.state.items
         seen: dict[str, int] = {}
         out = []
-        for item_id, key in zip(msg.ids, msg.uniques):
+        for item_id, key in zip(msg.ids, msg.uniques, strict=True):
             first = seen.get(key) if key else None
             if key and first is None:
                 first = uniques.holder(msg.queue, key, now)
@@ -507,7 +507,7 @@ class Enqueues:
             if not 0 <= size <= self.config.max_item_bytes:
                 raise PayloadTooLarge(f"an item of {size} bytes exceeds max-item-bytes "
                                       f"{self.config.max_item_bytes}")
-        for crc, prio, delay, key in zip(msg.crcs, msg.priorities, msg.delays, msg.keys):
+        for crc, prio, delay, key in zip(msg.crcs, msg.priorities, msg.delays, msg.keys, strict=True):
             arguments.checksum(crc)
             arguments.priority(prio)
             arguments.seconds(delay, "delay_s", low=0, high=MAX_DELAY_S)

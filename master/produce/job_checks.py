@@ -31,7 +31,7 @@ def check_results(state: State, msg: p.Enqueue, n: int, retry: bool) -> None:
         raise InvalidArgument("a result names its job's lease token: one per job")
     if not retry:
         lease_of = state.lease_of
-        stale = [job for job, lease in zip(msg.result_of, msg.result_leases)
+        stale = [job for job, lease in zip(msg.result_of, msg.result_leases, strict=True)
                  if lease_of(job) != lease]
         if stale:
             raise LeaseExpired(f"jobs {stale[:10]} are not leased under the tokens given: "

@@ -118,7 +118,7 @@ def apply_cancel(s: Any, rec: CancelItems) -> None:
 
 
 def apply_progress(s: Any, rec: ProgressItems) -> None:
-    for item_id, fraction, note, saved in zip(rec.ids, rec.fractions, rec.notes, rec.states):
+    for item_id, fraction, note, saved in zip(rec.ids, rec.fractions, rec.notes, rec.states, strict=True):
         item = s.items.get(item_id)
         if item is not None and item.status == LEASED:
             s.jobs.record_progress(item_id, fraction, note, saved)
@@ -153,7 +153,7 @@ def apply_drop_schedule(s: Any, rec: DropSchedule) -> None:
 
 def apply_rearm(s: Any, rec: RearmItems) -> None:
     """Schedules' items wait for their next ticks, with no attempts counted."""
-    for item_id, not_before in zip(rec.ids, rec.not_befores):
+    for item_id, not_before in zip(rec.ids, rec.not_befores, strict=True):
         sched = s.schedules.of_item(item_id)
         item = s.items.get(item_id)
         if sched is None or item is None:

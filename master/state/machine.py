@@ -128,18 +128,18 @@ class State:
             self._enter(q, item, rec.not_befores[i])
             self.id_hi = max(self.id_hi, item_id + 1)
         if rec.ttrs:
-            for item_id, ttr in zip(rec.ids, rec.ttrs):
+            for item_id, ttr in zip(rec.ids, rec.ttrs, strict=True):
                 if ttr and item_id in self.items:
                     self.ttrs[item_id] = ttr
         if rec.uniques:
             self.uniques.expire(rec.at)
-            for item_id, key in zip(rec.ids, rec.uniques):
+            for item_id, key in zip(rec.ids, rec.uniques, strict=True):
                 if key:
                     self.uniques.take(rec.queue, key, item_id, rec.unique_until)
         if rec.depends_on:
             job_records.hold_for(self, rec)
         if rec.result_of:
-            for item_id, job in zip(rec.ids, rec.result_of):
+            for item_id, job in zip(rec.ids, rec.result_of, strict=True):
                 if item_id in self.items and item_id not in self.jobs.result_jobs:
                     replaced = self.jobs.link(job, item_id, rec.result_kind)
                     if replaced is not None and replaced in self.items:
@@ -155,7 +155,7 @@ class State:
         if rec.deadlines:  # items with leases of their own: each its deadline
             self._apply_lease_each(rec)
             return
-        for item_id, lease in zip(rec.ids, rec.leases):
+        for item_id, lease in zip(rec.ids, rec.leases, strict=True):
             item = items[item_id]
             if q is None or q.name != item.queue:
                 q = queues[item.queue]
@@ -243,7 +243,7 @@ class State:
 
     def _apply_release(self, rec: ReleaseItems | BuryItems) -> None:
         priorities = rec.priorities
-        for k, (item_id, not_before) in enumerate(zip(rec.ids, rec.not_befores)):
+        for k, (item_id, not_before) in enumerate(zip(rec.ids, rec.not_befores, strict=True)):
             item = self.items[item_id]
             if item_id in self.jobs.cancels:  # given back after a cancel: it ends here
                 self.forget(item)
@@ -532,7 +532,7 @@ class State:
     def leased_by(self, request: str) -> list[int]:
         """Items a lease call with this request id obtained and still holds (for retries)."""
         ids, leases = self.recent_leases.get(request, ((), ()))
-        return [item_id for item_id, lease in zip(ids, leases) if self.lease_of(item_id) == lease]
+        return [item_id for item_id, lease in zip(ids, leases, strict=True) if self.lease_of(item_id) == lease]
 
     # -- checkpoints (the layout is master.state.checkpoint_layout's) ------------------------------
 
@@ -616,7 +616,7 @@ class State:
             q.ready = ReadyLine(ready.get(q.name, ()))
             heapq.heapify(q.delayed)
         for deadline, pairs in leased.items():  # one expiry entry per deadline
-            s.expiries.add(deadline, *map(list, zip(*pairs)))
+            s.expiries.add(deadline, *map(list, zip(*pairs, strict=True)))
         if len(s.items) != head["items"]:
             raise ValueError(f"checkpoint holds {len(s.items)} items, its header says "
                              f"{head['items']}")

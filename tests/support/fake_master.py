@@ -119,7 +119,7 @@ class FakeClient:
     def call(self, request: Any) -> p.Acked:
         assert isinstance(request, p.Bury)
         msgs = [Message(i, b"", "q", 0, 0, 0.0, lease, None)
-                for i, lease in zip(request.ids, request.leases)]
+                for i, lease in zip(request.ids, request.leases, strict=True)]
         lost = self.fake.settle("bury", msgs)
         return p.Acked(len(msgs) - len(lost), lost)
 

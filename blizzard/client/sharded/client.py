@@ -139,7 +139,7 @@ class ShardedClient:
         asked = [(k, ep) for k, shard in enumerate(self.shards)
                  for ep in shard.master.all_endpoints()]
         replies = call_many([(ep, p.Hello()) for _, ep in asked], CHECK_S)
-        for (k, ep), welcome in zip(asked, replies):
+        for (k, ep), welcome in zip(asked, replies, strict=True):
             if isinstance(welcome, p.Welcome) and welcome.primary:
                 self._refuse_standby(k, ep.addr, welcome.primary)
 
@@ -408,7 +408,7 @@ class ShardedClient:
         for k, at in where.items():
             ids = self._shard(k).store_results(queue, [jobs[n] for n in at],
                                                [blobs[n] for n in at], kind=kind, ttl_s=ttl_s)
-            made.update(zip(at, ids))
+            made.update(zip(at, ids, strict=True))
         return [made[n] for n in range(len(jobs))]
 
     # -- schedules: each on the shard of its name --------------------------------------------

@@ -150,7 +150,7 @@ class ShardPicker:
         self.requests += len(shards)
         heads: dict[int, p.QueueHead] = {}
         mono = time.monotonic()
-        for k, link, reply in zip(shards, links, replies):
+        for k, link, reply in zip(shards, links, replies, strict=True):
             if isinstance(reply, p.QueueHead) and reply.shard == k:
                 heads[k] = reply
                 self.view.learn(reply, mono)

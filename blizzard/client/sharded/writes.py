@@ -124,4 +124,4 @@ class _Pair:
 def pairs(ids: Sequence[int], leases: Sequence[int], queue: str = "") -> list[_Pair]:
     if len(ids) != len(leases):
         raise InvalidArgument(f"{len(ids)} ids but {len(leases)} lease tokens")
-    return [_Pair(i, lease, queue) for i, lease in zip(ids, leases)]
+    return [_Pair(i, lease, queue) for i, lease in zip(ids, leases, strict=True)]
