@@ -109,7 +109,8 @@ class DatanodeServer:
         self.gate = Gate(self.node_id, self.router.role_of) if config.keys is not None else None
         self.peers: dict[str, Endpoint] = {}
         self._polled: tuple[zmq.Poller, dict[zmq.Socket, Endpoint]] = (zmq.Poller(), {})
-        self.replica_waits: dict[int, ReplicaWait] = {}  # forward request id -> the write waiting on it
+        # forward request id -> the write waiting on it
+        self.replica_waits: dict[int, ReplicaWait] = {}
         self.hold = SyncHold(config.sync_hold_ms / 1000)  # group commit across producers
         self.next_heartbeat = 0.0
         self.heartbeat_rid: int | None = None

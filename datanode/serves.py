@@ -1,4 +1,5 @@
-"""Leases this data node answers on the master's order, payloads and all (``master/consume/pushes.py``).
+"""Leases this data node answers on the master's order, payloads and all
+(``master/consume/pushes.py``).
 
 The node keeps one ``AwaitServes`` parked at the master; the reply (``Serves``) holds orders,
 each a lease's ``Leased`` and where its consumer is connected here. The node reads the items

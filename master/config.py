@@ -47,7 +47,8 @@ class MasterConfig:
     standby_of: str | None = None  # follow this primary as a hot standby
     advertise: str | None = None  # the address others reach this master at; default: bind
     sync_standby: bool = True  # once a standby caught up, answer only what it holds too
-    failover_after_s: float = 2.0  # a standby in sync promotes itself after this much silence; 0: never
+    # a standby in sync promotes itself after this much silence; 0: never
+    failover_after_s: float = 2.0
     # sharding (master/shard/heads.py)
     shard: int = 0  # this master's shard: its ids start at shard << 56
     shards: str = ""  # every shard's masters, space-separated, told to clients (Welcome)

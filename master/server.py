@@ -89,7 +89,8 @@ ROUTES = Routes([
     Route(p.Ping,         "ping",                  ANYONE),
     Route(p.Hello,        "hello",                 ANYONE),
     Route(p.Status,       "admin.status",          ANYONE),
-    # producers: ids and where to put them, enqueue, commit of staged items (master/produce/enqueue.py)
+    # producers: ids and where to put them, enqueue, commit of staged items
+    # (master/produce/enqueue.py)
     Route(p.Place,        "id_blocks.place",       USERS,     (R.Reserve,)),
     Route(p.Enqueue,      "enqueue",               USERS,     (R.CommitItems, R.ExpireUniques)),
     Route(p.Commit,       "commit",                USERS,     (R.CommitItems,)),
@@ -100,7 +101,8 @@ ROUTES = Routes([
     Route(p.Extend,       "leases.extend",         USERS,     (R.LeaseItems, R.ProgressItems)),
     Route(p.Regrant,      "leases.regrant",        USERS),
     Route(p.BadReplica,   "datanodes.bad_replica", USERS,     (R.DropReplicas,)),
-    # HTTP push delivery (master/jobs/http_delivery.py); a queue's head, for sharding (master/shard/heads.py)
+    # HTTP push delivery (master/jobs/http_delivery.py); a queue's head, for sharding
+    # (master/shard/heads.py)
     Route(p.Lookup,       "tasks.lookup",          USERS),
     Route(p.Bury,         "tasks.bury",            USERS,     (R.BuryItems, R.ReleaseItems)),
     Route(p.TaskStats,    "tasks.task_stats",      USERS),
@@ -129,7 +131,8 @@ ROUTES = Routes([
     Route(p.PutReport,    "put_report",            (NODE,)),
     Route(p.Replicated,   "replicated",            (NODE,),   (R.AddReplicas, R.DropReplicas)),
     Route(p.Inventory,    "inventory",             (NODE,),   (R.AddReplicas, R.DropReplicas)),
-    Route(p.AwaitServes,  "await_serves",          (NODE,)),  # leases a node answers (master/consume/pushes.py)
+    # leases a node answers (master/consume/pushes.py)
+    Route(p.AwaitServes,  "await_serves",          (NODE,)),
     # a standby following the log (master/ha/wal_shipping.py)
     Route(p.Follow,       "replication.follow",    (STANDBY,), (R.StandbySynced,)),
 ])
@@ -187,7 +190,8 @@ class MasterServer:
         self.queue_policy = QueuePolicy(config, self.state, self.router.role_of)
         self.enqueues = Enqueues(config, self.state, self.log_record, self.id_blocks, self.deletes,
                                  self.counts, self.queue_policy)
-        # sharding: a queue's head here, asked for, told with leases, published (master/shard/heads.py)
+        # sharding: a queue's head here, asked for, told with leases, published
+        # (master/shard/heads.py)
         self.heads = Heads(self.state, config.shard, self.ctx, config.heads_bind, keys,
                            lambda: self.wal.records_appended)
         router = self.router
@@ -334,7 +338,8 @@ class MasterServer:
         this master (``master/ha/wal_shipping.py``); the node is of this cluster
         (``master/nodes/cluster_id.py``); it is registered and given its orders
         (``master/nodes/reports.py``). The reply carries this cluster's id, the changed metadata
-        of items the node holds (``master/nodes/meta_sync.py``) and this master's epoch with its proof.
+        of items the node holds (``master/nodes/meta_sync.py``) and this master's epoch with its
+        proof.
         """
         self.node_keys.check(msg.node_id, peer, mono)
         self.replication.fence_by(msg)

@@ -1,4 +1,5 @@
-"""``--allow-hosts``: which task URLs a dispatcher may send to (``blizzard/dispatch/allow_hosts.py``)."""
+"""``--allow-hosts``: which task URLs a dispatcher may send to
+(``blizzard/dispatch/allow_hosts.py``)."""
 
 from __future__ import annotations
 

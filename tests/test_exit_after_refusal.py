@@ -1,10 +1,10 @@
 """A process that had a large payload refused exits cleanly, every time.
 
-An enqueue over the master's max item size is refused (``PayloadTooLarge``) while its payload may still be on its way
-to the data nodes. When libzmq's I/O thread read that payload from a Python object (a
-zero-copy send), the interpreter could free it first at exit: a segfault in about 4 runs of
-10 of a program that caught the error (the CLI too, before it refused such a file itself).
-Sends now copy into libzmq's buffer.
+An enqueue over the master's max item size is refused (``PayloadTooLarge``) while its payload may
+still be on its way to the data nodes. When libzmq's I/O thread read that payload from a Python
+object (a zero-copy send), the interpreter could free it first at exit: a segfault in about 4 runs
+of 10 of a program that caught the error (the CLI too, before it refused such a file itself). Sends
+now copy into libzmq's buffer.
 """
 
 from __future__ import annotations

@@ -54,8 +54,8 @@ def test_receive_with_visibility_timeout_zero_never_fails(sqs_gateway):
     """ReceiveMessage(VisibilityTimeout=0) is legal SQS (docs/sqs.md: "0 is a lease of 1 ms"),
     but about one receive in five fails with AccessDenied "the cluster refused: data nodes
     refused to serve items [...]: the grant expired 0.0s ago (start the gateway with --admin
-    ...)": the master's read grant ends with the lease (master/consume/leases.py, get_grant(..., until)),
-    1 ms later, before the gateway has read the body from the data nodes."""
+    ...)": the master's read grant ends with the lease (master/consume/leases.py, get_grant(...,
+    until)), 1 ms later, before the gateway has read the body from the data nodes."""
     sqs = boto(sqs_gateway.url)
     url = sqs.create_queue(QueueName="peek")["QueueUrl"]
     sqs.send_message(QueueUrl=url, MessageBody="look, don't take")

@@ -64,8 +64,8 @@ def replies_to(master, peer: bytes) -> list:
 
 def test_a_parked_named_lease_does_not_starve_the_queues_other_long_polls(master):
     """A long poll naming ids (here one that does not exist) gets nothing and marks its queue
-    "dry" for the pass (master/consume/leases.py serve_waiters): every head long poll parked after it
-    is then never served when items come, only answered empty at its timeout."""
+    "dry" for the pass (master/consume/leases.py serve_waiters): every head long poll parked after
+    it is then never served when items come, only answered empty at its timeout."""
     peer_named, peer_head = b"named", b"head"
     assert master.handle(peer_named, 1, p.Lease("q", 1, 30.0, 30.0, "n1", [], [],
                                                 ids=[10**9]), time.time(),
@@ -104,8 +104,9 @@ def test_a_named_lease_parked_in_a_paused_queue_cannot_wedge_the_timers(master):
 def test_a_retried_enqueue_with_a_duplicate_gets_the_same_firsts(master):
     """An enqueue whose second item repeats the first's unique key makes one item; its reply
     names the first id for both. Its retry (same request id: the reply was lost) is answered
-    from ``recent_commits`` as ``Committed(count=n)`` without ``firsts`` (master/produce/enqueue.py),
-    so the client (pipeline._committed) returns its own second id, which never existed."""
+    from ``recent_commits`` as ``Committed(count=n)`` without ``firsts``
+    (master/produce/enqueue.py), so the client (pipeline._committed) returns its own second id,
+    which never existed."""
     placement = place(master, 2)
     report(master, placement.ids)
     msg = p.replace(enqueue_msg(placement.ids, request="dup"), uniques=["k", "k"],

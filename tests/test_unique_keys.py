@@ -1,6 +1,6 @@
 """Unique keys: an enqueue naming a key an earlier item of its queue took within its window
-gets that item's id and makes nothing (master/state/unique_keys.py). Kept in the WAL and checkpoints,
-so a restart keeps them; under concurrent producers, one item."""
+gets that item's id and makes nothing (master/state/unique_keys.py). Kept in the WAL and
+checkpoints, so a restart keeps them; under concurrent producers, one item."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Write hedges (``master/produce/enqueue.py``, ``master/produce/placements.py``): a parked enqueue does not
-wait on one silent placed node past the hedge delay, also when no node had reported at the
+"""Write hedges (``master/produce/enqueue.py``, ``master/produce/placements.py``): a parked enqueue
+does not wait on one silent placed node past the hedge delay, also when no node had reported at the
 first hedge time (it was tried once only, found in review; now it is looked at again)."""
 
 from __future__ import annotations

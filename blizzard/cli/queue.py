@@ -52,12 +52,12 @@ def status(master: str, timeout_s: float, as_json: bool, watch_s: float | None) 
     "under_replicated",
     "nodes": [{"node_id", "addr", "alive", "suspect" (alive, but silent a few heartbeats:
     placed only if need be, read from last), "heartbeat_age_s" (age of items,
-    bytes_used and free_bytes), "items", "bytes_used", "free_bytes"}], "queues": [{queue, ready, delayed, leased, pending, dead,
-    oldest_age_s, enqueued_total, acked_total (both since the master started)}] (the first
-    1,000 by name), "queues_more" (how many more: `blizzard queue list` shows all)}. With
-    --watch, one such document a line ({"error", "error_class"} while the master does not
-    answer). A sharded cluster (several masters in --master): the shards' statuses merged,
-    with "shards" and "shards_unanswered" ({shard: why}: those down are left out).
+    bytes_used and free_bytes), "items", "bytes_used", "free_bytes"}], "queues": [{queue, ready,
+    delayed, leased, pending, dead, oldest_age_s, enqueued_total, acked_total (both since the
+    master started)}] (the first 1,000 by name), "queues_more" (how many more: `blizzard queue
+    list` shows all)}. With --watch, one such document a line ({"error", "error_class"} while the
+    master does not answer). A sharded cluster (several masters in --master): the shards' statuses
+    merged, with "shards" and "shards_unanswered" ({shard: why}: those down are left out).
     """
     from blizzard.client.core import Client, ShardedClient
 

@@ -88,9 +88,9 @@ class Client:
         naming them. ``admin`` uses the directory's admin key (needed to purge, redrive or
         configure queues).
 
-        Sharded (``blizzard/client/sharded/client.py``): a dequeue leases from the shard with the best head
-        among ``peeks`` shards it asks (with ``heads`` False), or among all, from the heads
-        the masters publish (``heads``, the default)."""
+        Sharded (``blizzard/client/sharded/client.py``): a dequeue leases from the shard with the
+        best head among ``peeks`` shards it asks (with ``heads`` False), or among all, from the
+        heads the masters publish (``heads``, the default)."""
         if timeout_s <= 0 or node_timeout_s <= 0:
             raise InvalidArgument("timeout_s and node_timeout_s must be positive")
         self.ctx: zmq.Context[zmq.Socket[bytes]] = ctx or zmq.Context.instance()

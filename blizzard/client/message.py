@@ -64,7 +64,8 @@ class Settle(Protocol):
 
 @dataclass(slots=True)
 class Message:
-    """A leased item. ``ack()`` when done; ``nack()`` to give it back; or use it as a context manager."""
+    """A leased item. ``ack()`` when done; ``nack()`` to give it back; or use it as a context
+    manager."""
 
     id: int
     data: bytes

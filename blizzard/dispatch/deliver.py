@@ -13,10 +13,10 @@ spent, buried in the queue's dead-letter queue with that error. Each request car
 per queue for leases (a long poll on one queue must not hold up another) and one for settling
 (``settle.py``: acks, nacks and burials in batches, lease extensions). A task is held from
 its lease until its outcome is settled, its lease extended when a third of it is left
-(``blizzard/client/lease_keeper.py``), so a slow endpoint or a busy master does not cost it. The tasks held bound how
-many more are leased, those decided and waiting to be settled too. A dispatcher killed
-mid-request loses nothing: its leases run out and the tasks come back (at least once, not
-exactly once).
+(``blizzard/client/lease_keeper.py``), so a slow endpoint or a busy master does not cost it. The
+tasks held bound how many more are leased, those decided and waiting to be settled too. A
+dispatcher killed mid-request loses nothing: its leases run out and the tasks come back (at least
+once, not exactly once).
 
 A lease the master refuses for now (too many long polls, unavailable) is tried again after a
 jittered, doubling pause; one refused for good (keys, arguments) stops the dispatcher. A loop

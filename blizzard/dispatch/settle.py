@@ -5,8 +5,8 @@ master has its outcome: while it waits in line, while its request is out, and wh
 outcome waits to be sent. All that time its lease is kept alive by the client's lease keeper
 (``blizzard/client/lease_keeper.py``, the worker's too): extended when a third of it is left,
 an unanswered extension tried again soon; a lease left to run out would let the master hand
-the task out again while this one is still deciding it. The same item leased twice (its first lease ran out) is two deliveries, held
-apart by their tokens.
+the task out again while this one is still deciding it. The same item leased twice (its first lease
+ran out) is two deliveries, held apart by their tokens.
 
 Outcomes are sent in batches, one call per kind: the acks together, the nacks grouped by
 back-off and error text (one ``Nack`` carries one of each), the burials by error. So an

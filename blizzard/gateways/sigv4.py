@@ -9,9 +9,9 @@ A request is signed in its ``Authorization`` header (what every SDK sends): the 
 recomputed over the request's method, path, query, the headers it names, and the SHA-256 of
 its body, with the key derived from the secret, the scope's date, region and service
 (``sqs``). Every ``X-Amz-*`` header sent must be among those signed (``X-Amz-Target``
-names the action: a relayed request cannot be turned into another). The request's time (``X-Amz-Date``) must lie within ``MAX_SKEW_S`` of the
-gateway's clock, so a captured request cannot be replayed later. Pre-signed URLs (the
-signature in the query) are not taken.
+names the action: a relayed request cannot be turned into another). The request's time
+(``X-Amz-Date``) must lie within ``MAX_SKEW_S`` of the gateway's clock, so a captured request
+cannot be replayed later. Pre-signed URLs (the signature in the query) are not taken.
 """
 
 from __future__ import annotations

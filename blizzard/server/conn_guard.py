@@ -241,9 +241,9 @@ class ConnectionGuard:
     """Enforces ``Limits`` on one bound ROUTER socket (see the module docstring).
 
     A socket has one monitor, and this guard holds it; it also tells which connections ended
-    (``read_departures``, for ``blizzard/server/departures.py``'s users). Its thread and the reader of
-    departures take turns on the monitor under a lock: the departures read in the server's
-    loop are read then, so they keep ``Departures``' ordering.
+    (``read_departures``, for ``blizzard/server/departures.py``'s users). Its thread and the reader
+    of departures take turns on the monitor under a lock: the departures read in the server's loop
+    are read then, so they keep ``Departures``' ordering.
 
     ``close`` before the socket is closed: it stops the monitoring, and the thread closes
     its end (a monitor whose reader is gone would stall libzmq's I/O thread).

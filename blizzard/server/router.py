@@ -127,7 +127,8 @@ class RouterServer:
             SERVER_HANDSHAKE_IVL_MS / 1000)) if addr.startswith("tcp://") else None
         self.proven: set[int] = set()  # without keys: this batch's descriptors, for the guard
         self.roles: dict[bytes, str] = {}  # this batch's connections -> "ROLE:KEY" (User-Id)
-        self.fds: dict[bytes, int] = {}  # ... -> their descriptors (``blizzard/server/departures.py``)
+        # ... -> their descriptors (``blizzard/server/departures.py``)
+        self.fds: dict[bytes, int] = {}
         self.poller = zmq.Poller()  # made once: ``Socket.poll`` would build one per call
         self.poller.register(self.sock, zmq.POLLIN)
         self.max_batch = max_batch

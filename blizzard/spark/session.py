@@ -31,8 +31,8 @@ def local_session(master: str = "local[*]", *, app_name: str = "blizzard",
     the executors get the driver's ``BLIZZARD_KEYS`` (the key directory must be at that path
     on the workers; ``conf`` may set ``spark.executorEnv.BLIZZARD_KEYS`` to another). ``conf``
     is applied last. Local Spark's JVM compiles with the JIT's first tier only
-    (``LOCAL_JAVA_OPTIONS``). Needs Java 17+. The web UI is off: it would be one more listening port.
-    ``log_level`` quiets Spark's own logging once the JVM is up (its start-up banner still
+    (``LOCAL_JAVA_OPTIONS``). Needs Java 17+. The web UI is off: it would be one more listening
+    port. ``log_level`` quiets Spark's own logging once the JVM is up (its start-up banner still
     shows).
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

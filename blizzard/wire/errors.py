@@ -201,7 +201,8 @@ class TooManyItems(RequestError):
 
 
 class UnknownItem(RequestError):
-    """Raised when a request names item ids the master does not hold (e.g. an expired pending enqueue)."""
+    """Raised when a request names item ids the master does not hold (e.g. an expired pending
+    enqueue)."""
 
     code = "unknown_item"
 

@@ -18,8 +18,8 @@ class Follow:
 
     ``epoch`` and ``cluster_id`` are the standby's; a standby of another epoch (or with no
     log yet: epoch -1) is sent a snapshot. While it receives one, ``segment`` is
-    ``-wal_start - 1`` and ``offset`` the bytes of that checkpoint it has. ``addr`` is where the standby serves, so the
-    primary can ask it whether it was promoted.
+    ``-wal_start - 1`` and ``offset`` the bytes of that checkpoint it has. ``addr`` is where the
+    standby serves, so the primary can ask it whether it was promoted.
     """
 
     name: str

@@ -1,6 +1,6 @@
 """The messages of the job features that stand apart from the leases: cancelling jobs and
-keeping schedules (master/jobs/status.py, master/jobs/schedules.py), and the words they share (how a job
-ended, what a failed dependency does, a job's states).
+keeping schedules (master/jobs/status.py, master/jobs/schedules.py), and the words they share (how
+a job ended, what a failed dependency does, a job's states).
 
 One family of the protocol; import its messages from ``blizzard.wire.protocol``, the one
 namespace of every message. ``Jobs`` and ``JobStates``, which carry a ``Leased``, are there.

@@ -6,7 +6,8 @@ carries its items' metadata (one ``ItemMeta`` for the whole put: a chunk shares 
 options), a copy between data nodes carries the copied items', and the master sends changes
 (attempts, a dead-letter move, a delay) on heartbeat replies, best effort. A master that lost
 its data dir pages through every node's metadata with ``ListMeta`` and rebuilds its queues
-from it (``master/ha/rebuild.py``). The checks both sides apply are ``blizzard/wire/item_meta.py``'s.
+from it (``master/ha/rebuild.py``). The checks both sides apply are
+``blizzard/wire/item_meta.py``'s.
 """
 
 from __future__ import annotations

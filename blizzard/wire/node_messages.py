@@ -178,14 +178,17 @@ class Put:
     forward: list[NodeRef]  # other replicas this node passes the blobs to
     min_replicas: int  # reply only when this many nodes (this one included) hold every blob
     node_id: str  # the node meant to store them: a new node at a dead one's address refuses
-    report: bool  # tell the master (``PutReport``), not the sender: a client's ``Enqueue`` waits on it
-    grant: PutGrant | None  # None: a relay or copy between data nodes (their key proves who they are)
+    # tell the master (``PutReport``), not the sender: a client's ``Enqueue`` waits on it
+    report: bool
+    # None: a relay or copy between data nodes (their key proves who they are)
+    grant: PutGrant | None
     meta: list[ItemMeta] = field(default_factory=list)  # kept beside the blobs (see ItemMeta)
 
 
 @message(41)
 class Stored:
-    """Reply to Put: the node ids that durably hold every blob (fewer than asked if replicas failed)."""
+    """Reply to Put: the node ids that durably hold every blob (fewer than asked if replicas
+    failed)."""
 
     nodes: list[str]
 

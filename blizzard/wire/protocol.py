@@ -157,7 +157,8 @@ class Placement:
     min_replicas: int  # W: the enqueue completes once this many of ``nodes`` hold every id
     deadline_s: float  # seconds the client has to enqueue before the ids are dropped
     grant: PutGrant
-    # data nodes the master suspects now (silent past a few heartbeats, or dead): none of them is placed while others can be; a reader tries them last
+    # data nodes the master suspects now (silent past a few heartbeats, or dead): none of them is
+    # placed while others can be; a reader tries them last
     suspects: list[str] = field(default_factory=list)
 
     @property

@@ -3,8 +3,9 @@
 One family of the protocol; import its messages from ``blizzard.wire.protocol``, the one
 namespace of every message. A consumer's ``Lease`` names where (``push_to``) and a secret
 (``push_key``); the master hands the answer to a data node that waits for orders
-(``AwaitServes``, ``Serves``: ``master/consume/pushes.py``), signed (``push_signature.py``); the node
-sends it on with the payloads (``Pushed``: ``datanode/serves.py``); docs/design.md "Data path".
+(``AwaitServes``, ``Serves``: ``master/consume/pushes.py``), signed (``push_signature.py``); the
+node sends it on with the payloads (``Pushed``: ``datanode/serves.py``); docs/design.md "Data
+path".
 """
 
 from __future__ import annotations

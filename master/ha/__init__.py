@@ -1,1 +1,2 @@
-"""High availability: WAL shipping to a standby, the standby itself, epochs, rebuild from the data nodes."""
+"""High availability: WAL shipping to a standby, the standby itself, epochs, rebuild from the data
+nodes."""

@@ -26,7 +26,8 @@ from master.rules import arguments
 from master.state.records import ClusterCreated, NodeSeen, RebuildItems, Reserve
 
 # Ids a dead master may have handed out above every id a node stored: at most 1,000,000 held
-# by producers (``master/produce/placements.py``) plus a reserved block; ids are 63-bit, so be generous.
+# by producers (``master/produce/placements.py``) plus a reserved block; ids are 63-bit, so be
+# generous.
 ID_MARGIN = 10_000_000
 RECORD_ITEMS = 10_000  # items per RebuildItems record
 

@@ -46,7 +46,8 @@ KeyRing = Callable[[], tuple[list[p.CapabilityKey], float]]  # the keys, when th
 log = logging.getLogger(__name__)
 
 PARK_S = 0.25  # a caught-up standby's Follow waits at most this long for new records
-MAX_SHIP_BYTES = 4 * 1024 * 1024  # WAL bytes in one reply (whole records; one larger record goes whole)
+# WAL bytes in one reply (whole records; one larger record goes whole)
+MAX_SHIP_BYTES = 4 * 1024 * 1024
 EXIT_FENCED = 75
 PROBE_EVERY_S = 1.0
 MAX_STANDBYS = 16  # standby names remembered (a name is what a Follow calls itself)

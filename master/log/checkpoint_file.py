@@ -1,9 +1,10 @@
 """Checkpoints: the master's whole state plus the WAL segment replay starts from.
 
 File ``checkpoint-<segment>.ckpt``: ``MAGIC <u64 wal_start> <u64 length> <u32 crc32> body``,
-body = the msgpack objects of ``State.export_parts()``, one after another. Written to a temp file, fsynced, renamed, and the
-directory fsynced, so a crash leaves either the old checkpoint or the new one, never half.
-Only after the new one is durable are older checkpoints and the segments it covers removed.
+body = the msgpack objects of ``State.export_parts()``, one after another. Written to a temp file,
+fsynced, renamed, and the directory fsynced, so a crash leaves either the old checkpoint or the new
+one, never half. Only after the new one is durable are older checkpoints and the segments it covers
+removed.
 """
 
 from __future__ import annotations

@@ -1,1 +1,2 @@
-"""The data nodes as the master sees them: membership, safe mode, repair, blob deletes, keys, grants, reports."""
+"""The data nodes as the master sees them: membership, safe mode, repair, blob deletes, keys,
+grants, reports."""

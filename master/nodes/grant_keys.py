@@ -2,11 +2,11 @@
 
 The ring holds three keys: the previous one (grants it signed may still be in use), the
 current one (signs every grant) and the next one. Every heartbeat reply hands a data node
-its own keys derived from the whole ring (``capability.node_key``), so a node knows the next key a full period before the master signs with
-it: a rotation never meets a node that has not heard of the new key yet. Each
-``capability_key_s`` the ring moves on by one (the previous key retires, a new next key is
-drawn), so a key is valid for three periods and signs during the middle one; a grant that
-outlives its key is refused like an expired one.
+its own keys derived from the whole ring (``capability.node_key``), so a node knows the next key a
+full period before the master signs with it: a rotation never meets a node that has not heard of
+the new key yet. Each ``capability_key_s`` the ring moves on by one (the previous key retires, a
+new next key is drawn), so a key is valid for three periods and signs during the middle one; a
+grant that outlives its key is refused like an expired one.
 
 The ring is kept in the data directory (``capability_keys``, mode 0600, replaced atomically),
 so a restarted master keeps honouring the grants it issued; with an in-memory WAL (tests) it

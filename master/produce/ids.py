@@ -10,7 +10,8 @@ from master.state.records import Reserve
 
 
 class ItemIds:
-    """Hands out ids in order; a ``Reserve`` record keeps a block ahead, so most placements log nothing.
+    """Hands out ids in order; a ``Reserve`` record keeps a block ahead, so most placements log
+    nothing.
 
     ``state.id_hi`` is the high-water mark the WAL knows; ``durable_hi`` is the part of it
     already fsynced (set by the server after each pass's flush).

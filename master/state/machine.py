@@ -60,7 +60,8 @@ from master.state.unique_keys import Uniques
 
 RECENT_LEASES = 4096  # lease calls remembered for retries
 RECENT_COMMITS = 16384  # commit calls remembered for retries
-RECENT_ACKS = 100_000  # acked (id, lease) pairs: a retried ack succeeds, someone else's stale one not
+# acked (id, lease) pairs: a retried ack succeeds, someone else's stale one not
+RECENT_ACKS = 100_000
 
 
 class State:

@@ -66,8 +66,8 @@ class CommitItems:
     # says (``protocol.RESULT_*``); each job keeps its latest result (master/jobs/status.py)
     result_of: list[int] = dataclasses.field(default_factory=list)
     result_kind: int = 0
-    # every item waits until these jobs are done (master/state/job_book.py); ``on_dependency_failure``
-    # says what one of them ending dead or cancelled does to it
+    # every item waits until these jobs are done (master/state/job_book.py);
+    # ``on_dependency_failure`` says what one of them ending dead or cancelled does to it
     depends_on: list[int] = dataclasses.field(default_factory=list)
     on_dependency_failure: int = 0
 
@@ -190,7 +190,8 @@ class ExpireUniques:
     at: float
 
 
-# -- jobs: cancellation, progress, results running out (master/jobs/status.py; codes 116-119) -------
+# -- jobs: cancellation, progress, results running out (master/jobs/status.py; codes 116-119)
+# -------
 
 
 @message(116)

@@ -1,9 +1,9 @@
 """A sharded queue's administration: each shard holds part of every queue, so counters add up.
 
-``ShardedClient`` (``blizzard/client/sharded/client.py``) asks every shard and merges the answers here. Settings
-go to every shard alike, except a rate limit: each shard admits its share of it
-(``shard_settings``), so the queue as a whole keeps about the rate asked for while consumers
-spread over the shards.
+``ShardedClient`` (``blizzard/client/sharded/client.py``) asks every shard and merges the answers
+here. Settings go to every shard alike, except a rate limit: each shard admits its share of it
+(``shard_settings``), so the queue as a whole keeps about the rate asked for while consumers spread
+over the shards.
 """
 
 from __future__ import annotations

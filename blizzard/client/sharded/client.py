@@ -9,10 +9,12 @@ started with ``--shard K``, so its ids start at ``K << 56`` and every id names i
 
 - An enqueue goes to one shard: by its key if it has one (a CRC of the key, so all of a key's
   items share a shard and keep their exclusivity and coalescing), else to a random one.
-- A lease goes to the shard with the best head among those looked at (``blizzard/client/sharded/pick.py``:
+- A lease goes to the shard with the best head among those looked at
+  (``blizzard/client/sharded/pick.py``:
   peek-d or the published heads), so order is relaxed: an item may be served while a better
   one waits on another shard (measured as the PEI by ``scripts/bench-pei``).
-- Counters add up over the shards and settings go to all of them (``blizzard/client/sharded/admin.py``).
+- Counters add up over the shards and settings go to all of them
+  (``blizzard/client/sharded/admin.py``).
 
 The shard count is part of the queue: a key maps to ``crc32(key) % shards``, so clients must
 list the same shards in the same order (each master checks its place: ``Welcome.shard``).

@@ -8,10 +8,10 @@ those looked at:
   (``Head``, one round in parallel), lease from the best. ``d`` = the number of shards gives
   strict order at the cost of asking every shard each time.
 - published heads (``heads=True``, the default): every master publishes its queues' heads as
-  they change (``master/shard/heads.py``) and the client keeps them (``blizzard/client/sharded/view.py``), so
-  it leases from the best shard it knows of with no question asked first; each lease reply
-  also brings that shard's new head. Information is a little stale; a lease that finds the
-  shard empty marks it so and tries the next best.
+  they change (``master/shard/heads.py``) and the client keeps them
+  (``blizzard/client/sharded/view.py``), so it leases from the best shard it knows of with no
+  question asked first; each lease reply also brings that shard's new head. Information is a little
+  stale; a lease that finds the shard empty marks it so and tries the next best.
 
 A shard that does not answer is left alone for ``DOWN_S``: its items wait for it, the others
 keep serving.

@@ -1,4 +1,5 @@
-"""A sharded client's pipelined writes, and its unawaited acks (``blizzard/client/sharded/client.py``).
+"""A sharded client's pipelined writes, and its unawaited acks
+(``blizzard/client/sharded/client.py``).
 
 ``ShardedProducer`` sends ``window`` batches to one shard, then as many to the next (all to
 the key's shard when the producer has a key), through one ``Producer`` per shard, and gives ids
