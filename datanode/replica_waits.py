@@ -19,7 +19,8 @@ class Refusals:
 
 @dataclass
 class ReplicaWait:
-    """A write waiting for replica confirmations: a client's Put, or a copy ordered by the master."""
+    """A write waiting for replica confirmations: a client's Put, or a copy ordered by the
+    master."""
 
     peer: bytes | None  # the client to answer; None for a copy order
     rid: int

@@ -433,7 +433,8 @@ class DatanodeServer:
         self._maybe_finish(wait)
 
     def _peer(self, addr: str) -> Endpoint:
-        """The connection to another data node; past ``MAX_PEERS`` the least recently used closes."""
+        """The connection to another data node; past ``MAX_PEERS`` the least recently used
+        closes."""
         ep = self.peers.pop(addr, None)
         if ep is None:
             if len(self.peers) >= MAX_PEERS:

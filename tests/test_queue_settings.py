@@ -1,4 +1,5 @@
-"""Queue settings, defined once: what derives from them, their checks, and old bytes that must load."""
+"""Queue settings, defined once: what derives from them, their checks, and old bytes that must
+load."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Suspect data nodes (``master/nodes/membership.py``): silent a few heartbeats. They are placed only
-to make up a shortfall, listed after healthy replicas, never a write's hedge, and named to
-clients; nothing a client does makes a healthy node suspect. The time is passed in."""
+"""Suspect data nodes (``master/nodes/membership.py``): silent a few heartbeats. They are placed
+only to make up a shortfall, listed after healthy replicas, never a write's hedge, and named
+to clients; nothing a client does makes a healthy node suspect. The time is passed in."""
 
 from __future__ import annotations
 

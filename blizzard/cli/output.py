@@ -61,7 +61,8 @@ def message_doc(m: Any, *, token: bool = False) -> dict[str, Any]:
 
 
 def seconds(value: float | None) -> str:
-    """A duration, rounded, with its unit: ``0.6 s``, ``42 s``, ``3.5 min``, ``2.0 h``, ``1.5 d``."""
+    """A duration, rounded, with its unit: ``0.6 s``, ``42 s``, ``3.5 min``, ``2.0 h``, ``1.5 d``
+    (``-`` for None)."""
     if value is None:
         return "-"
     if value < 10:

@@ -160,7 +160,8 @@ def _setting_option(s: Setting) -> Callable[[Any], Any]:
 
 
 def queue_options(f: Any) -> Any:
-    """Add one option per queue setting (``blizzard/wire/queue_settings.py``); unset ones are None."""
+    """Add one option per queue setting (``blizzard/wire/queue_settings.py``); unset ones are
+    None."""
     for s in reversed(SETTINGS):
         f = _setting_option(s)(f)
     return f

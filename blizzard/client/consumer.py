@@ -21,7 +21,8 @@ class Dequeues(Protocol):
 
 
 class Consumer:
-    """Iterate batches of messages with acks piggybacked on the next lease (see ``Client.consume``)."""
+    """Iterate batches of messages with acks piggybacked on the next lease (see
+    ``Client.consume``)."""
 
     def __init__(self, client: Dequeues, queue: str, n: int, lease_s: float | None,
                  wait_s: float) -> None:

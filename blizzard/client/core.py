@@ -176,7 +176,8 @@ class Client:
                      headers: dict[str, str] | None = None, body: bytes | str = b"",
                      max_attempts: int = 5, backoff_s: float = 2.0, timeout_s: float = 10.0,
                      priority: int = 0, delay_s: float = 0.0, key: str | None = None) -> int:
-        """Add an HTTP task for ``blizzard dispatch`` (``blizzard/client/http_delivery.py``); its id.
+        """Add an HTTP task for ``blizzard dispatch`` (``blizzard/client/http_delivery.py``);
+        its id.
 
         A 2xx reply within ``timeout_s`` is success; a failure is retried ``backoff_s`` later,
         at most ``max_attempts`` deliveries in all, then dead-lettered. Checked first: a bad

@@ -369,7 +369,8 @@ class LocalCluster:
         return sock
 
     def wait_ready(self, timeout_s: float = 30.0, nodes: int | None = None) -> p.ClusterStatus:
-        """Poll until the master answers and ``nodes`` data nodes (default: all running) are alive."""
+        """Poll until the master answers and ``nodes`` data nodes (default: all running) are
+        alive."""
         want = nodes if nodes is not None else sum(1 for n in self.nodes if n.alive)
         deadline = time.monotonic() + timeout_s
         last: Exception | None = None

@@ -129,7 +129,8 @@ class KeyRing:
         self.keys = {k.key_id: k.key for k in keys}
 
     def check_put(self, grant: PutGrant, ids: list[int], node_id: str, now: float) -> None:
-        """Raise ``Forbidden`` unless ``grant`` lets ``ids`` be written (or deleted) on this node."""
+        """Raise ``Forbidden`` unless ``grant`` lets ``ids`` be written (or deleted) on this
+        node."""
         key = self._key(grant.key_id, grant.expiry, grant.nodes, node_id, now)
         self.verified.check(key, grant, _slice(grant.mac, grant.nodes, node_id), lambda: node_mac(
             key, "put", grant.nodes, grant.key_id, grant.expiry, grant.first, grant.n))

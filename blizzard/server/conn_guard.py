@@ -411,7 +411,8 @@ class ConnectionGuard:
 
 
 class GuardDepartures:
-    """``blizzard.server.departures.Departures``' calls over a guard's monitor (a socket has one)."""
+    """``blizzard.server.departures.Departures``' calls over a guard's monitor (a socket has
+    one)."""
 
     def __init__(self, guard: ConnectionGuard) -> None:
         self.guard = guard

@@ -208,7 +208,8 @@ class UnknownItem(RequestError):
 
 
 class LeaseExpired(RequestError):
-    """Raised when a lease was lost (expired, possibly granted to another consumer) before the ack."""
+    """Raised when a lease was lost (expired, possibly granted to another consumer) before the
+    ack."""
 
     code = "lease_expired"
 

@@ -125,7 +125,8 @@ class CopyOrder:
 
 @message(33)
 class Replicated:
-    """A data node copied ``ids`` to ``target``; ``missing`` were absent or corrupt at the source."""
+    """A data node copied ``ids`` to ``target``; ``missing`` were absent or corrupt at the
+    source."""
 
     node_id: str
     target: str

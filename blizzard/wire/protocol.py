@@ -572,7 +572,8 @@ class DeleteItem:
 
 @message(62)
 class DeleteQueue:
-    """Delete a queue, its settings and its items; a queue with items is refused unless ``force``."""
+    """Delete a queue, its settings and its items; a queue with items is refused unless
+    ``force``."""
 
     queue: str
     force: bool

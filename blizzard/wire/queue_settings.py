@@ -40,7 +40,8 @@ _VALID_NAMES: set[str] = set()
 
 
 def results_queue(queue: str) -> str:
-    """Where the results of ``queue``'s jobs are kept (``blizzard/worker``, master/jobs/status.py)."""
+    """Where the results of ``queue``'s jobs are kept (``blizzard/worker``,
+    master/jobs/status.py)."""
     return queue + RESULTS_SUFFIX
 
 

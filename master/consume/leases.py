@@ -82,7 +82,8 @@ class Settled:
 
 @dataclass(slots=True)
 class Waiter:
-    """A long-polling lease request parked until items (and rate tokens) are there, or time is up."""
+    """A long-polling lease request parked until items (and rate tokens) are there, or time is
+    up."""
 
     peer: bytes
     rid: int

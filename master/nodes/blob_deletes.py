@@ -43,7 +43,8 @@ class Deletes:
         self.total += len(ids)
 
     def drop_blobs(self, item_id: int, nodes: Iterable[str]) -> None:
-        """Every holder of an item that is gone should delete its blob (the ack path: kept cheap)."""
+        """Every holder of an item that is gone should delete its blob (the ack path: kept
+        cheap)."""
         orders = self.orders
         for node in nodes:
             target = orders.get(node)

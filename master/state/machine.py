@@ -523,7 +523,8 @@ class State:
 
     def head(self, name: str, n: int, now: float, new: int | None = None) -> list[int]:
         """The ids a lease of ``n`` would take right now, in serving order; ``new``: at most
-        that many never delivered (a rate-limited lease's tokens). See ``master/state/picking.py``."""
+        that many never delivered (a rate-limited lease's tokens). See
+        ``master/state/picking.py``."""
         return picking.head(self, name, n, now, new)
 
     def expired(self, now: float, limit: int = 10_000) -> list[int]:
