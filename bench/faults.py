@@ -399,8 +399,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("need at least 2 data nodes (one paused, one killed) and 1 <= R <= --datanodes")
     if args.min_replicas is not None and not 1 <= args.min_replicas <= args.replication:
         ap.error("--min-replicas must be between 1 and --replication")
-    if args.backlog < 0 or args.size < 1 or args.slow_enqueues < 1 or not 0 < args.slow_max_s <= 600 \
-            or not 0 < args.slow_delay_s <= 10:
+    if args.backlog < 0 or args.size < 1 or args.slow_enqueues < 1 \
+            or not 0 < args.slow_max_s <= 600 or not 0 < args.slow_delay_s <= 10:
         ap.error("--backlog >= 0, --size >= 1, --slow-enqueues >= 1, --slow-max-s in (0, 600], "
                  "--slow-delay-s in (0, 10]")
     base = start("faults")

@@ -120,7 +120,8 @@ def run(kind: str, where: Any, producers: int, consumers: int, size: int,
     per_item = {"producers": cpu["p"], "consumers": cpu["c"],
                 **{name: after[name] - before[name] for name in servers}}
     line = {"system": kind, "producers": producers, "consumers": consumers, "size": size,
-            "enqueued_per_s": round(counts["p"] / elapsed), "acked_per_s": round(counts["c"] / elapsed),
+            "enqueued_per_s": round(counts["p"] / elapsed),
+            "acked_per_s": round(counts["c"] / elapsed),
             "cpu_us_per_acked": {name: round(used / acked * 1e6)
                                  for name, used in per_item.items()},
             "errors": errors[:3]}

@@ -205,7 +205,8 @@ class Restarts:
             proc.kill()
         found = RECOVERED.search(proc.tail(20000))
         shutil.rmtree(data_dir, ignore_errors=True)
-        return {"restart_s": restart_s, "recover_s": float(found.group(1)) if found else float("nan"),
+        return {"restart_s": restart_s,
+                "recover_s": float(found.group(1)) if found else float("nan"),
                 "rss": settled["VmRSS"], "rss_serving": serving["VmRSS"],
                 "peak_rss": settled["VmHWM"], "stop_s": stop_s}
 

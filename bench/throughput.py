@@ -145,8 +145,8 @@ def _us(ns: int | None) -> float | None:
 
 # -- workers (run in child processes; each builds its own Client after the process starts) --
 
-def produce(master: str, keys: str, queue: str, size: int, n: int, batch: int, max_s: float, window: int,
-            barrier: Any, out: Any) -> None:
+def produce(master: str, keys: str, queue: str, size: int, n: int, batch: int, max_s: float,
+            window: int, barrier: Any, out: Any) -> None:
     """Enqueue ``n`` items in calls of ``batch``; report count, times and per-call latencies.
 
     ``window`` > 1: through ``Client.producer``, that many batches in flight at once.
@@ -283,8 +283,8 @@ def measure(cluster: LocalCluster, size: int, batch: int, n: int,
               **({"bound": ["no-sync"]} if args.no_sync else {})}
     queue = f"bench-{size}-{batch}"
     log.info("enqueue: %d items of %d B, batch %d", n, size, batch)
-    prod = run_workers({"producer": (produce, (master, keys, queue, size, n, batch, args.max_seconds, 1))},
-                       args.max_seconds)["producer"]
+    work = (master, keys, queue, size, n, batch, args.max_seconds, 1)
+    prod = run_workers({"producer": (produce, work)}, args.max_seconds)["producer"]
     emit("enqueue", prod["done"], n, elapsed_ns=prod["t1"] - prod["t0"], lats_ns=prod["lats"],
          **common)
 

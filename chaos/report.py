@@ -187,7 +187,8 @@ def master_outages(tl: Timeline) -> list[dict[str, Any]]:
 def _jobs(j: dict[str, Any]) -> list[str]:
     """The jobs lane's lines (chaos/jobs.py)."""
     twice = sum(len(t) for t in j["ticks_armed_twice"].values())
-    return ["", f"jobs     {'ok' if j['valid'] else 'FAIL'}: schedule ticks armed {j['ticks_armed']}"
+    verdict = "ok" if j["valid"] else "FAIL"
+    return ["", f"jobs     {verdict}: schedule ticks armed {j['ticks_armed']}"
                 f" (twice {twice}), run {j['ticks_run']} (unarmed "
                 f"{len(j['ticks_run_unarmed'])}); chains {j['chains']} (unfinished "
                 f"{len(j['chains_unfinished'])}, out of order {len(j['order_violations'])})"]

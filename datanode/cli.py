@@ -36,7 +36,10 @@ _DEFAULT = config_defaults(DatanodeConfig)
               type=click.IntRange(1, MAX_ITEM_BYTES), help="Largest blob accepted.")
 @click.option("--sync-hold-ms", default=_DEFAULT["sync_hold_ms"], show_default=True,
               type=click.FloatRange(0, 100),
-              help="While other producers were busy in the last 20 ms, hold a pass's synced write open this long for the requests on their way, so one synced write serves them too (group commit across callers); 0: never hold. Adds at most this much latency, and only under load.")
+              help="While other producers were busy in the last 20 ms, hold a pass's synced "
+                   "write open this long for the requests on their way, so one synced write "
+                   "serves them too (group commit across callers); 0: never hold. Adds at most "
+                   "this much latency, and only under load.")
 @click.option("--join-cluster", default="", metavar="ID",
               help="Attach a node that holds blobs but no cluster id (from before cluster ids) "
                    "to cluster ID; its master refuses it otherwise. Blobs no item of that "

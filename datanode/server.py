@@ -293,7 +293,8 @@ class DatanodeServer:
         grant cannot rewrite an item once it is enqueued."""
         if min(msg.ids) >= self.store.id_hi:  # ids only grow: the usual put ends here
             return False
-        held = [i for i, found in zip(msg.ids, self.store.get_many(msg.ids), strict=True) if found is not None]
+        found = self.store.get_many(msg.ids)
+        held = [i for i, f in zip(msg.ids, found, strict=True) if f is not None]
         if not held:
             return False
         if len(held) == len(msg.ids):

@@ -329,7 +329,8 @@ class MemoryStore:
     def put_many(self, ids: list[int], blobs: list[bytes], crcs: list[int],
                  metas: list[bytes | None] | None = None) -> None:
         _id_range(ids)
-        for item_id, blob, crc, meta in zip(ids, blobs, crcs, metas or [None] * len(ids), strict=True):
+        every_meta = metas or [None] * len(ids)
+        for item_id, blob, crc, meta in zip(ids, blobs, crcs, every_meta, strict=True):
             self.blobs[item_id] = _CRC.pack(crc) + blob
             if meta is not None:
                 self.items[item_id] = _SIZE_CRC.pack(len(blob), crc) + meta

@@ -63,7 +63,10 @@ class MasterCommand(click.Command):
                    "within this are dropped and their blobs deleted.")
 @click.option("--sync-hold-ms", default=_DEFAULT["sync_hold_ms"], show_default=True,
               type=click.FloatRange(0, 100),
-              help="While other clients were busy in the last 20 ms, hold a pass's WAL fsync open this long for the requests on their way, so one WAL fsync serves them too (group commit across callers); 0: never hold. Adds at most this much latency, and only under load.")
+              help="While other clients were busy in the last 20 ms, hold a pass's WAL fsync "
+                   "open this long for the requests on their way, so one WAL fsync serves them "
+                   "too (group commit across callers); 0: never hold. Adds at most this much "
+                   "latency, and only under load.")
 @click.option("--max-item-bytes", default=_DEFAULT["max_item_bytes"], show_default=True,
               type=click.IntRange(1, MAX_ITEM_BYTES), help="Largest payload accepted.")
 @click.option("--checkpoint-records", default=_DEFAULT["checkpoint_records"], show_default=True,

@@ -218,8 +218,8 @@ class MasterMetrics(metrics.ServedCollector):
         alive = sum(1 for n in nodes if members.is_alive(n, mono))
         suspect = sum(1 for n in nodes if members.is_alive(n, mono) and members.is_suspect(n, mono))
         family = GaugeMetricFamily("blizzard_datanodes", "Known data nodes: alive and healthy, "
-                                   "alive but suspect (silent a few heartbeats: placed only if need "
-                                   "be, read from last), dead.", labels=["state"])
+                                   "alive but suspect (silent a few heartbeats: placed only if "
+                                   "need be, read from last), dead.", labels=["state"])
         family.add_metric(["alive"], alive - suspect)
         family.add_metric(["suspect"], suspect)
         family.add_metric(["dead"], len(nodes) - alive)
@@ -235,8 +235,8 @@ class MasterMetrics(metrics.ServedCollector):
                                   "put them on as well (PutAlso).", value=self.enqueues.hedged)
         pushed = CounterMetricFamily(
             "blizzard_pushed_leases", "Leases a data node was ordered to answer, payloads and "
-            "all (master/consume/pushes.py), by who answered: the node, or the master when the node "
-            "could not or was late.", labels=["by"])
+            "all (master/consume/pushes.py), by who answered: the node, or the master when the "
+            "node could not or was late.", labels=["by"])
         pushed.add_metric(["node"], self.pushes.pushed)
         pushed.add_metric(["master"], self.pushes.direct)
         yield pushed

@@ -63,7 +63,8 @@ def main(items: int, batch: int, datanodes: int, replication: int, jobs: int,
                     with Client(cluster.master_addr) as c:
                         for start in range(0, items, batch):
                             stop = min(items, start + batch)
-                            produced.extend(c.enqueue_many("demo", [payload(i) for i in range(start, stop)]))
+                            batch_data = [payload(i) for i in range(start, stop)]
+                            produced.extend(c.enqueue_many("demo", batch_data))
                 except BaseException as exc:
                     errors.append(exc)
 

@@ -97,7 +97,8 @@ def run(master: str, out_dir: str, items: int, size: int, batch: int, spark_mast
         ids: dict[int, int] = {}
         for start in range(0, items, 1000):
             seqs = range(start, min(items, start + 1000))
-            ids.update(zip(c.enqueue_many(queue, [payload(s, size) for s in seqs]), seqs, strict=True))
+            made = c.enqueue_many(queue, [payload(s, size) for s in seqs])
+            ids.update(zip(made, seqs, strict=True))
         enqueue_s = time.monotonic() - started
     click.echo(f"enqueued {items:,} items of {size:,} B in {enqueue_s:.1f}s")
     spark_started = time.monotonic()

@@ -83,7 +83,8 @@ def test_options_read_from_the_environment_below_the_command_line(cluster):
     peeked = run("queue", "peek", "jobs", "--n", "5", env={**env, "BLIZZARD_QUEUE_PEEK_N": "0"})
     assert peeked.returncode == 0, peeked.stderr  # the command line's --n 5 wins over 0
     bad = run("queue", "peek", "jobs", env={**env, "BLIZZARD_QUEUE_PEEK_N": "0"})
-    assert bad.returncode == 2 and "'--n' (env var: 'BLIZZARD_QUEUE_PEEK_N'): 0 is not" in bad.stderr
+    assert bad.returncode == 2
+    assert "'--n' (env var: 'BLIZZARD_QUEUE_PEEK_N'): 0 is not" in bad.stderr
     down = run("status", env={"BLIZZARD_MASTER": f"tcp://127.0.0.1:{free_port()}",
                               "BLIZZARD_TIMEOUT_S": "0.3"}, timeout_s=20)
     assert down.returncode == 1 and "MasterUnavailable" in down.stderr

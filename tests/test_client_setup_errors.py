@@ -27,7 +27,8 @@ QUICK_S = 3.0  # "within about 2 s"
 CLI_START_S = 3.0  # a CLI process's own start, on a busy machine
 
 
-def run_cli(*args: str, env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess, float]:
+def run_cli(*args: str,
+            env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess, float]:
     """``blizzard ARGS`` with ``env`` over this environment (a None value unsets); with its
     wall time."""
     full = dict(os.environ)

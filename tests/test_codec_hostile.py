@@ -74,8 +74,8 @@ def test_a_hostile_forward_target_cannot_kill_a_data_node(tmp_path):
     evil_addr = f"tcp://127.0.0.1:{free_port()}"
     evil = ctx.socket(zmq.ROUTER)
     evil.bind(evil_addr)
-    node = DatanodeServer(DatanodeConfig(data_dir=str(tmp_path),
-                                         bind=f"tcp://127.0.0.1:{free_port()}"), store=MemoryStore())
+    config = DatanodeConfig(data_dir=str(tmp_path), bind=f"tcp://127.0.0.1:{free_port()}")
+    node = DatanodeServer(config, store=MemoryStore())
     client = ctx.socket(zmq.DEALER)
     client.connect(node.config.bind)
     try:

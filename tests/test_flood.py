@@ -85,7 +85,8 @@ def _targets(cluster, big: int, small: int, grant: p.GetGrant):
 ])
 def test_a_sender_that_never_reads_grows_no_server_and_stalls_no_one(small_cluster, target):
     cluster, big, small, grant = small_cluster
-    for addr, proc, flood, normal in _targets(cluster, big, small, grant)[target == "datanode":][:1]:
+    targets = _targets(cluster, big, small, grant)[target == "datanode":][:1]
+    for addr, proc, flood, normal in targets:
         pid = proc.popen.pid
         before = _mib(pid, "VmRSS")
         sender = cluster.dealer(addr, "client")

@@ -24,7 +24,8 @@ def test_fuzzing_every_server_every_way_in_changes_nothing(cluster_factory):
     assert problems == [], f"{problems}\n{lines}"
     runs = {(line["target"], line["mode"]): line for line in lines if "target" in line}
     expected = {("master", m) for m in (*ADMITTED["master"], *REFUSED, "raw")}
-    expected |= {(n.name, m) for n in cluster.nodes for m in (*ADMITTED["datanode"], *REFUSED, "raw")}
+    expected |= {(n.name, m) for n in cluster.nodes
+                 for m in (*ADMITTED["datanode"], *REFUSED, "raw")}
     assert set(runs) == expected
     for (target, mode), line in runs.items():
         if mode == "raw":

@@ -268,7 +268,8 @@ MiB = 1024 * 1024
 def test_a_frame_of_empty_arrays_is_refused_cheaply(hostile, client):
     flood = b"\x93" + msgpack.packb(p.VERSION) + b"\x01\x92\x0c" + b"\xdd" + \
         (4 * MiB).to_bytes(4, "big") + b"\x90" * (4 * MiB)  # a Commit of 4 Mi empty arrays
-    for proc, addr in [(hostile.master, hostile.master_addr), (hostile.nodes[0], hostile.nodes[0].addr)]:
+    node = hostile.nodes[0]
+    for proc, addr in [(hostile.master, hostile.master_addr), (node, node.addr)]:
         before = rss_bytes(proc.popen.pid)
         started = time.monotonic()
         _, reply = send(addr, flood)

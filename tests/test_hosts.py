@@ -142,8 +142,9 @@ def test_a_short_chaos_run_on_hosts_with_partitions_and_a_standby_passes(tmp_pat
     failovers = figures["master_faults"]
     assert [f["kind"] for f in failovers] == ["kill_master", "cut_master"]
     assert all(f["first_ack_after_s"] is not None for f in failovers)
-    assert "master faults (first enqueue acknowledged after" in (run_dir / "summary.txt").read_text()
-    assert "partitions: " in (run_dir / "summary.txt").read_text()
+    summary = (run_dir / "summary.txt").read_text()
+    assert "master faults (first enqueue acknowledged after" in summary
+    assert "partitions: " in summary
     processes = {op["process"] for op in map(json.loads, open(run_dir / "history.jsonl"))}
     assert {"producer-0", "producer-1", "consumer-0", "consumer-1", "nemesis"} <= processes
     assert ours(f"{proc.pid:x}z") == []  # the run removed its namespaces, veths and bridge

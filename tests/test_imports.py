@@ -115,7 +115,8 @@ def test_the_layers_hold():
 def test_each_package_says_what_it_is_and_may_use():
     for init in sorted((ROOT / "blizzard").rglob("__init__.py")):
         doc = ast.get_docstring(ast.parse(init.read_text()))
-        assert doc and len(doc.splitlines()) >= 2, f"{init} needs a docstring: what it is, what it uses"
+        assert doc and len(doc.splitlines()) >= 2, \
+            f"{init} needs a docstring: what it is, what it uses"
 
 
 def test_the_public_names_keep_working():

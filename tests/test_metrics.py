@@ -107,7 +107,8 @@ def test_a_checkpoint_is_timed_from_fork_to_reaped(tmp_path):
 def test_a_store_counts_reads_failing_their_checksum(tmp_path, kind):
     store = MemoryStore() if kind == "memory" else LevelDbStore(str(tmp_path / "db"))
     try:
-        store.put_many([1, 2], [b"good", b"soon bad"], [zlib.crc32(b"good"), zlib.crc32(b"soon bad")])
+        blobs = [b"good", b"soon bad"]
+        store.put_many([1, 2], blobs, [zlib.crc32(b) for b in blobs])
         store.corrupt_for_test(2)
         assert store.get_many([1, 2])[1] is None
         assert store.get_many([2])[0] is None
@@ -186,8 +187,9 @@ def test_metrics_of_a_cluster_after_a_known_workload_and_a_node_kill(cluster_fac
         assert value(d, "blizzard_datanode_replication_copies_in_flight") == 0
         assert value(d, "blizzard_datanode_sync_holds_total") == 0
         assert value(d, "blizzard_datanode_checksum_failures_total") == 0
-    reads = sum(value(scrape(cluster.metrics_url(n)), "blizzard_datanode_request_duration_seconds_count",
-                      op=op) for n in ("datanode0", "datanode1") for op in ("get", "push"))
+    reads = sum(value(scrape(cluster.metrics_url(n)),
+                      "blizzard_datanode_request_duration_seconds_count", op=op)
+                for n in ("datanode0", "datanode1") for op in ("get", "push"))
     assert reads >= 5  # each dequeue's payloads came from one of them: read, or pushed
 
     # When a data node dies, Then its items are counted under-replicated (no third node to copy to)

@@ -142,8 +142,9 @@ def test_state_machine_matches_the_model(script):
         elif kind == "tick":
             now += step[1]
             expired = state.expired(now)
-            assert sorted(expired) == sorted(i for i, m in model.items.items()
-                                             if m.leased_until is not None and m.leased_until <= now)
+            ran_out = [i for i, m in model.items.items()
+                       if m.leased_until is not None and m.leased_until <= now]
+            assert sorted(expired) == sorted(ran_out)
             if expired:
                 release(expired, None)
         # after every step: same items, queues, attempts; one leased item per key at most

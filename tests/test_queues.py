@@ -137,7 +137,8 @@ def test_settings_and_semantics_survive_a_master_restart(cluster):
     cluster.restart_master()
     with Client(cluster.master_addr, timeout_s=10, admin=True) as c:
         config = c.queue_config("d")
-        assert (config["max_attempts"], config["rate_per_s"], config["lease_s"]) == (2, 1000.0, 60.0)
+        assert (config["max_attempts"], config["rate_per_s"], config["lease_s"]) == \
+            (2, 1000.0, 60.0)
         stats = c.stats("d")
         assert (stats["leased"], stats["dead"]) == (1, 1)
         assert c.peek("d.dead")[0].attempts == 2
@@ -186,7 +187,8 @@ def test_queue_commands_of_the_cli(cluster):
 
 
 def test_a_stale_ack_after_another_consumer_acked_is_refused(cluster):
-    with Client(cluster.master_addr, timeout_s=10) as a, Client(cluster.master_addr, timeout_s=10) as b:
+    with Client(cluster.master_addr, timeout_s=10) as a, \
+            Client(cluster.master_addr, timeout_s=10) as b:
         a.enqueue("st", b"x")
         first = a.dequeue("st", lease_s=0.3)
         second = b.dequeue("st", lease_s=30, wait_s=5)

@@ -23,7 +23,8 @@ def wal_dir(cluster) -> str:
 
 
 def test_checkpoints_bound_the_log_and_restore_everything(cluster_factory):
-    cl = cluster_factory(datanodes=2, replication=2, master_args=["--checkpoint-records", "40"], **FAST)
+    cl = cluster_factory(datanodes=2, replication=2, master_args=["--checkpoint-records", "40"],
+                         **FAST)
     with Client(cl.master_addr, timeout_s=10) as c:
         for i in range(60):
             c.enqueue("jobs", b"%d" % i)

@@ -95,7 +95,8 @@ def test_schedules_replay_and_checkpoint_the_same():
     for rec in recs:
         live.apply(records.unpack(records.pack(rec)))
     s = live.schedules.by_name["s"]
-    assert (s.next_at, live.schedules.runs["s"], live.delays[1], live.items[1].attempts) == (1010.0, 1, 1010.0, 0)
+    assert (s.next_at, live.schedules.runs["s"], live.delays[1], live.items[1].attempts) == \
+        (1010.0, 1, 1010.0, 0)
     assert live.recent_acks[1] == 9  # a retried ack of that run is answered done
     again = State.restore(live.export_parts())
     assert again.snapshot() == live.snapshot()

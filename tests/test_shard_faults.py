@@ -83,7 +83,8 @@ class FakeShard:
         self.leases = SimpleNamespace(lease_columns=self.lease_columns)
 
     def ack(self, ids: list[int], leases: list[int]) -> p.Acked:
-        lost = [i for i, t in zip(ids, leases, strict=True) if self.held.get(i) != t and i not in self.acked]
+        lost = [i for i, t in zip(ids, leases, strict=True)
+                if self.held.get(i) != t and i not in self.acked]
         for i in ids:
             if i not in lost and self.held.pop(i, None) is not None:
                 self.acked.append(i)

@@ -115,8 +115,8 @@ def test_a_master_tells_its_head_when_asked_and_after_a_lease():
         placement = alloc(master, 3, priorities=[5, 1, 9])
         assert shard_of(placement.first) == 2
         call(master, p.Commit(placement.ids, ["dn-a"], "c1"))
-        assert call(master, p.Head("q")) == p.QueueHead("q", 2, 3, 1, pytest.approx(time.time(), abs=5),
-                                                          master.heads.seq())
+        assert call(master, p.Head("q")) == \
+            p.QueueHead("q", 2, 3, 1, pytest.approx(time.time(), abs=5), master.heads.seq())
         leased = call(master, p.Lease("q", 1, 30.0, 0.0, "l1", [], [], True))
         assert leased.head_ready == 2 and leased.head_priority == 5
         assert leased.head_seq > 0

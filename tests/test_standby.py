@@ -143,7 +143,8 @@ def test_a_standby_far_behind_starts_over_from_a_checkpoint(cluster_factory):
         for i in range(10):
             c.enqueue_many("jobs", [b"%d-%d" % (i, j) for j in range(10)])
     master_wal = f"{cl.base_dir}/master/wal"
-    wait_for(lambda: checkpoint_file.list_checkpoints(master_wal), what="a checkpoint on the primary")
+    wait_for(lambda: checkpoint_file.list_checkpoints(master_wal),
+             what="a checkpoint on the primary")
     cl.second.signal(signal.SIGCONT)
     wait_for(lambda: "receiving the primary's checkpoint" in cl.second.head(),
              what="the standby to start over from the checkpoint")

@@ -138,8 +138,9 @@ def sqs(master: str, listen: tuple[str, int], credentials: str | None, admin: bo
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     if credentials is None:
-        logging.getLogger(__name__).warning("no --credentials: this gateway takes unsigned requests "
-                                   "from anyone who reaches %s:%d", listen[0], server.server_port)
+        logging.getLogger(__name__).warning(
+            "no --credentials: this gateway takes unsigned requests from anyone who reaches %s:%d",
+            listen[0], server.server_port)
     click.echo(f"SQS gateway on http://{listen[0]}:{server.server_port} for {master}"
                f"{'' if credentials else ' (no --credentials: anyone may use it)'}", err=True)
     stop = stop_on_signals()

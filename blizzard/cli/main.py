@@ -65,7 +65,8 @@ def cli() -> None:
 
 
 @cli.command()
-@click.option("--data-dir", default=".blizzard", show_default=True, type=click.Path(file_okay=False),
+@click.option("--data-dir", default=".blizzard", show_default=True,
+              type=click.Path(file_okay=False),
               help="Directory holding the master's and every data node's data.")
 @click.option("--datanodes", default=3, show_default=True, type=click.IntRange(1, 64),
               help="How many data nodes to start.")
@@ -76,7 +77,8 @@ def cli() -> None:
               help=f"Master port on {LOOPBACK}.")
 @click.option("--node-port", default=DATANODE_PORT, show_default=True,
               type=click.IntRange(1, 65535),
-              help=f"First data node port on {LOOPBACK}; the others follow ({DATANODE_PORT + 1}, ...).")
+              help=f"First data node port on {LOOPBACK}; the others follow "
+                   f"({DATANODE_PORT + 1}, ...).")
 @click.option("--insecure", is_flag=True, help="Run without keys (no encryption, no "
               "authentication).")
 @click.option("--metrics/--no-metrics", default=True, show_default=True,

@@ -352,8 +352,8 @@ def queue_peek(queue: str, master: str, timeout_s: float, n: int, as_json: bool)
             click.echo(f"id={m.id}\tpriority={m.priority}\tattempts={m.attempts}\t"
                        f"key={escape(m.key.encode())}\terror={escape(m.error.encode())}\t"
                        f"{data}")
-    output(as_json, {"queue": queue, "items": [{**message_doc(m), "call": call}
-                                               for m, call in zip(msgs, calls, strict=True)]}, human)
+    docs = [{**message_doc(m), "call": call} for m, call in zip(msgs, calls, strict=True)]
+    output(as_json, {"queue": queue, "items": docs}, human)
 
 
 @queue.command("redrive")

@@ -37,8 +37,8 @@ class QueueAdmin:
         is refused with ``InvalidArgument`` before anything is sent.
         """
         changes = queue_settings.check_changes(options)
-        reply = self.master.call(p.Configure(check_queue_name(queue), create, **{name: changes.get(name)
-                                                               for name in queue_settings.NAMES}))
+        settings = {name: changes.get(name) for name in queue_settings.NAMES}
+        reply = self.master.call(p.Configure(check_queue_name(queue), create, **settings))
         return p.as_dict(reply.settings)
 
     def queues(self) -> list[dict[str, Any]]:

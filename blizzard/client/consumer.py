@@ -26,7 +26,8 @@ class Consumer:
 
     def __init__(self, client: Dequeues, queue: str, n: int, lease_s: float | None,
                  wait_s: float) -> None:
-        self.client, self.queue, self.n, self.lease_s, self.wait_s = client, queue, n, lease_s, wait_s
+        self.client, self.queue, self.n = client, queue, n
+        self.lease_s, self.wait_s = lease_s, wait_s
         self.current: list[Message] = []
         self.stopped = False
 

@@ -40,7 +40,8 @@ from blizzard.wire.codec import as_ids
 from blizzard.wire.errors import ClusterError, InvalidArgument
 from blizzard.wire.queue_settings import check_queue_name
 
-__all__ = ["Client", "Consumer", "ShardedClient", "EnqueueOptions", "LeasedItem", "Message", "Producer", "Stager"]
+__all__ = ["Client", "Consumer", "ShardedClient", "EnqueueOptions", "LeasedItem", "Message",
+           "Producer", "Stager"]
 
 log = logging.getLogger(__name__)
 

@@ -80,8 +80,8 @@ def _statuses(client: Any, reply: p.JobStates, read: bool) -> list[JobStatus]:
     payloads: dict[int, bytes] = {}
     if read and reply.results.ids:
         by_item, _ = client.fetch(leased_items(reply.results))
-        payloads = {job: by_item[item] for item, job in zip(reply.results.ids, reply.result_of, strict=True)
-                    if item in by_item}
+        pairs = zip(reply.results.ids, reply.result_of, strict=True)
+        payloads = {job: by_item[item] for item, job in pairs if item in by_item}
     schedules = reply.schedules or [""] * len(reply.ids)
     return [JobStatus(job, reply.states[k], reply.queues[k], reply.attempts[k], reply.runs[k],
                       reply.errors[k], reply.cancel_requested[k],

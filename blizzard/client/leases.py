@@ -74,7 +74,8 @@ class Leases:
                     pool.routing_id if pool is not None else b"",
                     pool.push_key if pool is not None else b""),
             extra_s=float(wait_s) if wait_s > 0 else 0.0,
-            since=None if timeout_s is None else time.monotonic() - self.master.timeout_s + timeout_s,
+            since=None if timeout_s is None
+            else time.monotonic() - self.master.timeout_s + timeout_s,
             also=pool.connected() if pool is not None else (),
             genuine=pool.genuine if pool is not None else None)
         leased: p.Leased = pool.take_pushed(reply) if pool is not None else reply
@@ -101,7 +102,8 @@ class Leases:
             told = [i for i in ids if i in progress] if progress else []
             if not told or progress is None:
                 return p.Extend(ids, leases, float(lease_s), queue)
-            fractions, notes, states = (list(col) for col in zip(*(progress[i] for i in told), strict=True))
+            columns = zip(*(progress[i] for i in told), strict=True)
+            fractions, notes, states = (list(col) for col in columns)
             return p.Extend(ids, leases, float(lease_s), queue, told, fractions, notes, states)
         return self._settle(ids, leases, make)
 

@@ -184,7 +184,8 @@ class RouterServer:
                 decode_bugs("decode", "internal error decoding a request: %s: %s",
                             type(exc).__name__, str(exc)[:300])
                 self.reply(peer, protocol.peek_request_id(body) or 0,
-                           protocol.Error("internal", f"internal error decoding: {type(exc).__name__}"))
+                           protocol.Error("internal",
+                                          f"internal error decoding: {type(exc).__name__}"))
                 continue
             out.append((peer, rid, msg))
         FRAMES["received"] += len(out)

@@ -187,7 +187,8 @@ def _show(p: DrainProgress) -> None:
     rate = p.written / p.elapsed_s if p.elapsed_s > 0 else 0.0
     mb_s = p.bytes / MB / p.elapsed_s if p.elapsed_s > 0 else 0.0
     line = (f"drained {p.written:,} of {p.total:,} items, {p.bytes / MB:,.1f} MB, "
-            f"{rate:,.0f} items/s, {mb_s:,.1f} MB/s; queue left {p.left:,}; Spark batch id {p.batch}")
+            f"{rate:,.0f} items/s, {mb_s:,.1f} MB/s; queue left {p.left:,}; "
+            f"Spark batch id {p.batch}")
     if p.duplicates:
         line += f", {p.duplicates:,} duplicates left out"
     sys.stderr.write(("\r" + line) if sys.stderr.isatty() else line + "\n")

@@ -237,7 +237,8 @@ def commit_plan(staged: Staged, replication: int) -> Staged:
     full: list[int] = []
     union: set[str] = set()
     grants = []  # every chunk's: a commit shows those of its ids' placements
-    for ids, nodes, chunk_grants in sorted(staged, key=lambda chunk: chunk[0][0] if chunk[0] else 0):
+    by_first_id = sorted(staged, key=lambda chunk: chunk[0][0] if chunk[0] else 0)
+    for ids, nodes, chunk_grants in by_first_id:
         grants += chunk_grants
         if len(set(nodes)) >= replication:
             full += ids

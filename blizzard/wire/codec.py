@@ -317,7 +317,8 @@ def _undecodable(body: bytes, exc: Exception) -> tuple[int, Any]:
         refused = head.v1_refusal()
         if refused is not None:
             rid, text = refused
-            return rid, _BY_OP[1](code=VersionMismatch.code, message=f"{_mismatch(1)}; it said: {text}")
+            return rid, _BY_OP[1](code=VersionMismatch.code,
+                                  message=f"{_mismatch(1)}; it said: {text}")
         raise VersionMismatch(_mismatch(head.version), peer_version=head.version) from None
     if head.count != 3 or head.rid is None:
         raise ProtocolError("body must be [version, request_id, message] with a request id "

@@ -94,8 +94,9 @@ from blizzard.wire.task_messages import Bury, ItemStates, Lookup, TaskCounts, Ta
 
 # Re-exported from the codec and the other families (this module's own messages are public too).
 __all__ = ["MAX_BATCH", "MAX_FRAME_BYTES", "MAX_ID", "MAX_ITEM_BYTES", "VERSION", "WIRE", "Id",
-           "as_dict", "decode", "dumps", "encode", "fields_of", "iter_loads", "loads", "message", "op_name",
-           "op_of", "pack", "peek_request_id", "refusal", "replace", "unpack"]  # codec.py
+           "as_dict", "decode", "dumps", "encode", "fields_of", "iter_loads", "loads", "message",
+           "op_name", "op_of", "pack", "peek_request_id", "refusal", "replace",
+           "unpack"]  # codec.py
 __all__ += ["BadReplica", "Blobs", "CapabilityKey", "CopyOrder", "Delete", "Get", "GetGrant",
             "Heartbeat", "HeartbeatReply", "Inventory", "NodeRef", "Put", "PutGrant", "PutReport",
             "Regrant", "Regranted", "Replicated", "Stored"]  # node_messages.py

@@ -52,8 +52,8 @@ from blizzard.wire.errors import InvalidArgument, ProtocolError, QueueExists
 from blizzard.wire.queue_settings import BY_NAME, RESULTS_SUFFIX, check_changes, check_queue_name
 from blizzard.worker.results import JobHandle
 
-__all__ = ["Task", "Group", "group", "configure", "task", "encode_call", "decode_call", "format_call",
-           "ensure_queue", "tasks_in", "settings_of"]
+__all__ = ["Task", "Group", "group", "configure", "task", "encode_call", "decode_call",
+           "format_call", "ensure_queue", "tasks_in", "settings_of"]
 
 log = logging.getLogger(__name__)
 

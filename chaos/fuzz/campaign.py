@@ -133,7 +133,8 @@ def run(cluster: LocalCluster, plan: Plan, emit: Emit) -> list[str]:
         kept = {}
         for i in range(plan.items):
             data = f"item-{i}".encode() * (1 + i % 7)
-            kept[c.enqueue(QUEUE, data, priority=i % 3, delay_s=3600.0 if i % 10 == 9 else 0.0)] = data
+            delay_s = 3600.0 if i % 10 == 9 else 0.0
+            kept[c.enqueue(QUEUE, data, priority=i % 3, delay_s=delay_s)] = data
         stats_before = c.stats(QUEUE)
     nodes = cluster.status().nodes
     protect = Protected.of(kept, {QUEUE, f"{QUEUE}.dead", cluster.master_addr,

@@ -48,8 +48,10 @@ def templates(rng: random.Random) -> list[Any]:
         p.PutReport("fz-node", ids[:2], ids[2:], "boom"),
         p.Commit(ids, ["fz-node"], "fz-req"),
         p.Lease("fz-q", 2, 1.0, 0.0, "fz-lease", ids[:1], [5]),
-        p.Ack(ids, [1, 2, 3], False), p.Ack(ids, [1, 2, 3], True), p.Nack(ids[:1], [1], 0.5, "boom"), p.Extend(ids[:1], [1], 2.0),
-        p.Stats("fz-q"), p.Ping(), p.ListQueues(), p.Status(), p.Peek("fz-q", 3), p.Redrive("fz-q", 1),
+        p.Ack(ids, [1, 2, 3], False), p.Ack(ids, [1, 2, 3], True),
+        p.Nack(ids[:1], [1], 0.5, "boom"), p.Extend(ids[:1], [1], 2.0),
+        p.Stats("fz-q"), p.Ping(), p.ListQueues(), p.Status(), p.Peek("fz-q", 3),
+        p.Redrive("fz-q", 1),
         p.Configure("fz-q", False, 2.0, 3, "", 0.0, 1.0, 0.0, 0), p.Purge("fz-q"),
         p.RemoveNode("fz-node"), p.DeleteItem("fz-q", ids[0], True), p.DeleteQueue("fz-q", True),
         p.Heartbeat("fz-node", "tcp://127.0.0.1:9", 1, 2, 3),
@@ -161,7 +163,8 @@ def one_frame(rng: random.Random, category: str, base: list[Any]) -> list[bytes]
         elif isinstance(fields[k], float):
             fields[k] = rng.choice(EXTREME_FLOATS)
         elif isinstance(fields[k], str):
-            fields[k] = rng.choice(["", " ", "\x00", "tcp://x", "x" * 100_000, "tcp://[::1", "é" * 300])
+            fields[k] = rng.choice(["", " ", "\x00", "tcp://x", "x" * 100_000, "tcp://[::1",
+                                    "é" * 300])
         else:
             fields[k] = rng.choice(EXTREME_INTS)
         return [_pack_flat(fields)]

@@ -164,7 +164,8 @@ class Leases:
         if len(self.waiters) >= MAX_WAITERS:
             held = f"{len(self.waiters)} long polls wait, the most the master parks"
         elif self.waiting_by_peer.get(peer, 0) >= MAX_WAITERS_PER_PEER:
-            held = f"this connection has {MAX_WAITERS_PER_PEER} long polls waiting, the most one may"
+            held = (f"this connection has {MAX_WAITERS_PER_PEER} long polls waiting, "
+                    "the most one may")
         elif key and self.waiting_by_key.get(key, 0) >= MAX_WAITERS_PER_KEY:
             held = f"this key's connections have {MAX_WAITERS_PER_KEY} long polls waiting, the " \
                    "most one key may"

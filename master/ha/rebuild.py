@@ -81,7 +81,8 @@ def node_keys(keys_dir: str | None) -> k.ClientKeys | None:
             public, secret = k.load_pair(keys_dir, name)
             return k.ClientKeys(public, secret, k.load_public(keys_dir, "master"),
                                 k.load_public(keys_dir, "datanode"))
-    raise AuthenticationFailed(f"a rebuild needs the admin (or a data node's) key pair in {keys_dir}")
+    raise AuthenticationFailed("a rebuild needs the admin (or a data node's) key pair in "
+                               f"{keys_dir}")
 
 
 def scan(ep: Endpoint, addr: str) -> NodeScan:

@@ -251,7 +251,8 @@ class StandbyServer:
                 raise Forbidden(f"a {role} key may not send Promote; it needs an admin key")
             if not (self.synced or msg.force):
                 raise InvalidArgument("this standby is not in sync with its primary, so it may "
-                                      "lack acknowledged writes; promote with --force to accept that")
+                                      "lack acknowledged writes; promote with --force to accept "
+                                      "that")
             self.promoting.append((peer, rid))
             return None
         raise NotPrimary(f"{self.config.addr} is a standby of {self.config.standby_of} (epoch "

@@ -56,7 +56,8 @@ def recover(data_dir: str) -> tuple[Report, State]:
             where = f"{seg.path}: {seg.problem} at byte offset {seg.good_end}"
             if seg.torn:
                 report.verdict = "torn"
-                report.problems.append(f"{where}; a start truncates {seg.size - seg.good_end} bytes")
+                torn = seg.size - seg.good_end
+                report.problems.append(f"{where}; a start truncates {torn} bytes")
             else:
                 report.verdict = "corrupt"
                 report.problems.append(f"{where}; the master refuses to start")

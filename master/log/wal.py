@@ -379,7 +379,8 @@ class MemoryWal:
         return len(self._segment_starts) - 1, len(self.records)
 
     def replay(self, start_index: int = 0) -> Iterator[bytes]:
-        yield from self.records[self._segment_starts[min(start_index, len(self._segment_starts) - 1)]:]
+        starts = self._segment_starts
+        yield from self.records[starts[min(start_index, len(starts) - 1)]:]
 
     def append(self, body: bytes) -> None:
         _check_size(body)

@@ -92,7 +92,8 @@ class Repairer:
         for (source, target_id), ids in batches.items():
             ref = p.NodeRef(target_id, self.membership.nodes[target_id].addr)
             for start in range(0, len(ids), ORDER_ITEMS):
-                self.orders.setdefault(source, []).append(p.CopyOrder(ref, ids[start:start + ORDER_ITEMS]))
+                part = ids[start:start + ORDER_ITEMS]
+                self.orders.setdefault(source, []).append(p.CopyOrder(ref, part))
 
     def take_orders(self, node_id: str) -> list[p.CopyOrder]:
         return self.orders.pop(node_id, [])
@@ -125,7 +126,8 @@ class Repairer:
         """
         items = self.state.items
         return [i for i in item_ids
-                if (item := items.get(i)) is not None and node in item.nodes and len(item.nodes) > 1]
+                if (item := items.get(i)) is not None and node in item.nodes
+                and len(item.nodes) > 1]
 
     # -- reports from data nodes and clients -------------------------------------------------
 
@@ -175,7 +177,8 @@ class Repairer:
             self.scan.extend(missing)
             if lost:
                 self._under = (0.0, 0)
-                log.warning("node %s lost %d replicas; re-replicating from others", msg.node_id, len(lost))
+                log.warning("node %s lost %d replicas; re-replicating from others",
+                            msg.node_id, len(lost))
                 records.append(DropReplicas(lost, msg.node_id))
         return records, stale
 

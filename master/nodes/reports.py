@@ -128,7 +128,8 @@ class DatanodeReports:
                         "read from last", node_id, self.membership.suspect_after_s)
         self.silent = silent
         for node_id in self.live - live:
-            log.warning("data node %s is dead (silent for %.1fs)", node_id, self.config.dead_after_s)
+            log.warning("data node %s is dead (silent for %.1fs)", node_id,
+                        self.config.dead_after_s)
             self.deletes.forget(node_id)
             self.repair.node_died(node_id)
         self.live = live

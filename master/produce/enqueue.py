@@ -507,7 +507,8 @@ class Enqueues:
             if not 0 <= size <= self.config.max_item_bytes:
                 raise PayloadTooLarge(f"an item of {size} bytes exceeds max-item-bytes "
                                       f"{self.config.max_item_bytes}")
-        for crc, prio, delay, key in zip(msg.crcs, msg.priorities, msg.delays, msg.keys, strict=True):
+        columns = zip(msg.crcs, msg.priorities, msg.delays, msg.keys, strict=True)
+        for crc, prio, delay, key in columns:
             arguments.checksum(crc)
             arguments.priority(prio)
             arguments.seconds(delay, "delay_s", low=0, high=MAX_DELAY_S)

@@ -32,7 +32,8 @@ def same_length(**lists: list) -> int:
 def seconds(value: float, name: str, *, low: float, high: float, low_ok: bool = True) -> float:
     if math.isnan(value) or value > high or value < low or (value == low and not low_ok):
         bound = ">=" if low_ok else ">"
-        raise InvalidArgument(f"{name} must be {bound} {low:g} and <= {high:g} seconds, got {value!r}")
+        raise InvalidArgument(f"{name} must be {bound} {low:g} and <= {high:g} seconds, "
+                              f"got {value!r}")
     return value
 
 

@@ -60,4 +60,5 @@ def row_reader(fields: list[str]) -> Callable[[list[Any]], list[Any]]:
         raise ValueError(f"checkpoint item rows lack {missing}")
     where = [fields.index(name) if name in fields else None for name in ITEM_FIELDS]
     defaults = [ITEM_DEFAULTS.get(name) for name in ITEM_FIELDS]
-    return lambda row: [row[k] if k is not None else d for k, d in zip(where, defaults, strict=True)]
+    pairs = list(zip(where, defaults, strict=True))
+    return lambda row: [row[k] if k is not None else d for k, d in pairs]

@@ -118,7 +118,8 @@ def apply_cancel(s: Any, rec: CancelItems) -> None:
 
 
 def apply_progress(s: Any, rec: ProgressItems) -> None:
-    for item_id, fraction, note, saved in zip(rec.ids, rec.fractions, rec.notes, rec.states, strict=True):
+    columns = zip(rec.ids, rec.fractions, rec.notes, rec.states, strict=True)
+    for item_id, fraction, note, saved in columns:
         item = s.items.get(item_id)
         if item is not None and item.status == LEASED:
             s.jobs.record_progress(item_id, fraction, note, saved)

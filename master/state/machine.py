@@ -502,7 +502,8 @@ class State:
         q = self.queues.get(queue)
         if q is None:
             return []
-        return [self.items[i] for i in sorted(q.keyed.get(key, ())) if self.items[i].status != LEASED]
+        items = self.items
+        return [items[i] for i in sorted(q.keyed.get(key, ())) if items[i].status != LEASED]
 
     def promote_due(self, q: QueueState, now: float) -> None:
         """Move delayed items whose time has come into the ready line."""
@@ -534,7 +535,8 @@ class State:
     def leased_by(self, request: str) -> list[int]:
         """Items a lease call with this request id obtained and still holds (for retries)."""
         ids, leases = self.recent_leases.get(request, ((), ()))
-        return [item_id for item_id, lease in zip(ids, leases, strict=True) if self.lease_of(item_id) == lease]
+        return [item_id for item_id, lease in zip(ids, leases, strict=True)
+                if self.lease_of(item_id) == lease]
 
     # -- checkpoints (the layout is master.state.checkpoint_layout's) ------------------------------
 
@@ -545,7 +547,8 @@ class State:
                "node_addrs": self.node_addrs, "node_keys": self.node_keys,
                "cluster_id": self.cluster_id,
                "epoch": self.epoch, "standby": list(self.standby),
-               "recent_leases": [[k, list(v[0]), list(v[1])] for k, v in self.recent_leases.items()],
+               "recent_leases": [[k, list(ids), list(leases)]
+                                 for k, (ids, leases) in self.recent_leases.items()],
                "recent_commits": list(self.recent_commits),
                "queues": [{"name": q.name, **asdict(q.config)} for q in self.queues.values()],
                "recent_acks": list(self.recent_acks.items()), "items": len(self.items),
@@ -575,7 +578,8 @@ class State:
         s.node_keys = head.get("node_keys", {})  # none before data nodes had keys of their own
         s.epoch, s.standby = head.get("epoch", 0), tuple(head.get("standby", ("", "")))
         s.recent_acks = OrderedDict((i, lease) for i, lease in head["recent_acks"])
-        s.recent_leases = OrderedDict((k, (ids, leases)) for k, ids, leases in head["recent_leases"])
+        s.recent_leases = OrderedDict((k, (ids, leases))
+                                      for k, ids, leases in head["recent_leases"])
         s.recent_commits = OrderedDict.fromkeys(head["recent_commits"])
         s.uniques = Uniques.restore(head.get("uniques", ()))  # none before unique keys
         s.jobs = JobBook.restore(head.get("jobs"))  # none before jobs had results

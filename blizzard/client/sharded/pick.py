@@ -37,7 +37,8 @@ LEASE_ATTEMPT_S = 3.0  # a shard that does not answer a lease within this is lef
 # what a shard says while it cannot serve for now (dead, rebuilding, a standby not yet
 # promoted): that shard is passed over for ``DOWN_S``, the others keep serving
 UNAVAILABLE = (MasterUnavailable, MasterStarting, NotPrimary)
-EMPTY = p.Leased("", [], [], [], [], [], [], [], [], [], [], [], p.GetGrant([], [], 0, 0.0, b""), [])
+EMPTY = p.Leased("", [], [], [], [], [], [], [], [], [], [], [],
+                 p.GetGrant([], [], 0, 0.0, b""), [])
 
 
 class ShardPicker:
