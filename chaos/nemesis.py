@@ -192,8 +192,8 @@ class Nemesis:
                 i = (fault.target + k) % n
                 if self.node_locks[i].acquire(blocking=False):
                     try:
-                        self._run(number, fault, i, lambda: self.cluster.nodes[i].kill(),
-                                  lambda: self.cluster.restart_node(i), planned=fault.target)
+                        self._run(number, fault, i, lambda i=i: self.cluster.nodes[i].kill(),
+                                  lambda i=i: self.cluster.restart_node(i), planned=fault.target)
                     finally:
                         self.node_locks[i].release()
                     return

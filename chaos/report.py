@@ -285,7 +285,10 @@ def _stall(f: dict[str, Any]) -> str:
 
 def _outages(faults: list[dict[str, Any]]) -> str:
     """``kill_master 12.1s: 2.3s/2.5s; ...``."""
-    return "; ".join(f"{f['kind']}{'' if f.get('shard') is None else ' shard %d' % f['shard']} "
+    def shard(f: dict[str, Any]) -> str:
+        return "" if f.get("shard") is None else f" shard {f['shard']:d}"
+
+    return "; ".join(f"{f['kind']}{shard(f)} "
                      f"{f['start_s']:g}s: {f['first_ack_after_s']}s/{f['no_ack_for_s']}s"
                      for f in faults)
 

@@ -340,7 +340,7 @@ class DatanodeServer:
                 raise InvalidArgument("a blob does not match its checksum (damaged in transit?)")
 
     def _write(self, puts: list[tuple[bytes, int, p.Put]], refused: Refusals,
-               started: float, again: list[int] = []) -> None:
+               started: float, again: list[int]) -> None:
         """One synced ``WriteBatch`` for every put of the pass, then the replies and reports."""
         ids, blobs, crcs, metas = [], [], [], []  # metas: each id's (None: none given)
         for _, _, msg in puts:

@@ -247,7 +247,7 @@ def test_consume_gives_the_batch_back_when_the_body_fails(cluster):
         c.enqueue_many("stream", [b"a", b"b"])
         with pytest.raises(RuntimeError):
             with c.consume("stream", 10) as batches:
-                for msgs in batches:
+                for _msgs in batches:
                     raise RuntimeError("worker crashed")
         again = c.dequeue_many("stream", 10)
         assert [(m.data, m.attempts) for m in again] == [(b"a", 1), (b"b", 1)]

@@ -27,7 +27,7 @@ def test_fuzzing_every_server_every_way_in_changes_nothing(cluster_factory):
     expected |= {(n.name, m) for n in cluster.nodes
                  for m in (*ADMITTED["datanode"], *REFUSED, "raw")}
     assert set(runs) == expected
-    for (target, mode), line in runs.items():
+    for (_target, mode), line in runs.items():
         if mode == "raw":
             assert line["connections"] == PLAN.raw and set(line["by_kind"]) == set(KINDS)
             assert line["probe_with_held_ms"] < 1000  # served promptly with 200 strangers held

@@ -76,7 +76,7 @@ def test_a_killed_node_does_not_stall_an_enqueue_past_the_hedge_cap(cluster_fact
         # When a producer enqueues one item per call
         ids = []
         for i in range(20):
-            item_id, took = timed(lambda: c.enqueue("jobs", b"item-%d" % i))
+            item_id, took = timed(lambda i=i: c.enqueue("jobs", b"item-%d" % i))
             # Then no enqueue waits on the dead node past the hedge cap
             assert took < BOUND_S, f"an enqueue took {took:.2f}s"
             ids.append(item_id)

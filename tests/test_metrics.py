@@ -177,7 +177,7 @@ def test_metrics_of_a_cluster_after_a_known_workload_and_a_node_kill(cluster_fac
     # ... and each data node's: every item on both (acked blobs deleted on the master's word)
     for name in ("datanode0", "datanode1"):
         url = cluster.metrics_url(name)
-        wait_for(lambda: value(scrape(url), "blizzard_datanode_items") == 6,
+        wait_for(lambda url=url: value(scrape(url), "blizzard_datanode_items") == 6,
                  what=f"{name} to hold the 6 items left")
         d = scrape(url)
         assert value(d, "blizzard_datanode_stored_bytes") == 5 * 100 + 3

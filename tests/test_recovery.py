@@ -116,7 +116,8 @@ def test_producer_and_consumer_ride_through_master_crashes(cluster_factory):
     for _ in range(3):
         wait_for(lambda: len(acked) > 0, what="progress")
         before = len(acked)
-        wait_for(lambda: len(acked) >= before + 100 or done.is_set(), timeout_s=30, what="progress")
+        wait_for(lambda before=before: len(acked) >= before + 100 or done.is_set(), timeout_s=30,
+                 what="progress")
         cl.master.kill()
         time.sleep(0.3)  # the master is down for a moment, as after a real crash
         cl.restart_master()

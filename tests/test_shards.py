@@ -143,7 +143,7 @@ def test_producers_and_stagers_spread_batches_and_keep_ids_in_order(sharded):
             ids = prod.flush()
         assert len(ids) == 45 and {shard_of(i) for i in ids} == {0, 1, 2}
         stager = c.stager("staged")
-        for i in range(6):
+        for _ in range(6):
             stager.send([b"s"] * 3)
         staged = stager.flush()
         assert c.stats("staged")["ready"] == 0
@@ -319,7 +319,7 @@ def test_published_heads_reach_a_subscribed_client_and_one_address_finds_every_s
                 if refused:
                     wait_for(watch.poll, 10, "the data node key's handshake refused")
                 else:
-                    wait_for(lambda: feed.drain() > 0, 10, "the admin key's feed")
+                    wait_for(lambda feed=feed: feed.drain() > 0, 10, "the admin key's feed")
                     assert watch.poll() is None
             finally:
                 watch.close()

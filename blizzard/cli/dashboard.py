@@ -61,7 +61,7 @@ def dashboard(master: str, port: int, bind: str, allow_hosts: tuple[str, ...],
     try:
         check_history(interval_s, history_s)
     except InvalidArgument as exc:
-        raise click.UsageError(f"--history-s and --interval-s: {exc.message}")
+        raise click.UsageError(f"--history-s and --interval-s: {exc.message}") from None
     logging.basicConfig(level=getattr(logging, log_level.upper()),
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     keys = resolve_keys(None, "client")  # a bad key directory fails here, not in the thread
@@ -69,7 +69,8 @@ def dashboard(master: str, port: int, bind: str, allow_hosts: tuple[str, ...],
     try:
         server = make_server(bind, port, history, master, allow_hosts=allow_hosts)
     except OSError as exc:
-        raise click.ClickException(f"cannot listen on {bind}:{port}: {exc.strerror or exc}")
+        raise click.ClickException(f"cannot listen on {bind}:{port}: {exc.strerror or exc}") \
+            from None
     sampler = Sampler(lambda: Client(master, timeout_s=timeout_s, keys=keys or ""),
                       history).start()
 

@@ -238,9 +238,9 @@ def queue_config(queue: str, master: str, timeout_s: float, as_json: bool,
 @queue.command("list", help="Every queue with its counters, each item counted once: a dead "
                "item is an item of its dead-letter queue (ready there), and the row of the "
                "queue it died in says how many, in which queue (\"2 (counted in "
-               "jobs.dead)\"). --json: {\"queues\": [{%s}]}; a queue's \"dead\" counts "
-               "the items of its dead-letter queue, whose own row counts them too: do not add "
-               "the two." % STATS_KEYS)
+               f"jobs.dead)\"). --json: {{\"queues\": [{{{STATS_KEYS}}}]}}; a queue's \"dead\" "
+               "counts the items of its dead-letter queue, whose own row counts them too: do not "
+               "add the two.")
 @master_opt
 @keys_opt
 @timeout_opt

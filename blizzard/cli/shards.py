@@ -63,7 +63,8 @@ def _watch(local: Any, data_dir: str) -> None:
                 shard.restart_master()
             except (RuntimeError, TimeoutError) as exc:
                 raise click.ClickException(f"shard {k}'s master did not come back: "
-                                           f"{str(exc).splitlines()[0]} (logs in {data_dir})")
+                                           f"{str(exc).splitlines()[0]} (logs in {data_dir})") \
+                    from exc
             click.echo(f"shard {k}: the master serves again")
         dead = [p.name for p in shard.nodes if not p.alive]
         if dead:

@@ -199,8 +199,9 @@ class Dispatcher:
             n = min(2 * cfg.workers - undecided, cfg.batch)
             sent = time.monotonic()  # the leases end lease_s after this, at the latest
             try:
+                # awaited here, in this iteration: n is this one's
                 msgs = await thread.call(lambda c: c.dequeue_many(
-                    queue, n, lease_s=cfg.lease_s, wait_s=cfg.wait_s))
+                    queue, n, lease_s=cfg.lease_s, wait_s=cfg.wait_s))  # noqa: B023
             except REFUSED_FOR_GOOD as exc:  # keys, arguments: asking again will not help
                 self.failure = self.failure or exc
                 self.stop()

@@ -207,8 +207,9 @@ class Settler:
         now = time.monotonic()
         for lease_s, group in self.keeper.due(self.leases.values(), now).items():
             try:  # in the client's thread; awaited before the loop goes on to the next group
+                # awaited in this iteration, so the loop's group and lease_s are this one's
                 answer = await self.thread.call(lambda c: extension(
-                    lambda msgs, s: c.extend_many(msgs, lease_s=s), group, lease_s))
+                    lambda msgs, s: c.extend_many(msgs, lease_s=s), group, lease_s))  # noqa: B023
             except BlizzardError as exc:  # refused: they keep their deadlines and are tried again
                 log.warning("extending %d leases: %s (%s)", len(group), exc, type(exc).__name__)
                 answer = Extended.UNANSWERED

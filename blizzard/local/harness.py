@@ -91,7 +91,8 @@ def check_port_free(port: int, what: str) -> None:
             s.bind((LOOPBACK, port))
         except OSError as exc:
             raise StartFailed(f"{what} port {port} on {LOOPBACK} is taken ({exc.strerror}): is "
-                              "another cluster running there? Stop it or choose other ports")
+                              "another cluster running there? Stop it or choose other ports") \
+                from exc
 
 
 def primary_argv(argv: list[str]) -> list[str]:

@@ -86,7 +86,8 @@ class Registry:
             def checker(values: Any) -> Any:
                 if type(values) is not list or not least <= len(values) <= count:
                     raise ProtocolError(f"{cls.__name__} takes {count} fields")
-                return cls(*[c(v) for c, v in zip(checks, values, strict=True)])
+                # an older record's values stop short: the fields after take their defaults
+                return cls(*[c(v) for c, v in zip(checks, values, strict=False)])
 
             self._checkers[cls] = checker
         return checker

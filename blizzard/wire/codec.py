@@ -97,7 +97,8 @@ def _bounded(tp: Any) -> Any:
         (inner,) = typing.get_args(tp)
         return Annotated[list[_bounded(inner)], Meta(max_length=MAX_ARRAY)]  # type: ignore[misc]
     if origin in (typing.Union, types.UnionType):
-        return typing.Union[tuple(_bounded(a) for a in typing.get_args(tp))]
+        # a Union of a tuple made at run time, which ``X | Y`` cannot spell
+        return typing.Union[tuple(_bounded(a) for a in typing.get_args(tp))]  # noqa: UP007
     return tp
 
 
@@ -230,7 +231,7 @@ _RID = Annotated[int, Meta(ge=0, le=MAX_ID)]
 
 def _decoder(kind: str) -> msgspec.msgpack.Decoder[Any]:
     _finish()
-    messages: Any = typing.Union[tuple(_BY_OP.values())]
+    messages: Any = typing.Union[tuple(_BY_OP.values())]  # noqa: UP007 (as in _bounded)
     if kind == "frame":
         decoder = msgspec.msgpack.Decoder(tuple[int, _RID, messages])
     else:

@@ -308,11 +308,12 @@ class Worker:
                 key = (outcome.error, self._retry_delay(outcome), held.doubtful)
                 nacks.setdefault(key, []).append(msg)
         for (error, delay_s, _), msgs in nacks.items():
+            # _guarded calls it at once, in this iteration (so for its error and delay_s)
             self._guarded("give back", msgs, lambda m: self.client.nack_many(
-                m, delay_s=delay_s, error=error))
+                m, delay_s=delay_s, error=error))  # noqa: B023
         for (error, _), msgs in burials.items():  # not buried now: buried when back
             self._guarded("move to the dead-letter queue", msgs,
-                          lambda m: bury(self.client, m, error))
+                          lambda m: bury(self.client, m, error))  # noqa: B023 (called at once)
 
     def _store_results(self, outcomes: list[Outcome]) -> None:
         """Store the results of the jobs that ended: a success's return value, a cancelled

@@ -221,8 +221,11 @@ class FuzzResult:
     seconds: float = 0.0
 
 
+STATUS = p.Status()  # the round trip that paces a run, unless another is given
+
+
 def fuzz(addr: str, n: int, *, seed: int = 0, check_every: int = 250,
-         check: Any = p.Status(), timeout_s: float = 5.0,
+         check: Any = STATUS, timeout_s: float = 5.0,
          connect: Callable[[str], zmq.Socket] | None = None,
          probe: Callable[[str], zmq.Socket] | None = None,
          protect: Protected | None = None) -> FuzzResult:

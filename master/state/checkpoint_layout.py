@@ -40,8 +40,9 @@ def read_header(part: Any) -> dict[str, Any]:
             raise ValueError(f"checkpoint format {part['version']} is newer than this master "
                              f"reads ({VERSION})")
         return part
-    header = dict(zip(LEGACY_HEADER, part, strict=True))
-    header["queues"] = [{"name": name, **dict(zip(LEGACY_QUEUE_FIELDS, values, strict=True))}
+    # the legacy layouts as they were written, truncation and all: the names cover the longest
+    header = dict(zip(LEGACY_HEADER, part, strict=False))
+    header["queues"] = [{"name": name, **dict(zip(LEGACY_QUEUE_FIELDS, values, strict=False))}
                         for name, *values in header["queues"]]
     header["item_fields"] = list(LEGACY_ITEM_FIELDS)
     return header
