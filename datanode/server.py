@@ -180,7 +180,7 @@ class DatanodeServer:
         return self._polled
 
     def run_once(self, timeout_ms: int | None = None) -> None:
-        """One pass: what came (waiting ``wait_ms`` for it), expired jobs, a heartbeat if due."""
+        """One pass: what came (waiting ``wait_ms`` for it), expired replica waits, a heartbeat if due."""
         poller, dealers = self._poller()
         ready = dict(poller.poll(self.wait_ms(timeout_ms)))
         for sock, ep in dealers.items():
@@ -200,7 +200,7 @@ class DatanodeServer:
         """How long a pass waits for a request or reply: until the next heartbeat or the first
         forwarded copy runs out, ``timeout_ms`` at most. An idle node does not pass every 50 ms
         (a pass after a sleep costs ~300 µs of cold caches). Jobs all wait
-        ``FORWARD_TIMEOUT_S``, so the oldest (first in ``jobs``) runs out first."""
+        ``FORWARD_TIMEOUT_S``, so the oldest (first in ``replica_waits``) runs out first."""
         due = self.next_heartbeat
         if self.replica_waits:
             due = min(due, next(iter(self.replica_waits.values())).deadline)
