@@ -63,7 +63,8 @@ class DatanodeMetrics(metrics.ServedCollector):
                                 value=shutil.disk_usage(server.config.data_dir).free)
         yield GaugeMetricFamily("blizzard_datanode_replication_copies_in_flight",
                                 "Copies sent to other data nodes (relays of puts, copies the "
-                                "master ordered) not yet confirmed.", value=len(server.replica_waits))
+                                "master ordered) not yet confirmed.",
+                                value=len(server.replica_waits))
         yield CounterMetricFamily("blizzard_datanode_sync_holds",
                                   "Passes whose synced write was held for the puts on their "
                                   "way (--sync-hold-ms), while other producers were busy.",

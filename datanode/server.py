@@ -180,7 +180,8 @@ class DatanodeServer:
         return self._polled
 
     def run_once(self, timeout_ms: int | None = None) -> None:
-        """One pass: what came (waiting ``wait_ms`` for it), expired replica waits, a heartbeat if due."""
+        """One pass: what came (waiting ``wait_ms`` for it), expired replica waits, a heartbeat
+        if due."""
         poller, dealers = self._poller()
         ready = dict(poller.poll(self.wait_ms(timeout_ms)))
         for sock, ep in dealers.items():
