@@ -25,8 +25,9 @@ from blizzard.dashboard.sampler import (
     state_doc,
     take_sample,
 )
-from blizzard.dashboard.server import host_and_port, make_server
+from blizzard.dashboard.server import make_server
 from blizzard.local.harness import free_port
+from blizzard.net.http_guard import host_and_port
 from blizzard.wire import protocol as p
 from blizzard.wire.queue_settings import SETTINGS
 

@@ -116,8 +116,11 @@ def test_a_data_node_without_a_key_of_its_own_says_how_to_make_one(cluster, tmp_
 def test_node_keys_are_added_listed_and_removed_alone(tmp_path):
     keys = str(tmp_path / "keys")
     k.generate(keys)
-    run = lambda *args: subprocess.run([sys.executable, "-m", "blizzard.cli", "keys", *args],  # noqa: E731
-                                       capture_output=True, text=True, timeout=30)
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "blizzard.cli", "keys", *args],
+                              capture_output=True, text=True, timeout=30)
+
     assert run("add-node", keys, "rack1-a").returncode == 0
     assert run("add-node", keys, "rack1-b").returncode == 0
     assert run("add-node", keys, "rack1-a").returncode == 1  # no silent replacement

@@ -27,12 +27,11 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from blizzard.dashboard.sampler import History, StateCache
-from blizzard.net.http_guard import (  # noqa: F401 (tests)
+from blizzard.net.http_guard import (
     CONNECTION_S,
     IDLE_TIMEOUT_S,
     MAX_CONNECTIONS,
     GuardedHTTPServer,
-    host_and_port,
     respond,
 )
 

@@ -46,6 +46,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import aiohttp
@@ -199,9 +200,8 @@ class Dispatcher:
             n = min(2 * cfg.workers - undecided, cfg.batch)
             sent = time.monotonic()  # the leases end lease_s after this, at the latest
             try:
-                # awaited here, in this iteration: n is this one's
-                msgs = await thread.call(lambda c: c.dequeue_many(
-                    queue, n, lease_s=cfg.lease_s, wait_s=cfg.wait_s))  # noqa: B023
+                msgs = await thread.call(partial(_lease, queue=queue, n=n, lease_s=cfg.lease_s,
+                                                 wait_s=cfg.wait_s))
             except REFUSED_FOR_GOOD as exc:  # keys, arguments: asking again will not help
                 self.failure = self.failure or exc
                 self.stop()
@@ -316,3 +316,9 @@ async def _drain(reply: aiohttp.ClientResponse) -> None:
         read += len(chunk)
         if read > DRAIN_BYTES:
             break
+
+
+def _lease(client: BlizzardClient, queue: str, n: int, lease_s: float,
+           wait_s: float) -> list[Message]:
+    """Lease up to ``n`` of ``queue``'s items with ``client`` (in the client's thread)."""
+    return client.dequeue_many(queue, n, lease_s=lease_s, wait_s=wait_s)

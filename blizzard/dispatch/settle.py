@@ -207,10 +207,13 @@ class Settler:
         now = time.monotonic()
         for lease_s, group in self.keeper.due(self.leases.values(), now).items():
             try:  # in the client's thread; awaited before the loop goes on to the next group
-                # awaited in this iteration, so the loop's group and lease_s are this one's
-                answer = await self.thread.call(lambda c: extension(
-                    lambda msgs, s: c.extend_many(msgs, lease_s=s), group, lease_s))  # noqa: B023
+                answer = await self.thread.call(partial(_extend, group=group, lease_s=lease_s))
             except BlizzardError as exc:  # refused: they keep their deadlines and are tried again
                 log.warning("extending %d leases: %s (%s)", len(group), exc, type(exc).__name__)
                 answer = Extended.UNANSWERED
             self.keeper.take(group, lease_s, now, answer)
+
+
+def _extend(client: BlizzardClient, group: list[Held], lease_s: float) -> Extended:
+    """Extend ``group``'s leases by ``lease_s`` with ``client`` (in the client's thread)."""
+    return extension(lambda msgs, s: client.extend_many(msgs, lease_s=s), group, lease_s)

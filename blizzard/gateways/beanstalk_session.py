@@ -519,10 +519,9 @@ class Session:
             return line("NOT_FOUND")
         if not seen.exists and tube != DEFAULT_TUBE:  # (beanstalkd's default tube always is)
             return line("NOT_FOUND")
+        settings: Any = seen.settings  # with_settings adds the fields, which mypy cannot see
         stats = {"ready": seen.ready, "leased": seen.leased, "delayed": seen.delayed,
-                 "dead": seen.dead,
-                 # the fields of QueueSettings are added by @with_settings, out of mypy's sight
-                 "paused_until": getattr(seen.settings, "paused_until")}  # noqa: B009
+                 "dead": seen.dead, "paused_until": settings.paused_until}
         left = max(0, int(stats.get("paused_until", 0.0) - time.time() + 0.999))
         fields = {"name": tube, "current-jobs-urgent": 0,
                   "current-jobs-ready": stats["ready"],

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -159,12 +160,13 @@ def to_arrow(queue: str, run: Run, start: int, end: int,
              payloads: dict[int, bytes]) -> pa.RecordBatch:
     """Rows in ``SCHEMA`` for the items ``start:end`` of ``run`` whose payloads were read."""
     ids = run.ids[start:end]
-    if len(payloads) == len(ids):
-        keep = slice(start, end)
-        pick = lambda column: column[keep]  # noqa: E731
-    else:
-        positions = [k for k in range(start, end) if run.ids[k] in payloads]
-        pick = lambda column: [column[k] for k in positions]  # noqa: E731
+    every = len(payloads) == len(ids)
+    positions = [] if every else [k for k in range(start, end) if run.ids[k] in payloads]
+
+    def pick(column: Any) -> Any:
+        return column[start:end] if every else [column[k] for k in positions]
+
+    if not every:
         ids = pick(run.ids)
     n = len(ids)
     micros = pc.multiply(pa.array(pick(run.enqueued_at), pa.float64()), 1_000_000)

@@ -37,6 +37,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 
 from blizzard.client.api import BlizzardClient
 from blizzard.client.http_delivery import bury
@@ -308,12 +309,11 @@ class Worker:
                 key = (outcome.error, self._retry_delay(outcome), held.doubtful)
                 nacks.setdefault(key, []).append(msg)
         for (error, delay_s, _), msgs in nacks.items():
-            # _guarded calls it at once, in this iteration (so for its error and delay_s)
-            self._guarded("give back", msgs, lambda m: self.client.nack_many(
-                m, delay_s=delay_s, error=error))  # noqa: B023
+            self._guarded("give back", msgs,
+                          partial(self.client.nack_many, delay_s=delay_s, error=error))
         for (error, _), msgs in burials.items():  # not buried now: buried when back
             self._guarded("move to the dead-letter queue", msgs,
-                          lambda m: bury(self.client, m, error))  # noqa: B023 (called at once)
+                          partial(bury, self.client, error=error))
 
     def _store_results(self, outcomes: list[Outcome]) -> None:
         """Store the results of the jobs that ended: a success's return value, a cancelled

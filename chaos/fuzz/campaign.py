@@ -24,6 +24,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from functools import partial
 from typing import Any
 
 import zmq
@@ -80,7 +81,7 @@ def _refused_dealer(cluster: LocalCluster, addr: str, mode: str) -> zmq.Socket:
 def _fuzz_one(cluster: LocalCluster, addr: str, mode: str, plan: Plan, seed: int,
               check: Any, protect: Protected) -> dict[str, Any]:
     """One run against one server one way in; its figures."""
-    probe = lambda a: cluster.dealer(a, "client")  # noqa: E731 -- an admitted socket
+    probe = partial(cluster.dealer, name="client")  # an admitted socket
     if mode == "raw":
         raw = raw_fuzz(addr, plan.raw, probe=probe, check=check, seed=seed, hold=plan.hold)
         return {"connections": raw.connections, "refused": raw.refused, "by_kind": raw.by_kind,

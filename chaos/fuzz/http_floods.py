@@ -34,6 +34,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import zmq
@@ -236,7 +237,7 @@ def _heard(sock: zmq.Socket, queue: str, ready: int, timeout_s: float = 10.0) ->
 def _subscription_flood(cluster: LocalCluster, heads_port: int, plan: HttpFloodPlan,
                         problems: list[str]) -> dict[str, Any]:
     url = cluster.metrics_url("master")
-    count = lambda: _metric(url, "blizzard_heads_subscriptions")  # noqa: E731
+    count = partial(_metric, url, "blizzard_heads_subscriptions")
     pid = cluster.master.popen.pid
     with Client(cluster.masters, admin=True, timeout_s=30) as client:
         client.enqueue("fz-heads", b"x")
