@@ -121,6 +121,36 @@ def test_a_large_frame_of_tiny_nested_arrays_stops_at_the_element_budget():
         p.decode(_frame(40, [1], [b"x"], [0], [], 1, "dn", False, None, meta))
 
 
+def _big_leased(n: int) -> bytes:
+    ids = list(range(n))
+    nodes = p.ReplicaSet([p.NodeRef("dn-a", "tcp://127.0.0.1:1"), p.NodeRef("dn-b", "tcp://127.0.0.1:2")])
+    grant = p.GetGrant(ids, ["dn-a", "dn-b"], 1, 0.0, b"m" * 32)
+    return p.encode(1, p.Leased("q", ids, ids, [256] * n, ids, [0] * n, [0] * n, [0.0] * n,
+                                [""] * n, [0] * n, [nodes], [], grant, [""] * n))
+
+
+def test_a_large_reply_is_walked_only_in_its_fields_that_nest(monkeypatch):
+    # a Leased of 10,000 items: its columns are bounded by the typed decode; only its replica
+    # sets (messages of arrays in an array) are walked in Python, not its 100,000 scalars
+    walked: list[int] = []
+    count = codec._count_elements
+    monkeypatch.setattr(codec, "_count_elements",
+                        lambda body, *budget: walked.append(len(body)) or count(body, *budget))
+    body = _big_leased(10_000)
+    _, msg = p.decode(body)
+    assert len(msg.ids) == 10_000 and msg.replica_sets[0].nodes[1].node_id == "dn-b"
+    assert walked and sum(walked) < 200 < len(body)
+
+
+def test_a_nested_bomb_that_does_not_split_into_fields_is_walked_whole():
+    # the Put of the element-budget test with a trailing byte: the split into fields fails,
+    # so the whole frame is walked (and refused), never decoded unchecked
+    meta = [[p.op_of(p.ItemMeta), "q", 0, 0.0, "", 0, "", [0] * 1000]] * 400
+    body = _frame(40, [1], [b"x"], [0], [], 1, "dn", False, None, meta) + b"\x00"
+    with pytest.raises(ProtocolError, match="array elements in one frame"):
+        p.decode(body)
+
+
 def test_float_lists_take_integers_but_not_booleans():
     enqueue = ["q", [5], [1], [2], [0], [3], [""], False, "r", False, 1, None]
     assert p.decode(_frame(45, *enqueue))[1].delays == [3]

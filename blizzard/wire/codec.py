@@ -16,9 +16,10 @@ Every message class is a frozen msgspec ``Struct`` (``@message(op)``): one typed
 process checks every field against its declared type while it decodes, in C, so a handler
 only ever sees well-typed messages. Item ids are 0..2**63-1, every array holds at most
 ``MAX_ARRAY`` elements (checked at its header, before anything is allocated), a map or an ext
-value in a field is refused, and a frame holds at most ``MAX_ELEMENTS`` array elements (a
-large frame of a message whose arrays hold messages holding arrays is walked and counted
-first, its blobs skipped). Whatever msgspec raises on a bad body is a ``ProtocolError``.
+value in a field is refused, and the fields of a frame whose arrays hold messages holding
+arrays hold at most ``MAX_ELEMENTS`` array elements (in a large frame, those fields are walked
+and counted first, their blobs skipped). Whatever msgspec raises on a bad body is a
+``ProtocolError``.
 A field added in a later release goes last, with a default: an older peer skips the element
 unread, and a frame without it decodes to the default.
 
@@ -68,8 +69,10 @@ _ALL_OPS: dict[int, type] = {}  # every registered class, of any family, by op c
 _BY_OP: dict[int, type] = {}  # wire messages by op code
 _TYPED: set[type] = set()  # message classes whose field types are final (``_finish``)
 # ops whose shape nests arrays in messages in arrays (a Put's metadata groups, say): a large
-# frame of one has its elements counted before it is decoded (``_count_elements``)
+# frame of one has the elements of those fields counted before it is decoded (``_count_deep``)
 _DEEP: set[int] = set()
+# per deep op: a decoder of its fields as raw spans, and which fields nest (``_spans_of``)
+_SPANS: dict[int, tuple[msgspec.msgpack.Decoder[Any], tuple[str, ...]]] = {}
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
 
 
@@ -142,6 +145,7 @@ def _finish() -> None:
             _TYPED.add(cls)
     _DEEP.clear()
     _DEEP.update(op for op, cls in _BY_OP.items() if _nests(cls, 0) >= 2)
+    _SPANS.clear()
 
 
 def _nests(tp: Any, depth: int) -> int:
@@ -253,7 +257,7 @@ def decode(body: bytes) -> tuple[int, Any]:
         if head.version != VERSION:
             return _undecodable(body, ProtocolError("not this version"))
         if head.op in _DEEP:
-            _count_elements(body)
+            _count_deep(body, head.op)
     try:
         version, rid, msg = decoder.decode(body)
     except _UNDECODABLE as exc:
@@ -426,24 +430,57 @@ def _int_at(body: bytes, at: int) -> tuple[int | None, int]:
     return int.from_bytes(body[at + 1:at + 1 + width], "big"), at + 1 + width
 
 
-def _count_elements(body: bytes) -> None:
-    """``ProtocolError`` if a large frame holds more than ``MAX_ELEMENTS`` array elements.
+def _count_deep(body: bytes, op: int) -> None:
+    """``ProtocolError`` if the fields of a large frame that nest arrays in arrays hold more
+    than ``MAX_ELEMENTS`` array elements.
 
-    Typed decoding bounds each array (``MAX_ARRAY``), but a message whose arrays hold messages
-    holding arrays (a ``Put``'s metadata groups) could still decode into some 20 bytes of
-    memory per byte. The frame is walked first, its strings and blobs skipped by their lengths
-    and never copied, so a legal large frame, large for its payload bytes, costs little.
+    Typed decoding bounds each array (``MAX_ARRAY``), so a field of scalars, or of messages
+    without arrays, decodes into a bounded number of objects. A field whose arrays hold
+    messages holding arrays (a ``Put``'s metadata groups) could still decode into some 20
+    bytes of memory per byte: those fields are walked in Python, their strings and blobs
+    skipped by their lengths and never copied. The frame is first split into its fields' byte
+    spans in C (``_spans_of``), so the other columns of a large reply (a ``Leased``'s ten
+    thousand ids, sizes and checksums) are never visited one by one. A frame that does not
+    split is walked whole.
     """
-    budget, at, pending, end = MAX_ELEMENTS, 0, 1, len(body)
+    decoder, deep = _SPANS.get(op) or _spans_of(op)
+    try:
+        _, _, spans = decoder.decode(body)
+    except _UNDECODABLE:
+        _count_elements(body)
+        return
+    budget = MAX_ELEMENTS
+    for name in deep:
+        budget = _count_elements(bytes(getattr(spans, name)), budget)
+
+
+def _spans_of(op: int) -> tuple[msgspec.msgpack.Decoder[Any], tuple[str, ...]]:
+    """A decoder of op's frames into the raw bytes of each field, and the fields that nest."""
+    cls = _BY_OP[op]
+    names = _FIELD_NAMES[cls]
+    hints = typing.get_type_hints(cls, include_extras=True)
+    shape = msgspec.defstruct(f"{cls.__name__}Spans",
+                              [(n, msgspec.Raw, msgspec.field(default_factory=msgspec.Raw))
+                               for n in names], array_like=True, tag=op)
+    frame: Any = tuple[msgspec.Raw, msgspec.Raw, shape]  # type: ignore[valid-type]
+    decoder = msgspec.msgpack.Decoder(frame)
+    _SPANS[op] = decoder, tuple(n for n in names if _nests(hints[n], 0) >= 2)
+    return _SPANS[op]
+
+
+def _count_elements(body: bytes, budget: int = MAX_ELEMENTS) -> int:
+    """Walk one msgpack value (a whole frame, or a field's span) and count its array
+    elements; ``ProtocolError`` once they pass ``budget``; what is left of it."""
+    at, pending, end = 0, 1, len(body)
     while pending:  # the values still to read; each array adds its elements
         if at >= end:
-            return  # truncated: the typed decode says how
+            return budget  # truncated: the typed decode says how
         b = body[at]
         pending -= 1
         if 0x90 <= b <= 0x9F or b in (0xDC, 0xDD):
             n, at = _array_header(body, at)
             if n is None:
-                return
+                return budget
             budget -= n + 1
             if budget < 0:
                 raise ProtocolError(f"more than {MAX_ELEMENTS} array elements in one frame")
@@ -451,8 +488,9 @@ def _count_elements(body: bytes) -> None:
             continue
         skip = _skip_of(body, at)
         if skip is None:
-            return  # a map, an ext or a reserved byte: the typed decode refuses it
+            return budget  # a map, an ext or a reserved byte: the typed decode refuses it
         at = skip
+    return budget
 
 
 _FIXED = {0xC0: 1, 0xC2: 1, 0xC3: 1, 0xCA: 5, 0xCB: 9, 0xCC: 2, 0xCD: 3, 0xCE: 5, 0xCF: 9,
