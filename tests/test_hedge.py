@@ -3,7 +3,14 @@ the typical node's, between the floor and the cap; the time is given."""
 
 from __future__ import annotations
 
-from blizzard.net.hedge import BYTES_PER_S, CAP_S, FLOOR_S, HedgeDelays, Latencies
+from blizzard.net.hedge import (
+    BYTES_PER_S,
+    CAP_S,
+    FLOOR_S,
+    OWN_SAMPLES,
+    HedgeDelays,
+    Latencies,
+)
 
 
 def test_the_p99_of_the_recent_samples():
@@ -24,6 +31,16 @@ def test_nothing_measured_waits_the_cap_and_a_fast_cluster_the_floor():
             delays.observe(node, 0.0005)
     assert delays.delay_s("a") == FLOOR_S
     assert delays.delay_s("a", nbytes=8_000_000) == FLOOR_S + 8_000_000 / BYTES_PER_S
+
+
+def test_a_handful_of_answers_is_too_few_to_hedge_on():
+    # a new client's first reads: the slowest of three is no p99, so the cap until sixteen
+    delays = HedgeDelays()
+    for _ in range(OWN_SAMPLES - 1):
+        delays.observe("a", 0.001)
+    assert delays.delay_s("a") == CAP_S
+    delays.observe("a", 0.001)
+    assert delays.delay_s("a") == FLOOR_S
 
 
 def test_a_node_turned_slow_does_not_teach_the_hedge_to_wait_for_it():

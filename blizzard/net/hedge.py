@@ -88,10 +88,12 @@ class HedgeDelays:
 
     def delay_s(self, node: str = "", nbytes: int = 0) -> float:
         """How long to wait on ``node`` (""; any) for an answer of about ``nbytes`` before
-        asking another. With nothing measured yet the cap: no reason to hedge early."""
+        asking another. With fewer than ``OWN_SAMPLES`` answers measured, the cap: the slowest
+        of a handful is no p99, and a busy machine's scheduling noise would hedge on it (a
+        Spark task's new client hedged 6 of 500 reads of a drain, each then read again)."""
         typical = self.typical_p99()
         if typical is None:
-            if not len(self.all):
+            if len(self.all) < OWN_SAMPLES:
                 return self.cap_s + nbytes / BYTES_PER_S
             typical = self.all.p99()
         lat = self.by_node.get(node)
