@@ -23,6 +23,7 @@ import json
 import logging
 import os
 import random
+import shutil
 import tempfile
 import time
 from typing import Any
@@ -53,6 +54,38 @@ def fill(cluster: LocalCluster, items: int, size: int) -> float:
             for at in range(0, items, chunk):
                 producer.send([pool[(at + k) % len(pool)] for k in range(min(chunk, items - at))])
     return items / (time.monotonic() - started)
+
+
+def driver_lease(base: str, items: int, security: str) -> dict[str, Any]:
+    """The driver's part of a drain alone, no Spark: ``items`` of 256 B filled, then leased as
+    the driver leases them (``lease_columns``, 10,000 a call); this process's CPU per item
+    (the reply's decode) and the servers'."""
+    cluster = clusters_for(os.path.join(base, f"lease-{items}"), security,
+                           datanodes=2, replication=2)[0]
+    try:
+        cluster.start()
+        if cluster.keys:
+            os.environ[KEYS_ENV] = cluster.keys
+        else:
+            os.environ.pop(KEYS_ENV, None)
+        fill(cluster, items, 256)
+        with Client(cluster.master_addr, timeout_s=60.0) as client:
+            meter = CpuMeter(cluster)
+            wall, cpu = time.monotonic(), time.process_time()
+            leased = calls = 0
+            while leased < items:
+                got = len(client.lease_columns(QUEUE, 10_000, lease_s=300.0).ids)
+                leased, calls = leased + got, calls + 1
+                if not got:
+                    break
+            wall, cpu = time.monotonic() - wall, time.process_time() - cpu
+            servers = meter.report(leased, {}).get("cpu_us_per_item", {})
+        return {"op": "driver_lease", "items": leased, "calls": calls,
+                "us_per_item": round(wall / leased * 1e6, 2),
+                "client_cpu_us_per_item": round(cpu / leased * 1e6, 2),
+                "cpu_us_per_item": servers, "security": security}
+    finally:
+        cluster.stop()
 
 
 def drain_once(spark: Any, cluster: LocalCluster, items: int, size: int, batch: int,
@@ -149,6 +182,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="rows for the batch-writer measurement, after the first drain (0: none)")
     ap.add_argument("--write-size", type=int, default=256, help="bytes per row written")
     ap.add_argument("--batch", type=int, default=250_000, help="drain's maxItemsPerBatch")
+    ap.add_argument("--driver-lease", type=int, metavar="N", default=0,
+                    help="instead: the driver's leases alone, no Spark (N items filled, then "
+                         "leased 10,000 a call): the CPU per item of the lease replies' decode")
     ap.add_argument("--spark-master", choices=["local[*]", "standalone", "both"],
                     default="both", help="where Spark runs (both: local first)")
     security_option(ap)
@@ -156,9 +192,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.security == "both":
         ap.error("--security both is not supported here; run on and off in turn")
     base = start("bench-spark")
+    if args.driver_lease:
+        try:
+            print(json.dumps({"system": "blizzard", "bench": "spark",
+                              **driver_lease(base, args.driver_lease, args.security)}), flush=True)
+        finally:
+            shutil.rmtree(base, ignore_errors=True)
+        return 0
     masters = ["local[*]", "standalone"] if args.spark_master == "both" else [args.spark_master]
-    for spark_master in masters:
-        measure(args, base, spark_master, args.security)
+    try:
+        for spark_master in masters:
+            measure(args, base, spark_master, args.security)
+    finally:  # a million items' stores and their Parquet copy: not left in /tmp
+        shutil.rmtree(base, ignore_errors=True)
     return 0
 
 

@@ -117,6 +117,23 @@ def test_the_calls_bench_gives_each_processs_cpu_per_call_main_thread_and_all():
     assert "the queue ran dry" not in proc.stderr
 
 
+@pytest.mark.cluster
+def test_the_driver_lease_bench_leases_every_item_and_leaves_no_scratch_behind():
+    """``scripts/bench --spark --driver-lease`` at a toy length: every item leased, CPU per
+    item of this process and the servers, and its scratch dir removed."""
+    before = {n for n in os.listdir("/tmp") if n.startswith("blizzard-bench-spark-")}
+    proc = subprocess.run([sys.executable, "-m", "bench.spark", "--spark", "--driver-lease",
+                           "3000", "--security", "off"],
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (line,) = [json.loads(text) for text in proc.stdout.splitlines()]
+    assert line["op"] == "driver_lease" and line["items"] == 3000 and line["calls"] == 1
+    assert line["client_cpu_us_per_item"] > 0 and set(line["cpu_us_per_item"]) == {
+        "master", "datanodes"}
+    after = {n for n in os.listdir("/tmp") if n.startswith("blizzard-bench-spark-")}
+    assert after <= before
+
+
 def test_the_master_loop_puts_every_item_through_the_master_in_process():
     """``scripts/bench --master-loop`` at a toy length: every item placed, enqueued (committed
     on its two reports), leased (ordered pushed), acked; the master's CPU per item."""
