@@ -22,10 +22,16 @@ when they sync could save, such as the master logging an enqueue while the nodes
 ``unsynced_servers`` counts the servers whose logs say so. ``--sync-hold-ms`` sets the
 servers' hold (without syncs it still gathers put reports, and adds latency).
 ``--replication 1``: a producer sends one copy. None of these is a way to run Blizzard.
+
+``--peers NAMES`` then runs the same load on the queues a user would pick instead
+(``bench/peers.py``: each peer's line says what its acknowledgement promises) and prints the
+ratios of Blizzard's acked items/s to theirs. ``--replication 3 --datanodes 3
+--min-replicas 2`` is Blizzard at three copies, acknowledged at two.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import multiprocessing as mp
@@ -35,6 +41,7 @@ import sys
 import time
 from typing import Any, NamedTuple
 
+from bench import peers
 from bench.common import (
     NO_SYNC_NOTICE,
     client_keys,
@@ -49,6 +56,7 @@ from bench.common import (
     start,
     unsafe_no_sync,
 )
+from bench.peers import PEERS
 from bench.throughput import machine_cpu, own_cpu_s, percentile, proc_cpu_s
 from blizzard.client.core import Client
 from blizzard.local.harness import LocalCluster
@@ -199,6 +207,7 @@ def run(cluster: LocalCluster, producers: int, consumers: int, size: int,
     cpu_us["consumers"] = round(client_cpu["c"] * 1e6 / max(1, acked), 1)
     cpu_us["clients"] = round(cpu_us["producers"] + cpu_us["consumers"], 1)
     cpu_us["total"] = round(sum(v for k, v in cpu_us.items() if k != "clients"), 1)
+    cpu_us["servers"] = round(cpu_us["total"] - cpu_us["clients"], 1)  # as the peers' lines
     per_item = max(1, acked)
     wakes = {name: round(((wakeups(pid) or 0) - (wakes0[name] or 0)) / per_item, 1)
              for name, pid in pids.items()}
@@ -211,7 +220,9 @@ def run(cluster: LocalCluster, producers: int, consumers: int, size: int,
         msgs["total"] = round(sum(msgs.values()), 2)
     line: dict[str, Any] = {
         "system": "blizzard", "op": "workers", "producers": producers, "consumers": consumers,
-        "size": size, "replication": cluster.replication, "security": security_of(cluster),
+        "size": size, "replication": cluster.replication,
+        "min_replicas": cluster.min_replicas or cluster.replication,
+        "security": security_of(cluster),
         "metrics": metrics_of(cluster), **({"bound": list(bounds)} if bounds else {}),
         **({"sync_hold_ms": float(cluster.master_args[1])} if cluster.master_args else {}),
         # the servers that said they skip their syncs (bench/no_sync_site): evidence, not the flag
@@ -256,7 +267,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--size", type=int, default=256, help="payload bytes")
     ap.add_argument("--replication", type=int, default=2, help="replicas per item (R)")
     ap.add_argument("--datanodes", type=int, default=2, help="data nodes to start")
+    ap.add_argument("--min-replicas", type=int, default=None,
+                    help="copies stored before an enqueue is acknowledged (W; default: R)")
     ap.add_argument("--repeat", type=int, default=1, help="measurements on the same cluster")
+    ap.add_argument("--configs", type=replica_configs, default=[],
+                    help="Blizzard's replication settings measured in turn, each R or R/W, "
+                         "e.g. 2,3/2 (R=2; then R=3 acknowledged at W=2, on 3 data nodes); "
+                         "instead of --replication and --min-replicas")
+    ap.add_argument("--peers-first", action="store_true",
+                    help="measure the peers before Blizzard (to swap the order between runs)")
+    ap.add_argument("--peers", type=peer_names, default=[],
+                    help="then the same load on these peers, comma-separated, and the ratios: "
+                         + ", ".join(PEERS))
     ap.add_argument("--no-read", action="store_true",
                     help="an estimate: consumers lease and ack without reading the payload")
     ap.add_argument("--ride", action="store_true",
@@ -272,20 +294,70 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--workers needs at least one of each; --seconds in (0, 600]; --size >= 1")
     if not 1 <= args.replication <= args.datanodes:
         ap.error("--replication must be between 1 and --datanodes")
+    if args.min_replicas is not None and not 1 <= args.min_replicas <= args.replication:
+        ap.error("--min-replicas must be between 1 and --replication")
     if args.no_sync:
         unsafe_no_sync()
     bounds = tuple(b for b, on in (("no-read", args.no_read), ("ride", args.ride),
                                    ("no-sync", args.no_sync)) if on)
     base = start("bench")
     hold = () if args.sync_hold_ms is None else ("--sync-hold-ms", str(args.sync_hold_ms))
-    clusters = clusters_for(base, args.security, args.metrics, datanodes=args.datanodes,
-                            replication=args.replication, master_args=hold, node_args=hold)
+    configs = args.configs or [(args.replication, args.min_replicas)]
+    lines: list[dict[str, Any]] = []
+    measured: list[dict[str, Any]] = []
 
-    def body() -> int:
-        lines = [run(cluster, producers, consumers, args.size, args.seconds, bounds)
-                 for _ in range(args.repeat) for cluster in clusters]
-        return 1 if any(line["errors"] for line in lines) else 0
-    return on_clusters(base, clusters, body)
+    def measure_peers() -> int:  # one system on the machine at a time
+        for name in args.peers:
+            log.info("peer %s: %d producers, %d consumers", name, producers, consumers)
+            measured.append(peers.run(PEERS[name], producers, consumers, args.size,
+                                      args.seconds))
+            print(json.dumps(measured[-1]), flush=True)
+        return 1 if any(line["errors"] for line in measured) else 0
+
+    code = measure_peers() if args.peers_first else 0
+    for replication, min_replicas in configs:  # one cluster (per security, metrics) at a time
+        clusters = clusters_for(os.path.join(base, f"r{replication}w{min_replicas}"),
+                                args.security, args.metrics,
+                                datanodes=max(args.datanodes, replication),
+                                replication=replication, min_replicas=min_replicas,
+                                master_args=hold, node_args=hold)
+
+        def body(clusters: list[LocalCluster] = clusters) -> int:
+            measured = [run(cluster, producers, consumers, args.size, args.seconds, bounds)
+                        for _ in range(args.repeat) for cluster in clusters]
+            lines.extend(measured)
+            return 1 if any(line["errors"] for line in measured) else 0
+        code = code or on_clusters(os.path.join(base, f"r{replication}w{min_replicas}"),
+                                   clusters, body)
+    if args.peers and not args.peers_first:
+        code = measure_peers() or code
+    if args.peers:
+        print(json.dumps(peers.ratios(lines, measured)), flush=True)
+        print(peers.table(lines, measured), file=sys.stderr, flush=True)
+    return code
+
+
+def replica_configs(text: str) -> list[tuple[int, int | None]]:
+    configs: list[tuple[int, int | None]] = []
+    for part in text.split(","):
+        r, _, w = part.strip().partition("/")
+        try:
+            config = (int(r), int(w) if w else None)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{part!r}: want R or R/W, e.g. 3/2") from None
+        if not 1 <= (config[1] or config[0]) <= config[0] <= 5:
+            raise argparse.ArgumentTypeError(f"{part!r}: want 1 <= W <= R <= 5")
+        configs.append(config)
+    return configs
+
+
+def peer_names(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in PEERS]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown peer {', '.join(unknown)}; known: {', '.join(PEERS)}")
+    return names
 
 
 if __name__ == "__main__":

@@ -141,3 +141,34 @@ def test_the_master_loop_puts_every_item_through_the_master_in_process():
 
     line = master_loop.run(300)  # raises if an item is left unacked or a lease unanswered
     assert line["items"] == 300 and line["master_cpu_us_per_item"] > 0
+
+
+def test_the_peers_table_gives_each_blizzard_line_its_ratio_to_each_peer():
+    from bench import peers
+    blizzard = [{"replication": 2, "min_replicas": 2, "acked_per_s": 900,
+                 "cpu_us_per_acked_item": {"servers": 1000.0, "master": 500.0}},
+                {"replication": 3, "min_replicas": 2, "acked_per_s": 600,
+                 "cpu_us_per_acked_item": {"servers": 1400.0, "master": 650.0}}]
+    measured = [{"system": "rabbitmq-quorum", "acked_per_s": 400,
+                 "server_cpu_us_per_acked_item": {"total": 1300.0}},
+                {"system": "nats-jetstream-r3", "acked_per_s": 0, "errors": ["no start"]}]
+    ratios = peers.ratios(blizzard, measured)["blizzard_over"]
+    assert ratios == [{"replication": 2, "min_replicas": 2, "rabbitmq-quorum": 2.25,
+                       "nats-jetstream-r3": None},
+                      {"replication": 3, "min_replicas": 2, "rabbitmq-quorum": 1.5,
+                       "nats-jetstream-r3": None}]
+    table = peers.table(blizzard, measured).splitlines()
+    assert table[0].endswith("| Blizzard R=2 W=2 / it | Blizzard R=3 W=2 / it |")
+    assert "| rabbitmq-quorum | 400 | 1,300 | 2.25x | 1.50x |" in table
+    assert "| nats-jetstream-r3 | 0 | - | - | - |" in table
+
+
+def test_the_workers_bench_refuses_unknown_peers_and_impossible_replication():
+    from bench.workers import peer_names, replica_configs
+    assert peer_names("redis-wait, beanstalkd-f0") == ["redis-wait", "beanstalkd-f0"]
+    assert replica_configs("2,3/2") == [(2, None), (3, 2)]
+    for bad in ("3/4", "0", "x", "3/x"):
+        with pytest.raises(Exception, match="want"):
+            replica_configs(bad)
+    with pytest.raises(Exception, match="unknown peer kafka; known: redis-always"):
+        peer_names("kafka")
