@@ -3,6 +3,9 @@ the typical node's, between the floor and the cap; the time is given."""
 
 from __future__ import annotations
 
+import zmq
+
+from blizzard.client.datanodes import DatanodePool
 from blizzard.net.hedge import (
     BYTES_PER_S,
     CAP_S,
@@ -33,12 +36,20 @@ def test_nothing_measured_waits_the_cap_and_a_fast_cluster_the_floor():
     assert delays.delay_s("a", nbytes=8_000_000) == FLOOR_S + 8_000_000 / BYTES_PER_S
 
 
-def test_a_handful_of_answers_is_too_few_to_hedge_on():
+def test_a_handful_of_answers_is_too_few_for_a_reader_to_hedge_on():
     # a new client's first reads: the slowest of three is no p99, so the cap until sixteen
-    delays = HedgeDelays()
+    delays = HedgeDelays(warmup=OWN_SAMPLES)
     for _ in range(OWN_SAMPLES - 1):
         delays.observe("a", 0.001)
     assert delays.delay_s("a") == CAP_S
+    delays.observe("a", 0.001)
+    assert delays.delay_s("a") == FLOOR_S
+    pool = DatanodePool(zmq.Context.instance(), node_timeout_s=1.0)  # a client's reads
+    assert pool.delays.warmup == OWN_SAMPLES
+
+
+def test_by_default_one_answer_is_enough_to_hedge_on():
+    delays = HedgeDelays()  # the master's write hedge
     delays.observe("a", 0.001)
     assert delays.delay_s("a") == FLOOR_S
 

@@ -34,7 +34,7 @@ from typing import Any
 import zmq
 
 from blizzard.client.message import LeasedItem
-from blizzard.net.hedge import HedgeDelays
+from blizzard.net.hedge import OWN_SAMPLES, HedgeDelays
 from blizzard.net.keys import ClientKeys
 from blizzard.net.transport import Endpoint, Replies
 from blizzard.wire import protocol as p
@@ -131,7 +131,7 @@ class DatanodePool:
         self.endpoints: dict[str, Endpoint] = {}
         self._suspects: dict[str, float] = {}  # node id -> monotonic time it is trusted again
         self.told: frozenset[str] = frozenset()  # the master's suspects, from its last reply
-        self.delays = HedgeDelays()
+        self.delays = HedgeDelays(warmup=OWN_SAMPLES)  # (see delay_s)
         self.gets = 0  # Gets sent, and how many of them were hedges (a read's second ask)
         self.hedges = 0
         self.closed = False

@@ -58,9 +58,10 @@ class Latencies:
 class HedgeDelays:
     """Per-node hedge delays from the durations seen (see the module docstring)."""
 
-    def __init__(self, floor_s: float = FLOOR_S, cap_s: float = CAP_S) -> None:
+    def __init__(self, floor_s: float = FLOOR_S, cap_s: float = CAP_S, warmup: int = 1) -> None:
         self.floor_s = floor_s
         self.cap_s = cap_s
+        self.warmup = warmup  # answers measured before any delay below the cap
         self.by_node: dict[str, Latencies] = {}
         self.all = Latencies()
         self._typical: float | None = None  # the median node's p99 (None: too few samples)
@@ -88,12 +89,13 @@ class HedgeDelays:
 
     def delay_s(self, node: str = "", nbytes: int = 0) -> float:
         """How long to wait on ``node`` (""; any) for an answer of about ``nbytes`` before
-        asking another. With fewer than ``OWN_SAMPLES`` answers measured, the cap: the slowest
-        of a handful is no p99, and a busy machine's scheduling noise would hedge on it (a
-        Spark task's new client hedged 6 of 500 reads of a drain, each then read again)."""
+        asking another. With fewer than ``warmup`` answers measured, the cap: no reason to
+        hedge early. A reader's client waits for ``OWN_SAMPLES``: the slowest of a handful is
+        no p99, and a busy machine's scheduling noise would hedge on it (a Spark task's new
+        client hedged 6 of 500 reads of a drain, each then read again)."""
         typical = self.typical_p99()
         if typical is None:
-            if len(self.all) < OWN_SAMPLES:
+            if len(self.all) < self.warmup:
                 return self.cap_s + nbytes / BYTES_PER_S
             typical = self.all.p99()
         lat = self.by_node.get(node)
