@@ -327,8 +327,9 @@ def main(argv: list[str] | None = None) -> int:
                         for _ in range(args.repeat) for cluster in clusters]
             lines.extend(measured)
             return 1 if any(line["errors"] for line in measured) else 0
-        code = code or on_clusters(os.path.join(base, f"r{replication}w{min_replicas}"),
-                                   clusters, body)
+        # each config is measured whatever an earlier one or a peer gave
+        code = on_clusters(os.path.join(base, f"r{replication}w{min_replicas}"),
+                           clusters, body) or code
     if args.peers and not args.peers_first:
         code = measure_peers() or code
     if args.peers:
