@@ -48,7 +48,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.throughput import proc_cpu_s
+from bench.throughput import tree_cpu_s
 from blizzard.local.harness import free_port
 
 MP = mp.get_context("spawn")
@@ -63,26 +63,8 @@ class Servers:
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     ports: list[int] = field(default_factory=list)
 
-    def pids(self) -> dict[str, list[int]]:
-        """Every process of the servers by name: each started one and its descendants (a
-        RabbitMQ node's script runs its Erlang VM as a child)."""
-        parents: dict[int, int] = {}
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                try:
-                    with open(f"/proc/{entry}/stat") as f:
-                        parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
-                except (OSError, ValueError, IndexError):
-                    pass
-        found: dict[str, list[int]] = {}
-        for k, proc in enumerate(self.procs):
-            tree, grew = {proc.pid}, True
-            while grew:
-                more = {pid for pid, parent in parents.items() if parent in tree} - tree
-                grew = bool(more)
-                tree |= more
-            found[f"server{k}"] = sorted(tree)
-        return found
+    def pids(self) -> dict[str, int]:
+        return {f"server{k}": proc.pid for k, proc in enumerate(self.procs)}
 
     def stop(self) -> None:
         """Each server's process group: SIGTERM, then after 20 s SIGKILL."""
@@ -446,7 +428,7 @@ def run(peer: Peer, producers: int, consumers: int, size: int, seconds: float,
         pids = servers.pids()
         barrier.wait(120)
         t0 = time.monotonic()
-        cpu0 = {name: _cpu_s(tree) for name, tree in pids.items()}
+        cpu0 = {name: tree_cpu_s(pid) for name, pid in pids.items()}  # with descendants
         counts, errors = {"p": 0, "c": 0}, []
         try:
             for _ in procs:
@@ -461,8 +443,8 @@ def run(peer: Peer, producers: int, consumers: int, size: int, seconds: float,
                     proc.terminate()
         elapsed = time.monotonic() - t0
         acked = max(1, counts["c"])
-        cpu = {name: round((_cpu_s(tree) - cpu0[name]) * 1e6 / acked, 1)
-               for name, tree in pids.items()}
+        cpu = {name: round((tree_cpu_s(pid) - cpu0[name]) * 1e6 / acked, 1)
+               for name, pid in pids.items()}
         line.update(enqueued_per_s=round(counts["p"] / elapsed),
                     acked_per_s=round(counts["c"] / elapsed), seconds=round(elapsed, 1),
                     server_cpu_us_per_acked_item={**cpu, "total": round(sum(cpu.values()), 1)},
@@ -473,10 +455,6 @@ def run(peer: Peer, producers: int, consumers: int, size: int, seconds: float,
         servers.stop()
         shutil.rmtree(base, ignore_errors=True)
     return line
-
-
-def _cpu_s(pids: list[int]) -> float:
-    return sum(proc_cpu_s(pid) or 0.0 for pid in pids)
 
 
 def ratios(blizzard: list[dict[str, Any]], peers: list[dict[str, Any]]) -> dict[str, Any]:

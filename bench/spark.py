@@ -29,8 +29,7 @@ import time
 from typing import Any
 
 from bench.common import clusters_for, parser, security_of, security_option, start
-from bench.spark_write import tree_cpu_s
-from bench.throughput import CpuMeter
+from bench.throughput import CpuMeter, tree_cpu_s
 from blizzard.client.core import Client
 from blizzard.local.harness import LocalCluster
 from blizzard.net.keys import ENV as KEYS_ENV

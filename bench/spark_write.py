@@ -27,7 +27,7 @@ import time
 from typing import Any
 
 from bench.common import on_clusters, parser, start
-from bench.throughput import CpuMeter, machine_cpu, proc_cpu_s
+from bench.throughput import CpuMeter, machine_cpu, tree_cpu_s
 from blizzard.client.core import Client
 from blizzard.local.harness import LocalCluster
 
@@ -96,26 +96,6 @@ def measure_write(spark: Any, master_addr: str, queue: str, rows: int, size: int
     if machine0 and machine1 and machine1[1] > machine0[1]:
         out["machine_busy"] = round((machine1[0] - machine0[0]) / (machine1[1] - machine0[1]), 2)
     return out
-
-
-def tree_cpu_s(pid: int) -> float:
-    """CPU seconds of process ``pid`` and its descendants, the reaped ones included (Spark's
-    JVM and the Python workers it forks)."""
-    parents: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-    tree, todo = {pid}, [pid]
-    while todo:
-        parent = todo.pop()
-        children = [p for p, pp in parents.items() if pp == parent and p not in tree]
-        tree.update(children)
-        todo += children
-    return sum(proc_cpu_s(p, children=True) or 0.0 for p in tree)
 
 
 def stage_times(spark: Any, group: str, t0: float, t1: float) -> dict[str, float]:

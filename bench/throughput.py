@@ -92,6 +92,26 @@ def proc_cpu_s(pid: int, children: bool = False) -> float | None:
         return None
 
 
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds of process ``pid`` and its descendants, the reaped ones included (Spark's
+    JVM and the Python workers it forks; a RabbitMQ node's script and its Erlang VM)."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    tree, todo = {pid}, [pid]
+    while todo:
+        parent = todo.pop()
+        children = [p for p, pp in parents.items() if pp == parent and p not in tree]
+        tree.update(children)
+        todo += children
+    return sum(proc_cpu_s(p, children=True) or 0.0 for p in tree)
+
+
 def machine_cpu() -> tuple[int, int] | None:
     """(busy, total) clock ticks of all cores since boot (Linux /proc/stat), or None."""
     try:
