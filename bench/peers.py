@@ -236,8 +236,16 @@ def start_rabbitmq(base: str) -> Servers:
                               timeout=timeout)
         if done.returncode:
             raise RuntimeError(f"rabbitmqctl {' '.join(args)}: {done.stderr.strip()[-300:]}")
-    for node in nodes:
-        run_ctl("-n", node, "await_startup", "--timeout", "60", timeout=90)
+    for node in nodes:  # await_startup fails at once while the node is not yet in epmd
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                run_ctl("-n", node, "await_startup", "--timeout", "60", timeout=90)
+                break
+            except RuntimeError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(1)
     for node in nodes[1:]:
         run_ctl("-n", node, "stop_app")
         run_ctl("-n", node, "join_cluster", nodes[0])
@@ -453,7 +461,8 @@ def run(peer: Peer, producers: int, consumers: int, size: int, seconds: float,
         line.update(acked_per_s=0, errors=[str(exc)])
     finally:
         servers.stop()
-        shutil.rmtree(base, ignore_errors=True)
+        if not os.environ.get("BLIZZARD_BENCH_KEEP"):
+            shutil.rmtree(base, ignore_errors=True)
     return line
 
 
