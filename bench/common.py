@@ -132,6 +132,7 @@ def start(tag: str) -> str:
     (so ``finally`` blocks stop clusters), and return a fresh scratch dir under /tmp."""
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"[{tag} %(asctime)s] %(message)s", datefmt="%H:%M:%S")
+    logging.getLogger("pika").setLevel(logging.WARNING)  # a peer's client: its every connect
 
     def term(signum: int, frame: Any) -> None:
         raise SystemExit(128 + signum)

@@ -17,7 +17,7 @@ import heapq
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict
-from typing import Any, ClassVar
+from typing import Any
 
 from master.state import checkpoint_layout as schema
 from master.state import job_records, picking
@@ -98,7 +98,7 @@ class State:
     # -- applying records -------------------------------------------------------------------
 
     def apply(self, rec: object) -> None:
-        self._APPLY[type(rec)](self, rec)
+        _APPLY[type(rec)](self, rec)
         if self._ended:  # dependencies settled after the record's own loop, never inside it
             job_records.settle_dependencies(self)
 
@@ -383,26 +383,6 @@ class State:
         self.queues.pop(rec.queue, None)
         self.uniques.drop_queue(rec.queue)
 
-    # record type -> how it changes the state (a function of the state and the record)
-    _APPLY: ClassVar[dict[type, Callable[[State, Any], None]]] = {
-        Reserve: _apply_reserve, CommitItems: _apply_commit, LeaseItems: _apply_lease,
-        AckItems: _apply_ack, ReleaseItems: _apply_release, BuryItems: _apply_release,
-        RedriveItems: _apply_redrive, ConfigureQueue: _apply_configure, WakeItems: _apply_wake,
-        ExpireUniques: _apply_expire_uniques,
-        # the job features' records (master/state/job_records.py)
-        CancelItems: job_records.apply_cancel, ProgressItems: job_records.apply_progress,
-        ForgetResults: job_records.apply_forget_results,
-        AddSchedule: job_records.apply_add_schedule,
-        DropSchedule: job_records.apply_drop_schedule, RearmItems: job_records.apply_rearm,
-        NodeSeen: _apply_node_seen, AddReplicas: _apply_add_replicas,
-        NodeKeyBound: _apply_node_key_bound,
-        DropReplicas: _apply_drop_replicas,
-        RebuildItems: _apply_rebuild_items,
-        ClusterCreated: _apply_cluster_created, EpochBegun: _apply_epoch_begun,
-        StandbySynced: _apply_standby_synced,
-        ForgetNode: _apply_forget_node, DeleteItems: _apply_delete_items,
-        DeleteQueue: _apply_delete_queue,
-    }
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -639,3 +619,25 @@ class State:
                 sorted((q.name, q.config, q.n_ready, q.n_delayed, q.n_leased, sorted(q.active),
                         sorted((k, sorted(v)) for k, v in q.keyed.items()))
                        for q in self.queues.values()))
+
+
+# record type -> how it changes the state (a function of the state and the record); outside
+# the class, so that mypyc can compile it (bench/compiled.py)
+_APPLY: dict[type, Callable[[State, Any], None]] = {
+    Reserve: State._apply_reserve, CommitItems: State._apply_commit,
+    LeaseItems: State._apply_lease, AckItems: State._apply_ack,
+    ReleaseItems: State._apply_release, BuryItems: State._apply_release,
+    RedriveItems: State._apply_redrive, ConfigureQueue: State._apply_configure,
+    WakeItems: State._apply_wake, ExpireUniques: State._apply_expire_uniques,
+    # the job features' records (master/state/job_records.py)
+    CancelItems: job_records.apply_cancel, ProgressItems: job_records.apply_progress,
+    ForgetResults: job_records.apply_forget_results,
+    AddSchedule: job_records.apply_add_schedule,
+    DropSchedule: job_records.apply_drop_schedule, RearmItems: job_records.apply_rearm,
+    NodeSeen: State._apply_node_seen, AddReplicas: State._apply_add_replicas,
+    NodeKeyBound: State._apply_node_key_bound, DropReplicas: State._apply_drop_replicas,
+    RebuildItems: State._apply_rebuild_items,
+    ClusterCreated: State._apply_cluster_created, EpochBegun: State._apply_epoch_begun,
+    StandbySynced: State._apply_standby_synced, ForgetNode: State._apply_forget_node,
+    DeleteItems: State._apply_delete_items, DeleteQueue: State._apply_delete_queue,
+}
