@@ -24,6 +24,7 @@ from datanode.store import LevelDbStore
 
 
 def run(scratch: str, items: int, batch: int, size: int) -> dict[str, float]:
+    os.makedirs(scratch)
     store = LevelDbStore(os.path.join(scratch, "store"))
     blob = os.urandom(size)
     crc = zlib.crc32(blob)
