@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import logging
 import os
+import platform
+import resource
 import socket
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -33,6 +36,7 @@ from blizzard.gateways.beanstalk_lines import (
     yaml_dict,
     yaml_list,
 )
+from blizzard.gateways.beanstalk_stats import COMMANDS, GatewayCounters
 from blizzard.host.log_limit import Throttled
 from blizzard.wire.errors import (
     BlizzardError,
@@ -56,12 +60,16 @@ POLL_S = 0.5  # how often a blocked read or reserve looks whether the gateway st
 DEFAULT_TUBE = "default"
 DEADLINE_SOON_S = 1.0  # beanstalkd's safety margin: a reserve then says DEADLINE_SOON
 SETTINGS_S = 2.0  # a tube's settings as read this long ago at most
+KICK_MAX = 1000  # jobs one kick moves at most
+URGENT = 1024  # beanstalkd's urgent jobs: a priority below this
 
 
 class Gateway(Protocol):
     """What a session uses of its gateway (``beanstalkd.BeanstalkdGateway``)."""
 
     config: Any  # its GatewayConfig: max_job_bytes
+    counters: GatewayCounters
+    server_id: str  # random, made when it started (beanstalkd's ``stats`` ``id``)
     stopping: threading.Event
     sessions: set[Any]
     connections: int  # accepted since it started
@@ -82,6 +90,12 @@ GONE = (LeaseExpired, UnknownItem, NotInQueue)  # the job is not this connection
 def _delay_s(delay: int) -> float:
     """A beanstalkd delay (up to 2**32-1 s) as the cluster takes it: at most a year."""
     return min(float(delay), MAX_DELAY_S)
+
+
+def _tube_of(queue: str) -> str:
+    """The tube a job of ``queue`` belongs to: a buried job's is the queue whose dead-letter
+    queue holds it."""
+    return queue[:-len(DEAD_SUFFIX)] if queue.endswith(DEAD_SUFFIX) else queue
 
 
 def _ttr_s(ttr: int) -> float:
@@ -107,6 +121,9 @@ class Session:
         self.deadlines: dict[int, float] = {}  # job id -> when its lease ends (monotonic)
         self._client: Client | None = None
         self._leases: dict[str, tuple[float, float]] = {}  # tube -> (its lease_s, read when)
+        # as beanstalkd counts connections: one that put a job is a producer, one that
+        # reserved is a worker, one in a reserve now is waiting
+        self.produced = self.worked = self.waiting = False
 
     @property
     def client(self) -> Client:
@@ -238,6 +255,8 @@ class Session:
         handler = getattr(self, "cmd_" + cmd.name.replace("-", "_"), None)
         if handler is None:
             return line("UNKNOWN_COMMAND")  # in the protocol, not served here yet
+        if cmd.name in COMMANDS:  # as beanstalkd: once parsed (kick-job and others: not)
+            self.gateway.counters.command(cmd.name)
         try:
             reply: bytes = handler(*cmd.args)
             return reply
@@ -267,6 +286,8 @@ class Session:
         self.gateway.ensure_tube(self.client, self.used)
         opts = EnqueueOptions.make(priority_of(pri), _delay_s(delay), lease_s=_ttr_s(ttr))
         item_id = self.gateway.batcher.put(self.used, body, opts)  # with other connections
+        self.produced = True
+        self.gateway.counters.put(self.used)
         return line("INSERTED", item_id)
 
     def cmd_use(self, tube: str) -> bytes:
@@ -292,8 +313,26 @@ class Session:
         return with_body("OK", body=yaml_list(self.watched))
 
     def cmd_list_tubes(self) -> bytes:
-        names = sorted({q["queue"] for q in self.client.queues()} | {DEFAULT_TUBE})
-        return with_body("OK", body=yaml_list(names))
+        return with_body("OK", body=yaml_list(self._tubes()))
+
+    def _tubes(self, queues: list[dict[str, Any]] | None = None) -> list[str]:
+        """The tubes beanstalkd would have: the default one, those a connection uses or
+        watches, and the cluster's queues that hold jobs (but for dead-letter queues: their
+        jobs are their tubes' buried ones). beanstalkd forgets a tube once nothing refers to
+        it and it is empty; the cluster keeps the queue, unlisted until it holds jobs again."""
+        queues = self.client.queues() if queues is None else queues
+        names = {q["queue"] for q in queues if not q["queue"].endswith(DEAD_SUFFIX)
+                 and q["ready"] + q["leased"] + q["delayed"] + q["dead"] + q["pending"]}
+        names |= self._referenced()
+        return [DEFAULT_TUBE, *sorted(names - {DEFAULT_TUBE})]
+
+    def _referenced(self) -> set[str]:
+        """The tubes the gateway's connections use or watch."""
+        names: set[str] = set()
+        for session in list(self.gateway.sessions):
+            names.add(session.used)
+            names.update(session.watched)
+        return names
 
     def cmd_reserve(self) -> bytes:
         return self._reserve(None)
@@ -302,6 +341,13 @@ class Session:
         return self._reserve(time.monotonic() + seconds)
 
     def _reserve(self, deadline: float | None) -> bytes:
+        self.worked = True
+        try:
+            return self._reserve_waiting(deadline)
+        finally:
+            self.waiting = False
+
+    def _reserve_waiting(self, deadline: float | None) -> bytes:
         while True:
             if self._deadline_soon():  # at the start, and as the wait goes on
                 return line("DEADLINE_SOON")
@@ -318,6 +364,7 @@ class Session:
             if self.gateway.stopping.is_set() or self._gone():
                 raise Closed()
             tube = self.watched[0]  # then a long poll on the first, a short while
+            self.waiting = True
             msg = self.client.dequeue(tube, wait_s=left)
             if msg is not None:
                 return self._reserved(msg)
@@ -341,6 +388,7 @@ class Session:
         return any(end - now < DEADLINE_SOON_S for end in self.deadlines.values())
 
     def _reserved(self, msg: Any) -> bytes:
+        self.gateway.counters.job(msg.id, "reserves")
         self.reserved[msg.id] = msg
         self.deadlines[msg.id] = time.monotonic() + self._ttr(msg)
         return with_body("RESERVED", msg.id, body=msg.data)
@@ -378,9 +426,13 @@ class Session:
         return line(done)
 
     def cmd_delete(self, job: int) -> bytes:
-        if job in self.reserved:  # durable on DELETED, as beanstalkd's with -f0
-            return self._settle(job, lambda msg: self.gateway.batcher.ack(msg.queue, msg.id,
-                                                                          msg.lease), "DELETED")
+        msg = self.reserved.get(job)
+        if msg is not None:  # durable on DELETED, as beanstalkd's with -f0
+            reply = self._settle(job, lambda msg: self.gateway.batcher.ack(msg.queue, msg.id,
+                                                                           msg.lease), "DELETED")
+            if reply == line("DELETED"):
+                self._deleted(job, msg.queue)
+            return reply
         found = lookup(self.client, [job]) if 0 <= job < 2**63 else []
         if not found or not found[0]["queue"]:
             return line("NOT_FOUND")
@@ -392,20 +444,33 @@ class Session:
             trouble("admin", "delete of a job not reserved here needs the admin key "
                     "(blizzard beanstalkd --admin)")
             return line("INTERNAL_ERROR")
+        self._deleted(job, _tube_of(found[0]["queue"]))
         return line("DELETED")
+
+    def _deleted(self, job: int, tube: str) -> None:
+        self.gateway.counters.deleted(tube)
+        self.gateway.counters.forget_job(job)
 
     def cmd_release(self, job: int, pri: int, delay: int) -> bytes:
         if pri > 2**32 - 1:
             return line("BAD_FORMAT")
-        return self._settle(job, lambda msg: self.client.leases.nack_ids(
-            [msg.id], [msg.lease], delay_s=_delay_s(delay), queue=msg.queue,
-            priority=priority_of(pri)), "RELEASED")
+        return self._counted(job, "releases", self._settle(
+            job, lambda msg: self.client.leases.nack_ids(
+                [msg.id], [msg.lease], delay_s=_delay_s(delay), queue=msg.queue,
+                priority=priority_of(pri)), "RELEASED"))
+
+    def _counted(self, job: int, counter: str, reply: bytes) -> bytes:
+        """``reply``, having counted ``counter`` for ``job`` if it says the command was done."""
+        if not reply.startswith(b"NOT_FOUND"):
+            self.gateway.counters.job(job, counter)
+        return reply
 
     def cmd_bury(self, job: int, pri: int) -> bytes:
         if pri > 2**32 - 1:
             return line("BAD_FORMAT")
-        return self._settle(job, lambda msg: bury(self.client, [msg], "buried (beanstalkd)",
-                                                  priority_of(pri)), "BURIED")
+        return self._counted(job, "buries", self._settle(
+            job, lambda msg: bury(self.client, [msg], "buried (beanstalkd)", priority_of(pri)),
+            "BURIED"))
 
     def cmd_touch(self, job: int) -> bytes:
         msg = self.reserved.get(job)
@@ -420,13 +485,27 @@ class Session:
         return line("TOUCHED")
 
     def cmd_kick(self, bound: int) -> bytes:
+        """Up to ``bound`` buried jobs of the used tube back to ready; if it has none, up to
+        ``bound`` delayed ones ready now (as beanstalkd)."""
         if bound == 0:
             return line("KICKED", 0)
+        n = min(bound, KICK_MAX)
+        admin = self.client.admin
         try:
-            return line("KICKED", self.client.redrive(self.used, min(bound, 10_000)))
+            jobs = [i.id for i in admin.peek_items(self._dead_tube(), n)]
+            if not jobs:
+                jobs = [i.id for i in admin.peek_items(self.used, n, delayed=True)]
+            done = admin.redrive(self.used, len(jobs), ids=jobs) if jobs else 0
         except Forbidden:
             trouble("admin", "kick needs the admin key (blizzard beanstalkd --admin)")
             return line("INTERNAL_ERROR")
+        for job in jobs[:done]:
+            self.gateway.counters.job(job, "kicks")
+        return line("KICKED", done)
+
+    def _dead_tube(self) -> str:
+        """Where the used tube's buried jobs are: its dead-letter queue."""
+        return str(self.client.queue_config(self.used)["dead_letter"]) or self.used + DEAD_SUFFIX
 
     def cmd_peek_ready(self) -> bytes:
         head = self.client.peek(self.used, 1)
@@ -469,6 +548,8 @@ class Session:
         except Forbidden:
             trouble("admin", "kick-job needs the admin key (blizzard beanstalkd --admin)")
             return line("INTERNAL_ERROR")
+        if done:
+            self.gateway.counters.job(job, "kicks")
         return line("KICKED") if done else line("NOT_FOUND")
 
     def cmd_reserve_job(self, job: int) -> bytes:
@@ -491,25 +572,48 @@ class Session:
         except Forbidden:
             trouble("admin", "pause-tube needs the admin key (blizzard beanstalkd --admin)")
             return line("INTERNAL_ERROR")
+        self.gateway.counters.paused(tube)
         return line("PAUSED")
 
     def cmd_peek_buried(self) -> bytes:
-        dead = self.client.queue_config(self.used)["dead_letter"] or self.used + DEAD_SUFFIX
-        head = self.client.peek(dead, 1)
+        head = self.client.peek(self._dead_tube(), 1)
         if not head:
             return line("NOT_FOUND")
         return with_body("FOUND", head[0].id, body=head[0].data)
 
     def cmd_stats(self) -> bytes:
-        """The gateway's own figures; what has no meaning here (binlog, ...) is 0."""
-        gw = self.gateway
-        fields = {"current-jobs-urgent": 0, "current-jobs-ready": 0, "current-jobs-reserved":
-                  sum(len(s.reserved) for s in list(gw.sessions)), "current-jobs-delayed": 0,
-                  "current-jobs-buried": 0, "current-connections": len(gw.sessions),
-                  "total-connections": gw.connections, "pid": os.getpid(),
-                  "version": f"blizzard-{RELEASE}", "uptime": int(time.time() - gw.started),
-                  "max-job-size": gw.config.max_job_bytes, "binlog-records-written": 0,
-                  "binlog-records-migrated": 0, "draining": "false"}
+        """beanstalkd 1.12's fields, in its order: the jobs of the cluster's tubes, this
+        gateway's counters since it started, its connections; what has no meaning here (the
+        binlog) is 0."""
+        gw, counts = self.gateway, self.gateway.counters
+        queues = self.client.queues()
+        tubes = [q for q in queues if not q["queue"].endswith(DEAD_SUFFIX)]
+        sessions = list(gw.sessions)
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        with counts.lock:
+            commands = {f"cmd-{name}": counts.commands[name] for name in COMMANDS}
+            total_jobs = counts.total_jobs
+        fields: dict[str, Any] = {
+            "current-jobs-urgent": 0,
+            "current-jobs-ready": sum(q["ready"] for q in tubes),
+            "current-jobs-reserved": sum(q["leased"] for q in tubes),
+            "current-jobs-delayed": sum(q["delayed"] for q in tubes),
+            "current-jobs-buried": sum(q["dead"] for q in tubes),
+            **commands,
+            "job-timeouts": 0, "total-jobs": total_jobs, "max-job-size": gw.config.max_job_bytes,
+            "current-tubes": len(self._tubes(queues)),
+            "current-connections": len(sessions),
+            "current-producers": sum(s.produced for s in sessions),
+            "current-workers": sum(s.worked for s in sessions),
+            "current-waiting": sum(s.waiting for s in sessions),
+            "total-connections": gw.connections, "pid": os.getpid(),
+            "version": f"blizzard-{RELEASE}",
+            "rusage-utime": f"{usage.ru_utime:.6f}", "rusage-stime": f"{usage.ru_stime:.6f}",
+            "uptime": int(time.time() - gw.started),
+            "binlog-oldest-index": 0, "binlog-current-index": 0, "binlog-records-migrated": 0,
+            "binlog-records-written": 0, "binlog-max-size": 0,
+            "draining": "false", "id": gw.server_id, "hostname": platform.node(),
+            "os": platform.version(), "platform": platform.machine()}
         return with_body("OK", body=yaml_dict(fields))
 
     def cmd_stats_tube(self, tube: str) -> bytes:
@@ -517,19 +621,25 @@ class Session:
             seen = self.client.admin.describe(tube)
         except BlizzardError:
             return line("NOT_FOUND")
-        if not seen.exists and tube != DEFAULT_TUBE:  # (beanstalkd's default tube always is)
-            return line("NOT_FOUND")
+        sessions = list(self.gateway.sessions)
+        watching = sum(tube in s.watched for s in sessions)
+        using = sum(s.used == tube for s in sessions)
+        held = seen.ready + seen.leased + seen.delayed + seen.dead + seen.pending
+        if tube != DEFAULT_TUBE and not (held or watching or using):
+            return line("NOT_FOUND")  # as beanstalkd: a tube no one refers to and empty is not
         settings: Any = seen.settings  # with_settings adds the fields, which mypy cannot see
-        stats = {"ready": seen.ready, "leased": seen.leased, "delayed": seen.delayed,
-                 "dead": seen.dead, "paused_until": settings.paused_until}
-        left = max(0, int(stats.get("paused_until", 0.0) - time.time() + 0.999))
+        left = max(0, int(settings.paused_until - time.time() + 0.999))
+        counts = self.gateway.counters
+        with counts.lock:
+            jobs, deletes, pauses = (counts.tube_jobs[tube], counts.tube_deletes[tube],
+                                     counts.tube_pauses[tube])
         fields = {"name": tube, "current-jobs-urgent": 0,
-                  "current-jobs-ready": stats["ready"],
-                  "current-jobs-reserved": stats["leased"],
-                  "current-jobs-delayed": stats["delayed"],
-                  "current-jobs-buried": stats["dead"], "total-jobs": 0,
-                  "current-using": 0, "current-watching": 0, "current-waiting": 0,
-                  "cmd-delete": 0, "cmd-pause-tube": 0, "pause": left, "pause-time-left": left}
+                  "current-jobs-ready": seen.ready, "current-jobs-reserved": seen.leased,
+                  "current-jobs-delayed": seen.delayed, "current-jobs-buried": seen.dead,
+                  "total-jobs": jobs, "current-using": using, "current-watching": watching,
+                  "current-waiting": sum(s.waiting and tube in s.watched for s in sessions),
+                  "cmd-delete": deletes, "cmd-pause-tube": pauses, "pause": left,
+                  "pause-time-left": left}
         return with_body("OK", body=yaml_dict(fields))
 
     def cmd_stats_job(self, job: int) -> bytes:
@@ -539,19 +649,23 @@ class Session:
         item = found[0]
         state = {"queued": "ready", "scheduled": "delayed", "in_flight": "reserved",
                  "failed": "buried"}.get(item["state"], item["state"])
-        reserves = item["attempts"] + (state == "reserved")  # this reservation counts
         seen: Any = self.reserved.get(job)
         if seen is None:
             try:  # its priority and ttr (the admin key; without it they read 0)
                 seen = next(iter(self.client.admin.peek_items(item["queue"], ids=[job])), None)
             except Forbidden:
                 seen = None
+        # what this gateway counted of the job; else the cluster's attempts (and this one)
+        counted = self.gateway.counters.of_job(job)
+        if counted is None:
+            counted = Counter(reserves=item["attempts"] + (state == "reserved"))
         now = time.time()
-        fields = {"id": job, "tube": item["queue"], "state": state,
+        fields = {"id": job, "tube": _tube_of(item["queue"]), "state": state,
                   "pri": pri_of(seen.priority) if seen is not None else 0,
                   "age": int(now - seen.enqueued_at) if seen is not None else 0,
                   "delay": 0, "ttr": int(self._ttr(seen, item["queue"])) if seen is not None else 0,
                   "time-left": max(0, int((item["until"] or now) - now)),
-                  "file": 0, "reserves": reserves, "timeouts": 0, "releases": 0,
-                  "buries": 0, "kicks": 0}
+                  "file": 0, "reserves": counted["reserves"], "timeouts": 0,
+                  "releases": counted["releases"], "buries": counted["buries"],
+                  "kicks": counted["kicks"]}
         return with_body("OK", body=yaml_dict(fields))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import resource
 import socket
 import threading
@@ -30,6 +31,7 @@ import zmq
 from blizzard.client.core import Client
 from blizzard.gateways.batcher import Batcher
 from blizzard.gateways.beanstalk_session import Session
+from blizzard.gateways.beanstalk_stats import GatewayCounters
 from blizzard.host.log_limit import Throttled
 from blizzard.wire.errors import QueueExists
 
@@ -89,6 +91,8 @@ class BeanstalkdGateway:
         self.connections = 0  # ever accepted
         self.lock = threading.Lock()
         self.started = time.time()
+        self.counters = GatewayCounters()  # what beanstalkd counts and the cluster does not
+        self.server_id = os.urandom(8).hex()
 
     def serve_forever(self) -> None:
         while not self.stopping.is_set():
