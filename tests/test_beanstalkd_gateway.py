@@ -4,9 +4,12 @@ of a real cluster; the protocol's errors; hostile connections cost bounded memor
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
+import stat
 import subprocess
+import tempfile
 import threading
 import time
 
@@ -392,3 +395,82 @@ def test_peek_ready_shows_the_head_and_quit_closes(gateway):
         assert s.recv(100) == b""  # closed, nothing answered
     finally:
         s.close()
+
+
+def _accepts(path: str) -> bool:
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(path)
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.close()
+
+
+def test_a_unix_socket_has_its_mode_is_refused_in_use_replaced_stale_and_removed_on_exit(
+        cluster_factory, monkeypatch):
+    monkeypatch.delenv(k.ENV, raising=False)
+    cluster = cluster_factory(datanodes=2, replication=2, keys=None)
+    where = tempfile.mkdtemp(prefix="bz-", dir="/tmp")  # (a socket's path is at most 107 bytes)
+    path = os.path.join(where, "beanstalkd.sock")
+    env = dict(os.environ, BLIZZARD_MASTER=cluster.master_addr)
+
+    def start(*more: str) -> subprocess.Popen[bytes]:
+        return subprocess.Popen([*BLIZZARD, "beanstalkd", "--listen", f"unix:{path}", *more],
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    def put_and_take(body: bytes) -> None:
+        with greenstalk.Client(path, encoding=None) as c:  # greenstalk over the Unix socket
+            job_id = c.put(body)
+            job = c.reserve(timeout=10)
+            assert (job.id, job.body) == (job_id, body)
+            c.delete(job)
+
+    try:
+        gw = start("--socket-mode", "600")
+        wait_for(lambda: _accepts(path), what="the gateway to listen on its socket")
+        assert stat.S_IMODE(os.lstat(path).st_mode) == 0o600
+        put_and_take(b"over a unix socket")
+        second = start()  # a live server's socket is not taken over
+        _, err = second.communicate(timeout=60)
+        assert second.returncode == 2 and b"already listens on" in err, err
+        put_and_take(b"the first one still serves")
+        gw.send_signal(signal.SIGTERM)
+        assert gw.wait(30) == 0
+        assert not os.path.lexists(path)  # removed on exit
+        gw = start()
+        wait_for(lambda: _accepts(path), what="the gateway to listen again")
+        assert stat.S_IMODE(os.lstat(path).st_mode) == 0o660  # the default mode
+        gw.kill()  # SIGKILL leaves the socket file behind: stale
+        gw.wait(30)
+        assert os.path.lexists(path) and not _accepts(path)
+        gw = start()
+        wait_for(lambda: _accepts(path), what="a new gateway in place of the stale socket")
+        put_and_take(b"after a stale socket")
+        gw.send_signal(signal.SIGTERM)
+        gw.wait(30)
+        with open(path, "w") as f:  # anything that is not a socket is left alone
+            f.write("not a socket")
+        third = start()
+        _, err = third.communicate(timeout=60)
+        assert third.returncode == 2 and b"is not a socket" in err, err
+        with open(path) as f:
+            assert f.read() == "not a socket"
+    finally:
+        for proc in [p for p in locals().values() if isinstance(p, subprocess.Popen)]:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(30)
+        shutil.rmtree(where, ignore_errors=True)
+
+
+@pytest.mark.parametrize("value, says", [("unix:", "needs a path"),
+                                         ("unix:/tmp/" + "x" * 120, "under 91 bytes")])
+def test_a_bad_unix_socket_path_is_refused_clearly(cluster_factory, monkeypatch, value, says):
+    monkeypatch.delenv(k.ENV, raising=False)
+    cluster = cluster_factory(datanodes=1, replication=1, keys=None)
+    done = subprocess.run([*BLIZZARD, "beanstalkd", "--listen", value],
+                          env=dict(os.environ, BLIZZARD_MASTER=cluster.master_addr),
+                          capture_output=True, timeout=60)
+    assert done.returncode == 2 and says.encode() in done.stderr, done.stderr

@@ -39,13 +39,39 @@ def _listen(ctx: Any, param: Any, value: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def _listen_or_unix(ctx: Any, param: Any, value: str) -> tuple[str, int] | str:
+    """HOST:PORT, or ``unix:PATH`` (the path, as a str)."""
+    if value.startswith("unix:"):
+        if not value[len("unix:"):]:
+            raise click.BadParameter("unix: needs a path (e.g. unix:/run/blizzard/beanstalkd.sock)",
+                                     ctx, param)
+        return value[len("unix:"):]
+    return _listen(ctx, param, value)
+
+
+def _mode(ctx: Any, param: Any, value: str) -> int:
+    try:
+        mode = int(value, 8)
+    except ValueError:
+        mode = -1
+    if not 0 <= mode <= 0o777:
+        raise click.BadParameter(f"{value!r} is not an octal file mode (e.g. 660)", ctx, param)
+    return mode
+
+
 @click.command()
 @master_opt
 @keys_opt
-@click.option("--listen", default="127.0.0.1:11300", show_default=True, callback=_listen,
-              help="HOST:PORT the gateway accepts beanstalkd clients on (port 0: a free one). "
-                   "Clients need no key: on an address others reach, anyone there may use the "
-                   "queues with this gateway's key.")
+@click.option("--listen", default="127.0.0.1:11300", show_default=True,
+              callback=_listen_or_unix,
+              help="HOST:PORT the gateway accepts beanstalkd clients on (port 0: a free one), or "
+                   "unix:PATH, a Unix socket (beanstalkd's -l unix:PATH): who may connect is "
+                   "then the file's mode (--socket-mode); a live server's socket there is "
+                   "refused, a stale one replaced, and the file removed on exit. Clients need "
+                   "no key: anyone who reaches it may use the queues with this gateway's key.")
+@click.option("--socket-mode", default="660", show_default=True, callback=_mode,
+              help="With --listen unix:PATH: the socket file's mode, in octal (660: its owner "
+                   "and group may connect).")
 @click.option("--max-connections", default=1024, show_default=True,
               type=click.IntRange(1, 100_000),
               help="Connections served at once; more are closed as they come.")
@@ -58,8 +84,8 @@ def _listen(ctx: Any, param: Any, value: str) -> tuple[str, int]:
                    "gateway then has those powers.")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"]))
-def beanstalkd(master: str, listen: tuple[str, int], max_connections: int, max_job_bytes: int,
-               admin: bool, log_level: str) -> None:
+def beanstalkd(master: str, listen: tuple[str, int] | str, socket_mode: int,
+               max_connections: int, max_job_bytes: int, admin: bool, log_level: str) -> None:
     """Speak beanstalkd's protocol to its clients (greenstalk, Pheanstalk, ...) in front of the
     cluster, until Ctrl-C.
 
@@ -74,12 +100,18 @@ def beanstalkd(master: str, listen: tuple[str, int], max_connections: int, max_j
     """
     from blizzard.gateways.beanstalkd import BeanstalkdGateway, GatewayConfig
 
-    logs.setup(log_level, "text", "beanstalkd", f"{listen[0]}:{listen[1]}")
+    where = f"unix:{listen}" if isinstance(listen, str) else f"{listen[0]}:{listen[1]}"
+    logs.setup(log_level, "text", "beanstalkd", where)
     _check_cluster(master, admin)
-    gateway = BeanstalkdGateway(GatewayConfig(master, listen[0], listen[1],
-                                              max_connections=max_connections,
-                                              max_job_bytes=max_job_bytes, admin=admin))
-    click.echo(f"beanstalkd gateway on {listen[0]}:{gateway.port} for {master}", err=True)
+    host, port = ("127.0.0.1", 0) if isinstance(listen, str) else listen
+    try:
+        gateway = BeanstalkdGateway(GatewayConfig(
+            master, host, port, max_connections=max_connections, max_job_bytes=max_job_bytes,
+            admin=admin, listen_path=listen if isinstance(listen, str) else "",
+            socket_mode=socket_mode))
+    except (OSError, ValueError) as exc:
+        raise click.UsageError(f"cannot listen on {where}: {exc}") from None
+    click.echo(f"beanstalkd gateway on {gateway.address} for {master}", err=True)
     stop = stop_on_signals()
     def stop_when_told() -> None:
         stop.wait()

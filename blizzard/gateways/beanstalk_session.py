@@ -10,13 +10,9 @@ read and dropped a piece at a time), a line or body started and not finished wit
 from __future__ import annotations
 
 import logging
-import os
-import platform
-import resource
 import socket
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -24,18 +20,18 @@ from blizzard.client.core import Client
 from blizzard.client.enqueue_options import EnqueueOptions
 from blizzard.client.http_delivery import bury, lookup
 from blizzard.client.message import leased_items
+from blizzard.gateways import beanstalk_reports as reports
 from blizzard.gateways.beanstalk_lines import (
     MAX_LINE,
     Command,
     LineError,
     line,
     parse,
-    pri_of,
     priority_of,
     with_body,
-    yaml_dict,
     yaml_list,
 )
+from blizzard.gateways.beanstalk_reports import DEFAULT_TUBE, tube_of
 from blizzard.gateways.beanstalk_stats import COMMANDS, GatewayCounters
 from blizzard.host.log_limit import Throttled
 from blizzard.wire.errors import (
@@ -48,7 +44,6 @@ from blizzard.wire.errors import (
 )
 from blizzard.wire.limits import MAX_DELAY_S, MAX_LEASE_S
 from blizzard.wire.queue_settings import DEAD_SUFFIX
-from blizzard.wire.release import RELEASE
 from blizzard.wire.shard_messages import Head
 
 log = logging.getLogger(__name__)
@@ -57,7 +52,6 @@ trouble = Throttled(log)  # what clients cause, one line per 10 s per kind
 LINE_TIMEOUT_S = 30.0  # a command line or job body begun must be finished within this
 SEND_TIMEOUT_S = 60.0  # a reply the client does not read for this long ends the connection
 POLL_S = 0.5  # how often a blocked read or reserve looks whether the gateway stops
-DEFAULT_TUBE = "default"
 DEADLINE_SOON_S = 1.0  # beanstalkd's safety margin: a reserve then says DEADLINE_SOON
 SETTINGS_S = 2.0  # a tube's settings as read this long ago at most
 KICK_MAX = 1000  # jobs one kick moves at most
@@ -90,12 +84,6 @@ GONE = (LeaseExpired, UnknownItem, NotInQueue)  # the job is not this connection
 def _delay_s(delay: int) -> float:
     """A beanstalkd delay (up to 2**32-1 s) as the cluster takes it: at most a year."""
     return min(float(delay), MAX_DELAY_S)
-
-
-def _tube_of(queue: str) -> str:
-    """The tube a job of ``queue`` belongs to: a buried job's is the queue whose dead-letter
-    queue holds it."""
-    return queue[:-len(DEAD_SUFFIX)] if queue.endswith(DEAD_SUFFIX) else queue
 
 
 def _ttr_s(ttr: int) -> float:
@@ -313,26 +301,7 @@ class Session:
         return with_body("OK", body=yaml_list(self.watched))
 
     def cmd_list_tubes(self) -> bytes:
-        return with_body("OK", body=yaml_list(self._tubes()))
-
-    def _tubes(self, queues: list[dict[str, Any]] | None = None) -> list[str]:
-        """The tubes beanstalkd would have: the default one, those a connection uses or
-        watches, and the cluster's queues that hold jobs (but for dead-letter queues: their
-        jobs are their tubes' buried ones). beanstalkd forgets a tube once nothing refers to
-        it and it is empty; the cluster keeps the queue, unlisted until it holds jobs again."""
-        queues = self.client.queues() if queues is None else queues
-        names = {q["queue"] for q in queues if not q["queue"].endswith(DEAD_SUFFIX)
-                 and q["ready"] + q["leased"] + q["delayed"] + q["dead"] + q["pending"]}
-        names |= self._referenced()
-        return [DEFAULT_TUBE, *sorted(names - {DEFAULT_TUBE})]
-
-    def _referenced(self) -> set[str]:
-        """The tubes the gateway's connections use or watch."""
-        names: set[str] = set()
-        for session in list(self.gateway.sessions):
-            names.add(session.used)
-            names.update(session.watched)
-        return names
+        return with_body("OK", body=yaml_list(reports.tubes(self)))
 
     def cmd_reserve(self) -> bytes:
         return self._reserve(None)
@@ -444,7 +413,7 @@ class Session:
             trouble("admin", "delete of a job not reserved here needs the admin key "
                     "(blizzard beanstalkd --admin)")
             return line("INTERNAL_ERROR")
-        self._deleted(job, _tube_of(found[0]["queue"]))
+        self._deleted(job, tube_of(found[0]["queue"]))
         return line("DELETED")
 
     def _deleted(self, job: int, tube: str) -> None:
@@ -582,90 +551,10 @@ class Session:
         return with_body("FOUND", head[0].id, body=head[0].data)
 
     def cmd_stats(self) -> bytes:
-        """beanstalkd 1.12's fields, in its order: the jobs of the cluster's tubes, this
-        gateway's counters since it started, its connections; what has no meaning here (the
-        binlog) is 0."""
-        gw, counts = self.gateway, self.gateway.counters
-        queues = self.client.queues()
-        tubes = [q for q in queues if not q["queue"].endswith(DEAD_SUFFIX)]
-        sessions = list(gw.sessions)
-        usage = resource.getrusage(resource.RUSAGE_SELF)
-        with counts.lock:
-            commands = {f"cmd-{name}": counts.commands[name] for name in COMMANDS}
-            total_jobs = counts.total_jobs
-        fields: dict[str, Any] = {
-            "current-jobs-urgent": 0,
-            "current-jobs-ready": sum(q["ready"] for q in tubes),
-            "current-jobs-reserved": sum(q["leased"] for q in tubes),
-            "current-jobs-delayed": sum(q["delayed"] for q in tubes),
-            "current-jobs-buried": sum(q["dead"] for q in tubes),
-            **commands,
-            "job-timeouts": 0, "total-jobs": total_jobs, "max-job-size": gw.config.max_job_bytes,
-            "current-tubes": len(self._tubes(queues)),
-            "current-connections": len(sessions),
-            "current-producers": sum(s.produced for s in sessions),
-            "current-workers": sum(s.worked for s in sessions),
-            "current-waiting": sum(s.waiting for s in sessions),
-            "total-connections": gw.connections, "pid": os.getpid(),
-            "version": f"blizzard-{RELEASE}",
-            "rusage-utime": f"{usage.ru_utime:.6f}", "rusage-stime": f"{usage.ru_stime:.6f}",
-            "uptime": int(time.time() - gw.started),
-            "binlog-oldest-index": 0, "binlog-current-index": 0, "binlog-records-migrated": 0,
-            "binlog-records-written": 0, "binlog-max-size": 0,
-            "draining": "false", "id": gw.server_id, "hostname": platform.node(),
-            "os": platform.version(), "platform": platform.machine()}
-        return with_body("OK", body=yaml_dict(fields))
+        return reports.stats(self)
 
     def cmd_stats_tube(self, tube: str) -> bytes:
-        try:
-            seen = self.client.admin.describe(tube)
-        except BlizzardError:
-            return line("NOT_FOUND")
-        sessions = list(self.gateway.sessions)
-        watching = sum(tube in s.watched for s in sessions)
-        using = sum(s.used == tube for s in sessions)
-        held = seen.ready + seen.leased + seen.delayed + seen.dead + seen.pending
-        if tube != DEFAULT_TUBE and not (held or watching or using):
-            return line("NOT_FOUND")  # as beanstalkd: a tube no one refers to and empty is not
-        settings: Any = seen.settings  # with_settings adds the fields, which mypy cannot see
-        left = max(0, int(settings.paused_until - time.time() + 0.999))
-        counts = self.gateway.counters
-        with counts.lock:
-            jobs, deletes, pauses = (counts.tube_jobs[tube], counts.tube_deletes[tube],
-                                     counts.tube_pauses[tube])
-        fields = {"name": tube, "current-jobs-urgent": 0,
-                  "current-jobs-ready": seen.ready, "current-jobs-reserved": seen.leased,
-                  "current-jobs-delayed": seen.delayed, "current-jobs-buried": seen.dead,
-                  "total-jobs": jobs, "current-using": using, "current-watching": watching,
-                  "current-waiting": sum(s.waiting and tube in s.watched for s in sessions),
-                  "cmd-delete": deletes, "cmd-pause-tube": pauses, "pause": left,
-                  "pause-time-left": left}
-        return with_body("OK", body=yaml_dict(fields))
+        return reports.stats_tube(self, tube)
 
     def cmd_stats_job(self, job: int) -> bytes:
-        found = lookup(self.client, [job]) if 0 <= job < 2**63 else []
-        if not found or not found[0]["queue"]:
-            return line("NOT_FOUND")
-        item = found[0]
-        state = {"queued": "ready", "scheduled": "delayed", "in_flight": "reserved",
-                 "failed": "buried"}.get(item["state"], item["state"])
-        seen: Any = self.reserved.get(job)
-        if seen is None:
-            try:  # its priority and ttr (the admin key; without it they read 0)
-                seen = next(iter(self.client.admin.peek_items(item["queue"], ids=[job])), None)
-            except Forbidden:
-                seen = None
-        # what this gateway counted of the job; else the cluster's attempts (and this one)
-        counted = self.gateway.counters.of_job(job)
-        if counted is None:
-            counted = Counter(reserves=item["attempts"] + (state == "reserved"))
-        now = time.time()
-        fields = {"id": job, "tube": _tube_of(item["queue"]), "state": state,
-                  "pri": pri_of(seen.priority) if seen is not None else 0,
-                  "age": int(now - seen.enqueued_at) if seen is not None else 0,
-                  "delay": 0, "ttr": int(self._ttr(seen, item["queue"])) if seen is not None else 0,
-                  "time-left": max(0, int((item["until"] or now) - now)),
-                  "file": 0, "reserves": counted["reserves"], "timeouts": 0,
-                  "releases": counted["releases"], "buries": counted["buries"],
-                  "kicks": counted["kicks"]}
-        return with_body("OK", body=yaml_dict(fields))
+        return reports.stats_job(self, job)

@@ -1,8 +1,9 @@
 """``blizzard beanstalkd``: beanstalkd's protocol in front of a replicated Blizzard cluster.
 
-Each TCP connection is a ``Session`` (``beanstalk_session.py``) in a thread of its own, with
-its own ``Client``: a tube is a queue; ``put`` is an enqueue (``INSERTED`` once the master's
-WAL and W data nodes hold it); ``reserve`` a dequeue, the job leased in the cluster and owned
+Each connection (TCP, or a Unix socket's: ``--listen unix:PATH``) is a ``Session``
+(``beanstalk_session.py``) in a thread of its own, with its own ``Client``: a tube is a
+queue; ``put`` is an enqueue (``INSERTED`` once the master's WAL and W data nodes hold it);
+``reserve`` a dequeue, the job leased in the cluster and owned
 by this connection; ``delete`` an ack, ``release`` a nack, ``bury`` a move to the dead-letter
 queue, ``touch`` a lease extension, ``kick`` a redrive. What a connection reserved and did
 not settle is given back when it closes. Job ids are Blizzard's item ids. The puts and
@@ -33,6 +34,7 @@ from blizzard.gateways.batcher import Batcher
 from blizzard.gateways.beanstalk_session import Session
 from blizzard.gateways.beanstalk_stats import GatewayCounters
 from blizzard.host.log_limit import Throttled
+from blizzard.host.unix_listener import UnixListener
 from blizzard.wire.errors import QueueExists
 
 log = logging.getLogger(__name__)
@@ -64,6 +66,8 @@ class GatewayConfig:
     max_job_bytes: int = MAX_JOB_BYTES
     timeout_s: float = 30.0  # each cluster call's
     admin: bool = False  # speak with the admin key: kick and deleting jobs not reserved need it
+    listen_path: str = ""  # a Unix socket's path to listen on instead of the host and port
+    socket_mode: int = 0o660  # the Unix socket's mode: who may connect
 
 
 class BeanstalkdGateway:
@@ -80,10 +84,12 @@ class BeanstalkdGateway:
         self.client_factory = client_factory or (
             lambda: Client(config.master, timeout_s=config.timeout_s, admin=config.admin,
                            ctx=self.ctx))
-        self.listener = socket.create_server((config.listen_host, config.listen_port),
-                                             backlog=128)
+        self.unix = UnixListener(config.listen_path, config.socket_mode) \
+            if config.listen_path else None
+        self.listener = self.unix.sock if self.unix is not None else socket.create_server(
+            (config.listen_host, config.listen_port), backlog=128)
         self.listener.settimeout(POLL_S)
-        self.port = self.listener.getsockname()[1]
+        self.port = 0 if self.unix is not None else self.listener.getsockname()[1]
         self.stopping = threading.Event()
         self.sessions: set[Session] = set()
         self.tubes: set[str] = set()  # tubes known to exist (``ensure_tube``)
@@ -147,8 +153,17 @@ class BeanstalkdGateway:
                 self._batcher = Batcher(self.client_factory)
             return self._batcher
 
+    @property
+    def address(self) -> str:
+        """Where it listens: ``unix:PATH`` or ``HOST:PORT``."""
+        if self.unix is not None:
+            return f"unix:{self.unix.path}"
+        return f"{self.config.listen_host}:{self.port}"
+
     def stop(self) -> None:
         self.stopping.set()
         self.listener.close()
+        if self.unix is not None:
+            self.unix.remove()
         if self._batcher is not None:
             self._batcher.stop()
