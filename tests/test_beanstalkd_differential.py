@@ -7,6 +7,7 @@ a listed one that is no longer found."""
 from __future__ import annotations
 
 import shutil
+import signal
 import socket
 import subprocess
 
@@ -15,7 +16,7 @@ import pytest
 from blizzard.local.harness import free_port
 
 from support.beanstalk_diff import Step, differences
-from support.gateway import beanstalkd_on_new_cluster
+from support.gateway import beanstalkd_on_new_cluster, listening
 from support.wait import wait_for
 
 pytestmark = pytest.mark.cluster
@@ -97,30 +98,28 @@ DIFFERENCES: dict[tuple[str, str, str], str] = {
 
 
 @pytest.fixture
-def real_beanstalkd():
+def beanstalkd_server():
+    """The real beanstalkd on a free port: (its port, its process)."""
     path = shutil.which("beanstalkd")
     assert path, "the real beanstalkd is needed: scripts/test installs it (apt-get beanstalkd)"
     port = free_port()
     proc = subprocess.Popen([path, "-l", "127.0.0.1", "-p", str(port), "-z", str(MAX_JOB)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    wait_for(lambda: _listening(port), what="beanstalkd to listen")
-    yield port
+    wait_for(lambda: listening(port), what="beanstalkd to listen")
+    yield port, proc
     proc.kill()
     proc.wait(10)
 
 
-def _listening(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-        return True
-    except OSError:
-        return False
+@pytest.fixture
+def real_beanstalkd(beanstalkd_server):
+    return beanstalkd_server[0]
 
 
 @pytest.fixture
 def gateway(cluster_factory, monkeypatch):
     for gw in beanstalkd_on_new_cluster(cluster_factory, monkeypatch, max_job_bytes=MAX_JOB):
-        assert _listening(gw.port)  # one connection before the sessions, as beanstalkd's probe
+        assert listening(gw.port)  # one connection before the sessions, as beanstalkd's probe
         yield gw
 
 
@@ -139,3 +138,49 @@ def test_the_gateway_answers_as_beanstalkd_but_for_the_named_differences(real_be
         line for line in transcript if tuple(line.split(" / ")[:2]) in
         {(s, label) for s, label, _ in unexpected})
     assert not gone, f"listed differences no longer found (take them off the list): {gone}"
+
+
+DRAIN_BEFORE = [S("use", "use f1\r\n"), S("put", "put 1 0 10 1\r\na\r\n")]
+DRAIN_AFTER = [
+    S("use", "use f1\r\n"), S("put drained", "put 1 0 10 1\r\nb\r\n"),
+    S("put too big drained", f"put 1 0 10 {MAX_JOB + 1}\r\n" + "x" * (MAX_JOB + 1) + "\r\n"),
+    S("watch", "watch f1\r\n"), S("reserve the one put before", "reserve-with-timeout 1\r\n"),
+    S("delete it", "delete {1}\r\n"), S("stats", "stats\r\n"),
+    # last: what is left of a body that is too long starts the next line, on both servers
+    S("put bad body drained", "put 1 0 10 1\r\nbb\r\n"), S("then", "list-tube-used\r\n"),
+]
+
+
+def _stats(port: int) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(b"stats\r\n")
+        seen = b""
+        while b"draining:" not in seen:
+            more = sock.recv(65536)
+            assert more, "the server closed the connection"
+            seen += more
+        return seen
+
+
+def test_drain_mode_refuses_puts_and_serves_the_rest_as_beanstalkd(beanstalkd_server, gateway):
+    """beanstalkd enters drain mode on SIGUSR1; the gateway's process does too (its CLI's
+    test), here ``drain()`` in its thread."""
+    port, proc = beanstalkd_server
+    closed = lambda: wait_for(lambda: not gateway.sessions,  # noqa: E731 (a short callback)
+                              what="the gateway to see the connection close")
+    found, transcript = differences("before drain", DRAIN_BEFORE, port, gateway.port, closed)
+    proc.send_signal(signal.SIGUSR1)
+    gateway.drain()
+    polls = 0
+
+    def drained() -> bool:
+        nonlocal polls
+        polls += 1
+        return b"draining: true" in _stats(port)
+
+    wait_for(drained, what="beanstalkd to enter drain mode")
+    for _ in range(polls):  # as many connections and stats to each
+        assert b"draining: true" in _stats(gateway.port)
+    wait_for(lambda: not gateway.sessions, what="the gateway to see the connections close")
+    more, lines = differences("drain", DRAIN_AFTER, port, gateway.port, closed)
+    assert not found | more, "\n".join(transcript + lines)

@@ -21,7 +21,7 @@ from blizzard.local.harness import free_port
 from blizzard.net import keys as k
 
 from support.cli import BLIZZARD
-from support.gateway import beanstalkd_on_new_cluster, gateway_process
+from support.gateway import beanstalkd_on_new_cluster, gateway_process, listening
 from support.sqs import boto
 from support.wait import wait_for
 
@@ -474,3 +474,24 @@ def test_a_bad_unix_socket_path_is_refused_clearly(cluster_factory, monkeypatch,
                           env=dict(os.environ, BLIZZARD_MASTER=cluster.master_addr),
                           capture_output=True, timeout=60)
     assert done.returncode == 2 and says.encode() in done.stderr, done.stderr
+
+
+def test_sigusr1_puts_the_gateway_in_drain_mode(cluster_factory, monkeypatch):
+    monkeypatch.delenv(k.ENV, raising=False)
+    cluster = cluster_factory(datanodes=2, replication=2, keys=None)
+    port = free_port()
+    gw = gateway_process(cluster.master_addr, port)
+    try:
+        wait_for(lambda: listening(port), what="the gateway to listen")
+        with greenstalk.Client(("127.0.0.1", port), encoding=None) as c:
+            c.put(b"before")
+            gw.send_signal(signal.SIGUSR1)
+            wait_for(lambda: c.stats()["draining"] == "true", what="drain mode")
+            with pytest.raises(greenstalk.DrainingError):
+                c.put(b"after")
+            job = c.reserve(timeout=10)  # the rest is served
+            assert job.body == b"before"
+            c.delete(job)
+    finally:
+        gw.terminate()
+        gw.wait(30)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import threading
 from typing import Any
 
@@ -95,7 +96,8 @@ def beanstalkd(master: str, listen: tuple[str, int] | str, socket_mode: int,
     release gives it back (after DELAY), bury moves it to the dead-letter queue, touch extends
     its lease, kick redrives buried jobs (the admin key), and a closed connection gives back
     what it reserved. Every command of beanstalkd's protocol is served; kick, kick-job,
-    pause-tube and deleting a job no connection reserved need --admin. docs/beanstalkd.md
+    pause-tube and deleting a job no connection reserved need --admin. SIGUSR1 enters drain
+    mode, as beanstalkd's: puts are answered DRAINING until a restart. docs/beanstalkd.md
     says what differs from beanstalkd.
     """
     from blizzard.gateways.beanstalkd import BeanstalkdGateway, GatewayConfig
@@ -112,6 +114,7 @@ def beanstalkd(master: str, listen: tuple[str, int] | str, socket_mode: int,
     except (OSError, ValueError) as exc:
         raise click.UsageError(f"cannot listen on {where}: {exc}") from None
     click.echo(f"beanstalkd gateway on {gateway.address} for {master}", err=True)
+    signal.signal(signal.SIGUSR1, lambda *_: gateway.drain())  # as beanstalkd: drain mode
     stop = stop_on_signals()
     def stop_when_told() -> None:
         stop.wait()

@@ -79,8 +79,8 @@ def stats(session: Any) -> bytes:
         "uptime": int(time.time() - gw.started),
         "binlog-oldest-index": 0, "binlog-current-index": 0, "binlog-records-migrated": 0,
         "binlog-records-written": 0, "binlog-max-size": 0,
-        "draining": "false", "id": gw.server_id, "hostname": platform.node(),
-        "os": platform.version(), "platform": platform.machine()}
+        "draining": "true" if gw.draining.is_set() else "false", "id": gw.server_id,
+        "hostname": platform.node(), "os": platform.version(), "platform": platform.machine()}
     return with_body("OK", body=yaml_dict(fields))
 
 def stats_tube(session: Any, tube: str) -> bytes:

@@ -63,6 +63,7 @@ class Gateway(Protocol):
 
     config: Any  # its GatewayConfig: max_job_bytes
     counters: GatewayCounters
+    draining: threading.Event  # puts are refused (beanstalkd's drain mode, on SIGUSR1)
     server_id: str  # random, made when it started (beanstalkd's ``stats`` ``id``)
     stopping: threading.Event
     sessions: set[Any]
@@ -266,15 +267,17 @@ class Session:
             self._send(line("JOB_TOO_BIG"))  # at once, as beanstalkd; then the body is dropped
             self._skip_body(n)
             return b""
+        self.produced = True  # as beanstalkd: once a put's size is taken
         body = self._read_body(n)
         if body is None:
             return line("EXPECTED_CRLF")
         if pri > 2**32 - 1 or delay > 2**32 - 1 or ttr > 2**32 - 1:
             return line("BAD_FORMAT")
+        if self.gateway.draining.is_set():  # (SIGUSR1) as beanstalkd: the body read, refused
+            return line("DRAINING")
         self.gateway.ensure_tube(self.client, self.used)
         opts = EnqueueOptions.make(priority_of(pri), _delay_s(delay), lease_s=_ttr_s(ttr))
         item_id = self.gateway.batcher.put(self.used, body, opts)  # with other connections
-        self.produced = True
         self.gateway.counters.put(self.used)
         return line("INSERTED", item_id)
 

@@ -91,6 +91,7 @@ class BeanstalkdGateway:
         self.listener.settimeout(POLL_S)
         self.port = 0 if self.unix is not None else self.listener.getsockname()[1]
         self.stopping = threading.Event()
+        self.draining = threading.Event()  # beanstalkd's drain mode: puts answered DRAINING
         self.sessions: set[Session] = set()
         self.tubes: set[str] = set()  # tubes known to exist (``ensure_tube``)
         self._batcher: Batcher | None = None
@@ -152,6 +153,13 @@ class BeanstalkdGateway:
             if self._batcher is None:
                 self._batcher = Batcher(self.client_factory)
             return self._batcher
+
+    def drain(self) -> None:
+        """Enter drain mode, as beanstalkd on SIGUSR1: every put is answered ``DRAINING``
+        from now on, the rest is served; there is no way back but a restart."""
+        if not self.draining.is_set():
+            log.info("drain mode: puts are refused (DRAINING) from now on")
+        self.draining.set()
 
     @property
     def address(self) -> str:
