@@ -5,6 +5,7 @@ changes nothing; the gateway keeps serving."""
 
 from __future__ import annotations
 
+import hashlib
 import http.client
 import json
 import socket
@@ -140,6 +141,44 @@ def raw(gateway, data: bytes) -> bytes:
                 break
             out += chunk
         return out
+
+
+# a body of every kind of character SQS allows: tab, LF, CR (alone and before LF), XML's
+# specials and an entity's text, accented Latin, a BMP symbol, the edges of the ranges, astral
+EVERY_KIND = ('h\u00e9llo \u2744 {"n": 1} <xml>&amp;</xml>\n\t\r\nend\r "\' '
+              "\x20\ud7ff\ue000\ufffd\U00010000\U0010ffff \U0001f600")
+
+
+def test_every_character_sqs_allows_comes_back_with_its_md5_in_both_protocols(gateway):
+    status, body = signed(gateway, {"Action": "CreateQueue", "QueueName": "chars"})
+    url = ET.fromstring(body).find("q:CreateQueueResult/q:QueueUrl", NS).text
+    digest = hashlib.md5(EVERY_KIND.encode()).hexdigest()
+    status, body = signed(gateway, {"Action": "SendMessage", "QueueUrl": url,
+                                    "MessageBody": EVERY_KIND})
+    assert status == 200, body
+    assert ET.fromstring(body).find("q:SendMessageResult/q:MD5OfMessageBody", NS).text == digest
+    status, body = signed(gateway, {"Action": "ReceiveMessage", "QueueUrl": url,
+                                    "WaitTimeSeconds": "5", "VisibilityTimeout": "0"})
+    m = ET.fromstring(body).find("q:ReceiveMessageResult/q:Message", NS)  # as an SDK parses
+    assert (m.find("q:Body", NS).text, m.find("q:MD5OfBody", NS).text) == (EVERY_KIND, digest)
+    sqs = boto(gateway.url)  # the JSON protocol: boto3 checks the MD5s itself
+    got = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=5)["Messages"][0]
+    assert (got["Body"], got["MD5OfBody"]) == (EVERY_KIND, digest)
+    assert sqs.send_message(QueueUrl=url, MessageBody=EVERY_KIND)["MD5OfMessageBody"] == digest
+
+
+@pytest.mark.parametrize("bad", ["\x00", "\x08", "\x0b", "\x0c", "\x1f", "\ufffe", "\uffff"])
+def test_a_character_sqs_does_not_allow_is_refused_in_both_protocols(gateway, bad):
+    sqs = boto(gateway.url)
+    url = sqs.create_queue(QueueName="strict")["QueueUrl"]
+    with pytest.raises(ClientError) as e:
+        sqs.send_message(QueueUrl=url, MessageBody=f"a{bad}b")
+    assert code(e.value) == "InvalidMessageContents"
+    status, body = signed(gateway, {"Action": "SendMessage", "QueueUrl": url,
+                                    "MessageBody": f"a{bad}b"})
+    assert (status, xml_code(body)) == (400, "InvalidMessageContents")
+    attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert attrs["ApproximateNumberOfMessages"] == "0"  # nothing was sent
 
 
 def test_malformed_and_oversized_requests_get_errors_and_change_nothing(gateway):

@@ -16,7 +16,7 @@ import json
 import re
 import urllib.parse
 from typing import Any
-from xml.sax.saxutils import escape
+from xml.sax.saxutils import escape as _escape
 
 XMLNS = "http://queue.amazonaws.com/doc/2012-11-05/"
 JSON_TYPE = "application/x-amz-json-1.0"
@@ -25,6 +25,13 @@ MAX_CONTAINERS = 2000  # objects and arrays in a JSON body (that batch has about
 # what SQS takes as text, in bodies, attributes and tags: XML 1.0's characters
 INVALID_TEXT = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 _STRINGS = re.compile(rb'"(?:[^"\\]|\\.)*"')
+
+
+def _text(value: str) -> str:
+    """``value`` as XML character data that parses back to itself: ``& < >`` escaped, and a
+    carriage return as ``&#xD;`` (an XML parser reads a bare CR, or CR LF, as LF, so an SDK
+    would see another body than the one MD5OfBody was taken of, as SQS's own replies avoid)."""
+    return _escape(value, {"\r": "&#xD;"})
 
 
 class SqsError(Exception):
@@ -209,8 +216,8 @@ def json_error(err: SqsError) -> tuple[bytes, dict[str, str]]:
 
 def xml_error(err: SqsError, request_id: str) -> bytes:
     return (f'<?xml version="1.0"?><ErrorResponse xmlns="{XMLNS}"><Error><Type>'
-            f'{"Sender" if err.sender else "Receiver"}</Type><Code>{escape(err.code)}</Code>'
-            f'<Message>{escape(err.message)}</Message><Detail/></Error>'
+            f'{"Sender" if err.sender else "Receiver"}</Type><Code>{_text(err.code)}</Code>'
+            f'<Message>{_text(err.message)}</Message><Detail/></Error>'
             f'<RequestId>{request_id}</RequestId></ErrorResponse>').encode()
 
 
@@ -232,16 +239,16 @@ def to_xml(action: str, result: dict[str, Any], request_id: str) -> bytes:
 
 def _xml_field(action: str, name: str, value: Any) -> str:
     if name == "Attributes" and isinstance(value, dict):
-        return "".join(f"<Attribute><Name>{escape(k)}</Name><Value>{escape(str(v))}</Value>"
+        return "".join(f"<Attribute><Name>{_text(k)}</Name><Value>{_text(str(v))}</Value>"
                        f"</Attribute>" for k, v in value.items())
     if name == "Tags":
-        return "".join(f"<Tag><Key>{escape(k)}</Key><Value>{escape(v)}</Value></Tag>"
+        return "".join(f"<Tag><Key>{_text(k)}</Key><Value>{_text(v)}</Value></Tag>"
                        for k, v in value.items())
     if name == "MessageAttributes":
         out = []
         for k, v in value.items():
-            parts = "".join(f"<{p}>{escape(str(x))}</{p}>" for p, x in v.items())
-            out.append(f"<MessageAttribute><Name>{escape(k)}</Name><Value>{parts}</Value>"
+            parts = "".join(f"<{p}>{_text(str(x))}</{p}>" for p, x in v.items())
+            out.append(f"<MessageAttribute><Name>{_text(k)}</Name><Value>{parts}</Value>"
                        f"</MessageAttribute>")
         return "".join(out)
     if isinstance(value, list):
@@ -256,7 +263,7 @@ def _xml_element(name: str, value: Any) -> str:
         return f"<{name}>{inner}</{name}>"
     if isinstance(value, bool):
         value = "true" if value else "false"
-    return f"<{name}>{escape(str(value))}</{name}>"
+    return f"<{name}>{_text(str(value))}</{name}>"
 
 
 def form_pairs(body: bytes, query: str) -> list[tuple[str, str]]:
