@@ -229,11 +229,19 @@ _BATCH_ENTRY = {"SendMessageBatch": "SendMessageBatchResultEntry",
                 "ChangeMessageVisibilityBatch": "ChangeMessageVisibilityBatchResultEntry"}
 
 
+# the actions whose replies carry no result: SQS's XML has no <ActionResult> for them
+NO_RESULT = frozenset({"DeleteMessage", "ChangeMessageVisibility", "PurgeQueue", "DeleteQueue",
+                       "SetQueueAttributes", "TagQueue", "UntagQueue", "AddPermission",
+                       "RemovePermission"})
+
+
 def to_xml(action: str, result: dict[str, Any], request_id: str) -> bytes:
     """A result in the query protocol's XML."""
     inner = "".join(_xml_field(action, k, v) for k, v in result.items())
-    return (f'<?xml version="1.0"?><{action}Response xmlns="{XMLNS}"><{action}Result>{inner}'
-            f'</{action}Result><ResponseMetadata><RequestId>{request_id}</RequestId>'
+    wrapped = "" if action in NO_RESULT and not inner else \
+        f"<{action}Result>{inner}</{action}Result>"
+    return (f'<?xml version="1.0"?><{action}Response xmlns="{XMLNS}">{wrapped}'
+            f'<ResponseMetadata><RequestId>{request_id}</RequestId>'
             f'</ResponseMetadata></{action}Response>').encode()
 
 

@@ -9,13 +9,21 @@ fields of ``VOLATILE`` (ids, handles, times, ARNs) are dropped, a queue URL beco
 path segment (the queue's name), error messages are left out (their codes are compared).
 
 A difference is ``(label, path)``: the step and where in the answer, e.g. ``Messages.0.Body``.
+The query protocol's steps call a ``FormClient`` instead of boto3: a signed form, its XML reply
+read as an SDK reads it, into a dict of the same kind.
 """
 
 from __future__ import annotations
 
+import http.client
+import urllib.parse
+import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from typing import Any
 
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
 VOLATILE = {"ResponseMetadata", "MessageId", "ReceiptHandle", "SentTimestamp", "SequenceNumber",
@@ -80,3 +88,54 @@ def _at(value: Any, where: str) -> Any:
         else:
             return "<missing>"
     return value
+
+
+class FormClient:
+    """The query protocol's client: a signed form POSTed to ``url``, its XML reply as a dict
+    (``{"Error": code}`` for an ``ErrorResponse``), for steps that run on the older wire."""
+
+    def __init__(self, url: str, key: tuple[str, str]) -> None:
+        self.url, self.key = url, key
+
+    def __call__(self, **params: str) -> Any:
+        req = AWSRequest(method="POST", url=self.url + "/", data=urllib.parse.urlencode(params),
+                         headers={"Content-Type": "application/x-www-form-urlencoded"})
+        SigV4Auth(Credentials(*self.key), "sqs", "us-east-1").add_auth(req)
+        prepared = req.prepare()
+        parts = urllib.parse.urlsplit(self.url)
+        conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+        try:
+            conn.request("POST", "/", body=prepared.body, headers=dict(prepared.headers))
+            resp = conn.getresponse()
+            raw = resp.read()
+        finally:
+            conn.close()
+        try:
+            root = ET.fromstring(raw)
+        except ET.ParseError:
+            return {"Error": f"<not XML: HTTP {resp.status} {raw[:60]!r}>"}
+        if _tag(root) == "ErrorResponse":
+            found = root.find(".//{*}Code")
+            return {"Error": found.text if found is not None else "<no code>"}
+        result = next((e for e in root if _tag(e).endswith("Result")), None)
+        return {} if result is None else _as_dict(result)
+
+
+def _tag(element: Any) -> str:
+    return str(element.tag).rsplit("}", 1)[-1]
+
+
+def _as_dict(element: Any) -> Any:
+    """An element's children by tag (a tag seen more than once: a list), or its text."""
+    children = list(element)
+    if not children:
+        return element.text or ""
+    out: dict[str, Any] = {}
+    for child in children:
+        value = _as_dict(child)
+        tag = _tag(child)
+        if tag in out:
+            out[tag] = (out[tag] if isinstance(out[tag], list) else [out[tag]]) + [value]
+        else:
+            out[tag] = value
+    return out
