@@ -5,9 +5,8 @@ them too); any other fails the test, and so does a listed one no longer found.""
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -118,13 +117,12 @@ DIFFERENCES: dict[tuple[str, str], str] = {
 
 @pytest.fixture
 def moto_server():
-    path = shutil.which("moto_server", path=os.path.dirname(os.path.realpath(
-        shutil.which("python") or "")) + os.pathsep + os.environ.get("PATH", ""))
-    assert path, "moto's server is needed: the test extra installs moto[server]"
+    """moto's SQS server, of this environment's moto (``python -m moto.server``)."""
     port = free_port()
-    proc = subprocess.Popen([path, "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_for(lambda: listening(port), what="moto's server to listen")
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p",
+                             str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for(lambda: listening(port) or proc.poll() is not None, what="moto's server to listen")
+    assert proc.poll() is None, "moto's server did not start: the test extra installs moto[server]"
     yield f"http://127.0.0.1:{port}"
     proc.kill()
     proc.wait(10)
