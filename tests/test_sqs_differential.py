@@ -38,6 +38,39 @@ def received(notes: dict[str, Any], key: str, reply: dict[str, Any]) -> dict[str
     return reply
 
 
+def received_all(notes: dict[str, Any], key: str, reply: dict[str, Any], want: int, c: Any,
+                 url: str) -> dict[str, Any]:
+    """Receive until ``want`` messages came (a receive may return fewer); their bodies sorted,
+    their handles kept as ``key``."""
+    messages = list(reply.get("Messages", []))
+    for _ in range(10):
+        if len(messages) >= want:
+            break
+        messages += c.receive_message(QueueUrl=url, MaxNumberOfMessages=10,
+                                      WaitTimeSeconds=1).get("Messages", [])
+    notes[key] = [m["ReceiptHandle"] for m in messages]
+    return {"Bodies": sorted(m["Body"] for m in messages)}
+
+
+def by_group(c: Any, url: str, want: int) -> dict[str, list[str]]:
+    """Receive and delete until ``want`` messages came; each group's bodies in the order they
+    came (how groups interleave is the server's choice)."""
+    groups: dict[str, list[str]] = {}
+    for _ in range(20):
+        if sum(map(len, groups.values())) >= want:
+            break
+        reply = c.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1,
+                                  MessageSystemAttributeNames=["MessageGroupId"])
+        for m in reply.get("Messages", []):
+            groups.setdefault(m["Attributes"]["MessageGroupId"], []).append(m["Body"])
+            c.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+    return groups
+
+
+def sorted_urls(reply: dict[str, Any]) -> dict[str, Any]:
+    return {"QueueUrls": sorted(reply.get("QueueUrls", []))}
+
+
 def all_visible(c: Any, url: str) -> dict[str, Any]:
     """Wait until no message of the queue is in flight (a visibility timeout has run out)."""
     wait_for(lambda: c.get_queue_attributes(
@@ -97,6 +130,37 @@ STEPS: list[Step] = [
         QueueUrl=n["fifo"], ReceiptHandle=n["fh"])),
     ("fifo attributes after", lambda c, n: c.get_queue_attributes(
         QueueUrl=n["fifo"], AttributeNames=["ApproximateNumberOfMessages"])),
+    ("tag", lambda c, n: c.tag_queue(QueueUrl=n["std"], Tags={"team": "a", "env": "t"})),
+    ("list tags", lambda c, n: c.list_queue_tags(QueueUrl=n["std"])),
+    ("untag", lambda c, n: c.untag_queue(QueueUrl=n["std"], TagKeys=["env"])),
+    ("list tags after", lambda c, n: c.list_queue_tags(QueueUrl=n["std"])),
+    ("set attributes", lambda c, n: c.set_queue_attributes(
+        QueueUrl=n["std"], Attributes={"VisibilityTimeout": "10", "DelaySeconds": "0"})),
+    ("set a bad attribute value", lambda c, n: c.set_queue_attributes(
+        QueueUrl=n["std"], Attributes={"VisibilityTimeout": "99999"})),
+    ("attributes after", lambda c, n: c.get_queue_attributes(
+        QueueUrl=n["std"], AttributeNames=["VisibilityTimeout", "DelaySeconds"])),
+    ("receive too many", lambda c, n: c.receive_message(
+        QueueUrl=n["std"], MaxNumberOfMessages=11)),
+    ("send three", lambda c, n: c.send_message_batch(QueueUrl=n["std"], Entries=[
+        {"Id": str(k), "MessageBody": f"m{k}"} for k in range(3)])),
+    ("receive three", lambda c, n: received_all(n, "hs", c.receive_message(
+        QueueUrl=n["std"], MaxNumberOfMessages=10, WaitTimeSeconds=1), want=3, c=c,
+        url=n["std"])),
+    ("change visibility batch", lambda c, n: c.change_message_visibility_batch(
+        QueueUrl=n["std"], Entries=[{"Id": "a", "ReceiptHandle": n["hs"][0],
+                                     "VisibilityTimeout": 30},
+                                    {"Id": "b", "ReceiptHandle": "garbage",
+                                     "VisibilityTimeout": 30}])),
+    ("delete batch", lambda c, n: c.delete_message_batch(QueueUrl=n["std"], Entries=[
+        {"Id": f"d{k}", "ReceiptHandle": h} for k, h in enumerate(n["hs"])])),
+    ("delete batch, a handle that is none", lambda c, n: c.delete_message_batch(
+        QueueUrl=n["std"], Entries=[{"Id": "x", "ReceiptHandle": "garbage"}])),
+    ("list queues", lambda c, n: sorted_urls(c.list_queues(QueueNamePrefix="d-"))),
+    ("fifo two groups", lambda c, n: [c.send_message(
+        QueueUrl=n["fifo"], MessageBody=f"{g}{k}", MessageGroupId=g)
+        for g in "ab" for k in range(2)] and {}),
+    ("fifo receive, each group in order", lambda c, n: by_group(c, n["fifo"], want=5)),
     ("delete queue", lambda c, n: c.delete_queue(QueueUrl=n["std"])),
     ("get url of a deleted queue", lambda c, n: c.get_queue_url(QueueName="d-std")),
     # last, on a queue of their own: moto takes these bodies, SQS does not
@@ -109,9 +173,13 @@ STEPS: list[Step] = [
 LAX = ("moto takes it; SQS refuses a body that is empty or holds a character outside "
        "#x9 | #xA | #xD | #x20-#xD7FF | #xE000-#xFFFD | #x10000-#x10FFFF (the API reference of "
        "SendMessage), as the gateway does")
+LAX_ATTRIBUTE = ("moto takes a VisibilityTimeout of 99999 s; SQS refuses one over 43200 (12 h) "
+                 "with InvalidAttributeValue and keeps the old value, as the gateway does")
 DIFFERENCES: dict[tuple[str, str], str] = {
     ("send empty body", "Error"): LAX, ("send empty body", "MD5OfMessageBody"): LAX,
     ("send bad character", "Error"): LAX, ("send bad character", "MD5OfMessageBody"): LAX,
+    ("set a bad attribute value", "Error"): LAX_ATTRIBUTE,
+    ("attributes after", "Attributes.VisibilityTimeout"): LAX_ATTRIBUTE,
 }
 
 

@@ -28,7 +28,8 @@ from botocore.exceptions import ClientError
 
 VOLATILE = {"ResponseMetadata", "MessageId", "ReceiptHandle", "SentTimestamp", "SequenceNumber",
             "ApproximateFirstReceiveTimestamp", "CreatedTimestamp", "LastModifiedTimestamp",
-            "QueueArn", "SenderId", "RequestId", "HostId"}
+            "QueueArn", "SenderId", "RequestId", "HostId",
+            "Message"}  # a batch entry's error text (its Code is compared)
 Step = tuple[str, Callable[[Any, dict[str, Any]], Any]]
 
 
