@@ -84,6 +84,19 @@ SESSIONS: dict[str, list[Step]] = {
           "watch e1\r\nignore default\r\nreserve\r\n", 3),
         S("delete both", "delete {1}\r\ndelete {2}\r\n", 2),
     ],
+    # a connection closed in the middle of a put's body, and one holding a reserved job
+    "closed mid-command": [
+        S("use", "use g1\r\n"), S("half a body, then the close", "put 1 0 10 10\r\nabc", 0),
+    ],
+    "closed holding a job": [
+        S("use", "use g2\r\n"), S("watch", "watch g2\r\n"), S("put", "put 1 0 60 1\r\nk\r\n"),
+        S("reserve, then the close", "reserve-with-timeout 1\r\n"),
+    ],
+    "after the closes": [
+        S("use g1", "use g1\r\n"), S("nothing was put", "peek-ready\r\n"),
+        S("use g2", "use g2\r\n"), S("the job is ready again", "peek-ready\r\n"),
+        S("stats-job", "stats-job {1}\r\n"), S("delete it", "delete {1}\r\n"),
+    ],
     "stats": [
         S("stats", "stats\r\n"),
     ],

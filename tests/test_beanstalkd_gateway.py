@@ -457,6 +457,15 @@ def test_a_unix_socket_has_its_mode_is_refused_in_use_replaced_stale_and_removed
         assert third.returncode == 2 and b"is not a socket" in err, err
         with open(path) as f:
             assert f.read() == "not a socket"
+        os.unlink(path)
+        target = os.path.join(where, "target")
+        with open(target, "w") as f:
+            f.write("kept")
+        os.symlink(target, path)  # a link planted at the path is not followed nor replaced
+        fourth = start()
+        _, err = fourth.communicate(timeout=60)
+        assert fourth.returncode == 2 and b"is not a socket" in err, err
+        assert os.path.islink(path) and open(target).read() == "kept"
     finally:
         for proc in [p for p in locals().values() if isinstance(p, subprocess.Popen)]:
             if proc.poll() is None:
