@@ -146,6 +146,9 @@ class EnqueuePipeline:
         # chunks waiting for a placement: while one is, no other asks for spare ids (only one
         # block's spares can be kept, so more would sit unused at the master until they expire)
         self.placing: weakref.WeakSet[Chunk] = weakref.WeakSet()
+        # the chunk that asked for ids last: only its placement's spares may serve later
+        # chunks, since the master hands ids out in the order it is asked (FIFO by id)
+        self.last_placed: Chunk | None = None
 
     def chunks(self, queue: str, items: Iterable[Any], opts: EnqueueOptions, *,
                commit: bool = True, chunk_items: int = CHUNK_ITEMS,
@@ -201,6 +204,10 @@ class EnqueuePipeline:
             self._send(c, block.placement, ids)
             return
         want = n if self.placing else max(n, min(max(BLOCK_IDS, BLOCK_CHUNKS * n), BLOCK_MAX))
+        # the block's ids left lie below the ids this placement gets: a later chunk taking
+        # them would go before this one in the queue
+        self.block = None
+        self.last_placed = c
         self.placing.add(c)
         # only this client's own suspects: the master leaves its own out of placements (or
         # places them only when too few others are healthy, and then so must we)
@@ -233,7 +240,7 @@ class EnqueuePipeline:
             self.nodes.heard(placement.suspects)
             self.placing.discard(c)
             n = len(c.blobs)
-            if placement.n > n:  # the rest of the ids serve the next small chunks
+            if placement.n > n and self.last_placed is c:  # the rest serve the next chunks
                 self.block = Block(placement, placement.first + n,
                                    time.monotonic() + placement.deadline_s / 3)
             self._send(c, placement, list(range(placement.first, placement.first + n)))
