@@ -83,6 +83,7 @@ def stats(session: Any) -> bytes:
         "hostname": platform.node(), "os": platform.version(), "platform": platform.machine()}
     return with_body("OK", body=yaml_dict(fields))
 
+
 def stats_tube(session: Any, tube: str) -> bytes:
     try:
         seen = session.client.admin.describe(tube)
@@ -109,6 +110,7 @@ def stats_tube(session: Any, tube: str) -> bytes:
               "pause-time-left": left}
     return with_body("OK", body=yaml_dict(fields))
 
+
 def stats_job(session: Any, job: int) -> bytes:
     found = lookup(session.client, [job]) if 0 <= job < 2**63 else []
     if not found or not found[0]["queue"]:
@@ -130,7 +132,8 @@ def stats_job(session: Any, job: int) -> bytes:
     fields = {"id": job, "tube": tube_of(item["queue"]), "state": state,
               "pri": pri_of(seen.priority) if seen is not None else 0,
               "age": int(now - seen.enqueued_at) if seen is not None else 0,
-              "delay": 0, "ttr": int(session._ttr(seen, item["queue"])) if seen is not None else 0,
+              "delay": 0,
+              "ttr": int(session.ttr_of(seen, item["queue"])) if seen is not None else 0,
               "time-left": max(0, int((item["until"] or now) - now)),
               "file": 0, "reserves": counted["reserves"], "timeouts": 0,
               "releases": counted["releases"], "buries": counted["buries"],

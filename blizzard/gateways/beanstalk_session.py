@@ -55,7 +55,6 @@ POLL_S = 0.5  # how often a blocked read or reserve looks whether the gateway st
 DEADLINE_SOON_S = 1.0  # beanstalkd's safety margin: a reserve then says DEADLINE_SOON
 SETTINGS_S = 2.0  # a tube's settings as read this long ago at most
 KICK_MAX = 1000  # jobs one kick moves at most
-URGENT = 1024  # beanstalkd's urgent jobs: a priority below this
 
 
 class Gateway(Protocol):
@@ -362,10 +361,10 @@ class Session:
     def _reserved(self, msg: Any) -> bytes:
         self.gateway.counters.job(msg.id, "reserves")
         self.reserved[msg.id] = msg
-        self.deadlines[msg.id] = time.monotonic() + self._ttr(msg)
+        self.deadlines[msg.id] = time.monotonic() + self.ttr_of(msg)
         return with_body("RESERVED", msg.id, body=msg.data)
 
-    def _ttr(self, msg: Any, tube: str = "") -> float:
+    def ttr_of(self, msg: Any, tube: str = "") -> float:
         """A job's time to run: its own (the put's ttr), else its tube's lease."""
         return float(msg.lease_s) if msg.lease_s else self._lease_s(tube or msg.queue)
 
@@ -449,11 +448,11 @@ class Session:
         if msg is None:
             return line("NOT_FOUND")
         try:
-            msg.extend(self._ttr(msg))
+            msg.extend(self.ttr_of(msg))
         except GONE:
             self._settled(job)
             return line("NOT_FOUND")
-        self.deadlines[job] = time.monotonic() + self._ttr(msg)
+        self.deadlines[job] = time.monotonic() + self.ttr_of(msg)
         return line("TOUCHED")
 
     def cmd_kick(self, bound: int) -> bytes:
